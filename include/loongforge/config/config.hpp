@@ -1,0 +1,113 @@
+// loongforge/config/config.hpp — the typed configuration and how it is loaded.
+//
+// Contract:
+//  - Owns: the Config struct, generated from keys.def (one definition per key:
+//    name, type, default, range or choices, help).
+//  - load_config() reads YAML, applies `--set section.key=value` overrides in
+//    order, then validates ranges and cross-key rules. Every problem found is
+//    reported at once in one ConfigError, one line each, naming the file and
+//    line (or "--set"), the key path, what is allowed and, for unknown keys, a
+//    did-you-mean.
+//  - Pure: no threads, no I/O except reading the given file.
+//  - Never: guesses a type, silently ignores a key, or clamps a value.
+//
+// Example:
+//   ValidationContext ctx; ctx.world_size = 8;
+//   Config cfg = load_config("configs/n16.yaml", {"trainer.max_steps=200"}, ctx);
+//   int64_t mb = cfg.trainer.micro_batch_size;
+//   std::cout << print_config(cfg);   // commented YAML, loadable again
+#pragma once
+
+#include <cstdint>   // int64_t
+#include <map>       // std::map
+#include <optional>  // std::optional
+#include <string>    // std::string
+#include <vector>    // std::vector
+
+#include "loongforge/config/keys.def"
+
+namespace loongforge::config {
+
+// ---------------------------------------------------------------------------
+// The typed configuration (fields generated from keys.def).
+
+#define LF_FIELD_INT(s, name, def, lo, hi, help) int64_t name = def;
+#define LF_FIELD_FLOAT(s, name, def, lo, hi, help) double name = def;
+#define LF_FIELD_BOOL(s, name, def, help) bool name = def;
+#define LF_FIELD_STR(s, name, def, help) std::string name = def;
+#define LF_FIELD_CHOICE(s, name, def, choices, help) std::string name = def;
+#define LF_SECTION_STRUCT(section, help, KEYS)                                                 \
+  struct section##_section {                                                                  \
+    KEYS(section, LF_FIELD_INT, LF_FIELD_FLOAT, LF_FIELD_BOOL, LF_FIELD_STR, LF_FIELD_CHOICE) \
+  } section;
+
+struct Config {
+  LF_CONFIG_SECTIONS(LF_SECTION_STRUCT)
+
+  // Where each key's value came from: "file.yaml:12", "--set" or "default".
+  std::map<std::string, std::string> origin;
+};
+
+#undef LF_SECTION_STRUCT
+#undef LF_FIELD_INT
+#undef LF_FIELD_FLOAT
+#undef LF_FIELD_BOOL
+#undef LF_FIELD_STR
+#undef LF_FIELD_CHOICE
+
+// ---------------------------------------------------------------------------
+// The schema (one entry per key, in keys.def order).
+
+enum class KeyKind { Int, Float, Bool, Str, Choice };
+
+struct KeyDef {
+  std::string section;
+  std::string name;
+  std::string path;  // "section.name"
+  KeyKind kind;
+  std::string default_text;  // as it would be written in YAML
+  double min = 0;            // Int/Float only
+  double max = 0;
+  std::vector<std::string> choices;  // Choice only
+  std::string help;
+};
+
+struct SectionDef {
+  std::string name;
+  std::string help;
+};
+
+const std::vector<SectionDef>& sections();
+const std::vector<KeyDef>& schema();
+const KeyDef* find_key(const std::string& path);
+
+// ---------------------------------------------------------------------------
+// Loading and validation.
+
+// Facts about the environment that some rules need; unknown ones are skipped.
+struct ValidationContext {
+  int64_t world_size = 1;
+  std::optional<double> device_memory_gb;  // of the smallest visible GPU
+  bool require_paths = true;               // model.path / data.path must be set
+};
+
+// Reads `path`, applies overrides ("section.key=value"), validates.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides,
+                   const ValidationContext& ctx = {});
+// The same from text; `display_name` stands for the file in messages.
+Config parse_config_text(const std::string& yaml_text, const std::string& display_name,
+                         const std::vector<std::string>& overrides = {},
+                         const ValidationContext& ctx = {});
+// Defaults only (plus overrides), validated.
+Config default_config(const std::vector<std::string>& overrides = {},
+                      const ValidationContext& ctx = {});
+
+// Commented YAML of every key (help, allowed values, origin); loads again.
+std::string print_config(const Config& cfg);
+// A key's current value as YAML text ("8", "true", "hybrid").
+std::string value_text(const Config& cfg, const std::string& path);
+
+// Derived values.
+int64_t global_batch_size(const Config& cfg, int64_t world_size);
+
+}  // namespace loongforge::config

@@ -1,0 +1,91 @@
+// loongforge/model/model.hpp — the exported TorchScript model and its metadata.
+//
+// Contract:
+//  - Owns: the loaded module (torch::jit stays inside this room so that
+//    another loader can replace TorchScript later) and the metadata written by
+//    scripts/model/export.py as extra files: loongforge/config.json,
+//    params.json, flops.json, counts.json, batch_spec.json.
+//  - Model contract (DESIGN.md s1): forward(batch) returns at least "loss"
+//    (scalar mean over valid action elements) and "num_valid" (their count).
+//  - Freezing comes from params.json: load() sets requires_grad on exactly the
+//    parameters marked trainable, so every trainer sees the export's freezing.
+//  - load() checks that params.json names, shapes and counts match the module
+//    and throws ModelError naming the file and the first mismatches.
+//  - Not thread-safe: one trainer thread owns a Model.
+//
+// Example:
+//   auto m = Model::load("build/models/n16-tiny.pt", at::kCPU);
+//   Batch b = make_example_batch(m.info(), /*batch_size=*/2, /*seed=*/0);
+//   auto out = m.forward(b);
+//   out.at("loss").backward();
+#pragma once
+
+#include <cstdint>  // int64_t
+#include <map>      // std::map
+#include <memory>   // std::unique_ptr
+#include <string>   // std::string
+#include <vector>   // std::vector
+
+#include <ATen/core/Tensor.h>    // at::Tensor
+#include <c10/core/Device.h>     // c10::Device
+#include <nlohmann/json.hpp>     // nlohmann::json
+
+namespace loongforge::model {
+
+using Batch = std::map<std::string, at::Tensor>;
+
+enum class ParamRole { Vision, Llm, Action, Embodiment, Small };
+const char* role_name(ParamRole role);
+
+struct ParamInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t numel = 0;
+  ParamRole role = ParamRole::Small;
+  bool trainable = false;
+};
+
+struct ModelInfo {
+  std::string path;
+  std::string name;              // "n16-tiny", ...
+  nlohmann::json config;         // loongforge/config.json
+  nlohmann::json batch_spec;     // loongforge/batch_spec.json
+  std::vector<ParamInfo> params; // named_parameters() order
+  double forward_flops_per_sample = 0;
+  double backward_flops_per_sample = 0;
+  int64_t total_params = 0;
+  int64_t trainable_params = 0;
+};
+
+struct NamedParameter {
+  const ParamInfo* info;
+  at::Tensor tensor;
+};
+
+class Model {
+ public:
+  static Model load(const std::string& path, c10::Device device);
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+  ~Model();
+
+  const ModelInfo& info() const { return info_; }
+  std::vector<NamedParameter> parameters() const;  // all, in params.json order
+  std::vector<at::Tensor> trainable_parameters() const;
+
+  void train(bool on = true);
+  // Runs forward; throws ModelError if the result lacks "loss" or "num_valid".
+  std::map<std::string, at::Tensor> forward(const Batch& batch);
+
+ private:
+  struct Impl;
+  Model(std::unique_ptr<Impl> impl, ModelInfo info);
+  std::unique_ptr<Impl> impl_;
+  ModelInfo info_;
+};
+
+// A well-formed random batch for this model, shapes from batch_spec.json
+// (deterministic in `seed`); for tests, warm-up and benchmarks.
+Batch make_example_batch(const ModelInfo& info, int64_t batch_size, uint64_t seed);
+
+}  // namespace loongforge::model

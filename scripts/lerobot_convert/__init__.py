@@ -1,0 +1,18 @@
+"""Helpers for scripts/convert_lerobot.py, split by the phase of a conversion.
+
+  source.py   read and validate a LeRobot v2.x dataset (meta/*.json, parquet)
+  video.py    probe camera videos with ffprobe and align rows to frames
+  shard.py    write LoongForge binary shards (layout: docs/shard-format.md)
+
+Every check raises ConvertError with a message that says what is wrong,
+where (episode and file) and how to fix it.
+"""
+
+
+class ConvertError(Exception):
+    """A dataset problem that stops the conversion; str() is the full message."""
+
+
+def fail(where, what, fix):
+    """Raise ConvertError as 'WHERE: WHAT\\n  fix: FIX'."""
+    raise ConvertError(f"{where}: {what}\n  fix: {fix}")

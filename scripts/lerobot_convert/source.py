@@ -1,0 +1,435 @@
+"""Read and validate a LeRobot v2.x dataset (Isaac-GR00T flavour).
+
+Layout read here (paths relative to the dataset root):
+    meta/info.json        fps, features (dtype, shape), data_path, video_path
+    meta/modality.json    state/action slices, video and annotation keys
+    meta/tasks.jsonl      task_index -> text
+    meta/episodes.jsonl   episode_index, tasks (texts), length
+    meta/stats.json       per-key mean/std/min/max/q01/q99
+    data/chunk-XXX/episode_XXXXXX.parquet     one row per frame
+    videos/chunk-XXX/<video_key>/episode_XXXXXX.mp4
+
+Which columns are stored and how (docs/shard-format.md, "Columns"):
+    modality state/action keys  float -> float32 (rounded to nearest; error measured)
+    other float columns         kept as float32/float64 (timestamp stays float64)
+    integer columns             int64
+    bool columns                uint8 (0/1)
+    non-numeric columns         skipped with a warning
+"""
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from . import fail
+from .shard import (Column, kDtypeCodes, kDtypeFloat32, kDtypeFloat64, kDtypeInt64,
+                    kDtypeUint8, kFlagLossyFloat32, kFlagSynthesized, kRowsPerVideoFrame)
+
+kStatKeys = ("mean", "std", "min", "max", "q01", "q99")
+kMetaFiles = ("meta/info.json", "meta/modality.json", "meta/tasks.jsonl", "meta/episodes.jsonl",
+              "meta/stats.json")
+
+
+# ---------------------------------------------------------------------------
+# Meta data
+
+
+@dataclass
+class Camera:
+    camera_id: int
+    key: str  # info.json feature, e.g. observation.images.ego_view
+    modality_name: str  # modality.json video group, e.g. ego_view; "" when not referenced
+    height: int
+    width: int
+    info_codec: str
+    fps: float
+
+
+@dataclass
+class Meta:
+    root: Path
+    info: dict
+    modality: dict
+    tasks: dict  # task_index -> text
+    episodes: list  # episodes.jsonl rows, in file order
+    stats: dict
+    fps: float
+    state_keys: list
+    action_keys: list
+    annotation_keys: list
+    video_refs: dict  # modality video group -> feature key
+    cameras: list = field(default_factory=list)
+    skipped_features: list = field(default_factory=list)  # {"name", "reason"}
+
+    def where(self, ep=None, path=None):
+        parts = []
+        if ep is not None:
+            parts.append(f"episode {ep}")
+        if path is not None:
+            parts.append(f"({path})" if parts else str(path))
+        return " ".join(parts)
+
+    def chunk(self, ep):
+        return ep // int(self.info.get("chunks_size", 1000))
+
+    def parquet_path(self, ep):
+        return self.root / self.info["data_path"].format(episode_chunk=self.chunk(ep), episode_index=ep)
+
+    def video_path(self, ep, key):
+        return self.root / self.info["video_path"].format(episode_chunk=self.chunk(ep), video_key=key,
+                                                          episode_index=ep)
+
+    def feature_width(self, key):
+        shape = self.info["features"][key].get("shape", [1])
+        return int(np.prod(shape)) if shape else 1
+
+
+def _read_json(path):
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        fail(str(path), f"is not valid JSON ({e})", "repair or regenerate the file")
+
+
+def _read_jsonl(path):
+    rows = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                fail(f"{path} line {n}", f"is not valid JSON ({e})", "repair or regenerate the file")
+    return rows
+
+
+def load_meta(root):
+    root = Path(root)
+    if not root.is_dir():
+        fail(str(root), "is not a directory", "pass the root of a LeRobot dataset (the folder holding meta/)")
+    for rel in kMetaFiles:
+        if not (root / rel).is_file():
+            fail(str(root / rel), "is missing; a LeRobot v2.x dataset for GR00T needs " + ", ".join(kMetaFiles),
+                 "copy the complete dataset (meta/ included); stats.json can be regenerated with "
+                 "LeRobot's or GR00T's stats tools")
+    info = _read_json(root / "meta/info.json")
+    info_path = root / "meta/info.json"
+    version = str(info.get("codebase_version", "?"))
+    if not version.startswith("v2."):
+        fail(str(info_path), f"codebase_version is {version!r}; this converter reads LeRobot v2.x only",
+             "convert the dataset to LeRobot v2.1 with LeRobot's tools, or use a v2.x copy")
+    for k in ("fps", "features", "data_path", "video_path"):
+        if k not in info:
+            fail(str(info_path), f"has no '{k}' entry", "regenerate info.json with LeRobot")
+    fps = float(info["fps"])
+    if not fps > 0:
+        fail(str(info_path), f"fps is {info['fps']!r}", "set fps to the recording frame rate")
+
+    modality_path = root / "meta/modality.json"
+    modality = _read_json(modality_path)
+    features = info["features"]
+
+    def resolve(group, default):
+        keys = []
+        for name, spec in (modality.get(group) or {}).items():
+            key = spec.get("original_key", default(name))
+            if key not in features:
+                fail(str(modality_path), f"{group}.{name} uses feature '{key}', which meta/info.json does not list",
+                     f"add '{key}' to info.json features or fix {group}.{name} in modality.json")
+            if group in ("state", "action"):
+                width = int(np.prod(features[key].get("shape", [1])))
+                start, end = spec.get("start"), spec.get("end")
+                if not (isinstance(start, int) and isinstance(end, int) and 0 <= start < end <= width):
+                    fail(str(modality_path), f"{group}.{name} slice [{start}, {end}) does not fit feature '{key}' "
+                         f"of width {width} (info.json shape {features[key].get('shape')})",
+                         "fix start/end so that 0 <= start < end <= width")
+            if key not in keys:
+                keys.append(key)
+        return keys
+
+    state_keys = resolve("state", lambda n: "observation.state")
+    action_keys = resolve("action", lambda n: "action")
+    annotation_keys = resolve("annotation", lambda n: "annotation." + n)
+    video_refs = {}
+    for name, spec in (modality.get("video") or {}).items():
+        key = spec.get("original_key", "observation.images." + name)
+        if key not in features or features[key].get("dtype") != "video":
+            fail(str(modality_path), f"video.{name} uses feature '{key}', which meta/info.json does not list "
+                 "as a video feature", f"add '{key}' (dtype video) to info.json features or remove video.{name}")
+        video_refs[name] = key
+
+    tasks = {}
+    for row in _read_jsonl(root / "meta/tasks.jsonl"):
+        i = int(row["task_index"])
+        if i in tasks:
+            fail(str(root / "meta/tasks.jsonl"), f"task_index {i} appears twice", "give each task one line")
+        tasks[i] = str(row["task"])
+    episodes = _read_jsonl(root / "meta/episodes.jsonl")
+    if not episodes:
+        fail(str(root / "meta/episodes.jsonl"), "lists no episodes", "regenerate it with LeRobot")
+    stats = _read_json(root / "meta/stats.json")
+    return Meta(root, info, modality, tasks, episodes, stats, fps, state_keys, action_keys, annotation_keys,
+                video_refs)
+
+
+def resolve_cameras(meta, episode_indices, warn):
+    """Fill meta.cameras; check that every needed file exists (before any work).
+
+    A video feature referenced by modality.json must have a file for every
+    episode. An unreferenced one is converted when all its files exist,
+    skipped with a warning when none exist, and an error otherwise.
+    """
+    for ep in episode_indices:
+        p = meta.parquet_path(ep)
+        if not p.is_file():
+            fail(meta.where(ep, p), "parquet file is missing",
+                 "copy the episode's parquet file, or drop the episode from meta/episodes.jsonl")
+    referenced = {key: name for name, key in meta.video_refs.items()}
+    for key, feat in meta.info["features"].items():
+        if feat.get("dtype") != "video":
+            continue
+        present = [ep for ep in episode_indices if meta.video_path(ep, key).is_file()]
+        missing = [ep for ep in episode_indices if ep not in present]
+        if key in referenced and missing:
+            ep = missing[0]
+            fail(meta.where(ep, meta.video_path(ep, key)),
+                 f"video file is missing for feature '{key}', which meta/modality.json uses as "
+                 f"video.{referenced[key]} ({len(missing)} of {len(episode_indices)} episodes lack it)",
+                 f"copy the videos of '{key}', or remove video.{referenced[key]} from meta/modality.json")
+        if key not in referenced and not present:
+            reason = "no video files; not referenced by meta/modality.json"
+            warn(f"feature '{key}' in meta/info.json has no video files and meta/modality.json does not use "
+                 "it; skipped")
+            meta.skipped_features.append({"name": key, "reason": reason})
+            continue
+        if key not in referenced and missing:
+            ep = missing[0]
+            fail(meta.where(ep, meta.video_path(ep, key)),
+                 f"video file is missing for feature '{key}' ({len(missing)} of {len(episode_indices)} episodes "
+                 "lack it; the others have it)", f"copy the missing videos of '{key}' or delete all of them")
+        shape = feat.get("shape", [0, 0, 3])
+        names = feat.get("names") or ["height", "width", "channel"]
+        hw = dict(zip(names, shape))
+        vi = feat.get("video_info") or feat.get("info") or {}
+        meta.cameras.append(Camera(len(meta.cameras), key, referenced.get(key, ""), int(hw.get("height", shape[0])),
+                                   int(hw.get("width", shape[1])), str(vi.get("video.codec", "")),
+                                   float(vi.get("video.fps", meta.fps))))
+
+
+# ---------------------------------------------------------------------------
+# Column plan
+
+
+def _arrow_dtype(t):
+    """(dtype name, is_list) of an arrow type, or (None, _) when not numeric."""
+    is_list = pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+    v = t.value_type if is_list else t
+    if pa.types.is_boolean(v):
+        return "bool", is_list
+    if pa.types.is_floating(v):
+        return ("float32" if v.bit_width <= 32 else "float64"), is_list
+    if pa.types.is_integer(v):
+        return "int64", is_list
+    return None, is_list
+
+
+def plan_columns(meta, schema, first_path, warn):
+    """Stored columns: numeric parquet columns (schema order), then synthesized ones."""
+    features = meta.info["features"]
+    f32_keys = set(meta.state_keys) | set(meta.action_keys)
+    required = ["timestamp", *meta.state_keys, *meta.action_keys, *meta.annotation_keys]
+    names = schema.names
+    for key in required:
+        if key not in names:
+            used = "" if key == "timestamp" else " (used by meta/modality.json)"
+            fail(meta.where(meta.episodes[0]["episode_index"], first_path), f"column '{key}'{used} is missing",
+                 f"re-export the parquet files with a '{key}' column")
+    columns = []
+    for fld in schema:
+        dt, is_list = _arrow_dtype(fld.type)
+        if dt is None:
+            warn(f"parquet column '{fld.name}' has type {fld.type}, not numeric; not stored")
+            continue
+        if fld.name in f32_keys and dt not in ("float32", "float64"):
+            fail(meta.where(meta.episodes[0]["episode_index"], first_path),
+                 f"column '{fld.name}' (state/action) has type {fld.type}; expected floats",
+                 "store state and action as float32 or float64 lists")
+        if fld.name in features:
+            width = meta.feature_width(fld.name)
+        else:
+            width = -1  # taken from the first episode's data
+            if fld.name != "frame_index":
+                warn(f"parquet column '{fld.name}' is not described in meta/info.json features; stored with the "
+                     "width found in the data")
+        source = kDtypeCodes[dt]
+        if fld.name in f32_keys:
+            stored, flags = kDtypeFloat32, (kFlagLossyFloat32 if dt == "float64" else 0)
+        elif dt == "bool":
+            stored, flags = kDtypeUint8, 0
+        else:
+            stored, flags = kDtypeCodes[dt], 0
+        columns.append(Column(fld.name, stored, width, source_dtype=source, flags=flags))
+    if "frame_index" not in names:
+        columns.append(Column("frame_index", kDtypeInt64, 1, source_dtype=kDtypeInt64, flags=kFlagSynthesized))
+    for cam in meta.cameras:
+        columns.append(Column("video_frame:" + cam.key, kDtypeInt64, 1, source_dtype=kDtypeInt64,
+                              flags=kFlagSynthesized, camera_id=cam.camera_id))
+        columns.append(Column("video_pts:" + cam.key, kDtypeFloat64, 1, row_kind=kRowsPerVideoFrame,
+                              camera_id=cam.camera_id, source_dtype=kDtypeFloat64, flags=kFlagSynthesized))
+    for col in columns:
+        if len(col.name.encode("utf-8")) > 63:
+            fail(str(first_path), f"column name '{col.name}' is {len(col.name.encode('utf-8'))} bytes; the shard "
+                 "format allows 63", "shorten the feature name in the parquet files and meta/info.json")
+    for key, feat in features.items():
+        if feat.get("dtype") != "video" and key not in names:
+            warn(f"feature '{key}' of meta/info.json is not a column of the parquet files; skipped")
+            meta.skipped_features.append({"name": key, "reason": "not a parquet column"})
+    return columns
+
+
+# ---------------------------------------------------------------------------
+# One episode
+
+
+@dataclass
+class EpisodeData:
+    episode_index: int
+    rows: int
+    arrays: dict  # column name -> np.ndarray (rows, width) or (rows,)
+    timestamps: np.ndarray  # (rows,) float64
+    task_indices_used: list  # from task_index and annotation columns
+    f32_error: dict  # column -> (max abs error, max relative error)
+
+
+def _column_values(meta, ep, path, table, col):
+    """One parquet column as numpy, with null, width and NaN checks."""
+    where = meta.where(ep, path)
+    arr = table.column(col.name).combine_chunks()
+    rows = len(arr)
+    if arr.null_count:
+        row = int(pc.index(pc.is_null(arr), True).as_py())
+        fail(where, f"column '{col.name}' has {arr.null_count} null values (first at row {row})",
+             "fill or drop the rows with missing values and re-export the episode")
+    t = arr.type
+    is_list = pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+    if is_list:
+        lengths = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
+        expect = col.width if col.width > 0 else (int(lengths[0]) if rows else 0)
+        bad = np.nonzero(lengths != expect)[0]
+        if len(bad):
+            r = int(bad[0])
+            if col.width > 0:
+                shape = meta.info["features"][col.name].get("shape")
+                fail(where, f"column '{col.name}' has {lengths[r]} values in row {r} but meta/info.json "
+                     f"features['{col.name}'].shape is {shape}",
+                     f"fix the data or the shape in meta/info.json so they agree")
+            fail(where, f"column '{col.name}' has {lengths[r]} values in row {r} but {expect} in row 0",
+                 "every row of a list column needs the same length")
+        values = arr.flatten()
+        if values.null_count:
+            fail(where, f"column '{col.name}' has null elements inside its lists",
+                 "fill the missing values and re-export the episode")
+        np_arr = values.to_numpy(zero_copy_only=False).reshape(rows, expect)
+        width = expect
+    else:
+        np_arr = arr.to_numpy(zero_copy_only=False)
+        width = 1
+        if col.width > 1:
+            shape = meta.info["features"][col.name].get("shape")
+            fail(where, f"column '{col.name}' is a scalar column but meta/info.json features['{col.name}'].shape "
+                 f"is {shape}", "fix the data or the shape in meta/info.json so they agree")
+    if col.width < 0:
+        col.width = width  # first episode fixes the width of undescribed columns
+    elif width != col.width:
+        fail(where, f"column '{col.name}' has {width} values per row but {col.width} in the first episode",
+             "every episode needs the same width for a column")
+    if np_arr.dtype == np.bool_:
+        np_arr = np_arr.astype(np.uint8)
+    if np.issubdtype(np_arr.dtype, np.floating):
+        finite = np.isfinite(np_arr)
+        if not finite.all():
+            r, *d = np.argwhere(~finite)[0]
+            where_in = f"row {r}" + (f", element {d[0]}" if np_arr.ndim > 1 else "")
+            n = int((~finite).sum())
+            fail(where, f"column '{col.name}' holds {n} non-finite value(s) ({np_arr[tuple([r, *d])]} at "
+                 f"{where_in})", "fix or drop those rows and re-export the episode; NaN/inf cannot be trained on")
+    return np_arr
+
+
+def read_episode(meta, ep, columns):
+    path = meta.parquet_path(ep)
+    where = meta.where(ep, path)
+    try:
+        table = pq.read_table(path)
+    except Exception as e:  # pyarrow raises several types for damaged files
+        fail(where, f"cannot read the parquet file ({e})", "re-copy or re-export the episode's parquet file")
+    if table.num_rows == 0:
+        fail(where, "parquet file has no rows", "drop the episode from meta/episodes.jsonl or re-export it")
+    arrays, f32_error = {}, {}
+    for col in columns:
+        if col.flags & kFlagSynthesized:
+            continue
+        if col.name not in table.column_names:
+            fail(where, f"column '{col.name}' is missing (the first episode has it)",
+                 "re-export the episode with the same columns as the others")
+        values = _column_values(meta, ep, path, table, col)
+        if col.dtype == kDtypeFloat32 and values.dtype == np.float64:
+            v32 = values.astype(np.float32)
+            if not np.isfinite(v32).all():
+                r, *d = np.argwhere(~np.isfinite(v32))[0]
+                fail(where, f"column '{col.name}' value {values[r, d[0]] if d else values[r]} at row {r} "
+                     "overflows float32", "rescale the values into float32 range (|x| < 3.4e38)")
+            # round-to-nearest float32 is within half an ulp: relative error <= 2^-24 for
+            # normal numbers, absolute error <= 2^-150 (half the smallest subnormal) below
+            err = np.abs(v32.astype(np.float64) - values)
+            normal = np.abs(values) >= np.finfo(np.float32).tiny
+            ok = np.where(normal, err <= 2.0 ** -24 * np.abs(values), err <= 2.0 ** -150)
+            if not ok.all():
+                r = np.argwhere(~ok)[0]
+                fail(where, f"column '{col.name}' at {tuple(int(i) for i in r)}: float32 rounding error "
+                     f"{err[tuple(r)]:.3g} exceeds half an ulp", "report this converter bug")
+            rel = np.where(normal, err / np.where(normal, np.abs(values), 1.0), 0.0)
+            f32_error[col.name] = (float(err.max(initial=0.0)), float(rel.max(initial=0.0)))
+            values = v32
+        arrays[col.name] = values
+    rows = table.num_rows
+
+    ts = np.asarray(arrays["timestamp"], dtype=np.float64).reshape(rows)
+    dts = np.diff(ts)
+    if np.any(dts <= 0):
+        r = int(np.argmax(dts <= 0)) + 1
+        fail(where, f"timestamps are not increasing: row {r} has {ts[r]:.6f} s after {ts[r - 1]:.6f} s at row {r - 1}",
+             "sort the rows by time and remove duplicates, then re-export the episode")
+    if "frame_index" in arrays:
+        fi = np.asarray(arrays["frame_index"]).reshape(rows)
+        d = np.diff(fi)
+        if np.any(d <= 0):
+            r = int(np.argmax(d <= 0)) + 1
+            fail(where, f"frame_index is not monotonic: row {r} has frame_index {fi[r]} after {fi[r - 1]} at row {r - 1}",
+                 "sort the rows by frame_index and remove duplicates, then re-export the episode")
+        if fi[0] != 0 or np.any(d != 1):
+            r = 0 if fi[0] != 0 else int(np.argmax(d != 1)) + 1
+            fail(where, f"frame_index is not 0, 1, 2, ...: row {r} has frame_index {fi[r]}",
+                 "renumber frame_index from 0 in steps of 1 (one row per video frame)")
+    else:
+        arrays["frame_index"] = np.arange(rows, dtype=np.int64)
+    if "episode_index" in arrays:
+        ei = np.asarray(arrays["episode_index"]).reshape(rows)
+        if np.any(ei != ep):
+            r = int(np.argmax(ei != ep))
+            fail(where, f"column episode_index is {ei[r]} at row {r}, but the file belongs to episode {ep}",
+                 "fix episode_index in the parquet file or rename the file")
+    used = set()
+    for key in ["task_index", *meta.annotation_keys]:
+        if key in arrays:
+            vals = np.unique(np.asarray(arrays[key]).reshape(rows))
+            unknown = [int(v) for v in vals if int(v) not in meta.tasks]
+            if unknown:
+                fail(where, f"column '{key}' refers to task index {unknown[0]}, which meta/tasks.jsonl does not list",
+                     "add the task to meta/tasks.jsonl or fix the column")
+            used.update(int(v) for v in vals)
+    return EpisodeData(ep, rows, arrays, ts, sorted(used), f32_error)

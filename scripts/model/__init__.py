@@ -1,0 +1,17 @@
+"""LoongForge model family: GR00T-N1.6-style VLA models written once in PyTorch.
+
+Import with PYTHONPATH=scripts as `import model`.
+- model.config:    ModelConfig, CONFIGS, get_config, apply_overrides
+- model.n16:       N16Model (TorchScript-able), build_model, apply_freezing, param_role
+- model.tokenizer: the deterministic task-text tokenizer (reimplemented in C++)
+- model.flops:     analytic FLOPs per sample (forward, backward)
+- model.export:    `python -m model.export --config n16-tiny --out FILE`
+"""
+
+from .config import CONFIGS, TOKENIZER_VOCAB, ModelConfig, apply_overrides, get_config
+from .n16 import N16Model, apply_freezing, build_model, is_trainable, param_role
+
+__all__ = [
+    "CONFIGS", "TOKENIZER_VOCAB", "ModelConfig", "apply_overrides", "get_config",
+    "N16Model", "apply_freezing", "build_model", "is_trainable", "param_role",
+]

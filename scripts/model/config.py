@@ -1,0 +1,243 @@
+"""ModelConfig: every architecture, freezing and default batch-shape field of the
+N1.6-style model family, defined once.
+
+Contract
+- `ModelConfig` is a flat dataclass of ints/floats/bools/str; `to_json()` and
+  `from_json()` round-trip it exactly (the exported TorchScript file carries it as
+  `loongforge/config.json`).
+- `CONFIGS` holds the four named configs; `get_config(name, **overrides)` returns
+  a validated copy; `apply_overrides(cfg, ["key=value", ...])` parses `--set`
+  strings using each field's declared type.
+- `validate()` raises ValueError naming the offending field and what to change.
+
+Sizing notes (parameter counts are printed by `export.py` and pinned by
+test/model/test_model_family.py):
+- n16-tiny: CPU tests and the README demo. ViT 2x128 on 64 px / patch 8 (64
+  patches -> 16 tokens per view after the 2x2 pixel shuffle), LM 2x128, DiT
+  4x128, embodiment MLP hidden 128, tune_top_llm_layers=1 (it has only 2 LM
+  layers). About 6.6 M parameters (3.4 M of them in the
+  32-slot embodiment MLPs).
+- n16-1b: ViT 12x768 (ViT-B/14 at 224 px, 256 patches -> 64 tokens per view),
+  LM 12x1536 (12 query / 4 KV heads of 128, SwiGLU FFN 6144 = 4x width), DiT
+  16x1024 (16 heads of 64, FFN 4096), tokenizer-sized vocab 8192, embodiment MLP hidden 1024. About 0.97 B.
+- n16-3b: the faithful N1.6 shape. SigLIP-2 so400m-like ViT 27x1152 (16 heads,
+  FFN 4304), Qwen3-1.7B-like LM truncated to 16 layers (2048 wide, 16 q / 8 kv
+  heads of 128, FFN 6144, vocab 151936), DiT 32x1536 (32 heads x 48, FFN 6144).
+  Embodiment MLP hidden 1024. About 3.08 B.
+- n16-12b: hypothetical scale-up. ViT-g/14-like 40x1408 (16 heads of 88, FFN
+  6144, about 1.0 B), LM 32x4096 (32 q / 8 kv heads of 128, FFN 14336 as in
+  Llama-3-8B, vocab 151936), DiT 32x2048 (32 heads of 64, FFN 8192), embodiment
+  MLP hidden 2048. About 11.5 B (the LM FFN is the knob that was tuned).
+"""
+
+import dataclasses
+import json
+from dataclasses import dataclass, field, fields
+from typing import Dict, List
+
+from .tokenizer import TOKENIZER_VOCAB  # the tokenizer's id space, fixed for every config
+
+
+@dataclass
+class ModelConfig:
+    name: str = "custom"
+
+    # ---- vision: SigLIP-2-style ViT + 2x2 pixel shuffle + 2-layer MLP connector
+    image_size: int = 64          # square input, pixels
+    patch_size: int = 8
+    vit_layers: int = 2
+    vit_width: int = 128
+    vit_heads: int = 4
+    vit_ffn: int = 512
+    pixel_shuffle: int = 2        # merge pixel_shuffle^2 neighbouring patches into one token
+
+    # ---- language model: Qwen3-style causal decoder used as a feature encoder
+    llm_layers: int = 2
+    llm_width: int = 128
+    llm_heads: int = 4            # query heads
+    llm_kv_heads: int = 2         # key/value heads (GQA)
+    llm_head_dim: int = 32
+    llm_ffn: int = 384            # SwiGLU hidden size
+    vocab_size: int = TOKENIZER_VOCAB
+    rope_theta: float = 1000000.0
+    rms_eps: float = 1e-6
+
+    # ---- action head: DiT with alternating cross/self attention and AdaLN
+    dit_layers: int = 4
+    dit_width: int = 128
+    dit_heads: int = 4
+    dit_ffn: int = 512
+    timestep_dim: int = 256       # sinusoidal features fed to the timestep MLP
+    num_timestep_buckets: int = 1000
+    max_action_horizon: int = 64  # rows of the learned action position embedding
+
+    # ---- per-embodiment MLPs (category-specific linears)
+    num_embodiments: int = 32
+    max_state_dim: int = 64
+    max_action_dim: int = 64
+    embodiment_hidden: int = 128  # hidden size of the state encoder / action decoder MLPs
+
+    # ---- optional modality encoders (tokens join the VL sequence)
+    use_imu: bool = False
+    imu_channels: int = 6
+    imu_tokens: int = 4
+    use_audio: bool = False
+    audio_features: int = 80      # log-mel bins (or samples per raw frame)
+    audio_tokens: int = 8
+    series_hidden: int = 64       # conv width of the imu/audio encoders
+
+    # ---- flow matching: t = (noise_s - Beta(beta_alpha, 1)) / noise_s
+    noise_s: float = 0.999
+    beta_alpha: float = 1.5
+
+    # ---- freezing (connector, action head, embodiment MLPs, imu/audio always train)
+    tune_visual: bool = False
+    tune_llm: bool = False
+    tune_top_llm_layers: int = 4  # top k LM layers + final norm train even if tune_llm is False
+
+    # ---- default batch shape (used for FLOPs and batch_spec.json)
+    num_views: int = 1
+    action_horizon: int = 16
+    max_text_len: int = 32
+    imu_len: int = 50
+    audio_len: int = 100
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def patches_per_view(self) -> int:
+        return (self.image_size // self.patch_size) ** 2
+
+    @property
+    def tokens_per_view(self) -> int:
+        return self.patches_per_view // (self.pixel_shuffle ** 2)
+
+    @property
+    def dit_head_dim(self) -> int:
+        return self.dit_width // self.dit_heads
+
+    @property
+    def vit_head_dim(self) -> int:
+        return self.vit_width // self.vit_heads
+
+    def vl_len(self, num_views: int = -1, text_len: int = -1) -> int:
+        """Length of the VL sequence: vision tokens of all views, imu, audio, text."""
+        v = self.num_views if num_views < 0 else num_views
+        l = self.max_text_len if text_len < 0 else text_len
+        n = v * self.tokens_per_view + l
+        if self.use_imu:
+            n += self.imu_tokens
+        if self.use_audio:
+            n += self.audio_tokens
+        return n
+
+    # ------------------------------------------------------------------ checks
+    def validate(self) -> "ModelConfig":
+        def need(cond: bool, key: str, what: str):
+            if not cond:
+                raise ValueError(f"model config '{self.name}': {key}={getattr(self, key)!r}: {what}")
+
+        need(self.image_size % self.patch_size == 0, "image_size", "must be a multiple of patch_size")
+        grid = self.image_size // self.patch_size
+        need(grid % self.pixel_shuffle == 0, "pixel_shuffle",
+             f"must divide the patch grid side ({grid})")
+        need(self.vit_width % self.vit_heads == 0, "vit_width", "must be a multiple of vit_heads")
+        need(self.dit_width % self.dit_heads == 0, "dit_width", "must be a multiple of dit_heads")
+        need(self.llm_heads % self.llm_kv_heads == 0, "llm_heads", "must be a multiple of llm_kv_heads")
+        need(self.llm_head_dim % 2 == 0, "llm_head_dim", "must be even (RoPE)")
+        need(self.vocab_size >= TOKENIZER_VOCAB, "vocab_size",
+             f"must be >= the tokenizer vocabulary ({TOKENIZER_VOCAB})")
+        need(0 <= self.tune_top_llm_layers <= self.llm_layers, "tune_top_llm_layers",
+             f"must be in [0, llm_layers={self.llm_layers}]")
+        need(1 <= self.action_horizon <= self.max_action_horizon, "action_horizon",
+             f"must be in [1, max_action_horizon={self.max_action_horizon}]")
+        need(self.max_text_len >= 2, "max_text_len", "must be >= 2 (bos + eos)")
+        need(self.num_views >= 1, "num_views", "must be >= 1")
+        need(self.num_embodiments >= 1, "num_embodiments", "must be >= 1")
+        need(self.timestep_dim % 2 == 0, "timestep_dim", "must be even")
+        need(self.dit_width % 2 == 0, "dit_width", "must be even (sinusoidal action-encoder features)")
+        return self
+
+    # ------------------------------------------------------------------ JSON
+    def to_dict(self) -> Dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str) -> "ModelConfig":
+        data = json.loads(text)
+        known = {f.name for f in fields(ModelConfig)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"model config JSON has unknown keys {unknown}")
+        return ModelConfig(**data).validate()
+
+
+def _parse_value(cfg: ModelConfig, key: str, text: str):
+    types = {f.name: f.type for f in fields(ModelConfig)}
+    if key not in types:
+        raise ValueError(f"--set {key}=...: unknown model config key; known keys: {sorted(types)}")
+    kind = types[key]
+    kind = {"int": int, "float": float, "bool": bool, "str": str}.get(kind, kind)
+    if kind is bool:
+        low = text.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"--set {key}={text}: expected a boolean (true/false)")
+    try:
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"--set {key}={text}: expected a {kind.__name__}") from None
+
+
+def apply_overrides(cfg: ModelConfig, overrides: List[str]) -> ModelConfig:
+    """Returns a validated copy of cfg with each "key=value" applied."""
+    changes = {}
+    for item in overrides:
+        if "=" not in item:
+            raise ValueError(f"--set {item!r}: expected key=value")
+        key, value = item.split("=", 1)
+        key = key.strip()
+        changes[key] = _parse_value(cfg, key, value)
+    return dataclasses.replace(cfg, **changes).validate()
+
+
+# ---------------------------------------------------------------------------- configs
+
+CONFIGS: Dict[str, ModelConfig] = {
+    # Only 2 LM layers, so the top 1 trains: the freezing tests see a frozen and a trainable layer.
+    "n16-tiny": ModelConfig(name="n16-tiny", tune_top_llm_layers=1),
+    "n16-1b": ModelConfig(
+        name="n16-1b",
+        image_size=224, patch_size=14, vit_layers=12, vit_width=768, vit_heads=12, vit_ffn=3072,
+        llm_layers=12, llm_width=1536, llm_heads=12, llm_kv_heads=4, llm_head_dim=128, llm_ffn=6144,
+        vocab_size=TOKENIZER_VOCAB,
+        dit_layers=16, dit_width=1024, dit_heads=16, dit_ffn=4096,
+        embodiment_hidden=1024, series_hidden=256, max_text_len=64,
+    ),
+    "n16-3b": ModelConfig(
+        name="n16-3b",
+        image_size=224, patch_size=14, vit_layers=27, vit_width=1152, vit_heads=16, vit_ffn=4304,
+        llm_layers=16, llm_width=2048, llm_heads=16, llm_kv_heads=8, llm_head_dim=128, llm_ffn=6144,
+        vocab_size=151936,
+        dit_layers=32, dit_width=1536, dit_heads=32, dit_ffn=6144,
+        embodiment_hidden=1024, series_hidden=256, max_text_len=64,
+    ),
+    "n16-12b": ModelConfig(
+        name="n16-12b",
+        image_size=224, patch_size=14, vit_layers=40, vit_width=1408, vit_heads=16, vit_ffn=6144,
+        llm_layers=32, llm_width=4096, llm_heads=32, llm_kv_heads=8, llm_head_dim=128, llm_ffn=14336,
+        vocab_size=151936,
+        dit_layers=32, dit_width=2048, dit_heads=32, dit_ffn=8192,
+        embodiment_hidden=2048, series_hidden=256, max_text_len=64,
+    ),
+}
+
+
+def get_config(name: str, **overrides) -> ModelConfig:
+    if name not in CONFIGS:
+        raise ValueError(f"unknown model config '{name}'; choose one of {sorted(CONFIGS)}")
+    return dataclasses.replace(CONFIGS[name], **overrides).validate()

@@ -1,0 +1,112 @@
+"""Export an N16Model to TorchScript for the native trainer.
+
+Usage:
+    PYTHONPATH=scripts python -m model.export --config n16-tiny --out n16-tiny.pt \
+        [--seed 0] [--set key=value ...]
+    (or: python scripts/model/export.py ...)
+
+Contract
+- Builds the model on the CPU with torch.manual_seed(--seed), applies the
+  config's freezing (requires_grad), `torch.jit.script`s it and saves it with
+  these TorchScript extra files (JSON):
+    loongforge/config.json      the ModelConfig (its "name" included)
+    loongforge/params.json      [{name, shape, numel, role, trainable}] in
+                                named_parameters() order (roles: n16.param_role)
+    loongforge/flops.json       {forward_per_sample, backward_per_sample,
+                                 batch_shape, by_role} (flops.py)
+    loongforge/counts.json      {total, trainable, by_role: {role: {total, trainable}}}
+    loongforge/batch_spec.json  batch.py's batch_spec
+- Prints a short summary. Everything is fp32; n16-3b and n16-12b need about
+  12 GB and 46 GB of host memory.
+"""
+
+import argparse
+import json
+import os
+import sys
+import warnings
+from typing import Dict, List
+
+import torch
+
+if __package__ in (None, ""):  # run as a file: make `import model` work
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from model.batch import batch_spec  # noqa: E402
+from model.config import apply_overrides, get_config  # noqa: E402
+from model.flops import flops_per_sample  # noqa: E402
+from model.n16 import build_model, param_role  # noqa: E402
+
+EXTRA_PREFIX = "loongforge/"
+
+
+def silence_torchscript_deprecation() -> None:
+    warnings.filterwarnings("ignore", message=r".*torch\.jit\.\w+` is deprecated", category=DeprecationWarning)
+
+
+def param_table(model: torch.nn.Module) -> List[Dict]:
+    return [{"name": n, "shape": list(p.shape), "numel": p.numel(), "role": param_role(n),
+             "trainable": p.requires_grad} for n, p in model.named_parameters()]
+
+
+def counts(params: List[Dict]) -> Dict:
+    by_role: Dict[str, Dict[str, int]] = {}
+    for p in params:
+        r = by_role.setdefault(p["role"], {"total": 0, "trainable": 0})
+        r["total"] += p["numel"]
+        r["trainable"] += p["numel"] if p["trainable"] else 0
+    return {"total": sum(p["numel"] for p in params),
+            "trainable": sum(p["numel"] for p in params if p["trainable"]),
+            "by_role": by_role}
+
+
+def extra_files(cfg, model: torch.nn.Module) -> Dict[str, str]:
+    params = param_table(model)
+    files = {
+        "config.json": cfg.to_dict(),
+        "params.json": params,
+        "flops.json": flops_per_sample(cfg),
+        "counts.json": counts(params),
+        "batch_spec.json": batch_spec(cfg),
+    }
+    return {EXTRA_PREFIX + k: json.dumps(v, indent=1) for k, v in files.items()}
+
+
+def export(config: str, out: str, seed: int = 0, overrides: List[str] = ()) -> Dict[str, str]:
+    """Builds, scripts and saves; returns the extra files written."""
+    silence_torchscript_deprecation()
+    cfg = apply_overrides(get_config(config), list(overrides))
+    torch.manual_seed(seed)
+    model = build_model(cfg)
+    files = extra_files(cfg, model)
+    scripted = torch.jit.script(model)
+    torch.jit.save(scripted, out, _extra_files=files)
+    return files
+
+
+def main(argv: List[str] = None) -> int:
+    ap = argparse.ArgumentParser(description="Export an N1.6-style model to TorchScript.")
+    ap.add_argument("--config", required=True, help="n16-tiny, n16-1b, n16-3b or n16-12b")
+    ap.add_argument("--out", required=True, help="output .pt file")
+    ap.add_argument("--seed", type=int, default=0, help="torch.manual_seed before building")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a ModelConfig field (repeatable), e.g. --set use_imu=true")
+    args = ap.parse_args(argv)
+    try:
+        files = export(args.config, args.out, args.seed, args.overrides)
+    except ValueError as e:
+        print(f"export: {e}", file=sys.stderr)
+        return 2
+    c = json.loads(files[EXTRA_PREFIX + "counts.json"])
+    f = json.loads(files[EXTRA_PREFIX + "flops.json"])
+    print(f"exported {args.config} -> {args.out}")
+    print(f"  params: {c['total'] / 1e6:.2f} M total, {c['trainable'] / 1e6:.2f} M trainable")
+    for role, r in sorted(c["by_role"].items()):
+        print(f"    {role:<10} {r['total'] / 1e6:10.2f} M  ({r['trainable'] / 1e6:.2f} M trainable)")
+    print(f"  FLOPs/sample: forward {f['forward_per_sample'] / 1e9:.2f} G, "
+          f"backward {f['backward_per_sample'] / 1e9:.2f} G  (batch shape {f['batch_shape']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

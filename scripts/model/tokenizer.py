@@ -1,0 +1,73 @@
+"""The task-text tokenizer: small, deterministic, dependency-free.
+
+A C++ reimplementation must reproduce this byte for byte. The algorithm:
+
+1. Encode the text as UTF-8 bytes.
+2. Lowercase ASCII only: bytes 0x41..0x5A ('A'..'Z') become 0x61..0x7A. No
+   other byte changes (no Unicode case folding, no normalization).
+3. Split into words: a word is a maximal run of "word bytes", which are ASCII
+   digits 0x30..0x39, ASCII lowercase letters 0x61..0x7A, and every byte
+   >= 0x80 (so non-ASCII UTF-8 sequences stay inside words). Every other byte
+   (ASCII whitespace, punctuation, control) separates words and is dropped.
+4. Each word (its bytes after step 2) gets
+       id = 4 + fnv1a32(word) % (TOKENIZER_VOCAB - 4),   TOKENIZER_VOCAB = 8192,
+   where fnv1a32 starts at h = 0x811C9DC5 and for each byte b does
+   h = ((h XOR b) * 0x01000193) mod 2^32.
+5. The sequence is [BOS] + word ids + [EOS]. If that exceeds max_len, keep
+   only the first max_len - 2 words (BOS and EOS always stay). Then pad with
+   PAD to max_len. `length` is the count of non-pad ids (2 + kept words).
+
+Special ids: PAD = 0, BOS = 1, EOS = 2, UNK = 3 (reserved; this algorithm never
+emits it). Word ids lie in [4, 8192), so they fit every config's vocabulary.
+
+Golden pairs (max_len 8) are pinned in test/model/test_tokenizer.py.
+"""
+
+from typing import List, Tuple
+
+TOKENIZER_VOCAB = 8192
+PAD, BOS, EOS, UNK = 0, 1, 2, 3
+FNV_OFFSET = 0x811C9DC5
+FNV_PRIME = 0x01000193
+
+
+def fnv1a32(data: bytes) -> int:
+    h = FNV_OFFSET
+    for b in data:
+        h = ((h ^ b) * FNV_PRIME) & 0xFFFFFFFF
+    return h
+
+
+def _is_word_byte(b: int) -> bool:
+    return (0x30 <= b <= 0x39) or (0x61 <= b <= 0x7A) or b >= 0x80
+
+
+def words(text: str) -> List[bytes]:
+    """Steps 1-3: the words of text, as lowercased UTF-8 byte strings."""
+    data = bytes(b + 0x20 if 0x41 <= b <= 0x5A else b for b in text.encode("utf-8"))
+    out: List[bytes] = []
+    start = -1
+    for i, b in enumerate(data):
+        if _is_word_byte(b):
+            if start < 0:
+                start = i
+        elif start >= 0:
+            out.append(data[start:i])
+            start = -1
+    if start >= 0:
+        out.append(data[start:])
+    return out
+
+
+def word_id(word: bytes) -> int:
+    return 4 + fnv1a32(word) % (TOKENIZER_VOCAB - 4)
+
+
+def encode(text: str, max_len: int) -> Tuple[List[int], int]:
+    """-> (ids padded to max_len, length = number of non-pad ids)."""
+    if max_len < 2:
+        raise ValueError(f"tokenizer max_len={max_len}: must be >= 2 (room for BOS and EOS)")
+    ids = [word_id(w) for w in words(text)][: max_len - 2]
+    seq = [BOS] + ids + [EOS]
+    length = len(seq)
+    return seq + [PAD] * (max_len - length), length

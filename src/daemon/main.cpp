@@ -1,0 +1,61 @@
+// loongforge-train: wires the rooms together; no logic lives here.
+#include <cstdlib>   // std::getenv
+#include <iostream>  // std::cout, std::cerr
+
+#include <CLI/CLI.hpp>  // CLI::App
+
+#include "loongforge/common/error.hpp"
+#include "loongforge/common/log.hpp"
+#include "loongforge/common/version.hpp"
+#include "loongforge/config/config.hpp"
+#include "loongforge/trainer/run.hpp"
+
+namespace {
+
+// World size as torchrun or Slurm announce it; 1 when neither does.
+int64_t world_size_from_env() {
+  for (const char* var : {"WORLD_SIZE", "SLURM_NTASKS"}) {
+    if (const char* v = std::getenv(var)) return std::atoll(v) > 0 ? std::atoll(v) : 1;
+  }
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"loongforge-train: train a GR00T-N1.6-style model exported to TorchScript"};
+  std::string config_path;
+  std::vector<std::string> overrides;
+  bool print_config = false, show_version = false;
+  app.add_option("--config", config_path, "YAML config (see configs/n16.yaml for every key)");
+  app.add_option("--set", overrides, "Override a key: --set section.key=value (repeatable)");
+  app.add_flag("--print-config", print_config, "Print the effective config with help for every key, then exit");
+  app.add_flag("--version", show_version, "Print the version and exit");
+  CLI11_PARSE(app, argc, argv);
+
+  if (show_version) {
+    std::cout << "loongforge-train " << loongforge::version_string() << "\n";
+    return 0;
+  }
+  try {
+    loongforge::config::ValidationContext ctx;
+    ctx.world_size = world_size_from_env();
+    ctx.require_paths = !print_config;
+    if (config_path.empty() && !print_config) {
+      std::cerr << "loongforge-train: --config is required (try --config configs/n16-tiny.yaml; "
+                   "--print-config lists every key)\n";
+      return 2;
+    }
+    const auto cfg = config_path.empty() ? loongforge::config::default_config(overrides, ctx)
+                                         : loongforge::config::load_config(config_path, overrides, ctx);
+    if (print_config) {
+      std::cout << loongforge::config::print_config(cfg);
+      return 0;
+    }
+    loongforge::set_log_level(cfg.run.log_level);
+    return loongforge::trainer::run(cfg, ctx.world_size);
+  } catch (const loongforge::Error& e) {
+    std::cerr << "loongforge-train: " << e.code() << ": " << e.what() << "\n";
+    return 1;
+  }
+}

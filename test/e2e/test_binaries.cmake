@@ -1,0 +1,27 @@
+# Proves the binaries' front doors: --version, --print-config, config errors
+# with a non-zero exit, and the CLI's verb table answering plainly.
+function(run_expect name expected_rc needle)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  set(all "${out}${err}")
+  if(NOT rc EQUAL ${expected_rc})
+    message(FATAL_ERROR "${name}: exit ${rc}, expected ${expected_rc}\n${all}")
+  endif()
+  string(FIND "${all}" "${needle}" pos)
+  if(pos EQUAL -1)
+    message(FATAL_ERROR "${name}: output lacks '${needle}':\n${all}")
+  endif()
+  message(STATUS "ok: ${name}")
+endfunction()
+
+file(MAKE_DIRECTORY ${WORK_DIR})
+run_expect("train --version" 0 "loongforge-train 0." ${TRAIN} --version)
+run_expect("train --print-config" 0 "comm_strategy: hybrid" ${TRAIN} --print-config)
+run_expect("train --print-config with --set" 0 "micro_batch_size: 3" ${TRAIN} --print-config --set trainer.micro_batch_size=3)
+run_expect("train --print-config of n16.yaml" 0 "path: models/n16-1b.pt" ${TRAIN} --config ${SOURCE_DIR}/configs/n16.yaml --print-config)
+file(WRITE ${WORK_DIR}/bad.yaml "model:\n  path: m.pt\ndata:\n  path: d\ntrainer:\n  micro_batch: 4\n")
+run_expect("train with a bad config" 1 "bad.yaml:6: unknown key 'trainer.micro_batch' (did you mean 'trainer.micro_batch_size'?)"
+           ${TRAIN} --config ${WORK_DIR}/bad.yaml)
+run_expect("train without --config" 2 "--config is required" ${TRAIN})
+run_expect("cli --version" 0 "loongforge 0." ${CLI} --version)
+run_expect("cli status before the control plane" 3 "not available in this build yet" ${CLI} status --pid 1)
+run_expect("cli help lists every verb" 0 "validate-checkpoint" ${CLI} --help)

@@ -1,0 +1,91 @@
+# Finds every external dependency. Two supported columns (DESIGN.md s8):
+# Debian 12 (CLI11 2.1, spdlog 1.10, yaml-cpp 0.7, Catch2 2.13) and Ubuntu 24.04
+# (CLI11 2.4, spdlog 1.12, yaml-cpp 0.8, Catch2 3.4). Nothing is vendored.
+
+# --- Python + libtorch ------------------------------------------------------
+if(NOT LOONGFORGE_PYTHON)
+  if(EXISTS "$ENV{HOME}/.cache/loongforge/venv/bin/python")
+    set(LOONGFORGE_PYTHON "$ENV{HOME}/.cache/loongforge/venv/bin/python" CACHE FILEPATH "" FORCE)
+  else()
+    find_program(_py python3 REQUIRED)
+    set(LOONGFORGE_PYTHON "${_py}" CACHE FILEPATH "" FORCE)
+  endif()
+endif()
+execute_process(
+  COMMAND ${LOONGFORGE_PYTHON} -c "import torch,sys; sys.stdout.write(torch.utils.cmake_prefix_path + ';' + str(int(torch.version.cuda is not None)))"
+  OUTPUT_VARIABLE _torch_info RESULT_VARIABLE _torch_rc ERROR_QUIET)
+if(NOT _torch_rc EQUAL 0)
+  message(FATAL_ERROR "LoongForge needs torch in ${LOONGFORGE_PYTHON}. Run scripts/setup.sh, "
+                      "or pass -DLOONGFORGE_PYTHON=/path/to/python-with-torch.")
+endif()
+list(GET _torch_info 0 _torch_prefix)
+list(GET _torch_info 1 _torch_has_cuda)
+list(APPEND CMAKE_PREFIX_PATH "${_torch_prefix}")
+
+# --- CUDA decision ------------------------------------------------------------
+set(LOONGFORGE_WITH_CUDA OFF)
+if(NOT LOONGFORGE_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER AND _torch_has_cuda)
+    set(LOONGFORGE_WITH_CUDA ON)
+  elseif(LOONGFORGE_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "LOONGFORGE_CUDA=ON but nvcc (${CMAKE_CUDA_COMPILER}) or a CUDA-enabled torch "
+                        "(${LOONGFORGE_PYTHON}) was not found. Use -DLOONGFORGE_CUDA=AUTO or OFF.")
+  endif()
+endif()
+if(LOONGFORGE_WITH_CUDA)
+  set(CMAKE_CUDA_ARCHITECTURES ${LOONGFORGE_CUDA_ARCHS})
+  set(CMAKE_CUDA_STANDARD 17)
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+else()
+  # A CUDA build of torch still loads without a GPU; its CMake config only
+  # needs to be told not to look for the toolkit when we build CPU-only.
+  set(USE_CUDA OFF)
+endif()
+
+# Torch's CMake config prints a lot and probes CUDA on its own.
+set(CAFFE2_USE_CUDNN OFF)
+# TorchConfig appends its own -gencode list (down to sm_50, which CUDA 13
+# rejects) to CMAKE_CUDA_FLAGS; our kernels use CMAKE_CUDA_ARCHITECTURES only.
+set(_cuda_flags_before "${CMAKE_CUDA_FLAGS}")
+find_package(Torch REQUIRED)
+set(CMAKE_CUDA_FLAGS "${_cuda_flags_before}")
+# TorchConfig adds its flags globally (e.g. -D_GLIBCXX_USE_CXX11_ABI); keep them.
+set(Torch_VERSION_STRING "${Torch_VERSION}")
+
+# --- Small C++ libraries ------------------------------------------------------
+find_package(Threads REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(yaml-cpp REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)
+if(TARGET yaml-cpp::yaml-cpp)
+  set(LOONGFORGE_YAML_TARGET yaml-cpp::yaml-cpp)
+else()
+  set(LOONGFORGE_YAML_TARGET yaml-cpp)
+endif()
+if(TARGET CLI11::CLI11)
+  set(LOONGFORGE_CLI11_TARGET CLI11::CLI11)
+else()
+  set(LOONGFORGE_CLI11_TARGET CLI11)
+endif()
+
+# --- FFmpeg (optional until the data room needs it) --------------------------
+find_package(PkgConfig QUIET)
+set(LOONGFORGE_WITH_FFMPEG OFF)
+if(PkgConfig_FOUND)
+  pkg_check_modules(FFMPEG QUIET IMPORTED_TARGET libavformat libavcodec libavutil libswscale libswresample)
+  if(FFMPEG_FOUND)
+    set(LOONGFORGE_WITH_FFMPEG ON)
+  endif()
+endif()
+
+# --- Tests --------------------------------------------------------------------
+if(LOONGFORGE_TESTS)
+  find_package(Catch2 REQUIRED)
+endif()
