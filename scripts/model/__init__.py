@@ -3,6 +3,7 @@
 Import with PYTHONPATH=scripts as `import model`.
 - model.config:    ModelConfig, CONFIGS, get_config, apply_overrides
 - model.n16:       N16Model (TorchScript-able), build_model, apply_freezing, param_role
+- model.batch:     batch_spec (the batch contract as data), example_batch
 - model.tokenizer: the deterministic task-text tokenizer (reimplemented in C++)
 - model.flops:     analytic FLOPs per sample (forward, backward)
 - model.export:    `python -m model.export --config n16-tiny --out FILE`

@@ -23,7 +23,7 @@ from .tokenizer import BOS, EOS, TOKENIZER_VOCAB
 # key, dtype, symbolic shape, required (None = iff the named config flag is on), note
 _INPUTS = [
     ("images", "float32", ["B", "V", 3, "IMG", "IMG"], True,
-     "camera frames, already normalized (SigLIP: (x/255 - 0.5) / 0.5)"),
+     "camera frames, already normalized by the data pipeline"),
     ("text_tokens", "int64", ["B", "L"], True, "tokenizer.py ids, padded with 0"),
     ("text_mask", "bool", ["B", "L"], True, "True = real token (including BOS/EOS)"),
     ("state", "float32", ["B", "D_state"], True, "proprioceptive state, zero-padded to max_state_dim"),

@@ -13,26 +13,32 @@ Contract
 Sizing notes (parameter counts are printed by `export.py` and pinned by
 test/model/test_model_family.py):
 - n16-tiny: CPU tests and the README demo. ViT 2x128 on 64 px / patch 8 (64
-  patches -> 16 tokens per view after the 2x2 pixel shuffle), LM 2x128, DiT
-  4x128, embodiment MLP hidden 128, tune_top_llm_layers=1 (it has only 2 LM
-  layers). About 6.6 M parameters (3.4 M of them in the
-  32-slot embodiment MLPs).
-- n16-1b: ViT 12x768 (ViT-B/14 at 224 px, 256 patches -> 64 tokens per view),
-  LM 12x1536 (12 query / 4 KV heads of 128, SwiGLU FFN 6144 = 4x width), DiT
-  16x1024 (16 heads of 64, FFN 4096), tokenizer-sized vocab 8192, embodiment MLP hidden 1024. About 0.97 B.
+  patches -> 16 tokens per view after the 2x2 pixel shuffle), LM 2x128 (4 q /
+  2 kv heads of 32), DiT 4x128, embodiment MLP hidden 128,
+  tune_top_llm_layers 1 (it has only 2 LM layers). About 6.6 M parameters, 3.4 M
+  of them in the 32-slot embodiment MLPs.
+- n16-1b: ViT 12x768 (ViT-B/14 at 224 px: 256 patches -> 64 tokens per view),
+  LM 12x1536 (12 q / 4 kv heads of 128, SwiGLU FFN 6144 = 4x width),
+  tokenizer-sized vocab 8192, DiT 16x1024 (16 heads of 64, FFN 4096),
+  embodiment MLP hidden 1024. About 0.97 B.
 - n16-3b: the faithful N1.6 shape. SigLIP-2 so400m-like ViT 27x1152 (16 heads,
   FFN 4304), Qwen3-1.7B-like LM truncated to 16 layers (2048 wide, 16 q / 8 kv
-  heads of 128, FFN 6144, vocab 151936), DiT 32x1536 (32 heads x 48, FFN 6144).
-  Embodiment MLP hidden 1024. About 3.08 B.
+  heads of 128, FFN 6144, vocab 151936), DiT 32x1536 (32 heads x 48, FFN 6144),
+  embodiment MLP hidden 1024. About 3.08 B.
 - n16-12b: hypothetical scale-up. ViT-g/14-like 40x1408 (16 heads of 88, FFN
   6144, about 1.0 B), LM 32x4096 (32 q / 8 kv heads of 128, FFN 14336 as in
   Llama-3-8B, vocab 151936), DiT 32x2048 (32 heads of 64, FFN 8192), embodiment
-  MLP hidden 2048. About 11.5 B (the LM FFN is the knob that was tuned).
+  MLP hidden 2048. About 11.5 B; the LM FFN is the knob that was tuned (12288
+  gives 10.7 B, out of range; 16384 gives 12.3 B).
+- Every config defaults to 1 view, max_text_len 32 and action_horizon 16 (the
+  data defaults of configs/n16.yaml); flops.json is computed for that shape.
+- Every DiT block carries two AdaLN modulations (2 x w x 2w parameters each),
+  so a DiT block costs about 16 w^2 parameters.
 """
 
 import dataclasses
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Dict, List
 
 from .tokenizer import TOKENIZER_VOCAB  # the tokenizer's id space, fixed for every config
@@ -216,7 +222,7 @@ CONFIGS: Dict[str, ModelConfig] = {
         llm_layers=12, llm_width=1536, llm_heads=12, llm_kv_heads=4, llm_head_dim=128, llm_ffn=6144,
         vocab_size=TOKENIZER_VOCAB,
         dit_layers=16, dit_width=1024, dit_heads=16, dit_ffn=4096,
-        embodiment_hidden=1024, series_hidden=256, max_text_len=64,
+        embodiment_hidden=1024, series_hidden=256,
     ),
     "n16-3b": ModelConfig(
         name="n16-3b",
@@ -224,7 +230,7 @@ CONFIGS: Dict[str, ModelConfig] = {
         llm_layers=16, llm_width=2048, llm_heads=16, llm_kv_heads=8, llm_head_dim=128, llm_ffn=6144,
         vocab_size=151936,
         dit_layers=32, dit_width=1536, dit_heads=32, dit_ffn=6144,
-        embodiment_hidden=1024, series_hidden=256, max_text_len=64,
+        embodiment_hidden=1024, series_hidden=256,
     ),
     "n16-12b": ModelConfig(
         name="n16-12b",
@@ -232,7 +238,7 @@ CONFIGS: Dict[str, ModelConfig] = {
         llm_layers=32, llm_width=4096, llm_heads=32, llm_kv_heads=8, llm_head_dim=128, llm_ffn=14336,
         vocab_size=151936,
         dit_layers=32, dit_width=2048, dit_heads=32, dit_ffn=8192,
-        embodiment_hidden=2048, series_hidden=256, max_text_len=64,
+        embodiment_hidden=2048, series_hidden=256,
     ),
 }
 

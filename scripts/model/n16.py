@@ -29,7 +29,7 @@ Contract
 """
 
 import math
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -425,6 +425,12 @@ class ActionHead(nn.Module):
 # ---------------------------------------------------------------------------- the model
 
 class N16Model(nn.Module):
+    """The whole policy; see the module docstring for the batch and result contract.
+
+    Children (their names are the parameter-name prefixes used by param_role and
+    is_trainable): vision, connector, imu_encoder, audio_encoder (None when
+    disabled), llm, action_head, embodiment."""
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         cfg.validate()
