@@ -4,7 +4,8 @@
 
 #include <fstream>  // std::ifstream
 
-#include <torch/script.h>  // torch::jit::load, torch::jit::Module
+#include <torch/csrc/jit/runtime/graph_executor.h>  // torch::jit::setGraphExecutorOptimize
+#include <torch/script.h>                            // torch::jit::load, torch::jit::Module
 
 #include "loongforge/common/error.hpp"
 #include "loongforge/common/log.hpp"
@@ -69,6 +70,7 @@ Model Model::load(const std::string& path, c10::Device device) {
     throw ModelError("cannot read model file '" + path +
                      "': export one with `scripts/model/export.py --config n16-tiny --out " + path + "`");
   }
+  torch::jit::setGraphExecutorOptimize(false);  // see the contract in model.hpp
   torch::jit::ExtraFilesMap extra;
   for (const char* name : kExtraFiles) extra[name] = "";
   auto impl = std::make_unique<Impl>();
@@ -160,6 +162,12 @@ std::vector<at::Tensor> Model::trainable_parameters() const {
 }
 
 void Model::train(bool on) { impl_->module.train(on); }
+
+void Model::cast_frozen(c10::ScalarType dtype) {
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < info_.params.size(); ++i)
+    if (!info_.params[i].trainable) impl_->params[i].set_data(impl_->params[i].to(dtype));
+}
 
 std::map<std::string, at::Tensor> Model::forward(const Batch& batch) {
   c10::Dict<std::string, at::Tensor> dict;

@@ -1,26 +1,279 @@
-// Training entry point. This first version checks that the model loads and
-// runs one forward/backward on an example batch; the data path and the loop
-// over the dataset arrive with the train-end-to-end issue (#3).
+// The training loop for one rank (docs/training-semantics.md s5): fetch ->
+// forward/backward per micro-batch -> clip -> AdamW -> metrics -> checkpoint.
 #include "loongforge/trainer/run.hpp"
 
-#include <torch/torch.h>  // torch::NoGradGuard
+#include <sys/resource.h>  // getrusage
 
+#include <chrono>      // std::chrono::steady_clock
+#include <cmath>       // std::isfinite, std::ceil
+#include <filesystem>  // std::filesystem
+#include <fstream>     // std::ofstream
+
+#include <ATen/autocast_mode.h>  // at::autocast::set_autocast_enabled
+#include <torch/cuda.h>          // torch::cuda::is_available
+#include <nlohmann/json.hpp>     // nlohmann::json
+
+#include "loongforge/checkpoint/checkpoint.hpp"
+#include "loongforge/common/error.hpp"
 #include "loongforge/common/log.hpp"
+#include "loongforge/common/version.hpp"
+#include "loongforge/data/batch.hpp"
 #include "loongforge/model/model.hpp"
+#include "loongforge/trainer/optimizer.hpp"
+#include "loongforge/trainer/progress.hpp"
 
 namespace loongforge::trainer {
 
-int run(const config::Config& cfg, int64_t /*world_size*/) {
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+double peak_host_mb() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;
+}
+
+// A fresh run directory: <output_dir>/<name>, or <name>-2, -3, ... when taken.
+std::string make_run_dir(const config::Config& cfg) {
+  std::string dir = cfg.run.output_dir + "/" + cfg.run.name;
+  for (int i = 2; fs::exists(dir); ++i) dir = cfg.run.output_dir + "/" + cfg.run.name + "-" + std::to_string(i);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw ConfigError("cannot create run directory '" + dir + "' (run.output_dir): " + ec.message());
+  return dir;
+}
+
+// Turns autocast on for a scope (bf16 mode on CUDA).
+struct AutocastScope {
+  bool on;
+  explicit AutocastScope(bool enable) : on(enable) {
+    if (on) {
+      at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+      at::autocast::set_autocast_enabled(at::kCUDA, true);
+    }
+  }
+  ~AutocastScope() {
+    if (on) {
+      at::autocast::set_autocast_enabled(at::kCUDA, false);
+      at::autocast::clear_cache();
+    }
+  }
+};
+
+struct Setup {
+  c10::Device device = c10::kCPU;
+  bool bf16 = false;
+};
+
+Setup resolve_setup(const config::Config& cfg) {
+  Setup s;
+  const bool cuda = torch::cuda::is_available();
+  if (cfg.run.device == "cuda" && !cuda)
+    throw ConfigError("run.device is cuda but no GPU is visible to this process: use run.device=cpu or auto");
+  s.device = (cfg.run.device == "cuda" || (cfg.run.device == "auto" && cuda)) ? c10::Device(c10::kCUDA, 0)
+                                                                               : c10::Device(c10::kCPU);
+  s.bf16 = cfg.precision.mode == "bf16" || (cfg.precision.mode == "auto" && s.device.is_cuda());
+  return s;
+}
+
+}  // namespace
+
+int run(const config::Config& cfg, int64_t world_size) {
   const auto& log = logger("trainer");
-  auto model = model::Model::load(cfg.model.path, c10::Device(c10::kCPU));
-  model.train();
-  auto batch = model::make_example_batch(model.info(), cfg.trainer.micro_batch_size, cfg.run.seed);
-  auto out = model.forward(batch);
-  out.at("loss").backward();
-  LF_LOG(log, info) << "model check passed: loss " << out.at("loss").item<double>() << " over "
-                    << out.at("num_valid").item<double>() << " valid elements";
-  LF_LOG(log, error) << "training on a dataset is not available in this build yet: it arrives with issue #3";
-  return 3;
+  if (world_size > 1)
+    throw ConfigError("WORLD_SIZE=" + std::to_string(world_size) +
+                      ": multi-rank training arrives with the GCTS engine; run a single process for now");
+  const Setup setup = resolve_setup(cfg);
+  const auto t_start = Clock::now();
+
+  model::Model net = model::Model::load(cfg.model.path, setup.device);
+  if (setup.bf16) net.cast_frozen(at::kBFloat16);
+  net.train();
+  const auto& mc = net.info().config;
+
+  const data::Dataset dataset = data::Dataset::open(cfg.data.path);
+  data::SampleOptions so;
+  so.action_horizon = cfg.data.action_horizon;
+  so.max_text_len = cfg.data.max_text_len;
+  so.embodiment_id = cfg.data.embodiment_id;
+  so.shuffle = cfg.data.shuffle;
+  so.seed = static_cast<uint64_t>(cfg.run.seed);
+  so.micro_batch_size = cfg.trainer.micro_batch_size;
+  so.image_size = mc.at("image_size").get<int64_t>();
+  so.num_views = mc.at("num_views").get<int64_t>();
+  so.max_state_dim = mc.at("max_state_dim").get<int64_t>();
+  so.max_action_dim = mc.at("max_action_dim").get<int64_t>();
+  data::BatchBuilder builder(dataset, so);
+  const int64_t tokens_per_view = (so.image_size / mc.at("patch_size").get<int64_t>()) *
+                                  (so.image_size / mc.at("patch_size").get<int64_t>()) /
+                                  (mc.at("pixel_shuffle").get<int64_t>() * mc.at("pixel_shuffle").get<int64_t>());
+
+  AdamWOptions ao;
+  ao.beta1 = cfg.optimizer.beta1, ao.beta2 = cfg.optimizer.beta2, ao.eps = cfg.optimizer.eps;
+  ao.weight_decay = cfg.optimizer.weight_decay;
+  AdamW optimizer(net.trainable_parameters(), ao);
+  Schedule schedule;
+  schedule.peak_lr = cfg.optimizer.lr;
+  schedule.total_steps = cfg.trainer.max_steps;
+  schedule.warmup_steps = cfg.schedule.warmup_steps > 0
+                              ? cfg.schedule.warmup_steps
+                              : static_cast<int64_t>(std::ceil(cfg.schedule.warmup_ratio * cfg.trainer.max_steps));
+  schedule.min_lr_ratio = cfg.schedule.min_lr_ratio;
+  schedule.kind = cfg.schedule.name == "linear"     ? Schedule::Kind::Linear
+                  : cfg.schedule.name == "constant" ? Schedule::Kind::Constant
+                                                    : Schedule::Kind::Cosine;
+
+  const std::string run_dir = make_run_dir(cfg);
+  const std::string ckpt_dir = cfg.checkpoint.dir.empty() ? run_dir + "/checkpoints" : cfg.checkpoint.dir;
+  {
+    std::ofstream(run_dir + "/config.yaml") << config::print_config(cfg);
+  }
+  LF_LOG(log, info) << "run " << run_dir << ": " << net.info().name << " on " << setup.device << " ("
+                    << (setup.bf16 ? "bf16" : "fp32") << "), " << dataset.episodes().size() << " episodes / "
+                    << dataset.total_rows() << " samples, " << builder.sampler().micro_batches_per_epoch()
+                    << " micro-batches per epoch, " << cfg.trainer.max_steps << " steps";
+
+  Progress progress(cfg.logging.progress, cfg.logging.interval_steps, cfg.trainer.max_steps,
+                    cfg.logging.metrics_jsonl ? run_dir + "/metrics.jsonl" : "");
+  const int64_t K = cfg.trainer.gradient_accumulation_steps;
+  const double flops_per_sample = net.info().forward_flops_per_sample + net.info().backward_flops_per_sample;
+  auto last_ckpt_time = Clock::now();
+  std::string last_ckpt;
+
+  auto save = [&](int64_t steps_done) {
+    const int64_t epoch = builder.sampler().epoch_of(steps_done * K);
+    checkpoint::NamedTensors weights, opt_state;
+    for (const auto& p : net.parameters()) weights.emplace_back(p.info->name, p.tensor);
+    nlohmann::json steps = nlohmann::json::array();
+    size_t ti = 0;
+    for (const auto& p : net.parameters()) {
+      if (!p.info->trainable) continue;
+      auto& st = optimizer.state()[ti++];
+      if (st.exp_avg.defined()) {
+        opt_state.emplace_back(p.info->name + ".exp_avg", st.exp_avg);
+        opt_state.emplace_back(p.info->name + ".exp_avg_sq", st.exp_avg_sq);
+      }
+      steps.push_back(st.step);
+    }
+    const nlohmann::json state = {{"step", steps_done},
+                                  {"epoch", epoch},
+                                  {"next_micro_batch", steps_done * K},
+                                  {"seed", cfg.run.seed},
+                                  {"optimizer_steps", steps},
+                                  {"loongforge_version", version_string()},
+                                  {"model", cfg.model.path}};
+    const nlohmann::json sched = {{"name", cfg.schedule.name},         {"peak_lr", schedule.peak_lr},
+                                  {"warmup_steps", schedule.warmup_steps}, {"total_steps", schedule.total_steps},
+                                  {"min_lr_ratio", schedule.min_lr_ratio}, {"next_lr", schedule.lr_at(steps_done)}};
+    const auto t0 = Clock::now();
+    last_ckpt = checkpoint::write_checkpoint(
+        ckpt_dir, "epoch_" + std::to_string(epoch) + "_step_" + std::to_string(steps_done),
+        {{"model.safetensors", weights}, {"optimizer.safetensors", opt_state}},
+        {{"trainer_state.json", state.dump(2)}, {"scheduler.json", sched.dump(2)}});
+    last_ckpt_time = Clock::now();
+    LF_LOG(log, info) << "checkpoint " << last_ckpt << " written in " << ms_since(t0) << " ms";
+  };
+
+  for (int64_t s = 0; s < cfg.trainer.max_steps; ++s) {
+    const auto t_step = Clock::now();
+    // Fetch every micro-batch of the step (their masks give the loss weights).
+    std::vector<data::Batch> batches;
+    double total_valid = 0;
+    int64_t tokens = 0;
+    for (int64_t i = 0; i < K; ++i) {
+      data::Batch b = builder.micro_batch(s * K + i);
+      total_valid += b["action_mask"].sum().item<double>();
+      tokens += b["text_mask"].sum().item<int64_t>() + b["action_mask"].amax(2).sum().item<int64_t>() +
+                b["images"].size(0) * (so.num_views * tokens_per_view + 1);
+      for (auto& kv : b) kv.second = kv.second.to(setup.device, /*non_blocking=*/true);
+      batches.push_back(std::move(b));
+    }
+    const double data_ms = ms_since(t_step);
+
+    double step_loss = 0;
+    for (int64_t i = 0; i < K; ++i) {
+      const double valid_i = batches[i]["action_mask"].sum().item<double>();
+      const double w = total_valid > 0 ? valid_i / total_valid : 1.0 / static_cast<double>(K);
+      at::Tensor loss;
+      {
+        AutocastScope autocast(setup.bf16 && setup.device.is_cuda());
+        loss = net.forward(batches[i]).at("loss");
+      }
+      (loss * w).backward();
+      step_loss += loss.item<double>() * w;
+    }
+    const double grad_norm = clip_grad_norm(optimizer.params(), cfg.trainer.grad_clip_norm);
+    if (cfg.trainer.stop_on_nonfinite && (!std::isfinite(step_loss) || !std::isfinite(grad_norm))) {
+      throw TrainingError("step " + std::to_string(s + 1) + ": " +
+                          (!std::isfinite(step_loss) ? "loss is " + std::to_string(step_loss)
+                                                     : "gradient norm is " + std::to_string(grad_norm)) +
+                          "; parameters were not updated. Lower optimizer.lr, check the data, or set "
+                          "trainer.stop_on_nonfinite=false to skip such steps" +
+                          (last_ckpt.empty() ? "" : " (last checkpoint: " + last_ckpt + ")"));
+    }
+    const double lr = schedule.lr_at(s);
+    optimizer.step(lr);
+
+    StepRecord r;
+    r.step = s + 1;
+    r.loss = step_loss;
+    r.lr = lr;
+    r.grad_norm = grad_norm;
+    r.num_valid = total_valid;
+    r.step_ms = ms_since(t_step);
+    r.data_wait_ms = data_ms;
+    const double samples = static_cast<double>(K * cfg.trainer.micro_batch_size);
+    r.samples_per_s = samples / (r.step_ms / 1000.0);
+    r.tokens_per_s = static_cast<double>(tokens) / (r.step_ms / 1000.0);
+    r.mfu = setup.device.is_cuda() ? flops_per_sample * r.samples_per_s / 989e12 : 0.0;
+    r.peak_mem_mb = peak_host_mb();
+    progress.record(r);
+
+    const bool by_steps = (s + 1) % cfg.checkpoint.interval_steps == 0;
+    const bool by_time = cfg.checkpoint.interval_minutes > 0 &&
+                         ms_since(last_ckpt_time) >= cfg.checkpoint.interval_minutes * 60000.0;
+    if ((by_steps || by_time) && s + 1 < cfg.trainer.max_steps) save(s + 1);
+  }
+  progress.finish();
+  save(cfg.trainer.max_steps);
+
+  // Summary.
+  const auto& h = progress.history();
+  double tail_loss = 0, mean_sps = 0, data_ms = 0, step_ms = 0;
+  const size_t tail = std::min<size_t>(10, h.size());
+  for (size_t i = h.size() - tail; i < h.size(); ++i) tail_loss += h[i].loss / static_cast<double>(tail);
+  for (const auto& r : h) data_ms += r.data_wait_ms, step_ms += r.step_ms;
+  const double wall_s = std::chrono::duration<double>(Clock::now() - t_start).count();
+  mean_sps = static_cast<double>(h.size() * K * cfg.trainer.micro_batch_size) / (step_ms / 1000.0);
+  const nlohmann::json summary = {{"steps", h.size()},
+                                  {"first_loss", h.front().loss},
+                                  {"final_loss_mean_last_10", tail_loss},
+                                  {"samples_per_s", mean_sps},
+                                  {"data_wait_fraction", data_ms / step_ms},
+                                  {"videos_decoded", builder.stats().videos_decoded},
+                                  {"wall_s", wall_s},
+                                  {"peak_host_mb", peak_host_mb()},
+                                  {"run_dir", run_dir},
+                                  {"checkpoint", last_ckpt},
+                                  {"device", setup.device.str()},
+                                  {"precision", setup.bf16 ? "bf16" : "fp32"}};
+  std::ofstream(run_dir + "/summary.json") << summary.dump(2) << "\n";
+  std::printf(
+      "\n== LoongForge run summary ==\n"
+      "  model        %s (%s, %s)\n  steps        %zu in %s (%.2f steps/s)\n"
+      "  loss         %.5f -> %.5f (mean of last %zu)\n"
+      "  throughput   %.1f samples/s, data wait %.1f%% of step time\n  peak memory  %.0f MB (host)\n"
+      "  checkpoint   %s\n  metrics      %s/metrics.jsonl\n  summary      %s/summary.json\n",
+      net.info().name.c_str(), setup.device.str().c_str(), setup.bf16 ? "bf16" : "fp32", h.size(),
+      format_duration(wall_s).c_str(), static_cast<double>(h.size()) / wall_s, h.front().loss, tail_loss, tail,
+      mean_sps, 100.0 * data_ms / step_ms, peak_host_mb(), last_ckpt.c_str(), run_dir.c_str(), run_dir.c_str());
+  return 0;
 }
 
 }  // namespace loongforge::trainer

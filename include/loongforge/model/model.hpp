@@ -11,6 +11,10 @@
 //    parameters marked trainable, so every trainer sees the export's freezing.
 //  - load() checks that params.json names, shapes and counts match the module
 //    and throws ModelError naming the file and the first mismatches.
+//  - TorchScript's graph-executor optimization is switched off process-wide
+//    on load: autocast around a scripted forward needs it (DESIGN.md s9), and
+//    without it every op runs its eager kernel and eager autograd formula, so
+//    the C++ trainer matches the eager reference trainer bit for bit.
 //  - Not thread-safe: one trainer thread owns a Model.
 //
 // Example:
@@ -74,6 +78,9 @@ class Model {
   std::vector<at::Tensor> trainable_parameters() const;
 
   void train(bool on = true);
+  // Casts frozen (non-trainable) parameters to `dtype` (bf16 mode keeps
+  // trainable weights fp32 and frozen ones bf16, DESIGN.md s1).
+  void cast_frozen(c10::ScalarType dtype);
   // Runs forward; throws ModelError if the result lacks "loss" or "num_valid".
   std::map<std::string, at::Tensor> forward(const Batch& batch);
 

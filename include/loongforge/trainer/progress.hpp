@@ -1,0 +1,44 @@
+// loongforge/trainer/progress.hpp — what a run shows and records: the
+// progress line (bar on a terminal, plain lines otherwise), metrics.jsonl (one
+// record per optimizer step) and the end-of-run summary.
+//
+// Contract: owned by the trainer thread; every metrics line is flushed as
+// written so a crash loses nothing already reported.
+#pragma once
+
+#include <chrono>   // std::chrono::steady_clock
+#include <cstdint>  // int64_t
+#include <fstream>  // std::ofstream
+#include <string>   // std::string
+#include <vector>   // std::vector
+
+namespace loongforge::trainer {
+
+struct StepRecord {
+  int64_t step = 0;  // 1-based: the number of optimizer steps done
+  double loss = 0, lr = 0, grad_norm = 0, num_valid = 0;
+  double samples_per_s = 0, tokens_per_s = 0, mfu = 0;
+  double data_wait_ms = 0, step_ms = 0, peak_mem_mb = 0;
+};
+
+class Progress {
+ public:
+  // mode: "auto" | "bar" | "lines" | "off"; metrics_path "" disables metrics.
+  Progress(std::string mode, int64_t interval_steps, int64_t total_steps, const std::string& metrics_path);
+  void record(const StepRecord& r);
+  void finish();  // ends the bar line
+  // Seconds since construction.
+  double elapsed_s() const;
+  const std::vector<StepRecord>& history() const { return history_; }
+
+ private:
+  bool bar_ = false, off_ = false;
+  int64_t interval_, total_;
+  std::ofstream metrics_;
+  std::chrono::steady_clock::time_point start_;
+  std::vector<StepRecord> history_;
+};
+
+std::string format_duration(double seconds);  // "1:02:03" / "4:05"
+
+}  // namespace loongforge::trainer

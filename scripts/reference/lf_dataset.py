@@ -1,0 +1,806 @@
+"""Python reader of a LoongForge dataset folder and the reference sample pipeline.
+
+Contract
+- Implements docs/shard-format.md (reading) and docs/training-semantics.md
+  sections 1-4 (which samples, in which order, built how) exactly; the C++ data
+  room implements the same two pages, and the parity tests compare the two.
+- `LFDataset(path)`: parses loongforge_dataset.json, maps every shard with
+  numpy.memmap and checks header, column table and index (magic, version,
+  CRC32, sizes, 64-byte alignment, column names/dtypes against the JSON).
+  Each episode record's CRC32 is checked the first time one of its arrays is
+  touched (once per process). Errors are `DataError`s naming the file, the
+  episode and what to do. Arrays are read-only views into the mapping.
+- `Sampler`: SplitMix64 Fisher-Yates epoch permutation in pure Python ints,
+  rank split, drop-last micro-batches (section 2).
+- `SampleBuilder(dataset, model_cfg, data_cfg)`: one sample (section 3) and
+  `micro_batch(m, rank, world)`: the full model batch of global micro-batch m,
+  including the flow-matching draws `fm_t`/`fm_noise` (section 4). `data_cfg`
+  is the effective trainer config as printed by
+  `loongforge-train --print-config` (a nested dict with at least `run.seed`,
+  `data.*` and `trainer.micro_batch_size`); Python defines no defaults.
+- Video: each episode's video is decoded ONCE with the ffmpeg CLI to raw
+  yuv420p frames and kept in a per-process LRU cache bounded in bytes; RGB is
+  computed with the contract's integer BT.601 formula. Streams that are not
+  yuv420p are converted to rgb24 by ffmpeg (swscale) with a warning: the
+  bit-exact parity guarantee does not cover them. Without an ffmpeg CLI the
+  reader falls back to OpenCV, then PyAV, with a warning that parity with the
+  C++ decoder is then approximate.
+- `SampleDataset` + `MicroBatchSampler` + `collate_samples`: the same samples
+  for a torch DataLoader (workers decode); the caller adds the flow-matching
+  draws with `SampleBuilder.fm_draws(m, rank, world)` in the main process.
+
+Usage
+    ds = LFDataset("build/datasets/robot_sim.PickNPlace.lf")
+    sb = SampleBuilder(ds, model_cfg, effective_cfg)
+    batch = sb.micro_batch(0, rank=0, world=1)      # Dict[str, Tensor]
+"""
+
+import bisect
+import collections
+import json
+import math
+import os
+import shutil
+import struct
+import subprocess
+import threading
+import warnings
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+# ---------------------------------------------------------------------------- errors
+
+
+class DataError(RuntimeError):
+    """A dataset that cannot be read as docs/shard-format.md says; the message
+    names the file (and episode) and what to do."""
+
+
+def _fix(what: str) -> str:
+    return f"{what}; re-convert the dataset with scripts/convert_lerobot.py"
+
+
+# ---------------------------------------------------------------------------- shard format constants
+
+SHARD_MAGIC = b"LFSHARD\0"
+RECORD_MAGIC = b"LFEPISOD"
+HEADER_BYTES, COLUMN_ENTRY_BYTES, INDEX_ENTRY_BYTES, DIR_ENTRY_BYTES, ALIGN = 128, 96, 32, 32, 64
+NO_CAMERA = 0xFFFFFFFF
+
+# dtype code -> (numpy dtype, JSON name, element bytes)
+DTYPES = {
+    1: (np.dtype("<f4"), "float32", 4),
+    2: (np.dtype("<f8"), "float64", 8),
+    3: (np.dtype("<i8"), "int64", 8),
+    4: (np.dtype("u1"), "uint8", 1),
+    5: (np.dtype("<i4"), "int32", 4),
+}
+
+
+def crc32(data) -> int:
+    """CRC-32/ISO-HDLC (zlib's): crc32(b"123456789") == 0xCBF43926."""
+    return zlib.crc32(data) & 0xFFFFFFFF
+
+
+@dataclass
+class Column:
+    column_id: int
+    name: str
+    dtype: int
+    elem_bytes: int
+    width: int
+    row_kind: int          # 0 per parquet row, 1 per decoded frame of camera_id
+    camera_id: int         # NO_CAMERA when none
+    source_dtype: int
+    flags: int
+
+
+@dataclass
+class IndexEntry:
+    episode_index: int
+    record_offset: int
+    record_bytes: int
+    row_count: int
+    record_crc32: int
+
+
+@dataclass
+class Episode:
+    """One entry of loongforge_dataset.json episodes[], in its order."""
+    position: int          # 0-based position in episodes[] (the sample space order)
+    episode_index: int
+    length: int
+    shard_id: int
+    entry: IndexEntry
+    videos: Dict[int, Dict[str, Any]]   # camera_id -> the JSON video entry
+    arrays: Optional[Dict[int, Tuple[int, int, int]]] = None  # column_id -> (offset, rows, bytes), after checks
+
+
+# ---------------------------------------------------------------------------- one shard
+
+
+class Shard:
+    """One memory-mapped shard file with its header, column table and index checked."""
+
+    def __init__(self, path: Path, shard_id: int):
+        self.path = path
+        self.shard_id = shard_id
+        self._open()
+
+    def _err(self, what: str) -> DataError:
+        return DataError(f"{self.path}: {_fix(what)}")
+
+    def _open(self) -> None:
+        try:
+            size = os.path.getsize(self.path)
+        except OSError as e:
+            raise DataError(f"cannot open shard '{self.path}': {e.strerror}; re-run scripts/convert_lerobot.py") from None
+        if size < HEADER_BYTES:
+            raise self._err("file is shorter than the 128-byte shard header (truncated?)")
+        self.buf = np.memmap(self.path, dtype=np.uint8, mode="r")   # (file_bytes,)
+        h = bytes(self.buf[:HEADER_BYTES])
+        if h[:8] != SHARD_MAGIC:
+            raise self._err(f"bad magic {h[:8]!r}, expected {SHARD_MAGIC!r} (not a LoongForge shard)")
+        (version, header_bytes, alignment, shard_id, column_count, episode_count, file_bytes, ct_off, ct_bytes,
+         idx_off, idx_bytes, total_rows, ct_crc, idx_crc) = struct.unpack_from("<IIIIIIQQQQQQII", h, 8)
+        (header_crc,) = struct.unpack_from("<I", h, 124)
+        if version != 1:
+            raise self._err(f"shard format_version {version}, this reader knows 1")
+        if crc32(h[:124]) != header_crc:
+            raise self._err("header_crc32 mismatch (header corrupted)")
+        if header_bytes != HEADER_BYTES or alignment != ALIGN:
+            raise self._err(f"header_bytes {header_bytes} / alignment {alignment}, expected 128 / 64")
+        if file_bytes != size:
+            raise self._err(f"header says file_bytes={file_bytes} but the file has {size} bytes (truncated or appended)")
+        if shard_id != self.shard_id:
+            raise self._err(f"header shard_id {shard_id} but loongforge_dataset.json lists it as shard {self.shard_id}")
+        if ct_off != HEADER_BYTES or ct_bytes != column_count * COLUMN_ENTRY_BYTES or ct_off + ct_bytes > size:
+            raise self._err(f"column table at {ct_off} ({ct_bytes} bytes) does not fit the header/file")
+        if idx_off % ALIGN or idx_bytes != episode_count * INDEX_ENTRY_BYTES or idx_off + idx_bytes > size:
+            raise self._err(f"index at {idx_off} ({idx_bytes} bytes) is misaligned or runs past the file")
+        ct = bytes(self.buf[ct_off:ct_off + ct_bytes])
+        if crc32(ct) != ct_crc:
+            raise self._err("column_table_crc32 mismatch (column table corrupted)")
+        idx = bytes(self.buf[idx_off:idx_off + idx_bytes])
+        if crc32(idx) != idx_crc:
+            raise self._err("index_crc32 mismatch (index corrupted)")
+        self.total_rows = total_rows
+        self.columns = [self._column(ct, i) for i in range(column_count)]
+        self.index: Dict[int, IndexEntry] = {}
+        for k in range(episode_count):
+            ep, off, nbytes, rows, rcrc = struct.unpack_from("<qQQII", idx, k * INDEX_ENTRY_BYTES)
+            if off % ALIGN or nbytes % ALIGN or off + nbytes > size:
+                raise self._err(f"index entry {k} (episode {ep}): record at {off} ({nbytes} bytes) "
+                                "is misaligned or runs past the file")
+            self.index[ep] = IndexEntry(ep, off, nbytes, rows, rcrc)
+
+    @staticmethod
+    def _column(ct: bytes, i: int) -> Column:
+        raw = ct[i * COLUMN_ENTRY_BYTES:(i + 1) * COLUMN_ENTRY_BYTES]
+        name = raw[:64].split(b"\0", 1)[0].decode("utf-8")
+        dtype, elem, width, row_kind, cam, src, flags, _ = struct.unpack_from("<8I", raw, 64)
+        return Column(i, name, dtype, elem, width, row_kind, cam, src, flags)
+
+    def reopen(self) -> None:
+        self.buf = np.memmap(self.path, dtype=np.uint8, mode="r")
+
+
+# ---------------------------------------------------------------------------- the dataset folder
+
+
+class LFDataset:
+    """A LoongForge dataset folder (docs/shard-format.md), memory-mapped.
+
+    Sample space (training-semantics s1): every (episode, row), episode-major in
+    episodes[] order; `locate(i)` maps sample i to (episode position, row)."""
+
+    def __init__(self, path):
+        self.root = Path(path)
+        meta_path = self.root / "loongforge_dataset.json"
+        try:
+            with open(meta_path, "r", encoding="utf-8") as f:
+                self.meta = json.load(f)
+        except FileNotFoundError:
+            raise DataError(f"{meta_path}: missing; is '{self.root}' a folder written by "
+                            "scripts/convert_lerobot.py?") from None
+        except json.JSONDecodeError as e:
+            raise DataError(f"{meta_path}: not valid JSON ({e}); re-convert the dataset") from None
+        m = self.meta
+        if m.get("format") != "loongforge-dataset" or m.get("format_version") != 1:
+            raise DataError(f"{meta_path}: format {m.get('format')!r} version {m.get('format_version')!r}, "
+                            "this reader knows 'loongforge-dataset' version 1")
+        self.columns_json = m["columns"]
+        self.column_ids = {c["name"]: c["column_id"] for c in self.columns_json}
+        self.shards = [Shard(self.root / s["file"], s["shard_id"]) for s in m["shards"]]
+        for s in self.shards:
+            self._check_columns(s)
+        self.cameras = m["cameras"]
+        self.tasks = {t["task_index"]: t for t in m["tasks"]}
+        self.stats = m["stats"]
+        self.episodes: List[Episode] = []
+        self.starts: List[int] = []        # first sample index of each episode
+        n = 0
+        for pos, e in enumerate(m["episodes"]):
+            self.episodes.append(self._episode(pos, e))
+            self.starts.append(n)
+            n += e["length"]
+        self.num_samples = n
+        self._verified = set()             # episode positions whose record CRC was checked
+        self._lock = threading.Lock()
+
+    # -- pickling for DataLoader workers: reopen the mappings instead of copying them
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_lock"] = None
+        state["shards"] = [(s.path, s.shard_id) for s in self.shards]
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self.shards = [Shard(p, i) for p, i in self.shards]
+
+    # -- checks
+    def _check_columns(self, s: Shard) -> None:
+        def bad(what: str) -> DataError:
+            return DataError(f"{s.path}: {_fix(what)}")
+        if len(s.columns) != len(self.columns_json):
+            raise bad(f"{len(s.columns)} columns but loongforge_dataset.json lists {len(self.columns_json)}")
+        for c, j in zip(s.columns, self.columns_json):
+            if c.dtype not in DTYPES:
+                raise bad(f"column {c.name!r} has unknown dtype code {c.dtype}")
+            _, name, elem = DTYPES[c.dtype]
+            if c.name != j["name"] or name != j["dtype"] or c.width != j["width"] or c.elem_bytes != elem:
+                raise bad(f"column {c.column_id} is {c.name!r} {name} x{c.width} in the shard but "
+                          f"{j['name']!r} {j['dtype']} x{j['width']} in loongforge_dataset.json")
+
+    def _episode(self, pos: int, e: Dict) -> Episode:
+        sid = e["shard_id"]
+        if not 0 <= sid < len(self.shards):
+            raise DataError(f"{self.root}/loongforge_dataset.json: episode {e['episode_index']} names shard {sid}, "
+                            f"which does not exist; re-convert the dataset")
+        shard = self.shards[sid]
+        entry = shard.index.get(e["episode_index"])
+        if entry is None:
+            raise DataError(f"{shard.path}: episode {e['episode_index']} is not in the shard index; "
+                            "re-convert the dataset")
+        if (entry.record_offset, entry.record_bytes, entry.record_crc32, entry.row_count) != \
+                (e["record_offset"], e["record_bytes"], e["record_crc32"], e["length"]):
+            raise DataError(f"{shard.path}: episode {e['episode_index']}: index entry disagrees with "
+                            "loongforge_dataset.json (offset/bytes/crc/rows); re-convert the dataset")
+        videos = {v["camera_id"]: v for v in e.get("videos", [])}
+        return Episode(pos, e["episode_index"], e["length"], sid, entry, videos)
+
+    def _check_record(self, ep: Episode) -> None:
+        """Record CRC and directory checks, once per episode per process."""
+        shard = self.shards[ep.shard_id]
+        en = ep.entry
+        where = f"{shard.path}: episode {ep.episode_index}"
+        rec = shard.buf[en.record_offset:en.record_offset + en.record_bytes]     # (record_bytes,)
+        if crc32(rec) != en.record_crc32:
+            raise DataError(f"{where}: record_crc32 mismatch (the record is corrupted); re-convert the dataset")
+        head = bytes(rec[:64])
+        if head[:8] != RECORD_MAGIC:
+            raise DataError(f"{where}: bad record magic {head[:8]!r}; re-convert the dataset")
+        ep_idx, rows, nbytes, count = struct.unpack_from("<qQQI", head, 8)
+        if (ep_idx, rows, nbytes, count) != (en.episode_index, en.row_count, en.record_bytes, len(shard.columns)):
+            raise DataError(f"{where}: record header (episode {ep_idx}, rows {rows}, bytes {nbytes}, arrays {count}) "
+                            "disagrees with the index; re-convert the dataset")
+        directory = bytes(rec[64:64 + DIR_ENTRY_BYTES * count])
+        arrays = {}
+        for i, col in enumerate(shard.columns):
+            cid, _, off, arows, abytes = struct.unpack_from("<IIQQQ", directory, i * DIR_ENTRY_BYTES)
+            if cid != i or off % ALIGN or off + abytes > nbytes:
+                raise DataError(f"{where}: array directory entry {i} ({col.name}) is malformed; re-convert the dataset")
+            if abytes != arows * col.width * col.elem_bytes:
+                raise DataError(f"{where}: column {col.name}: {abytes} bytes for {arows} rows of width {col.width}; "
+                                "re-convert the dataset")
+            if col.row_kind == 0 and arows != rows:
+                raise DataError(f"{where}: column {col.name} has {arows} rows, the episode {rows}; re-convert the dataset")
+            arrays[i] = (off, arows, abytes)
+        ep.arrays = arrays
+
+    # -- access
+    def locate(self, i: int) -> Tuple[int, int]:
+        """Sample index -> (episode position, row)."""
+        if not 0 <= i < self.num_samples:
+            raise IndexError(f"sample {i} outside [0, {self.num_samples})")
+        e = bisect.bisect_right(self.starts, i) - 1
+        return e, i - self.starts[e]
+
+    def column_id(self, name: str) -> int:
+        if name not in self.column_ids:
+            raise DataError(f"{self.root}: dataset has no column {name!r}; columns: {sorted(self.column_ids)}")
+        return self.column_ids[name]
+
+    def array(self, episode: int, name: str) -> np.ndarray:
+        """Column `name` of episode position `episode` as a read-only (rows, width) view."""
+        ep = self.episodes[episode]
+        if episode not in self._verified:
+            with self._lock:
+                if episode not in self._verified:
+                    self._check_record(ep)
+                    self._verified.add(episode)
+        cid = self.column_id(name)
+        shard = self.shards[ep.shard_id]
+        col = shard.columns[cid]
+        off, rows, nbytes = ep.arrays[cid]
+        start = ep.entry.record_offset + off
+        np_dt = DTYPES[col.dtype][0]
+        return shard.buf[start:start + nbytes].view(np_dt).reshape(rows, col.width)   # (rows, width)
+
+    def video_file(self, episode: int, camera_id: int) -> Tuple[Path, Dict]:
+        ep = self.episodes[episode]
+        if camera_id not in ep.videos:
+            raise DataError(f"{self.root}: episode {ep.episode_index} has no video for camera {camera_id}; "
+                            "re-convert the dataset")
+        v = ep.videos[camera_id]
+        return self.root / v["file"], v
+
+
+# ---------------------------------------------------------------------------- section 2: order
+
+MASK64 = 0xFFFFFFFFFFFFFFFF
+GOLDEN_GAMMA = 0x9E3779B97F4A7C15
+
+
+class SplitMix64:
+    """SplitMix64 exactly as training-semantics s2, in Python ints masked to 64 bits."""
+
+    def __init__(self, seed: int, epoch: int):
+        self.state = (seed + epoch * GOLDEN_GAMMA) & MASK64
+
+    def next(self) -> int:
+        self.state = (self.state + GOLDEN_GAMMA) & MASK64
+        z = self.state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+        return z ^ (z >> 31)
+
+
+def epoch_permutation(n: int, seed: int, epoch: int, shuffle: bool = True) -> List[int]:
+    """Fisher-Yates from the identity, i = n-1 down to 1, j = next() % (i + 1)."""
+    perm = list(range(n))
+    if not shuffle:
+        return perm
+    rng = SplitMix64(seed, epoch)
+    for i in range(n - 1, 0, -1):
+        j = rng.next() % (i + 1)
+        perm[i], perm[j] = perm[j], perm[i]
+    return perm
+
+
+def rank_split(perm: Sequence[int], rank: int, world: int) -> List[int]:
+    """perm[r + k*W] for k in [0, N // W)."""
+    per_rank = len(perm) // world
+    return [perm[rank + k * world] for k in range(per_rank)]
+
+
+class Sampler:
+    """Which samples global micro-batch m of a rank holds (training-semantics s2)."""
+
+    def __init__(self, num_samples: int, seed: int, shuffle: bool, micro_batch_size: int, rank: int, world: int):
+        if world < 1 or not 0 <= rank < world:
+            raise ValueError(f"rank {rank} / world {world}: need 0 <= rank < world")
+        self.n, self.seed, self.shuffle, self.B, self.rank, self.world = (
+            num_samples, seed, shuffle, micro_batch_size, rank, world)
+        self.per_rank = num_samples // world
+        self.micro_batches_per_epoch = self.per_rank // micro_batch_size
+        if self.micro_batches_per_epoch < 1:
+            raise ValueError(f"dataset has {num_samples} samples: {self.per_rank} per rank for world size {world}, "
+                             f"fewer than trainer.micro_batch_size={micro_batch_size}; lower the micro-batch size "
+                             "or use fewer ranks")
+        self._epoch, self._list = -1, []
+
+    def rank_list(self, epoch: int) -> List[int]:
+        if epoch != self._epoch:
+            self._list = rank_split(epoch_permutation(self.n, self.seed, epoch, self.shuffle), self.rank, self.world)
+            self._epoch = epoch
+        return self._list
+
+    def micro_batch(self, m: int) -> List[int]:
+        epoch, k = divmod(m, self.micro_batches_per_epoch)
+        return self.rank_list(epoch)[k * self.B:(k + 1) * self.B]
+
+
+# ---------------------------------------------------------------------------- section 3: video
+
+
+def yuv420p_to_rgb(y: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Integer BT.601 limited range, chroma at (x/2, y/2): y (h, w), u/v (ceil(h/2), ceil(w/2)) uint8
+    -> (h, w, 3) uint8. `>>` on int32 numpy arrays is an arithmetic shift."""
+    h, w = y.shape
+    rows, cols = np.arange(h) // 2, np.arange(w) // 2
+    c = y.astype(np.int32) - 16                                   # (h, w)
+    d = u.astype(np.int32)[rows][:, cols] - 128                   # (h, w)
+    e = v.astype(np.int32)[rows][:, cols] - 128                   # (h, w)
+    r = np.clip((298 * c + 409 * e + 128) >> 8, 0, 255)
+    g = np.clip((298 * c - 100 * d - 208 * e + 128) >> 8, 0, 255)
+    b = np.clip((298 * c + 516 * d + 128) >> 8, 0, 255)
+    return np.stack([r, g, b], axis=-1).astype(np.uint8)          # (h, w, 3)
+
+
+@dataclass
+class DecodedVideo:
+    """All frames of one episode's video: yuv420p planes (bit-exact path) or rgb24 (approximate path)."""
+    pix_fmt: str                 # "yuv420p" or "rgb24"
+    width: int
+    height: int
+    frames: np.ndarray           # yuv420p: (F, frame_bytes) uint8; rgb24: (F, h, w, 3) uint8
+    exact: bool                  # True iff the contract's integer formula produced the RGB
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.frames.nbytes)
+
+    def rgb(self, i: int) -> np.ndarray:
+        """Frame i (presentation order) as (h, w, 3) uint8."""
+        if self.pix_fmt == "rgb24":
+            return self.frames[i]
+        w, h = self.width, self.height
+        cw, ch = (w + 1) // 2, (h + 1) // 2
+        f = self.frames[i]
+        y = f[:w * h].reshape(h, w)
+        u = f[w * h:w * h + cw * ch].reshape(ch, cw)
+        v = f[w * h + cw * ch:w * h + 2 * cw * ch].reshape(ch, cw)
+        return yuv420p_to_rgb(y, u, v)
+
+
+_warned = set()
+
+
+def _warn_once(key: str, msg: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+
+
+def have_ffmpeg_cli() -> bool:
+    return shutil.which("ffmpeg") is not None and shutil.which("ffprobe") is not None
+
+
+def probe_stream(path: Path) -> Dict[str, Any]:
+    """ffprobe of the first video stream: pix_fmt, width, height, color_range."""
+    cmd = ["ffprobe", "-v", "error", "-select_streams", "v:0",
+           "-show_entries", "stream=pix_fmt,width,height,color_range", "-of", "json", str(path)]
+    p = subprocess.run(cmd, capture_output=True)
+    if p.returncode != 0:
+        raise DataError(f"{path}: ffprobe failed: {p.stderr.decode(errors='replace').strip()}")
+    streams = json.loads(p.stdout).get("streams", [])
+    if not streams:
+        raise DataError(f"{path}: no video stream; re-convert the dataset")
+    return streams[0]
+
+
+def decode_ffmpeg(path: Path, expected_frames: int) -> DecodedVideo:
+    """The whole video as raw frames in presentation order, through the ffmpeg CLI.
+    `-fps_mode passthrough` keeps ffmpeg from duplicating or dropping frames (the
+    rawvideo muxer would otherwise get constant-frame-rate sync) and
+    `-noautorotate` keeps display-matrix rotation out, as a libavcodec decoder sees it."""
+    s = probe_stream(path)
+    w, h = int(s["width"]), int(s["height"])
+    exact = s.get("pix_fmt") == "yuv420p"
+    if not exact:
+        _warn_once(f"pixfmt:{s.get('pix_fmt')}",
+                   f"{path}: stream pix_fmt is {s.get('pix_fmt')!r}, not yuv420p: converting to rgb24 with "
+                   "ffmpeg/swscale; bit-exact parity with the C++ trainer is not covered for this video")
+    elif s.get("color_range") == "pc":
+        _warn_once("range:pc", f"{path}: yuv420p stream flagged full range (pc); the contract's limited-range "
+                               "formula is applied anyway, as in the C++ trainer")
+    out_fmt = "yuv420p" if exact else "rgb24"
+    cmd = ["ffmpeg", "-v", "error", "-nostdin", "-noautorotate", "-i", str(path), "-map", "0:v:0",
+           "-fps_mode", "passthrough", "-f", "rawvideo", "-pix_fmt", out_fmt, "-"]
+    p = subprocess.run(cmd, capture_output=True)
+    if p.returncode != 0:
+        raise DataError(f"{path}: ffmpeg decode failed: {p.stderr.decode(errors='replace').strip()}")
+    raw = np.frombuffer(p.stdout, dtype=np.uint8)
+    frame_bytes = w * h + 2 * ((w + 1) // 2) * ((h + 1) // 2) if exact else w * h * 3
+    if raw.size % frame_bytes:
+        raise DataError(f"{path}: ffmpeg produced {raw.size} bytes, not a whole number of {w}x{h} {out_fmt} frames")
+    n = raw.size // frame_bytes
+    if n != expected_frames:
+        raise DataError(f"{path}: decoded {n} frames but loongforge_dataset.json says {expected_frames}; "
+                        "re-convert the dataset")
+    frames = raw.reshape(n, frame_bytes) if exact else raw.reshape(n, h, w, 3)
+    return DecodedVideo(out_fmt, w, h, frames, exact)
+
+
+def decode_fallback(path: Path, expected_frames: int) -> DecodedVideo:
+    """OpenCV, then PyAV: RGB through their own conversion (approximate parity)."""
+    frames: List[np.ndarray] = []
+    try:
+        import cv2  # noqa: F401
+        _warn_once("fallback", "no ffmpeg CLI: decoding videos with OpenCV; parity with the C++ decoder "
+                               "(integer BT.601 from yuv420p) is approximate")
+        cap = cv2.VideoCapture(str(path))
+        if not cap.isOpened():
+            raise DataError(f"{path}: OpenCV cannot open the video")
+        while True:
+            ok, bgr = cap.read()
+            if not ok:
+                break
+            frames.append(np.ascontiguousarray(bgr[:, :, ::-1]))   # BGR -> RGB, (h, w, 3)
+        cap.release()
+    except ImportError:
+        try:
+            import av
+        except ImportError:
+            raise DataError(f"{path}: cannot decode video: no ffmpeg/ffprobe CLI, no OpenCV (cv2), no PyAV (av); "
+                            "install one of them") from None
+        _warn_once("fallback", "no ffmpeg CLI and no OpenCV: decoding videos with PyAV; parity with the C++ "
+                               "decoder (integer BT.601 from yuv420p) is approximate")
+        with av.open(str(path)) as c:
+            for fr in c.decode(video=0):
+                frames.append(fr.to_ndarray(format="rgb24"))
+    if len(frames) != expected_frames:
+        raise DataError(f"{path}: decoded {len(frames)} frames but loongforge_dataset.json says {expected_frames}")
+    arr = np.stack(frames)                                            # (F, h, w, 3)
+    return DecodedVideo("rgb24", arr.shape[2], arr.shape[1], arr, False)
+
+
+def decode_video(path: Path, expected_frames: int) -> DecodedVideo:
+    if have_ffmpeg_cli():
+        return decode_ffmpeg(path, expected_frames)
+    return decode_fallback(path, expected_frames)
+
+
+class VideoCache:
+    """LRU of decoded episodes, bounded by bytes (one per process; DataLoader workers each have one).
+    A single video larger than the budget is still decoded and kept until the next one."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self._items: "collections.OrderedDict[Tuple[str, int], DecodedVideo]" = collections.OrderedDict()
+        self.bytes = 0
+        self.decodes = 0
+        self._lock = threading.Lock()
+
+    def get(self, path: Path, expected_frames: int) -> DecodedVideo:
+        key = (str(path), expected_frames)
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None:
+                self._items.move_to_end(key)
+                return hit
+        video = decode_video(path, expected_frames)
+        with self._lock:
+            self.decodes += 1
+            self._items[key] = video
+            self.bytes += video.nbytes
+            while self.bytes > self.max_bytes and len(self._items) > 1:
+                _, old = self._items.popitem(last=False)
+                self.bytes -= old.nbytes
+        return video
+
+
+def image_to_model(frames_rgb: List[np.ndarray], size: int) -> Tensor:
+    """V RGB frames (h, w, 3) uint8 -> (V, 3, S, S) float32: adaptive_avg_pool2d of the
+    0..255 values, then ((v / 255) - 0.5) / 0.5."""
+    shapes = {f.shape for f in frames_rgb}
+    if len(shapes) == 1:
+        x = torch.from_numpy(np.stack(frames_rgb).transpose(0, 3, 1, 2).astype(np.float32))  # (V, 3, h, w)
+        x = F.adaptive_avg_pool2d(x.contiguous(), (size, size))                              # (V, 3, S, S)
+    else:  # cameras of different sizes: pool each (3, h, w) on its own (same per-element arithmetic)
+        x = torch.stack([F.adaptive_avg_pool2d(
+            torch.from_numpy(f.transpose(2, 0, 1).astype(np.float32)).contiguous(), (size, size))
+            for f in frames_rgb])
+    return ((x / 255) - 0.5) / 0.5
+
+
+# ---------------------------------------------------------------------------- section 3: normalization
+
+
+def min_max_normalize(x: np.ndarray, mn: np.ndarray, mx: np.ndarray) -> np.ndarray:
+    """float32 values (..., width) -> float32: in float64, d = max - min; y = ((2*(x - min)) / d) - 1,
+    0 where d < 1e-8; then rounded to float32. No clipping."""
+    xd = x.astype(np.float64)
+    d = mx - mn                                                   # (width,)
+    safe = np.where(d < 1e-8, 1.0, d)
+    y = ((2.0 * (xd - mn)) / safe) - 1.0
+    y = np.where(d < 1e-8, 0.0, y)
+    return y.astype(np.float32)
+
+
+# ---------------------------------------------------------------------------- samples and batches
+
+
+def _get(cfg: Dict, dotted: str):
+    node = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise KeyError(f"config key '{dotted}' missing: pass the effective config from "
+                           "`loongforge-train --print-config`")
+        node = node[part]
+    return node
+
+
+def _as_bool(v) -> bool:
+    if isinstance(v, bool):
+        return v
+    return str(v).strip().lower() in ("1", "true", "yes", "on")
+
+
+def _mcfg(model_cfg, key: str):
+    return model_cfg[key] if isinstance(model_cfg, dict) else getattr(model_cfg, key)
+
+
+class SampleBuilder:
+    """Samples (training-semantics s3) and micro-batches (s2 + s4) of one dataset for one model."""
+
+    def __init__(self, dataset: LFDataset, model_cfg, data_cfg: Dict, cache_bytes: int = 2 << 30):
+        self.ds = dataset
+        self.seed = int(_get(data_cfg, "run.seed"))
+        self.B = int(_get(data_cfg, "trainer.micro_batch_size"))
+        self.H = int(_get(data_cfg, "data.action_horizon"))
+        self.L = int(_get(data_cfg, "data.max_text_len"))
+        self.embodiment_id = int(_get(data_cfg, "data.embodiment_id"))
+        self.shuffle = _as_bool(_get(data_cfg, "data.shuffle"))
+        mode = str(_get(data_cfg, "data.action_mode"))
+        if mode != "absolute":
+            raise ValueError(f"data.action_mode={mode}: docs/training-semantics.md specifies only 'absolute'")
+        self.S = int(_mcfg(model_cfg, "image_size"))
+        self.max_state = int(_mcfg(model_cfg, "max_state_dim"))
+        self.max_action = int(_mcfg(model_cfg, "max_action_dim"))
+        if self.H > int(_mcfg(model_cfg, "max_action_horizon")):
+            raise ValueError(f"data.action_horizon={self.H} exceeds the model's max_action_horizon="
+                             f"{_mcfg(model_cfg, 'max_action_horizon')}; lower it or re-export the model")
+        if not 0 <= self.embodiment_id < int(_mcfg(model_cfg, "num_embodiments")):
+            raise ValueError(f"data.embodiment_id={self.embodiment_id} outside the model's "
+                             f"num_embodiments={_mcfg(model_cfg, 'num_embodiments')}")
+        if _mcfg(model_cfg, "use_imu") or _mcfg(model_cfg, "use_audio"):
+            raise ValueError("the model was exported with use_imu/use_audio, but the dataset pipeline of "
+                             "docs/training-semantics.md has no imu/audio inputs; export without them")
+        self.state_col, self.state_w = self._numeric_column("state", "observation.state", self.max_state)
+        self.action_col, self.action_w = self._numeric_column("action", "action", self.max_action)
+        self.state_min, self.state_max = self._min_max(self.state_col)
+        self.action_min, self.action_max = self._min_max(self.action_col)
+        self.task_col = self._task_column()
+        self.cameras = [c for c in dataset.cameras if c.get("modality_name", "")]
+        nv = int(_mcfg(model_cfg, "num_views"))
+        if len(self.cameras) != nv:
+            raise ValueError(f"the model has num_views={nv} but modality.json uses {len(self.cameras)} cameras "
+                             f"({[c['key'] for c in self.cameras]}); re-export with --set num_views="
+                             f"{len(self.cameras)}")
+        self.cache = VideoCache(cache_bytes)
+        self._samplers: Dict[Tuple[int, int], Sampler] = {}
+
+    # -- setup helpers
+    def _numeric_column(self, group: str, default: str, max_dim: int) -> Tuple[str, int]:
+        groups = self.ds.meta.get("modality", {}).get(group, {})
+        keys = {g.get("original_key", default) for g in groups.values()} or {default}
+        if len(keys) != 1:
+            raise DataError(f"{self.ds.root}: modality.json {group} groups name several columns {sorted(keys)}; "
+                            "docs/training-semantics.md takes one column")
+        name = keys.pop()
+        width = self.ds.columns_json[self.ds.column_id(name)]["width"]
+        if width > max_dim:
+            raise ValueError(f"{group} column {name!r} has width {width} > the model's max_{group}_dim={max_dim}")
+        return name, width
+
+    def _min_max(self, name: str) -> Tuple[np.ndarray, np.ndarray]:
+        st = self.ds.stats.get(name, {})
+        if "min" not in st or "max" not in st:
+            raise DataError(f"{self.ds.root}: stats for {name!r} have no min/max; re-convert the dataset")
+        return np.asarray(st["min"], dtype=np.float64), np.asarray(st["max"], dtype=np.float64)
+
+    def _task_column(self) -> str:
+        for c in self.ds.columns_json:                  # the first in column order
+            if c["name"].endswith("task_description"):
+                return c["name"]
+        return "task_index"
+
+    def sampler(self, rank: int, world: int) -> Sampler:
+        key = (rank, world)
+        if key not in self._samplers:
+            self._samplers[key] = Sampler(self.ds.num_samples, self.seed, self.shuffle, self.B, rank, world)
+        return self._samplers[key]
+
+    # -- one sample
+    def sample(self, i: int) -> Dict[str, Tensor]:
+        e, t = self.ds.locate(i)
+        ep = self.ds.episodes[e]
+        L = ep.length
+        state = np.zeros(self.max_state, np.float32)                                      # (D_s,)
+        state[:self.state_w] = min_max_normalize(self.ds.array(e, self.state_col)[t],
+                                                 self.state_min, self.state_max)
+        actions = np.zeros((self.H, self.max_action), np.float32)                         # (H, A)
+        mask = np.zeros((self.H, self.max_action), np.float32)                            # (H, A)
+        n = min(self.H, L - t)
+        actions[:n, :self.action_w] = min_max_normalize(self.ds.array(e, self.action_col)[t:t + n],
+                                                        self.action_min, self.action_max)
+        mask[:n, :self.action_w] = 1.0
+        tokens, text_mask = self.text(e, t)
+        return {
+            "images": self.images(e, t),                                                  # (V, 3, S, S)
+            "text_tokens": torch.from_numpy(tokens),                                      # (L,)
+            "text_mask": torch.from_numpy(text_mask),                                     # (L,)
+            "state": torch.from_numpy(state),
+            "actions": torch.from_numpy(actions),
+            "action_mask": torch.from_numpy(mask),
+            "embodiment_id": torch.tensor(self.embodiment_id, dtype=torch.int64),
+        }
+
+    def text(self, e: int, t: int) -> Tuple[np.ndarray, np.ndarray]:
+        idx = int(self.ds.array(e, self.task_col)[t, 0])
+        if idx not in self.ds.tasks:
+            raise DataError(f"{self.ds.root}: episode {self.ds.episodes[e].episode_index} row {t}: "
+                            f"{self.task_col}={idx} is not in tasks[]; re-convert the dataset")
+        ids = self.ds.tasks[idx]["token_ids"][:self.L]
+        tokens = np.zeros(self.L, np.int64)
+        tokens[:len(ids)] = ids
+        return tokens, np.arange(self.L) < len(ids)
+
+    def rgb_frame(self, e: int, camera: Dict, t: int) -> np.ndarray:
+        """(h, w, 3) uint8 frame video_frame:<key>[t] of episode position e."""
+        path, info = self.ds.video_file(e, camera["camera_id"])
+        frame = int(self.ds.array(e, "video_frame:" + camera["key"])[t, 0])
+        video = self.cache.get(path, int(info["frame_count"]))
+        if not 0 <= frame < video.frames.shape[0]:
+            raise DataError(f"{path}: row {t} wants frame {frame} of {video.frames.shape[0]}")
+        return video.rgb(frame)
+
+    def images(self, e: int, t: int) -> Tensor:
+        return image_to_model([self.rgb_frame(e, c, t) for c in self.cameras], self.S)   # (V, 3, S, S)
+
+    # -- batches
+    def fm_draws(self, m: int, rank: int, world: int, batch_size: Optional[int] = None) -> Dict[str, Tensor]:
+        """Section 4: fm_t (B,) and fm_noise (B, H, A) from a CPU generator seeded per micro-batch."""
+        B = self.B if batch_size is None else batch_size
+        g = torch.Generator(device="cpu")
+        g.manual_seed((self.seed * 1000003 + (m * world + rank)) % (1 << 63))
+        u = torch.rand(B, generator=g)                                                   # (B,)
+        fm_t = (0.999 - torch.pow(u, 0.6666666666666666)) / 0.999                       # (B,)
+        noise = torch.randn(B, self.H, self.max_action, generator=g)                     # (B, H, A)
+        return {"fm_t": fm_t, "fm_noise": noise}
+
+    def micro_batch_indices(self, m: int, rank: int, world: int) -> List[int]:
+        return self.sampler(rank, world).micro_batch(m)
+
+    def micro_batch(self, m: int, rank: int = 0, world: int = 1) -> Dict[str, Tensor]:
+        """The full batch of global micro-batch m of this rank, incl. fm_t / fm_noise."""
+        batch = collate_samples([self.sample(i) for i in self.micro_batch_indices(m, rank, world)])
+        batch.update(self.fm_draws(m, rank, world))
+        return batch
+
+
+def collate_samples(samples: List[Dict[str, Tensor]]) -> Dict[str, Tensor]:
+    """Stack per-sample tensors along a new batch dim: images (B, V, 3, S, S), actions (B, H, A), ..."""
+    return {k: torch.stack([s[k] for s in samples]) for k in samples[0]}
+
+
+# ---------------------------------------------------------------------------- DataLoader pieces (baseline mode)
+
+
+class SampleDataset(torch.utils.data.Dataset):
+    """Map-style dataset over the sample space: item i is SampleBuilder.sample(i) (no fm draws)."""
+
+    def __init__(self, builder: SampleBuilder):
+        self.builder = builder
+
+    def __len__(self) -> int:
+        return self.builder.ds.num_samples
+
+    def __getitem__(self, i: int) -> Dict[str, Tensor]:
+        return self.builder.sample(i)
+
+
+class MicroBatchSampler(torch.utils.data.Sampler):
+    """Yields the sample indices of global micro-batches start .. start+count-1 of one rank,
+    in order (pass as `batch_sampler=`)."""
+
+    def __init__(self, builder: SampleBuilder, rank: int, world: int, start: int, count: int):
+        self.builder, self.rank, self.world, self.start, self.count = builder, rank, world, start, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self):
+        for m in range(self.start, self.start + self.count):
+            yield self.builder.micro_batch_indices(m, self.rank, self.world)

@@ -1,0 +1,574 @@
+"""The reference PyTorch trainer: the numerical reference and the performance baseline.
+
+Usage
+    PYTHONPATH=scripts python scripts/reference/train_torch.py --config configs/n16-tiny.yaml \
+        [--set trainer.max_steps=5 ...] [--mode parity|baseline] [--threads N] \
+        [--loongforge-train build/src/daemon/loongforge-train] [--out RUN_DIR]
+    torchrun --nproc-per-node 2 scripts/reference/train_torch.py --mode baseline --config ...
+
+Contract
+- The effective config comes from `loongforge-train --config YAML --set ... --print-config`
+  (defaults are defined once, in C++). Relative paths in it are taken from the
+  current directory, as loongforge-train takes them.
+- The model is the exported TorchScript file `model.path`: its
+  loongforge/config.json builds the EAGER `model.n16.N16Model`, the scripted
+  module's state_dict is loaded into it (names must match exactly) and
+  requires_grad comes from loongforge/params.json `trainable`. No dropout exists.
+- `--mode parity` (default): one process, fp32 (TF32 off on CUDA), on
+  `run.device`; micro-batches from `SampleBuilder.micro_batch` in the exact
+  order, and the optimizer step of docs/training-semantics.md section 5
+  written out op by op (forward all K micro-batches, weights num_valid_i / V as
+  Python floats, backward in order, clipping by hand, HF-style schedule,
+  torch.optim.AdamW(foreach=False, fused=False) with the two groups,
+  set_to_none). A NaN/Inf loss or gradient norm stops the run naming the step
+  (exit status 3); parameters are not updated.
+- `--mode baseline`: what LeRobot / Isaac-GR00T users run. DDP when
+  WORLD_SIZE > 1 (torchrun environment; gloo on CPU, nccl on CUDA), bf16
+  autocast when precision resolves to bf16 (auto = bf16 on CUDA) with frozen
+  weights stored in bf16, DataLoader workers (`adfe.decode_threads`) decoding
+  videos, pin_memory and prefetch on CUDA, fused AdamW on CUDA,
+  torch.nn.utils.clip_grad_norm_. Same samples in the same order (each rank its
+  split); section 5's weights use this rank's V and DDP averages over ranks.
+- Writes RUN_DIR (default `<run.output_dir>/<run.name>-torch`; rank 0 only):
+  `config.yaml` (the effective config), `metrics.jsonl` (one object per
+  optimizer step, keys in METRIC_KEYS), `summary.json`; prints a progress line
+  every `logging.interval_steps` steps and a final summary.
+"""
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import re
+import resource
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import yaml
+from torch import Tensor
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+for p in (str(REPO / "scripts"), str(HERE)):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+from lf_dataset import (LFDataset, MicroBatchSampler, SampleBuilder, SampleDataset,  # noqa: E402
+                        collate_samples)
+from model.config import ModelConfig  # noqa: E402
+from model.n16 import build_model  # noqa: E402
+
+warnings.filterwarnings("ignore", message=r".*torch\.jit\.\w+` is deprecated", category=DeprecationWarning)
+
+DEFAULT_BINARY = REPO / "build" / "src" / "daemon" / "loongforge-train"
+PEAK_FLOPS_H200_BF16 = 989e12   # DESIGN.md s10: MFU is against dense bf16 peak
+METRIC_KEYS = ["step", "loss", "lr", "grad_norm", "num_valid", "samples_per_s", "tokens_per_s", "mfu",
+               "data_wait_ms", "step_ms", "peak_mem_mb"]
+
+
+class NonFiniteError(RuntimeError):
+    """Loss or gradient norm is NaN/Inf (trainer.stop_on_nonfinite)."""
+
+
+# ---------------------------------------------------------------------------- config
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """safe_load plus floats without a dot ("3e-04", "1e+09"): YAML 1.1, which PyYAML
+    implements, reads those as strings, and loongforge-train prints them that way."""
+
+
+_ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)(?:[eE][-+]?[0-9]+)?$|^[-+]?\.(?:inf|Inf|INF)$"
+               r"|^\.(?:nan|NaN|NAN)$"),
+    list("-+0123456789."))
+# ints must still win over the float resolver above: re-add int first for digits
+_ConfigLoader.yaml_implicit_resolvers = {
+    k: sorted(v, key=lambda tr: 0 if tr[0] == "tag:yaml.org,2002:int" else 1)
+    for k, v in _ConfigLoader.yaml_implicit_resolvers.items()}
+
+
+def effective_config(binary: Path, config: str, sets: List[str]) -> Tuple[Dict, str]:
+    """Runs `loongforge-train --config C --set ... --print-config` -> (nested dict, YAML text)."""
+    if not Path(binary).exists():
+        raise FileNotFoundError(f"loongforge-train not found at '{binary}': build it (cmake --build build) "
+                                "or pass --loongforge-train PATH")
+    cmd = [str(binary), "--config", config]
+    for s in sets:
+        cmd += ["--set", s]
+    cmd.append("--print-config")
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise ValueError(f"loongforge-train rejected the config (exit {p.returncode}):\n{p.stderr.strip()}")
+    return yaml.load(p.stdout, Loader=_ConfigLoader), p.stdout
+
+
+def cfg_get(cfg: Dict, dotted: str):
+    node = cfg
+    for part in dotted.split("."):
+        node = node[part]
+    return node
+
+
+# ---------------------------------------------------------------------------- model
+
+
+def load_model(path: str) -> Tuple[torch.nn.Module, ModelConfig, Dict]:
+    """Exported TorchScript file -> (eager N16Model with its weights on CPU, config, extra files)."""
+    names = ["config.json", "params.json", "flops.json"]
+    extra = {"loongforge/" + n: "" for n in names}
+    try:
+        scripted = torch.jit.load(path, map_location="cpu", _extra_files=extra)
+    except (RuntimeError, ValueError) as e:
+        raise ValueError(f"model.path '{path}': cannot load TorchScript file ({e}); export it with "
+                         "scripts/model/export.py") from None
+    if not extra["loongforge/config.json"] or not extra["loongforge/params.json"]:
+        raise ValueError(f"model.path '{path}': no loongforge/config.json or params.json; re-export it "
+                         "with scripts/model/export.py")
+    mcfg = ModelConfig.from_json(extra["loongforge/config.json"])
+    params = json.loads(extra["loongforge/params.json"])
+    model = build_model(mcfg, device=torch.device("meta"))
+    sd = scripted.state_dict()
+    want, have = set(model.state_dict().keys()), set(sd.keys())
+    if want != have:
+        raise ValueError(f"model.path '{path}': state_dict names differ from model.n16 "
+                         f"(missing {sorted(want - have)[:5]}, unexpected {sorted(have - want)[:5]}); "
+                         "re-export with the current scripts/model")
+    model.load_state_dict(sd, strict=True, assign=True)
+    del scripted
+    named = dict(model.named_parameters())
+    if [p["name"] for p in params] != list(named):
+        raise ValueError(f"model.path '{path}': params.json does not list the model's parameters in order")
+    for p in params:
+        if list(named[p["name"]].shape) != p["shape"]:
+            raise ValueError(f"model.path '{path}': {p['name']} has shape {list(named[p['name']].shape)}, "
+                             f"params.json says {p['shape']}")
+        named[p["name"]].requires_grad_(bool(p["trainable"]))
+    flops = json.loads(extra["loongforge/flops.json"]) if extra["loongforge/flops.json"] else {}
+    return model, mcfg, {"params": params, "flops": flops}
+
+
+# ---------------------------------------------------------------------------- the step pieces (section 5)
+
+
+def lr_at(s: int, cfg: Dict) -> float:
+    """HF get_*_schedule_with_warmup for 0-based step s (step 0 has lr 0 when warmup > 0)."""
+    lr = float(cfg_get(cfg, "optimizer.lr"))
+    T = int(cfg_get(cfg, "trainer.max_steps"))
+    ws = int(cfg_get(cfg, "schedule.warmup_steps"))
+    Wu = ws if ws > 0 else math.ceil(float(cfg_get(cfg, "schedule.warmup_ratio")) * T)
+    if s < Wu:
+        return lr * s / max(1, Wu)
+    p = (s - Wu) / max(1, T - Wu)
+    name = cfg_get(cfg, "schedule.name")
+    if name == "cosine":
+        f = max(0.0, 0.5 * (1.0 + math.cos(math.pi * p)))
+    elif name == "linear":
+        f = max(0.0, 1.0 - p)
+    elif name == "constant":
+        f = 1.0
+    else:
+        raise ValueError(f"schedule.name={name}: expected cosine, linear or constant")
+    mr = float(cfg_get(cfg, "schedule.min_lr_ratio"))
+    return lr * (mr + (1.0 - mr) * f)
+
+
+def make_optimizer(model: torch.nn.Module, cfg: Dict, fused: bool) -> torch.optim.Optimizer:
+    """AdamW, two groups: trainable dim >= 2 decay, the rest not (named_parameters order)."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in trainable if p.dim() >= 2]
+    no_decay = [p for p in trainable if p.dim() < 2]
+    wd = float(cfg_get(cfg, "optimizer.weight_decay"))
+    betas = (float(cfg_get(cfg, "optimizer.beta1")), float(cfg_get(cfg, "optimizer.beta2")))
+    groups = [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
+    kw = {"fused": True} if fused else {"foreach": False, "fused": False}
+    return torch.optim.AdamW(groups, lr=0.0, betas=betas, eps=float(cfg_get(cfg, "optimizer.eps")), **kw)
+
+
+def clip_gradients(params: List[Tensor], clip: float) -> Tensor:
+    """Section 5 clipping, op by op; returns the total norm before clipping (0-dim tensor).
+    coef is a true division (C++ `clip / t` = full(clip).div_(t)); note that Python's
+    `clip / t` is `t.reciprocal() * clip`, which can differ in the last bit."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    norms = [torch.linalg.vector_norm(g, 2) for g in grads]
+    total = torch.linalg.vector_norm(torch.stack(norms), 2)
+    if clip > 0:
+        coef = torch.clamp(torch.full_like(total, clip).div_(total + 1e-6), max=1.0)
+        for g in grads:
+            g.mul_(coef)
+    return total
+
+
+def effective_tokens(batch: Dict[str, Tensor], mcfg: ModelConfig) -> int:
+    """Effective (non-padding) tokens of a micro-batch, the tokens_per_s numerator:
+    per sample, the VL tokens (vision tokens of all views + imu/audio tokens when the
+    model has them + real text tokens, i.e. text_mask) plus the valid action tokens
+    (rows k with any action_mask[k, j] = 1, i.e. not past the episode end). The state
+    token and padding are not counted."""
+    B, V = batch["images"].shape[0], batch["images"].shape[1]
+    per_sample = V * mcfg.tokens_per_view + (mcfg.imu_tokens if mcfg.use_imu else 0) + \
+        (mcfg.audio_tokens if mcfg.use_audio else 0)
+    text = int(batch["text_mask"].sum())
+    actions = int((batch["action_mask"].amax(dim=-1) > 0).sum())
+    return B * per_sample + text + actions
+
+
+def peak_mem_mb(device: torch.device) -> float:
+    """CUDA: max allocated by the caching allocator; CPU: the process's peak RSS."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def to_device(batch: Dict[str, Tensor], device: torch.device) -> Dict[str, Tensor]:
+    if device.type == "cpu":
+        return batch
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+# ---------------------------------------------------------------------------- run log
+
+
+class RunLog:
+    """metrics.jsonl, progress lines and summary.json (written by rank 0 only)."""
+
+    def __init__(self, run_dir: Optional[Path], total_steps: int, interval: int, config_text: str):
+        self.run_dir, self.total, self.interval = run_dir, total_steps, max(1, interval)
+        self.start = time.perf_counter()
+        self.records: List[Dict] = []
+        self.metrics = None
+        if run_dir is not None:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / "config.yaml").write_text(config_text)
+            self.metrics = open(run_dir / "metrics.jsonl", "w")
+
+    def record(self, r: Dict) -> None:
+        self.records.append(r)
+        if self.metrics is None:
+            return
+        self.metrics.write(json.dumps({k: r[k] for k in METRIC_KEYS}) + "\n")
+        self.metrics.flush()
+        s = r["step"]
+        if s % self.interval == 0 or s == 1 or s == self.total:
+            elapsed = time.perf_counter() - self.start
+            eta = elapsed / s * (self.total - s)
+            print(f"step {s}/{self.total}  loss {r['loss']:.5g}  lr {r['lr']:.3g}  "
+                  f"{r['samples_per_s']:.1f} samples/s  data {r['data_wait_ms']:.1f} ms  "
+                  f"elapsed {fmt_duration(elapsed)}  ETA {fmt_duration(eta)}", flush=True)
+
+    @contextlib.contextmanager
+    def stop_on_nonfinite(self, extra: Dict):
+        """Writes summary.json with status "nonfinite" before a NonFiniteError leaves the run."""
+        try:
+            yield
+        except NonFiniteError as e:
+            self.finish({**extra, "status": "nonfinite", "error": str(e)})
+            raise
+
+    def finish(self, extra: Dict) -> Dict:
+        """mean_samples_per_s = samples / step time over steps 2.. (step 1 warms up), or step 1 alone."""
+        wall = time.perf_counter() - self.start
+        steady = self.records[1:] or self.records
+        samples = sum(r["samples_per_s"] * r["step_ms"] / 1000.0 for r in steady)
+        secs = sum(r["step_ms"] / 1000.0 for r in steady)
+        summary = {"status": "ok", "steps": len(self.records),
+                   "final_loss": self.records[-1]["loss"] if self.records else None,
+                   "mean_samples_per_s": samples / secs if secs > 0 else 0.0,
+                   "wall_time_s": wall, **extra}
+        if self.run_dir is not None:
+            self.metrics.close()
+            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+            print(f"done: {summary['steps']} steps, final loss {summary['final_loss']}, "
+                  f"{summary['mean_samples_per_s']:.2f} samples/s, wall {fmt_duration(wall)} "
+                  f"-> {self.run_dir}", flush=True)
+        return summary
+
+
+def fmt_duration(seconds: float) -> str:
+    s = int(seconds + 0.5)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def check_finite(step: int, loss: float, total: float, cfg: Dict) -> bool:
+    """True when the step may update parameters."""
+    if math.isfinite(loss) and math.isfinite(total):
+        return True
+    msg = (f"non-finite at optimizer step {step + 1} (0-based {step}): loss {loss}, grad_norm {total}; "
+           "parameters were not updated")
+    if bool(cfg_get(cfg, "trainer.stop_on_nonfinite")):
+        raise NonFiniteError(msg + " (trainer.stop_on_nonfinite)")
+    print(f"warning: {msg}; skipping the update", file=sys.stderr, flush=True)
+    return False
+
+
+# ---------------------------------------------------------------------------- shared setup
+
+
+def resolve_device(cfg: Dict, local_rank: int = 0) -> torch.device:
+    want = cfg_get(cfg, "run.device")
+    if want == "auto":
+        want = "cuda" if torch.cuda.is_available() else "cpu"
+    if want == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError("run.device=cuda but no GPU is visible; use --set run.device=cpu")
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def default_run_dir(cfg: Dict) -> Path:
+    return Path(cfg_get(cfg, "run.output_dir")) / (str(cfg_get(cfg, "run.name")) + "-torch")
+
+
+def flops_per_sample(info: Dict) -> float:
+    f = info.get("flops", {})
+    return float(f.get("forward_per_sample", 0)) + float(f.get("backward_per_sample", 0))
+
+
+def step_record(s: int, lr: float, loss: float, total: float, num_valid: float, samples: int, tokens: int,
+                data_s: float, step_s: float, device: torch.device, world: int, fps: float) -> Dict:
+    """samples_per_s and tokens_per_s are global (all ranks) over this step's wall time;
+    mfu = per-GPU model FLOPs/s against 989 TFLOP/s dense bf16, 0 on CPU."""
+    sps = samples / step_s if step_s > 0 else 0.0
+    mfu = sps / world * fps / PEAK_FLOPS_H200_BF16 if device.type == "cuda" else 0.0
+    return {"step": s + 1, "loss": loss, "lr": lr, "grad_norm": total, "num_valid": num_valid,
+            "samples_per_s": sps, "tokens_per_s": tokens / step_s if step_s > 0 else 0.0, "mfu": mfu,
+            "data_wait_ms": data_s * 1000.0, "step_ms": step_s * 1000.0, "peak_mem_mb": peak_mem_mb(device)}
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# ---------------------------------------------------------------------------- parity mode
+
+
+def parity_step(model, batches: List[Dict[str, Tensor]]) -> Tuple[Tensor, float]:
+    """Section 5 forward/backward: -> (step_loss 0-dim float32, V). step_loss accumulates
+    the detached loss_i * w_i in float32, in order."""
+    outs = [model(b) for b in batches]
+    nv = [float(o["num_valid"]) for o in outs]
+    V = sum(nv)
+    K = len(outs)
+    w = [n / V for n in nv] if V != 0 else [1.0 / K] * K
+    step_loss = None
+    for o, wi in zip(outs, w):
+        scaled = o["loss"] * wi
+        scaled.backward()
+        step_loss = scaled.detach() if step_loss is None else step_loss + scaled.detach()
+    return step_loss, V
+
+
+def run_parity(cfg: Dict, cfg_text: str, run_dir: Path) -> Dict:
+    device = resolve_device(cfg)
+    if cfg_get(cfg, "precision.mode") == "bf16":
+        print("warning: --mode parity runs fp32; precision.mode=bf16 is ignored", file=sys.stderr)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    model, mcfg, info = load_model(cfg_get(cfg, "model.path"))
+    model.to(device).train()
+    builder = SampleBuilder(LFDataset(cfg_get(cfg, "data.path")), mcfg, cfg)
+    builder.sampler(0, 1)   # refuses a dataset smaller than one micro-batch before any work
+    opt = make_optimizer(model, cfg, fused=False)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    T = int(cfg_get(cfg, "trainer.max_steps"))
+    log = RunLog(run_dir, T, int(cfg_get(cfg, "logging.interval_steps")), cfg_text)
+    extra = {"mode": "parity", "device": str(device), "precision": "fp32", "threads": torch.get_num_threads(),
+             "world_size": 1}
+    with log.stop_on_nonfinite(extra):
+        for s in range(T):
+            log.record(parity_train_step(s, cfg, model, mcfg, builder, opt, trainable, device,
+                                         flops_per_sample(info)))
+    return log.finish({**extra, "video_decodes": builder.cache.decodes})
+
+
+def parity_train_step(s: int, cfg: Dict, model, mcfg: ModelConfig, builder: SampleBuilder, opt,
+                      trainable: List[Tensor], device: torch.device, fps: float) -> Dict:
+    """Optimizer step s (0-based) exactly as section 5 -> its metrics record."""
+    K = int(cfg_get(cfg, "trainer.gradient_accumulation_steps"))
+    t0 = time.perf_counter()
+    batches = [to_device(builder.micro_batch(s * K + i, 0, 1), device) for i in range(K)]
+    t1 = time.perf_counter()
+    lr = lr_at(s, cfg)
+    step_loss, V = parity_step(model, batches)
+    total = clip_gradients(trainable, float(cfg_get(cfg, "trainer.grad_clip_norm")))
+    loss_f, total_f = float(step_loss), float(total)
+    if check_finite(s, loss_f, total_f, cfg):
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.step()
+    opt.zero_grad(set_to_none=True)
+    sync(device)
+    t2 = time.perf_counter()
+    tokens = sum(effective_tokens(b, mcfg) for b in batches)
+    return step_record(s, lr, loss_f, total_f, V, builder.B * K, tokens, t1 - t0, t2 - t0, device, 1, fps)
+
+
+# ---------------------------------------------------------------------------- baseline mode
+
+
+def dist_env() -> Tuple[int, int, int]:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local = int(os.environ.get("LOCAL_RANK", str(rank)))
+    return rank, world, local
+
+
+class Baseline:
+    """Everything one rank of the baseline holds: DDP model, loader, optimizer."""
+
+    def __init__(self, cfg: Dict):
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        self.cfg, self.dist = cfg, dist
+        self.rank, self.world, local = dist_env()
+        self.device = resolve_device(cfg, local)
+        if self.world > 1:
+            if self.device.type == "cuda":
+                torch.cuda.set_device(self.device)
+            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo",
+                                    rank=self.rank, world_size=self.world)
+        precision = cfg_get(cfg, "precision.mode")
+        self.precision = ("bf16" if self.device.type == "cuda" else "fp32") if precision == "auto" else precision
+        bf16 = self.precision == "bf16"
+
+        model, self.mcfg, info = load_model(cfg_get(cfg, "model.path"))
+        if bf16:   # GR00T's layout: trainable weights fp32, frozen ones bf16
+            for p in model.parameters():
+                if not p.requires_grad:
+                    p.data = p.data.to(torch.bfloat16)
+        model.to(self.device).train()
+        self.trainable = [p for p in model.parameters() if p.requires_grad]
+        self.ddp = None
+        if self.world > 1:
+            self.ddp = DDP(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        self.net = self.ddp if self.ddp is not None else model
+        self.autocast = (lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)) if bf16 \
+            else contextlib.nullcontext
+        self.fps = flops_per_sample(info)
+
+        self.builder = SampleBuilder(LFDataset(cfg_get(cfg, "data.path")), self.mcfg, cfg)
+        self.builder.sampler(self.rank, self.world)
+        self.T = int(cfg_get(cfg, "trainer.max_steps"))
+        self.K = int(cfg_get(cfg, "trainer.gradient_accumulation_steps"))
+        self.workers = int(cfg_get(cfg, "adfe.decode_threads"))
+        self.loader = torch.utils.data.DataLoader(
+            SampleDataset(self.builder),
+            batch_sampler=MicroBatchSampler(self.builder, self.rank, self.world, 0, self.T * self.K),
+            collate_fn=collate_samples, num_workers=self.workers, pin_memory=self.device.type == "cuda",
+            persistent_workers=self.workers > 0,
+            prefetch_factor=int(cfg_get(cfg, "adfe.prefetch_factor")) if self.workers > 0 else None)
+        self.it = iter(self.loader)
+        self.opt = make_optimizer(model, cfg, fused=self.device.type == "cuda")
+
+    def step(self, s: int) -> Dict:
+        cfg, K, device = self.cfg, self.K, self.device
+        t0 = time.perf_counter()
+        batches = []
+        for i in range(K):
+            b = next(self.it)
+            b.update(self.builder.fm_draws(s * K + i, self.rank, self.world))
+            batches.append(b)
+        t1 = time.perf_counter()
+        nv = [float(b["action_mask"].sum()) for b in batches]   # = the model's num_valid, known before forward
+        V = sum(nv)
+        w = [n / V for n in nv] if V != 0 else [1.0 / K] * K
+        step_loss = torch.zeros((), device=device)
+        for i, b in enumerate(batches):
+            sync_ctx = self.ddp.no_sync() if self.ddp is not None and i < K - 1 else contextlib.nullcontext()
+            with sync_ctx:
+                with self.autocast():
+                    out = self.net(to_device(b, device))
+                scaled = out["loss"].float() * w[i]
+                scaled.backward()
+            step_loss += scaled.detach()
+        clip = float(cfg_get(cfg, "trainer.grad_clip_norm"))
+        if clip > 0:
+            total = torch.nn.utils.clip_grad_norm_(self.trainable, clip)
+        else:
+            total = torch.nn.utils.get_total_norm([p.grad for p in self.trainable if p.grad is not None])
+        tokens = sum(effective_tokens(b, self.mcfg) for b in batches)
+        stats = torch.stack([step_loss.double().cpu(), torch.tensor(V, dtype=torch.float64),
+                             torch.tensor(float(tokens), dtype=torch.float64)])   # (3,)
+        if self.world > 1:   # loss: mean over ranks; num_valid and tokens: sums
+            stats = stats.to(device)
+            self.dist.all_reduce(stats)
+            stats = stats.cpu()
+        loss_f, total_f = float(stats[0]) / self.world, float(total)
+        lr = lr_at(s, cfg)
+        if check_finite(s, loss_f, total_f, cfg):
+            for g in self.opt.param_groups:
+                g["lr"] = lr
+            self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        sync(device)
+        t2 = time.perf_counter()
+        return step_record(s, lr, loss_f, total_f, float(stats[1]), self.builder.B * K * self.world,
+                           int(stats[2]), t1 - t0, t2 - t0, device, self.world, self.fps)
+
+    def close(self) -> None:
+        del self.it, self.loader
+        if self.world > 1:
+            self.dist.destroy_process_group()
+
+
+def run_baseline(cfg: Dict, cfg_text: str, run_dir: Path) -> Dict:
+    bl = Baseline(cfg)
+    try:
+        log = RunLog(run_dir if bl.rank == 0 else None, bl.T, int(cfg_get(cfg, "logging.interval_steps")),
+                     cfg_text)
+        extra = {"mode": "baseline", "device": str(bl.device), "precision": bl.precision,
+                 "threads": torch.get_num_threads(), "world_size": bl.world, "decode_workers": bl.workers}
+        with log.stop_on_nonfinite(extra):
+            for s in range(bl.T):
+                log.record(bl.step(s))
+        return log.finish(extra)
+    finally:
+        bl.close()
+
+
+# ---------------------------------------------------------------------------- main
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description="Reference PyTorch trainer (parity reference and baseline).")
+    ap.add_argument("--config", required=True, help="YAML config, as for loongforge-train")
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config key (repeatable), passed to loongforge-train --print-config")
+    ap.add_argument("--mode", choices=["parity", "baseline"], default="parity")
+    ap.add_argument("--loongforge-train", default=str(DEFAULT_BINARY), help="loongforge-train binary")
+    ap.add_argument("--out", default=None, help="run directory (default <run.output_dir>/<run.name>-torch)")
+    ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (default: torch's default, "
+                                                         "as loongforge-train)")
+    args = ap.parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    try:
+        cfg, text = effective_config(Path(args.loongforge_train), args.config, args.sets)
+        run_dir = Path(args.out) if args.out else default_run_dir(cfg)
+        if args.mode == "parity":
+            run_parity(cfg, text, run_dir)
+        else:
+            run_baseline(cfg, text, run_dir)
+    except NonFiniteError as e:
+        print(f"train_torch: error: {e}", file=sys.stderr)
+        return 3
+    except (ValueError, FileNotFoundError, KeyError) as e:
+        print(f"train_torch: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

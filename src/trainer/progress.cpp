@@ -1,0 +1,83 @@
+// Progress line, metrics.jsonl and duration formatting.
+#include "loongforge/trainer/progress.hpp"
+
+#include <unistd.h>  // isatty
+
+#include <cstdio>    // std::printf, std::fflush
+#include <iomanip>   // std::setprecision
+#include <sstream>   // std::ostringstream
+
+#include <nlohmann/json.hpp>  // nlohmann::json
+
+#include "loongforge/common/error.hpp"
+
+namespace loongforge::trainer {
+
+std::string format_duration(double seconds) {
+  const auto s = static_cast<int64_t>(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600)
+    std::snprintf(buf, sizeof(buf), "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
+                  static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
+  else
+    std::snprintf(buf, sizeof(buf), "%lld:%02lld", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  return buf;
+}
+
+Progress::Progress(std::string mode, int64_t interval_steps, int64_t total_steps, const std::string& metrics_path)
+    : interval_(interval_steps), total_(total_steps), start_(std::chrono::steady_clock::now()) {
+  off_ = mode == "off";
+  bar_ = mode == "bar" || (mode == "auto" && isatty(STDOUT_FILENO));
+  if (!metrics_path.empty()) {
+    metrics_.open(metrics_path, std::ios::out | std::ios::trunc);
+    if (!metrics_) throw Error("cannot write metrics file '" + metrics_path + "': check run.output_dir");
+  }
+}
+
+double Progress::elapsed_s() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+void Progress::record(const StepRecord& r) {
+  history_.push_back(r);
+  if (metrics_.is_open()) {
+    nlohmann::json j = {{"step", r.step},
+                        {"loss", r.loss},
+                        {"lr", r.lr},
+                        {"grad_norm", r.grad_norm},
+                        {"num_valid", r.num_valid},
+                        {"samples_per_s", r.samples_per_s},
+                        {"tokens_per_s", r.tokens_per_s},
+                        {"mfu", r.mfu},
+                        {"data_wait_ms", r.data_wait_ms},
+                        {"step_ms", r.step_ms},
+                        {"peak_mem_mb", r.peak_mem_mb}};
+    metrics_ << j.dump() << '\n';
+    metrics_.flush();
+  }
+  if (off_) return;
+  const double elapsed = elapsed_s();
+  const double eta = r.step > 0 ? elapsed / static_cast<double>(r.step) * static_cast<double>(total_ - r.step) : 0;
+  std::ostringstream line;
+  line << "step " << r.step << "/" << total_ << "  loss " << std::setprecision(5) << r.loss << "  lr "
+       << std::setprecision(3) << r.lr << "  " << std::fixed << std::setprecision(1) << r.samples_per_s
+       << " samples/s  data " << r.data_wait_ms << " ms  elapsed " << format_duration(elapsed) << "  ETA "
+       << format_duration(eta);
+  if (bar_) {
+    const int width = 24;
+    const int filled = static_cast<int>(width * r.step / std::max<int64_t>(1, total_));
+    std::printf("\r[%s%s] %s\033[K", std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
+                line.str().c_str());
+    std::fflush(stdout);
+  } else if (r.step % interval_ == 0 || r.step == total_ || r.step == 1) {
+    std::printf("%s\n", line.str().c_str());
+    std::fflush(stdout);
+  }
+}
+
+void Progress::finish() {
+  if (bar_ && !off_) std::printf("\n");
+  std::fflush(stdout);
+}
+
+}  // namespace loongforge::trainer
