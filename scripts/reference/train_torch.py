@@ -4,6 +4,8 @@ Usage
     PYTHONPATH=scripts python scripts/reference/train_torch.py --config configs/n16-tiny.yaml \
         [--set trainer.max_steps=5 ...] [--mode parity|baseline] [--threads N] \
         [--loongforge-train build/src/daemon/loongforge-train] [--out RUN_DIR]
+    (or --effective-config FILE instead of --config/--set: a saved `--print-config` output,
+     for machines without the loongforge-train binary)
     torchrun --nproc-per-node 2 scripts/reference/train_torch.py --mode baseline --config ...
 
 Contract
@@ -85,14 +87,7 @@ class _ConfigLoader(yaml.SafeLoader):
 
 
 _ConfigLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)(?:[eE][-+]?[0-9]+)?$|^[-+]?\.(?:inf|Inf|INF)$"
-               r"|^\.(?:nan|NaN|NAN)$"),
-    list("-+0123456789."))
-# ints must still win over the float resolver above: re-add int first for digits
-_ConfigLoader.yaml_implicit_resolvers = {
-    k: sorted(v, key=lambda tr: 0 if tr[0] == "tag:yaml.org,2002:int" else 1)
-    for k, v in _ConfigLoader.yaml_implicit_resolvers.items()}
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"), list("-+0123456789"))
 
 
 def effective_config(binary: Path, config: str, sets: List[str]) -> Tuple[Dict, str]:
@@ -543,7 +538,11 @@ def run_baseline(cfg: Dict, cfg_text: str, run_dir: Path) -> Dict:
 
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description="Reference PyTorch trainer (parity reference and baseline).")
-    ap.add_argument("--config", required=True, help="YAML config, as for loongforge-train")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--config", help="YAML config, as for loongforge-train")
+    src.add_argument("--effective-config", metavar="FILE",
+                     help="the output of `loongforge-train --print-config` saved earlier, for machines without "
+                          "the binary (--set does not apply to it)")
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config key (repeatable), passed to loongforge-train --print-config")
     ap.add_argument("--mode", choices=["parity", "baseline"], default="parity")
@@ -555,7 +554,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     try:
-        cfg, text = effective_config(Path(args.loongforge_train), args.config, args.sets)
+        if args.effective_config:
+            if args.sets:
+                raise ValueError("--set needs --config: apply overrides when printing the effective config")
+            text = Path(args.effective_config).read_text()
+            cfg = yaml.load(text, Loader=_ConfigLoader)
+        else:
+            cfg, text = effective_config(Path(args.loongforge_train), args.config, args.sets)
         run_dir = Path(args.out) if args.out else default_run_dir(cfg)
         if args.mode == "parity":
             run_parity(cfg, text, run_dir)

@@ -7,17 +7,15 @@
 
 #include <cerrno>      // errno
 #include <cstring>     // std::strerror, std::memcpy
-#include <filesystem>  // std::filesystem
 #include <fstream>     // std::ifstream
 
 #include <ATen/ATen.h>        // at::empty
 #include <nlohmann/json.hpp>  // nlohmann::ordered_json
 
 #include "loongforge/common/error.hpp"
+#include "loongforge/common/files.hpp"
 
 namespace loongforge::checkpoint {
-
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -73,14 +71,6 @@ void write_file_synced(const std::string& path, Fn&& write_chunks) {
     throw;
   }
   ::close(fd);
-}
-
-void fsync_dir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
 }
 
 }  // namespace
@@ -145,28 +135,25 @@ NamedTensors read_safetensors(const std::string& path) {
 std::string write_checkpoint(const std::string& parent, const std::string& name,
                              const std::map<std::string, NamedTensors>& tensor_files,
                              const std::map<std::string, std::string>& text_files) {
-  std::error_code ec;
-  fs::create_directories(parent, ec);
-  if (ec) throw CheckpointError("cannot create checkpoint directory '" + parent + "': " + ec.message());
   const std::string final_dir = parent + "/" + name;
   const std::string tmp_dir = parent + "/." + name + ".tmp-" + std::to_string(::getpid());
-  fs::remove_all(tmp_dir, ec);
-  fs::create_directories(tmp_dir, ec);
-  if (ec) throw CheckpointError("cannot create '" + tmp_dir + "': " + ec.message());
   try {
+    make_dirs(parent);
+    remove_tree(tmp_dir);
+    make_dirs(tmp_dir);
     for (const auto& [file, tensors] : tensor_files) write_safetensors(tmp_dir + "/" + file, tensors);
     for (const auto& [file, text] : text_files)
       write_file_synced(tmp_dir + "/" + file, [&](int fd) { write_all(fd, text.data(), text.size(), file); });
-    fsync_dir(tmp_dir);
-    if (fs::exists(final_dir)) fs::remove_all(final_dir);
-    fs::rename(tmp_dir, final_dir);
-    fsync_dir(parent);
-  } catch (const fs::filesystem_error& e) {
-    fs::remove_all(tmp_dir, ec);
-    throw CheckpointError("cannot write checkpoint '" + final_dir + "': " + e.what());
-  } catch (...) {
-    fs::remove_all(tmp_dir, ec);
+    fsync_directory(tmp_dir);
+    remove_tree(final_dir);
+    rename_path(tmp_dir, final_dir);
+    fsync_directory(parent);
+  } catch (const CheckpointError&) {
+    try { remove_tree(tmp_dir); } catch (...) {}
     throw;
+  } catch (const Error& e) {
+    try { remove_tree(tmp_dir); } catch (...) {}
+    throw CheckpointError("cannot write checkpoint '" + final_dir + "': " + e.what());
   }
   return final_dir;
 }

@@ -6,7 +6,6 @@
 
 #include <chrono>      // std::chrono::steady_clock
 #include <cmath>       // std::isfinite, std::ceil
-#include <filesystem>  // std::filesystem
 #include <fstream>     // std::ofstream
 
 #include <ATen/autocast_mode.h>  // at::autocast::set_autocast_enabled
@@ -15,6 +14,7 @@
 
 #include "loongforge/checkpoint/checkpoint.hpp"
 #include "loongforge/common/error.hpp"
+#include "loongforge/common/files.hpp"
 #include "loongforge/common/log.hpp"
 #include "loongforge/common/version.hpp"
 #include "loongforge/data/batch.hpp"
@@ -24,7 +24,6 @@
 
 namespace loongforge::trainer {
 
-namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -42,10 +41,12 @@ double peak_host_mb() {
 // A fresh run directory: <output_dir>/<name>, or <name>-2, -3, ... when taken.
 std::string make_run_dir(const config::Config& cfg) {
   std::string dir = cfg.run.output_dir + "/" + cfg.run.name;
-  for (int i = 2; fs::exists(dir); ++i) dir = cfg.run.output_dir + "/" + cfg.run.name + "-" + std::to_string(i);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw ConfigError("cannot create run directory '" + dir + "' (run.output_dir): " + ec.message());
+  for (int i = 2; path_exists(dir); ++i) dir = cfg.run.output_dir + "/" + cfg.run.name + "-" + std::to_string(i);
+  try {
+    make_dirs(dir);
+  } catch (const Error& e) {
+    throw ConfigError(std::string(e.what()) + " (check run.output_dir)");
+  }
   return dir;
 }
 

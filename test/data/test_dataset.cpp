@@ -5,12 +5,12 @@
 // normalization, task tokens); and the frame paired with row t is the one the
 // timestamps say, checked against an independent decode by the ffmpeg CLI.
 #include <cstdio>      // popen
-#include <filesystem>  // std::filesystem
 #include <fstream>     // std::fstream
 
 #include <ATen/ATen.h>  // at::Tensor
 
 #include "catch_compat.hpp"
+#include "loongforge/common/files.hpp"
 #include "loongforge/data/batch.hpp"
 #include "loongforge/data/dataset.hpp"
 #include "loongforge/data/video.hpp"
@@ -18,7 +18,6 @@
 using namespace loongforge;
 using namespace loongforge::data;
 using lf_catch::Contains;
-namespace fs = std::filesystem;
 
 namespace {
 const std::string kData = LOONGFORGE_TEST_DATASET;
@@ -33,8 +32,8 @@ SampleOptions tiny_options() {
 // A private copy of the converted dataset that a test may damage.
 std::string copy_dataset(const std::string& name) {
   const std::string dst = std::string(LOONGFORGE_TEST_MODELS) + "/" + name;
-  fs::remove_all(dst);
-  fs::copy(kData, dst, fs::copy_options::recursive);
+  remove_tree(dst);
+  copy_tree(kData, dst);
   return dst;
 }
 }  // namespace
@@ -75,7 +74,7 @@ TEST_CASE("data: a flipped byte inside an episode record is refused with the sha
 
 TEST_CASE("data: a truncated shard is refused when the dataset opens") {
   const std::string dir = copy_dataset("truncated");
-  fs::resize_file(dir + "/shard-00000.lfshard", 100000);
+  resize_file(dir + "/shard-00000.lfshard", 100000);
   REQUIRE_THROWS_WITH(Dataset::open(dir), Contains("shard-00000.lfshard: header says 912672 bytes, file has 100000"));
 }
 
@@ -197,6 +196,6 @@ TEST_CASE("data: a micro-batch carries every model input and deterministic flow-
 TEST_CASE("data: a truncated video is reported with the file") {
   const std::string dir = copy_dataset("shortvideo");
   const std::string video = dir + "/videos/chunk-000/observation.images.ego_view/episode_000000.mp4";
-  fs::resize_file(video, 20000);
+  resize_file(video, 20000);
   REQUIRE_THROWS_WITH(decode_video_rgb(video), Contains(video));
 }
