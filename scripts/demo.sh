@@ -10,7 +10,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${LOONGFORGE_BUILD:-$repo/build}
 datasets=${LOONGFORGE_DATASETS:-$repo/../shared/datasets}
-python=$(cat "$build/python-path" 2>/dev/null || echo python3)
+python=$(cat "$build/python-path" 2>/dev/null || { [ -x "$HOME/.cache/loongforge/venv/bin/python" ] && echo "$HOME/.cache/loongforge/venv/bin/python"; } || echo python3)
 cd "$repo"
 
 src="$datasets/robot_sim.PickNPlace"

@@ -83,6 +83,11 @@ if(PkgConfig_FOUND)
   pkg_check_modules(FFMPEG QUIET IMPORTED_TARGET libavformat libavcodec libswscale libswresample libavutil)
   if(FFMPEG_FOUND)
     set(LOONGFORGE_WITH_FFMPEG ON)
+    # A static FFmpeg (scripts/gpu/build_ffmpeg_static.sh) also needs its
+    # private dependencies (-lm -latomic -pthread), in pkg-config --static order.
+    if(FFMPEG_LINK_LIBRARIES MATCHES "\\.a(;|$)")
+      set(LOONGFORGE_FFMPEG_EXTRA_LIBS ${FFMPEG_STATIC_LIBRARIES})
+    endif()
   endif()
 endif()
 

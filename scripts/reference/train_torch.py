@@ -189,29 +189,31 @@ def make_optimizer(model: torch.nn.Module, cfg: Dict, fused: bool) -> torch.opti
 
 def clip_gradients(params: List[Tensor], clip: float) -> Tensor:
     """Section 5 clipping, op by op; returns the total norm before clipping (0-dim tensor).
-    coef is a true division (C++ `clip / t` = full(clip).div_(t)); note that Python's
-    `clip / t` is `t.reciprocal() * clip`, which can differ in the last bit."""
+    `clip / (total + 1e-6)` is evaluated as Python evaluates it (and as
+    torch.nn.utils.clip_grad_norm_ does): `(total + 1e-6).reciprocal() * clip`. A true
+    division (C++'s `clip / t` = full(clip).div_(t)) can differ in the last bit; the C++
+    trainer writes the reciprocal form on purpose."""
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return torch.zeros(())
     norms = [torch.linalg.vector_norm(g, 2) for g in grads]
     total = torch.linalg.vector_norm(torch.stack(norms), 2)
     if clip > 0:
-        coef = torch.clamp(torch.full_like(total, clip).div_(total + 1e-6), max=1.0)
+        coef = torch.clamp((total + 1e-6).reciprocal() * clip, max=1.0)
         for g in grads:
             g.mul_(coef)
     return total
 
 
 def effective_tokens(batch: Dict[str, Tensor], mcfg: ModelConfig) -> int:
-    """Effective (non-padding) tokens of a micro-batch, the tokens_per_s numerator:
-    per sample, the VL tokens (vision tokens of all views + imu/audio tokens when the
-    model has them + real text tokens, i.e. text_mask) plus the valid action tokens
-    (rows k with any action_mask[k, j] = 1, i.e. not past the episode end). The state
-    token and padding are not counted."""
+    """Effective (non-padding) tokens of a micro-batch, the tokens_per_s numerator, as
+    loongforge-train counts them: per sample, the VL tokens (vision tokens of all views +
+    imu/audio tokens when the model has them + real text tokens, i.e. text_mask) plus the
+    DiT tokens (1 state token + the valid action tokens: rows k with any
+    action_mask[k, j] = 1, i.e. not past the episode end). Padding is not counted."""
     B, V = batch["images"].shape[0], batch["images"].shape[1]
     per_sample = V * mcfg.tokens_per_view + (mcfg.imu_tokens if mcfg.use_imu else 0) + \
-        (mcfg.audio_tokens if mcfg.use_audio else 0)
+        (mcfg.audio_tokens if mcfg.use_audio else 0) + 1
     text = int(batch["text_mask"].sum())
     actions = int((batch["action_mask"].amax(dim=-1) > 0).sum())
     return B * per_sample + text + actions
@@ -347,19 +349,19 @@ def sync(device: torch.device) -> None:
 # ---------------------------------------------------------------------------- parity mode
 
 
-def parity_step(model, batches: List[Dict[str, Tensor]]) -> Tuple[Tensor, float]:
-    """Section 5 forward/backward: -> (step_loss 0-dim float32, V). step_loss accumulates
-    the detached loss_i * w_i in float32, in order."""
+def parity_step(model, batches: List[Dict[str, Tensor]]) -> Tuple[float, float]:
+    """Section 5 forward/backward: forward all K, then backward(loss_i * w_i) in order.
+    -> (step_loss, V), step_loss = sum_i loss_i * w_i accumulated in double, in order
+    (as loongforge-train: step_loss += loss.item<double>() * w)."""
     outs = [model(b) for b in batches]
     nv = [float(o["num_valid"]) for o in outs]
     V = sum(nv)
     K = len(outs)
     w = [n / V for n in nv] if V != 0 else [1.0 / K] * K
-    step_loss = None
+    step_loss = 0.0
     for o, wi in zip(outs, w):
-        scaled = o["loss"] * wi
-        scaled.backward()
-        step_loss = scaled.detach() if step_loss is None else step_loss + scaled.detach()
+        (o["loss"] * wi).backward()
+        step_loss += float(o["loss"].detach()) * wi
     return step_loss, V
 
 
@@ -397,8 +399,8 @@ def parity_train_step(s: int, cfg: Dict, model, mcfg: ModelConfig, builder: Samp
     lr = lr_at(s, cfg)
     step_loss, V = parity_step(model, batches)
     total = clip_gradients(trainable, float(cfg_get(cfg, "trainer.grad_clip_norm")))
-    loss_f, total_f = float(step_loss), float(total)
-    if check_finite(s, loss_f, total_f, cfg):
+    total_f = float(total)
+    if check_finite(s, step_loss, total_f, cfg):
         for g in opt.param_groups:
             g["lr"] = lr
         opt.step()
@@ -406,7 +408,7 @@ def parity_train_step(s: int, cfg: Dict, model, mcfg: ModelConfig, builder: Samp
     sync(device)
     t2 = time.perf_counter()
     tokens = sum(effective_tokens(b, mcfg) for b in batches)
-    return step_record(s, lr, loss_f, total_f, V, builder.B * K, tokens, t1 - t0, t2 - t0, device, 1, fps)
+    return step_record(s, lr, step_loss, total_f, V, builder.B * K, tokens, t1 - t0, t2 - t0, device, 1, fps)
 
 
 # ---------------------------------------------------------------------------- baseline mode
@@ -479,7 +481,7 @@ class Baseline:
         nv = [float(b["action_mask"].sum()) for b in batches]   # = the model's num_valid, known before forward
         V = sum(nv)
         w = [n / V for n in nv] if V != 0 else [1.0 / K] * K
-        step_loss = torch.zeros((), device=device)
+        step_loss = torch.zeros((), dtype=torch.float64, device=device)   # sum of loss_i * w_i in double
         for i, b in enumerate(batches):
             sync_ctx = self.ddp.no_sync() if self.ddp is not None and i < K - 1 else contextlib.nullcontext()
             with sync_ctx:
@@ -487,14 +489,14 @@ class Baseline:
                     out = self.net(to_device(b, device))
                 scaled = out["loss"].float() * w[i]
                 scaled.backward()
-            step_loss += scaled.detach()
+            step_loss += out["loss"].detach().double() * w[i]
         clip = float(cfg_get(cfg, "trainer.grad_clip_norm"))
         if clip > 0:
             total = torch.nn.utils.clip_grad_norm_(self.trainable, clip)
         else:
             total = torch.nn.utils.get_total_norm([p.grad for p in self.trainable if p.grad is not None])
         tokens = sum(effective_tokens(b, self.mcfg) for b in batches)
-        stats = torch.stack([step_loss.double().cpu(), torch.tensor(V, dtype=torch.float64),
+        stats = torch.stack([step_loss.cpu(), torch.tensor(V, dtype=torch.float64),
                              torch.tensor(float(tokens), dtype=torch.float64)])   # (3,)
         if self.world > 1:   # loss: mean over ranks; num_valid and tokens: sums
             stats = stats.to(device)

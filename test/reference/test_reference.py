@@ -286,13 +286,13 @@ def test_accumulation_weights_give_the_loss_and_gradients_of_the_union(builder):
     out = model(union)
     out["loss"].backward()
     assert V == float(out["num_valid"])
-    assert abs(float(loss) - float(out["loss"].detach())) < 1e-6
+    assert abs(loss - float(out["loss"].detach())) < 1e-6
     for n, p in model.named_parameters():
         if p.grad is not None:
             torch.testing.assert_close(grads[n], p.grad, rtol=1e-4, atol=1e-7)
 
 
-def test_clipping_matches_torch_clip_grad_norm_and_reports_the_norm_before_clipping():
+def test_clipping_is_bit_identical_to_torch_clip_grad_norm_and_reports_the_norm_before_clipping():
     g = torch.Generator().manual_seed(1)
     a = [torch.nn.Parameter(torch.randn(5, 7, generator=g)) for _ in range(3)]
     b = [torch.nn.Parameter(p.detach().clone()) for p in a]
@@ -301,9 +301,9 @@ def test_clipping_matches_torch_clip_grad_norm_and_reports_the_norm_before_clipp
         y.grad = x.grad.clone()
     total = train_torch.clip_gradients(a, 1.0)
     ref = torch.nn.utils.clip_grad_norm_(b, 1.0, foreach=False)
-    assert float(total) == pytest.approx(float(ref), rel=1e-6) and float(total) > 1.0
+    assert float(total) == float(ref) and float(total) > 1.0
     for x, y in zip(a, b):
-        torch.testing.assert_close(x.grad, y.grad, rtol=2e-7, atol=0)
+        assert torch.equal(x.grad, y.grad)
 
 
 def test_the_schedule_warms_up_from_zero_and_decays_to_the_floor():

@@ -1,0 +1,80 @@
+"""A training run as a user sees it: loongforge-train on n16-tiny and the
+bundled dataset prints progress lines with an ETA, writes metrics.jsonl (one
+record per step, every documented field), a checkpoint whose model.safetensors
+loads in Python with the model's own parameter names, and ends with a summary;
+bad inputs stop it with a message naming the file.
+
+Environment as in test_parity.py (set by ctest).
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TRAIN = os.environ.get("LOONGFORGE_TRAIN", str(REPO / "build/src/daemon/loongforge-train"))
+DATA = os.environ.get("LOONGFORGE_TEST_DATASET", str(REPO / "build/test-data/robot_sim.PickNPlace.lf"))
+MODEL = Path(os.environ.get("LOONGFORGE_TEST_MODELS", str(REPO / "build/test-models"))) / "n16-tiny.pt"
+FIELDS = {"step", "loss", "lr", "grad_norm", "num_valid", "samples_per_s", "tokens_per_s", "mfu",
+          "data_wait_ms", "step_ms", "peak_mem_mb"}
+
+
+def train(tmp_path, *sets, check=True):
+    cmd = [TRAIN, "--config", str(REPO / "configs/n16-tiny.yaml"), "--set", f"model.path={MODEL}",
+           "--set", f"data.path={DATA}", "--set", f"run.output_dir={tmp_path}", "--set", "logging.interval_steps=5"]
+    for s in sets:
+        cmd += ["--set", s]
+    return subprocess.run(cmd, check=check, capture_output=True, text=True)
+
+
+def test_a_short_run_shows_progress_writes_metrics_a_checkpoint_and_a_summary(tmp_path):
+    r = train(tmp_path, "trainer.max_steps=20", "checkpoint.interval_steps=10")
+    assert "step 5/20" in r.stdout and "ETA" in r.stdout
+    assert "== LoongForge run summary ==" in r.stdout
+    run = tmp_path / "n16-tiny-demo"
+    records = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in records] == list(range(1, 21))
+    assert FIELDS <= set(records[0])
+    assert all(x["num_valid"] > 0 and x["samples_per_s"] > 0 for x in records)
+    assert records[0]["lr"] == 0.0  # HF warmup: step 0 has learning rate 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 20
+    ckpts = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert ckpts == ["epoch_0_step_10", "epoch_0_step_20"]
+    state = json.loads((run / "checkpoints/epoch_0_step_20/trainer_state.json").read_text())
+    assert state["step"] == 20 and state["next_micro_batch"] == 20
+
+    from safetensors.torch import load_file
+    import torch
+    weights = load_file(str(run / "checkpoints/epoch_0_step_20/model.safetensors"))
+    scripted = torch.jit.load(str(MODEL))
+    names = [n for n, _ in scripted.named_parameters()]
+    assert list(weights) == names
+    params = dict(scripted.named_parameters())
+    changed = sum(1 for n in names if not torch.equal(weights[n], params[n].detach()))
+    assert changed > 0  # training moved the trainable weights
+
+
+def test_a_second_run_with_the_same_name_gets_a_fresh_directory(tmp_path):
+    train(tmp_path, "trainer.max_steps=2")
+    train(tmp_path, "trainer.max_steps=2")
+    assert (tmp_path / "n16-tiny-demo").is_dir() and (tmp_path / "n16-tiny-demo-2").is_dir()
+
+
+def test_a_missing_dataset_stops_with_a_message_naming_it(tmp_path):
+    r = train(tmp_path, "data.path=/nonexistent/ds", check=False)
+    assert r.returncode == 1
+    assert "data_error: cannot read '/nonexistent/ds/loongforge_dataset.json'" in r.stderr
+
+
+def test_a_model_whose_views_do_not_match_the_dataset_is_refused(tmp_path):
+    two_views = tmp_path / "two-views.pt"
+    subprocess.run([sys.executable, str(REPO / "scripts/model/export.py"), "--config", "n16-tiny", "--out",
+                    str(two_views), "--set", "num_views=2"], check=True, stdout=subprocess.DEVNULL,
+                   env=dict(os.environ, PYTHONPATH=str(REPO / "scripts")))
+    r = train(tmp_path, f"model.path={two_views}", check=False)
+    assert r.returncode == 1
+    assert "model expects num_views = 2" in r.stderr
