@@ -38,7 +38,6 @@ Usage
 import bisect
 import collections
 import json
-import math
 import os
 import shutil
 import struct
@@ -46,7 +45,7 @@ import subprocess
 import threading
 import warnings
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -141,7 +140,8 @@ class Shard:
         try:
             size = os.path.getsize(self.path)
         except OSError as e:
-            raise DataError(f"cannot open shard '{self.path}': {e.strerror}; re-run scripts/convert_lerobot.py") from None
+            raise DataError(f"cannot open shard '{self.path}': {e.strerror}; "
+                            "re-run scripts/convert_lerobot.py") from None
         if size < HEADER_BYTES:
             raise self._err("file is shorter than the 128-byte shard header (truncated?)")
         self.buf = np.memmap(self.path, dtype=np.uint8, mode="r")   # (file_bytes,)
@@ -158,7 +158,8 @@ class Shard:
         if header_bytes != HEADER_BYTES or alignment != ALIGN:
             raise self._err(f"header_bytes {header_bytes} / alignment {alignment}, expected 128 / 64")
         if file_bytes != size:
-            raise self._err(f"header says file_bytes={file_bytes} but the file has {size} bytes (truncated or appended)")
+            raise self._err(f"header says file_bytes={file_bytes} but the file has {size} bytes "
+                            "(truncated or appended)")
         if shard_id != self.shard_id:
             raise self._err(f"header shard_id {shard_id} but loongforge_dataset.json lists it as shard {self.shard_id}")
         if ct_off != HEADER_BYTES or ct_bytes != column_count * COLUMN_ENTRY_BYTES or ct_off + ct_bytes > size:
@@ -303,7 +304,8 @@ class LFDataset:
                 raise DataError(f"{where}: column {col.name}: {abytes} bytes for {arows} rows of width {col.width}; "
                                 "re-convert the dataset")
             if col.row_kind == 0 and arows != rows:
-                raise DataError(f"{where}: column {col.name} has {arows} rows, the episode {rows}; re-convert the dataset")
+                raise DataError(f"{where}: column {col.name} has {arows} rows, the episode {rows}; "
+                                "re-convert the dataset")
             arrays[i] = (off, arows, abytes)
         ep.arrays = arrays
 
@@ -498,6 +500,9 @@ def decode_ffmpeg(path: Path, expected_frames: int) -> DecodedVideo:
     cmd = ["ffmpeg", "-v", "error", "-nostdin", "-noautorotate", "-i", str(path), "-map", "0:v:0",
            "-fps_mode", "passthrough", "-f", "rawvideo", "-pix_fmt", out_fmt, "-"]
     p = subprocess.run(cmd, capture_output=True)
+    if p.returncode != 0 and b"fps_mode" in p.stderr:       # ffmpeg < 5.1 spells it -vsync
+        cmd[cmd.index("-fps_mode")] = "-vsync"
+        p = subprocess.run(cmd, capture_output=True)
     if p.returncode != 0:
         raise DataError(f"{path}: ffmpeg decode failed: {p.stderr.decode(errors='replace').strip()}")
     raw = np.frombuffer(p.stdout, dtype=np.uint8)
@@ -688,7 +693,12 @@ class SampleBuilder:
         st = self.ds.stats.get(name, {})
         if "min" not in st or "max" not in st:
             raise DataError(f"{self.ds.root}: stats for {name!r} have no min/max; re-convert the dataset")
-        return np.asarray(st["min"], dtype=np.float64), np.asarray(st["max"], dtype=np.float64)
+        mn, mx = np.asarray(st["min"], dtype=np.float64), np.asarray(st["max"], dtype=np.float64)   # (width,)
+        width = self.ds.columns_json[self.ds.column_id(name)]["width"]
+        if mn.shape != (width,) or mx.shape != (width,):
+            raise DataError(f"{self.ds.root}: stats min/max of {name!r} have {mn.size}/{mx.size} values, the column "
+                            f"{width}; re-convert the dataset")
+        return mn, mx
 
     def _task_column(self) -> str:
         for c in self.ds.columns_json:                  # the first in column order

@@ -32,8 +32,11 @@ std::string number_text(double v) {
   char buf[64];
   auto res = std::to_chars(buf, buf + sizeof(buf), v);
   std::string s(buf, res.ptr);
-  // Keep floats recognisable as floats in YAML ("1.0", not "1").
-  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  // Keep floats recognisable as floats to every YAML reader: YAML 1.1
+  // (PyYAML) wants a '.' in the mantissa ("1.0", "1.0e-08", not "1e-08").
+  if (s.find_first_of("n") != std::string::npos) return s;  // nan/inf never reach here
+  const auto e = s.find_first_of("eE");
+  if (s.find('.') == std::string::npos) s.insert(e == std::string::npos ? s.size() : e, ".0");
   return s;
 }
 

@@ -8,6 +8,8 @@
 #include <cmath>       // std::isfinite, std::ceil
 #include <fstream>     // std::ofstream
 
+#include <ATen/Context.h>        // at::globalContext
+#include <ATen/Parallel.h>       // at::set_num_threads
 #include <ATen/autocast_mode.h>  // at::autocast::set_autocast_enabled
 #include <torch/cuda.h>          // torch::cuda::is_available
 #include <nlohmann/json.hpp>     // nlohmann::json
@@ -92,6 +94,10 @@ int run(const config::Config& cfg, int64_t world_size) {
                       ": multi-rank training arrives with the GCTS engine; run a single process for now");
   const Setup setup = resolve_setup(cfg);
   const auto t_start = Clock::now();
+  if (cfg.run.threads > 0) at::set_num_threads(static_cast<int>(cfg.run.threads));
+  // Bitwise reproducibility across runs and with the reference trainer: the
+  // per-embodiment weight[ids] backward accumulates in parallel otherwise.
+  if (cfg.run.deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
 
   model::Model net = model::Model::load(cfg.model.path, setup.device);
   if (setup.bf16) net.cast_frozen(at::kBFloat16);
@@ -219,7 +225,13 @@ int run(const config::Config& cfg, int64_t world_size) {
                           (last_ckpt.empty() ? "" : " (last checkpoint: " + last_ckpt + ")"));
     }
     const double lr = schedule.lr_at(s);
-    optimizer.step(lr);
+    const bool finite = std::isfinite(step_loss) && std::isfinite(grad_norm);
+    if (finite) {
+      optimizer.step(lr);
+    } else {
+      optimizer.zero_grad();  // stop_on_nonfinite=false: skip this update
+      LF_LOG(log, warn) << "step " << s + 1 << ": non-finite loss or gradient norm; update skipped";
+    }
 
     StepRecord r;
     r.step = s + 1;

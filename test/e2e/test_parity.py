@@ -54,7 +54,7 @@ def test_cpp_and_reference_losses_agree_step_by_step(case, tmp_path):
     export_sets, train_sets = CASES[case]
     model = export(case, export_sets)
     sets = [f"model.path={model}", f"data.path={DATA}", f"trainer.max_steps={STEPS}", "run.device=cpu",
-            "precision.mode=fp32", "logging.progress=off", "checkpoint.interval_steps=100000",
+            "precision.mode=fp32", "logging.progress=off", "checkpoint.interval_steps=100000", "run.deterministic=true",
             f"run.output_dir={tmp_path}", "run.name=cpp"] + train_sets
     config = REPO / "configs/n16-tiny.yaml"
     cpp = ["--config", str(config)]

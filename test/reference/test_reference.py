@@ -10,8 +10,10 @@
 # float64 recomputation; actions at an episode end are zero-padded and masked;
 # flow-matching draws are a pure function of (seed, m, W, r); a corrupted record
 # is rejected naming file and episode; accumulation weights give the loss of the
-# union; clipping matches torch's; and a 5-step parity run of n16-tiny completes
-# with finite, run-to-run identical losses and writes the metrics schema.
+# union; clipping is bit-identical to torch's; a 5-step parity run of n16-tiny
+# completes with finite, run-to-run identical losses and writes the metrics
+# schema; and on one thread its losses and gradient norms equal loongforge-train's
+# bit for bit (4 steps, 2 micro-batches each).
 #
 # Run: cd /work/main && PYTHONPATH=scripts python -m pytest test/reference -q
 
@@ -21,7 +23,6 @@ import os
 import shutil
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -38,12 +39,19 @@ import train_torch  # noqa: E402
 from model.config import get_config  # noqa: E402
 
 SOURCE = Path(os.environ.get("LOONGFORGE_PICKNPLACE", REPO.parent / "shared" / "datasets" / "robot_sim.PickNPlace"))
-BUILT = REPO / "build" / "datasets" / "robot_sim.PickNPlace.lf"
-BINARY = REPO / "build" / "src" / "daemon" / "loongforge-train"
+BUILT = Path(os.environ.get("LOONGFORGE_TEST_DATASET", REPO / "build" / "datasets" / "robot_sim.PickNPlace.lf"))
+BINARY = Path(os.environ.get("LOONGFORGE_TRAIN", REPO / "build" / "src" / "daemon" / "loongforge-train"))
 N = 2096                                              # PickNPlace rows
 GOLDEN_SEED42_EPOCH0 = [2027, 2000, 537, 838, 1311, 1811, 953, 151]   # asserted by the C++ side too
 
-warnings.filterwarnings("ignore", message=r".*torch\.jit\.\w+` is deprecated", category=DeprecationWarning)
+pytestmark = pytest.mark.filterwarnings(r"ignore:.*torch\.jit\.\w+` is deprecated:DeprecationWarning")
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    n = torch.get_num_threads()        # train_torch.main(--threads 1) changes it process-wide
+    yield
+    torch.set_num_threads(n)
 
 
 def data_cfg(**data):
@@ -340,13 +348,13 @@ def tiny_model(tmp_path_factory):
 
 
 @pytest.mark.skipif(not BINARY.exists(), reason=f"needs {BINARY} (build the repo first)")
-def test_a_5_step_parity_run_of_n16_tiny_has_finite_identical_losses_and_the_metrics_schema(
+def test_a_5_step_parity_run_of_n16_tiny_has_finite_run_to_run_identical_losses_and_the_metrics_schema(
         tiny_model, dataset_path, tmp_path):
     def run(out):
         rc = train_torch.main(["--config", str(REPO / "configs" / "n16-tiny.yaml"),
                                "--set", "trainer.max_steps=5", "--set", "logging.interval_steps=2",
                                "--set", f"model.path={tiny_model}", "--set", f"data.path={dataset_path}",
-                               "--out", str(out)])
+                               "--threads", "1", "--out", str(out)])
         assert rc == 0
         return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
@@ -363,3 +371,29 @@ def test_a_5_step_parity_run_of_n16_tiny_has_finite_identical_losses_and_the_met
     assert summary["status"] == "ok" and summary["steps"] == 5 and summary["final_loss"] == first[-1]["loss"]
     assert {"mean_samples_per_s", "wall_time_s"} <= set(summary)
     assert (tmp_path / "a" / "config.yaml").read_text().startswith("# LoongForge configuration")
+
+
+@pytest.mark.skipif(not BINARY.exists(), reason=f"needs {BINARY} (build the repo first)")
+def test_the_parity_run_and_loongforge_train_give_bit_identical_losses_on_one_thread(
+        tiny_model, dataset_path, tmp_path):
+    # One intra-op thread: with more, the per-embodiment weight[ids] backward
+    # (index_put_ accumulate) makes both trainers differ run to run in the last bit.
+    sets = ["trainer.max_steps=4", "trainer.gradient_accumulation_steps=2", f"model.path={tiny_model}",
+            f"data.path={dataset_path}", "logging.interval_steps=100"]
+    cpp_sets = sets + [f"run.output_dir={tmp_path / 'cpp'}", "checkpoint.interval_steps=1000",
+                       "logging.tensorboard=false", "logging.progress=off"]
+    cmd = [str(BINARY), "--config", str(REPO / "configs" / "n16-tiny.yaml")]
+    for s in cpp_sets:
+        cmd += ["--set", s]
+    p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if p.returncode == 3 and "not available" in p.stderr + p.stdout:
+        pytest.skip("this loongforge-train build does not train yet")
+    assert p.returncode == 0, p.stderr[-2000:]
+    cpp = [json.loads(line) for line in next((tmp_path / "cpp").glob("*/metrics.jsonl")).read_text().splitlines()]
+    args = ["--config", str(REPO / "configs" / "n16-tiny.yaml"), "--threads", "1", "--out", str(tmp_path / "py")]
+    for s in sets:
+        args += ["--set", s]
+    assert train_torch.main(args) == 0
+    py = [json.loads(line) for line in (tmp_path / "py" / "metrics.jsonl").read_text().splitlines()]
+    for key in ("step", "loss", "grad_norm", "lr", "num_valid"):
+        assert [r[key] for r in cpp] == [r[key] for r in py], key

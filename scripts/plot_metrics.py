@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Plot loss and throughput from one or more runs' metrics.jsonl.
+
+    python3 scripts/plot_metrics.py RUN_OR_METRICS [RUN_OR_METRICS ...] --out plot.png
+        [--labels a,b] [--smooth 20] [--title TEXT]
+
+Each argument is a run directory (its metrics.jsonl is read) or a
+metrics.jsonl file. The figure has two panels: loss (raw, faint, and an
+exponential moving average with span --smooth) and samples/s. With two runs it
+also prints the largest relative difference of the smoothed losses, the
+number the GPU loss-curve check reports.
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def read(path: Path):
+    f = path / "metrics.jsonl" if path.is_dir() else path
+    rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    if not rows:
+        sys.exit(f"plot_metrics: {f} has no records")
+    return rows
+
+
+def ema(values, span):
+    alpha = 2.0 / (span + 1.0)
+    out, acc = [], None
+    for v in values:
+        acc = v if acc is None else alpha * v + (1 - alpha) * acc
+        out.append(acc)
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("runs", nargs="+", type=Path)
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--labels", default="")
+    ap.add_argument("--smooth", type=int, default=20)
+    ap.add_argument("--title", default="")
+    args = ap.parse_args(argv)
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = args.labels.split(",") if args.labels else [str(r) for r in args.runs]
+    data = [read(r) for r in args.runs]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    smoothed = []
+    for rows, label in zip(data, labels):
+        steps = [r["step"] for r in rows]
+        loss = [r["loss"] for r in rows]
+        s = ema(loss, args.smooth)
+        smoothed.append(s)
+        line, = ax1.plot(steps, s, label=f"{label} (EMA {args.smooth})")
+        ax1.plot(steps, loss, alpha=0.2, color=line.get_color())
+        ax2.plot(steps, [r["samples_per_s"] for r in rows], label=label, color=line.get_color())
+    ax1.set_xlabel("step"), ax1.set_ylabel("loss"), ax1.legend(), ax1.grid(alpha=0.3)
+    ax2.set_xlabel("step"), ax2.set_ylabel("samples/s"), ax2.legend(), ax2.grid(alpha=0.3)
+    if args.title:
+        fig.suptitle(args.title)
+    fig.tight_layout()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(args.out, dpi=110)
+    print(f"wrote {args.out}")
+    if len(smoothed) == 2:
+        n = min(len(smoothed[0]), len(smoothed[1]))
+        rel = [abs(a - b) / abs(b) for a, b in zip(smoothed[0][:n], smoothed[1][:n])]
+        worst = max(range(n), key=lambda i: rel[i])
+        print(f"smoothed-loss max relative difference {rel[worst]:.4%} at step {data[0][worst]['step']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
