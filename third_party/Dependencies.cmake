@@ -75,18 +75,31 @@ else()
   set(LOONGFORGE_CLI11_TARGET CLI11)
 endif()
 
-# --- FFmpeg (optional until the data room needs it) --------------------------
-find_package(PkgConfig QUIET)
+# --- FFmpeg -----------------------------------------------------------------
+# System FFmpeg through pkg-config, or a static prefix given as
+# LOONGFORGE_FFMPEG_ROOT (scripts/gpu/build_ffmpeg_static.sh, for machines
+# without FFmpeg and without network).
+set(LOONGFORGE_FFMPEG_ROOT "" CACHE PATH "Prefix of a static FFmpeg build (optional)")
 set(LOONGFORGE_WITH_FFMPEG OFF)
-if(PkgConfig_FOUND)
-  # Static-link order (the GPU machine links a carried static FFmpeg): users first, libavutil last.
-  pkg_check_modules(FFMPEG QUIET IMPORTED_TARGET libavformat libavcodec libswscale libswresample libavutil)
-  if(FFMPEG_FOUND)
-    set(LOONGFORGE_WITH_FFMPEG ON)
-    # A static FFmpeg (scripts/gpu/build_ffmpeg_static.sh) also needs its
-    # private dependencies (-lm -latomic -pthread), in pkg-config --static order.
-    if(FFMPEG_LINK_LIBRARIES MATCHES "\\.a(;|$)")
-      set(LOONGFORGE_FFMPEG_EXTRA_LIBS ${FFMPEG_STATIC_LIBRARIES})
+if(LOONGFORGE_FFMPEG_ROOT)
+  add_library(loongforge_ffmpeg INTERFACE)
+  target_include_directories(loongforge_ffmpeg SYSTEM INTERFACE ${LOONGFORGE_FFMPEG_ROOT}/include)
+  foreach(lib avformat avcodec swscale swresample avutil)  # static-link order: users first
+    if(NOT EXISTS ${LOONGFORGE_FFMPEG_ROOT}/lib/lib${lib}.a)
+      message(FATAL_ERROR "LOONGFORGE_FFMPEG_ROOT=${LOONGFORGE_FFMPEG_ROOT} lacks lib/lib${lib}.a "
+                          "(build it with scripts/gpu/build_ffmpeg_static.sh)")
+    endif()
+    target_link_libraries(loongforge_ffmpeg INTERFACE ${LOONGFORGE_FFMPEG_ROOT}/lib/lib${lib}.a)
+  endforeach()
+  target_link_libraries(loongforge_ffmpeg INTERFACE m atomic Threads::Threads)
+  add_library(PkgConfig::FFMPEG ALIAS loongforge_ffmpeg)
+  set(LOONGFORGE_WITH_FFMPEG ON)
+else()
+  find_package(PkgConfig QUIET)
+  if(PkgConfig_FOUND)
+    pkg_check_modules(FFMPEG QUIET IMPORTED_TARGET libavformat libavcodec libswscale libswresample libavutil)
+    if(FFMPEG_FOUND)
+      set(LOONGFORGE_WITH_FFMPEG ON)
     endif()
   endif()
 endif()
