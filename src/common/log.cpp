@@ -50,7 +50,7 @@ bool Logger::enabled(LogLevel level) const { return static_cast<int>(level) >= g
 
 void Logger::write(LogLevel level, const std::string& text) const { backend(room_)->log(to_spdlog(level), text); }
 
-const Logger& logger(const std::string& room) {
+const Logger& logger(const char* room) {
   static std::mutex mutex;
   static std::map<std::string, std::unique_ptr<Logger>> loggers;
   std::lock_guard<std::mutex> lock(mutex);

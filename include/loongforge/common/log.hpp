@@ -34,7 +34,8 @@ class Logger {
   std::string room_;
 };
 
-const Logger& logger(const std::string& room);
+// `room` is a string literal ("config", "data", ...): the Logger lives forever.
+const Logger& logger(const char* room);
 
 // Sets the level of every room ("trace", "debug", "info", "warn", "error",
 // "off"). Throws ConfigError on an unknown name.
