@@ -12,6 +12,9 @@
 #include <ATen/Parallel.h>       // at::set_num_threads
 #include <ATen/autocast_mode.h>  // at::autocast::set_autocast_enabled
 #include <torch/cuda.h>          // torch::cuda::is_available
+#if LOONGFORGE_WITH_CUDA_KERNELS
+#include <c10/cuda/CUDACachingAllocator.h>  // getDeviceStats
+#endif
 #include <nlohmann/json.hpp>     // nlohmann::json
 
 #include "loongforge/checkpoint/checkpoint.hpp"
@@ -32,6 +35,20 @@ namespace {
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Peak GPU memory allocated by the caching allocator on the device in use.
+double peak_device_mb(const c10::Device& device) {
+#if LOONGFORGE_WITH_CUDA_KERNELS
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return static_cast<double>(
+               stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak) /
+           (1024.0 * 1024.0);
+  }
+#endif
+  (void)device;
+  return 0.0;
 }
 
 double peak_host_mb() {
@@ -245,7 +262,7 @@ int run(const config::Config& cfg, int64_t world_size) {
     r.samples_per_s = samples / (r.step_ms / 1000.0);
     r.tokens_per_s = static_cast<double>(tokens) / (r.step_ms / 1000.0);
     r.mfu = setup.device.is_cuda() ? flops_per_sample * r.samples_per_s / 989e12 : 0.0;
-    r.peak_mem_mb = peak_host_mb();
+    r.peak_mem_mb = setup.device.is_cuda() ? peak_device_mb(setup.device) : peak_host_mb();
     progress.record(r);
 
     const bool by_steps = (s + 1) % cfg.checkpoint.interval_steps == 0;
@@ -272,6 +289,7 @@ int run(const config::Config& cfg, int64_t world_size) {
                                   {"videos_decoded", builder.stats().videos_decoded},
                                   {"wall_s", wall_s},
                                   {"peak_host_mb", peak_host_mb()},
+                                  {"peak_device_mb", peak_device_mb(setup.device)},
                                   {"run_dir", run_dir},
                                   {"checkpoint", last_ckpt},
                                   {"device", setup.device.str()},
@@ -281,11 +299,11 @@ int run(const config::Config& cfg, int64_t world_size) {
       "\n== LoongForge run summary ==\n"
       "  model        %s (%s, %s)\n  steps        %zu in %s (%.2f steps/s)\n"
       "  loss         %.5f -> %.5f (mean of last %zu)\n"
-      "  throughput   %.1f samples/s, data wait %.1f%% of step time\n  peak memory  %.0f MB (host)\n"
+      "  throughput   %.1f samples/s, data wait %.1f%% of step time\n  peak memory  %.0f MB host, %.0f MB device\n"
       "  checkpoint   %s\n  metrics      %s/metrics.jsonl\n  summary      %s/summary.json\n",
       net.info().name.c_str(), setup.device.str().c_str(), setup.bf16 ? "bf16" : "fp32", h.size(),
       format_duration(wall_s).c_str(), static_cast<double>(h.size()) / wall_s, h.front().loss, tail_loss, tail,
-      mean_sps, 100.0 * data_ms / step_ms, peak_host_mb(), last_ckpt.c_str(), run_dir.c_str(), run_dir.c_str());
+      mean_sps, 100.0 * data_ms / step_ms, peak_host_mb(), peak_device_mb(setup.device), last_ckpt.c_str(), run_dir.c_str(), run_dir.c_str());
   return 0;
 }
 
