@@ -1,6 +1,6 @@
 // The verb table. Verbs that talk to a running trainer need the control plane
-// (the Unix socket); validate-checkpoint needs the checkpoint room. Until those
-// land, their rows carry `lands_with` and the CLI answers so.
+// (the Unix socket); until it lands their rows carry `lands_with` and the CLI
+// answers so. Verbs that work offline run here.
 #include "verbs.hpp"
 
 namespace loongforge::cli {
@@ -24,8 +24,8 @@ const std::vector<Verb>& verbs() {
        nullptr},
       {"stop", "Checkpoint, then stop the trainer cleanly (exit 0)", "the control-plane issue (#4)", nullptr,
        nullptr},
-      {"validate-checkpoint", "Check a checkpoint's integrity and compatibility with a model file (offline)",
-       "the checkpoint issue (#5)", nullptr, nullptr},
+      {"validate-checkpoint", "Check a checkpoint's integrity and compatibility with a model file (offline)", "",
+       validate_checkpoint_options, validate_checkpoint_run},
   };
   return table;
 }

@@ -28,4 +28,8 @@ struct Verb {
 
 const std::vector<Verb>& verbs();
 
+// One file per verb that has landed (cli/verb_<name>.cpp).
+void validate_checkpoint_options(CLI::App& app);
+int validate_checkpoint_run();
+
 }  // namespace loongforge::cli

@@ -89,6 +89,8 @@ fi
 # ---------------------------------------------------------------------------
 # 3. Build (ccache under the cache directory).
 export CCACHE_DIR=${CCACHE_DIR:-$cache/ccache}
+# Hits across clones in other folders (CI builds a fresh clone elsewhere).
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$repo} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
 export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
 step "configuring $build"
 cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -26,9 +26,13 @@ int main(int argc, char** argv) {
   CLI::App app{"loongforge-train: train a GR00T-N1.6-style model exported to TorchScript"};
   std::string config_path;
   std::vector<std::string> overrides;
+  std::string resume;
   bool print_config = false, show_version = false;
   app.add_option("--config", config_path, "YAML config (see configs/n16.yaml for every key)");
   app.add_option("--set", overrides, "Override a key: --set section.key=value (repeatable)");
+  app.add_option("--resume", resume,
+                 "Resume: 'latest' (newest intact checkpoint of this run, or a fresh start if none) or a "
+                 "checkpoint directory; same as --set checkpoint.resume=...");
   app.add_flag("--print-config", print_config, "Print the effective config with help for every key, then exit");
   app.add_flag("--version", show_version, "Print the version and exit");
   CLI11_PARSE(app, argc, argv);
@@ -37,6 +41,7 @@ int main(int argc, char** argv) {
     std::cout << "loongforge-train " << loongforge::version_string() << "\n";
     return 0;
   }
+  if (!resume.empty()) overrides.push_back("checkpoint.resume=" + resume);
   try {
     loongforge::config::ValidationContext ctx;
     ctx.world_size = world_size_from_env();

@@ -5,6 +5,7 @@
 
 #include <cstdio>    // std::printf, std::fflush
 #include <iomanip>   // std::setprecision
+#include <fstream>   // std::ifstream
 #include <sstream>   // std::ostringstream
 
 #include <nlohmann/json.hpp>  // nlohmann::json
@@ -24,18 +25,32 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
-Progress::Progress(std::string mode, int64_t interval_steps, int64_t total_steps, const std::string& metrics_path)
-    : interval_(interval_steps), total_(total_steps), start_(std::chrono::steady_clock::now()) {
+Progress::Progress(std::string mode, int64_t interval_steps, int64_t total_steps, const std::string& metrics_path,
+                   int64_t start_step)
+    : interval_(interval_steps), total_(total_steps), start_(start_step), t0_(std::chrono::steady_clock::now()) {
   off_ = mode == "off";
   bar_ = mode == "bar" || (mode == "auto" && isatty(STDOUT_FILENO));
-  if (!metrics_path.empty()) {
-    metrics_.open(metrics_path, std::ios::out | std::ios::trunc);
-    if (!metrics_) throw Error("cannot write metrics file '" + metrics_path + "': check run.output_dir");
+  if (metrics_path.empty()) return;
+  std::string kept;
+  if (start_step > 0) {
+    std::ifstream old(metrics_path);
+    std::string line;
+    while (std::getline(old, line)) {
+      try {
+        if (!line.empty() && nlohmann::json::parse(line).at("step").get<int64_t>() <= start_step) kept += line + "\n";
+      } catch (const std::exception&) {
+        // a line cut short by a crash: dropped
+      }
+    }
   }
+  metrics_.open(metrics_path, std::ios::out | std::ios::trunc);
+  if (!metrics_) throw Error("cannot write metrics file '" + metrics_path + "': check run.output_dir");
+  metrics_ << kept;
+  metrics_.flush();
 }
 
 double Progress::elapsed_s() const {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
 }
 
 void Progress::record(const StepRecord& r) {
@@ -51,13 +66,15 @@ void Progress::record(const StepRecord& r) {
                         {"mfu", r.mfu},
                         {"data_wait_ms", r.data_wait_ms},
                         {"step_ms", r.step_ms},
-                        {"peak_mem_mb", r.peak_mem_mb}};
+                        {"peak_mem_mb", r.peak_mem_mb},
+                        {"checkpoint_stall_ms", r.checkpoint_stall_ms}};
     metrics_ << j.dump() << '\n';
     metrics_.flush();
   }
   if (off_) return;
   const double elapsed = elapsed_s();
-  const double eta = r.step > 0 ? elapsed / static_cast<double>(r.step) * static_cast<double>(total_ - r.step) : 0;
+  const int64_t done = r.step - start_;
+  const double eta = done > 0 ? elapsed / static_cast<double>(done) * static_cast<double>(total_ - r.step) : 0;
   std::ostringstream line;
   line << "step " << r.step << "/" << total_ << "  loss " << std::setprecision(5) << r.loss << "  lr "
        << std::setprecision(3) << r.lr << "  " << std::fixed << std::setprecision(1) << r.samples_per_s
@@ -69,7 +86,7 @@ void Progress::record(const StepRecord& r) {
     std::printf("\r[%s%s] %s\033[K", std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
                 line.str().c_str());
     std::fflush(stdout);
-  } else if (r.step % interval_ == 0 || r.step == total_ || r.step == 1) {
+  } else if (r.step % interval_ == 0 || r.step == total_ || r.step == start_ + 1) {
     std::printf("%s\n", line.str().c_str());
     std::fflush(stdout);
   }

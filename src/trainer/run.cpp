@@ -4,6 +4,9 @@
 
 #include <sys/resource.h>  // getrusage
 
+#include <atomic>      // std::atomic
+#include <csignal>     // std::signal, SIGTERM, SIGINT
+
 #include <chrono>      // std::chrono::steady_clock
 #include <cmath>       // std::isfinite, std::ceil
 #include <fstream>     // std::ofstream
@@ -25,13 +28,28 @@
 #include "loongforge/data/batch.hpp"
 #include "loongforge/model/model.hpp"
 #include "loongforge/trainer/optimizer.hpp"
+#include "loongforge/common/sha256.hpp"
 #include "loongforge/trainer/progress.hpp"
+#include "loongforge/trainer/state.hpp"
 
 namespace loongforge::trainer {
 
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+// SIGTERM (Slurm preemption, kill) and SIGINT (Ctrl-C) finish the current
+// step, write a checkpoint and exit 0; a second signal kills as usual.
+std::atomic<bool> g_stop{false};
+extern "C" void on_stop_signal(int sig) {
+  g_stop = true;
+  std::signal(sig, SIG_DFL);
+}
+void install_stop_signals() {
+  std::signal(SIGTERM, on_stop_signal);
+  std::signal(SIGINT, on_stop_signal);
+}
+bool stop_requested() { return g_stop.load(); }
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -153,58 +171,88 @@ int run(const config::Config& cfg, int64_t world_size) {
                   : cfg.schedule.name == "constant" ? Schedule::Kind::Constant
                                                     : Schedule::Kind::Cosine;
 
-  const std::string run_dir = make_run_dir(cfg);
+  // Run directory, checkpoints and resume (docs/checkpoints.md).
+  const std::string named_dir = cfg.run.output_dir + "/" + cfg.run.name;
+  const bool resuming_latest = cfg.checkpoint.resume == "latest";
+  const std::string ckpt_dir_of_named =
+      cfg.checkpoint.dir.empty() ? named_dir + "/checkpoints" : cfg.checkpoint.dir;
+  std::string resume_dir;
+  if (resuming_latest) {
+    std::vector<std::string> rejected;
+    resume_dir = checkpoint::find_latest(ckpt_dir_of_named, &rejected);
+    for (const auto& r : rejected) LF_LOG(log, warn) << "skipping damaged checkpoint " << r;
+    if (resume_dir.empty())
+      LF_LOG(log, info) << "--resume latest: no complete checkpoint in " << ckpt_dir_of_named
+                        << "; starting from step 0";
+  } else if (!cfg.checkpoint.resume.empty()) {
+    resume_dir = cfg.checkpoint.resume;
+    if (!is_directory(resume_dir))
+      throw CheckpointError("checkpoint.resume: '" + resume_dir + "' is not a directory (use a checkpoint "
+                            "directory such as <run>/checkpoints/epoch_0_step_100, or 'latest')");
+  }
+  // A resumed run continues in its own directory; a fresh one never reuses one.
+  const std::string run_dir = (!cfg.checkpoint.resume.empty() && is_directory(named_dir)) ? named_dir
+                                                                                         : make_run_dir(cfg);
+  make_dirs(run_dir);
   const std::string ckpt_dir = cfg.checkpoint.dir.empty() ? run_dir + "/checkpoints" : cfg.checkpoint.dir;
+  TrainerPosition pos;
+  pos.accumulation = cfg.trainer.gradient_accumulation_steps;
+  pos.micro_batches_per_epoch = builder.sampler().micro_batches_per_epoch();
+  pos.run_id = sha256_hex(run_dir + std::to_string(std::chrono::system_clock::now().time_since_epoch().count()))
+                   .substr(0, 16);
+  if (!resume_dir.empty()) {
+    const nlohmann::json state = resume_from(resume_dir, cfg, net, optimizer, world_size);
+    pos.step = state.at("step").get<int64_t>();
+    pos.run_id = state.at("run_id").get<std::string>();
+    LF_LOG(log, info) << "resumed from " << resume_dir << " at step " << pos.step;
+  }
   {
     std::ofstream(run_dir + "/config.yaml") << config::print_config(cfg);
   }
   LF_LOG(log, info) << "run " << run_dir << ": " << net.info().name << " on " << setup.device << " ("
                     << (setup.bf16 ? "bf16" : "fp32") << "), " << dataset.episodes().size() << " episodes / "
                     << dataset.total_rows() << " samples, " << builder.sampler().micro_batches_per_epoch()
-                    << " micro-batches per epoch, " << cfg.trainer.max_steps << " steps";
+                    << " micro-batches per epoch, steps " << pos.step + 1 << ".." << cfg.trainer.max_steps;
 
   Progress progress(cfg.logging.progress, cfg.logging.interval_steps, cfg.trainer.max_steps,
-                    cfg.logging.metrics_jsonl ? run_dir + "/metrics.jsonl" : "");
+                    cfg.logging.metrics_jsonl ? run_dir + "/metrics.jsonl" : "", pos.step);
   const int64_t K = cfg.trainer.gradient_accumulation_steps;
   const double flops_per_sample = net.info().forward_flops_per_sample + net.info().backward_flops_per_sample;
+  checkpoint::Writer writer(ckpt_dir, cfg.checkpoint.keep_last, cfg.checkpoint.async_write);
   auto last_ckpt_time = Clock::now();
-  std::string last_ckpt;
+  std::string last_ckpt = resume_dir;
+  int64_t failed_writes = 0;
 
-  auto save = [&](int64_t steps_done) {
-    const int64_t epoch = builder.sampler().epoch_of(steps_done * K);
-    checkpoint::NamedTensors weights, opt_state;
-    for (const auto& p : net.parameters()) weights.emplace_back(p.info->name, p.tensor);
-    nlohmann::json steps = nlohmann::json::array();
-    size_t ti = 0;
-    for (const auto& p : net.parameters()) {
-      if (!p.info->trainable) continue;
-      auto& st = optimizer.state()[ti++];
-      if (st.exp_avg.defined()) {
-        opt_state.emplace_back(p.info->name + ".exp_avg", st.exp_avg);
-        opt_state.emplace_back(p.info->name + ".exp_avg_sq", st.exp_avg_sq);
+  // Reports finished writes: a failure (disk full, ...) is logged and training goes on.
+  auto collect = [&] {
+    for (const auto& w : writer.take_results()) {
+      if (w.error.empty()) {
+        last_ckpt = w.path;
+        LF_LOG(log, info) << "checkpoint " << w.path << ": " << static_cast<double>(w.bytes) / 1e6 << " MB in "
+                          << w.seconds << " s";
+      } else {
+        ++failed_writes;
+        LF_LOG(log, warn) << "checkpoint at step " << w.step << " FAILED: " << w.error
+                          << " -- training continues; the newest intact checkpoint is "
+                          << (last_ckpt.empty() ? "(none)" : last_ckpt);
       }
-      steps.push_back(st.step);
     }
-    const nlohmann::json state = {{"step", steps_done},
-                                  {"epoch", epoch},
-                                  {"next_micro_batch", steps_done * K},
-                                  {"seed", cfg.run.seed},
-                                  {"optimizer_steps", steps},
-                                  {"loongforge_version", version_string()},
-                                  {"model", cfg.model.path}};
-    const nlohmann::json sched = {{"name", cfg.schedule.name},         {"peak_lr", schedule.peak_lr},
-                                  {"warmup_steps", schedule.warmup_steps}, {"total_steps", schedule.total_steps},
-                                  {"min_lr_ratio", schedule.min_lr_ratio}, {"next_lr", schedule.lr_at(steps_done)}};
+  };
+  // Copies the state to host memory (the stall) and hands it to the writer.
+  auto save = [&](int64_t steps_done) {
     const auto t0 = Clock::now();
-    last_ckpt = checkpoint::write_checkpoint(
-        ckpt_dir, "epoch_" + std::to_string(epoch) + "_step_" + std::to_string(steps_done),
-        {{"model.safetensors", weights}, {"optimizer.safetensors", opt_state}},
-        {{"trainer_state.json", state.dump(2)}, {"scheduler.json", sched.dump(2)}});
+    pos.step = steps_done;
+    pos.epoch = builder.sampler().epoch_of(steps_done * K);
+    writer.submit(make_snapshot(cfg, net, optimizer, schedule, pos, world_size));
     last_ckpt_time = Clock::now();
-    LF_LOG(log, info) << "checkpoint " << last_ckpt << " written in " << ms_since(t0) << " ms";
+    return ms_since(t0);
   };
 
-  for (int64_t s = 0; s < cfg.trainer.max_steps; ++s) {
+  install_stop_signals();
+  int64_t s = pos.step;
+  const int64_t last = cfg.trainer.steps_per_run > 0 ? std::min(cfg.trainer.max_steps, pos.step + cfg.trainer.steps_per_run)
+                                                     : cfg.trainer.max_steps;
+  for (; s < last && !stop_requested(); ++s) {
     const auto t_step = Clock::now();
     // Fetch every micro-batch of the step (their masks give the loss weights).
     std::vector<data::Batch> batches;
@@ -239,7 +287,7 @@ int run(const config::Config& cfg, int64_t world_size) {
                                                      : "gradient norm is " + std::to_string(grad_norm)) +
                           "; parameters were not updated. Lower optimizer.lr, check the data, or set "
                           "trainer.stop_on_nonfinite=false to skip such steps" +
-                          (last_ckpt.empty() ? "" : " (last checkpoint: " + last_ckpt + ")"));
+                          (last_ckpt.empty() ? "" : " (newest checkpoint: " + last_ckpt + ")"));
     }
     const double lr = schedule.lr_at(s);
     const bool finite = std::isfinite(step_loss) && std::isfinite(grad_norm);
@@ -263,15 +311,22 @@ int run(const config::Config& cfg, int64_t world_size) {
     r.tokens_per_s = static_cast<double>(tokens) / (r.step_ms / 1000.0);
     r.mfu = setup.device.is_cuda() ? flops_per_sample * r.samples_per_s / 989e12 : 0.0;
     r.peak_mem_mb = setup.device.is_cuda() ? peak_device_mb(setup.device) : peak_host_mb();
-    progress.record(r);
 
     const bool by_steps = (s + 1) % cfg.checkpoint.interval_steps == 0;
     const bool by_time = cfg.checkpoint.interval_minutes > 0 &&
                          ms_since(last_ckpt_time) >= cfg.checkpoint.interval_minutes * 60000.0;
-    if ((by_steps || by_time) && s + 1 < cfg.trainer.max_steps) save(s + 1);
+    if ((by_steps || by_time) && s + 1 < last) r.checkpoint_stall_ms = save(s + 1);
+    progress.record(r);
+    collect();
   }
   progress.finish();
-  save(cfg.trainer.max_steps);
+  if (stop_requested()) LF_LOG(log, info) << "stop requested (signal): checkpointing at step " << s;
+  // The final checkpoint (also on SIGTERM/SIGINT and steps_per_run); none when
+  // this process took no step (resumed at the end, or stopped at once).
+  if (!progress.history().empty()) save(s);
+  writer.wait();
+  collect();
+  if (progress.history().empty()) return failed_writes > 0 ? 4 : 0;  // nothing left to do (resumed at the end)
 
   // Summary.
   const auto& h = progress.history();
@@ -295,6 +350,9 @@ int run(const config::Config& cfg, int64_t world_size) {
                                   {"device", setup.device.str()},
                                   {"precision", setup.bf16 ? "bf16" : "fp32"}};
   std::ofstream(run_dir + "/summary.json") << summary.dump(2) << "\n";
+  if (failed_writes > 0)
+    LF_LOG(log, warn) << failed_writes << " checkpoint write(s) failed during the run (see above); newest intact: "
+                      << (last_ckpt.empty() ? "(none)" : last_ckpt);
   std::printf(
       "\n== LoongForge run summary ==\n"
       "  model        %s (%s, %s)\n  steps        %zu in %s (%.2f steps/s)\n"
@@ -304,7 +362,7 @@ int run(const config::Config& cfg, int64_t world_size) {
       net.info().name.c_str(), setup.device.str().c_str(), setup.bf16 ? "bf16" : "fp32", h.size(),
       format_duration(wall_s).c_str(), static_cast<double>(h.size()) / wall_s, h.front().loss, tail_loss, tail,
       mean_sps, 100.0 * data_ms / step_ms, peak_host_mb(), peak_device_mb(setup.device), last_ckpt.c_str(), run_dir.c_str(), run_dir.c_str());
-  return 0;
+  return failed_writes > 0 ? 4 : 0;
 }
 
 }  // namespace loongforge::trainer

@@ -60,8 +60,9 @@ class LogLine {
 
 }  // namespace loongforge
 
-// Builds the line only when the level is enabled.
-#define LF_LOG(lg, level)                                        \
-  if (!(lg).enabled(::loongforge::LogLevel::level)) {            \
-  } else                                                         \
-    ::loongforge::LogLine((lg), ::loongforge::LogLevel::level)
+// Builds the line only when the level is enabled. (A one-pass for loop, not
+// an if/else, so `if (x) LF_LOG(...) << ...;` has no dangling else.)
+#define LF_LOG(lg, level)                                                                   \
+  for (bool lf_log_once_ = (lg).enabled(::loongforge::LogLevel::level); lf_log_once_;       \
+       lf_log_once_ = false)                                                                \
+  ::loongforge::LogLine((lg), ::loongforge::LogLevel::level)

@@ -19,12 +19,16 @@ struct StepRecord {
   double loss = 0, lr = 0, grad_norm = 0, num_valid = 0;
   double samples_per_s = 0, tokens_per_s = 0, mfu = 0;
   double data_wait_ms = 0, step_ms = 0, peak_mem_mb = 0;
+  double checkpoint_stall_ms = 0;  // snapshot copy + waiting for the previous write
 };
 
 class Progress {
  public:
   // mode: "auto" | "bar" | "lines" | "off"; metrics_path "" disables metrics.
-  Progress(std::string mode, int64_t interval_steps, int64_t total_steps, const std::string& metrics_path);
+  // start_step > 0 (a resumed run): metrics records after start_step are
+  // dropped (the steps are about to be redone) and new ones appended.
+  Progress(std::string mode, int64_t interval_steps, int64_t total_steps, const std::string& metrics_path,
+           int64_t start_step = 0);
   void record(const StepRecord& r);
   void finish();  // ends the bar line
   // Seconds since construction.
@@ -33,9 +37,9 @@ class Progress {
 
  private:
   bool bar_ = false, off_ = false;
-  int64_t interval_, total_;
+  int64_t interval_, total_, start_;
   std::ofstream metrics_;
-  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point t0_;
   std::vector<StepRecord> history_;
 };
 

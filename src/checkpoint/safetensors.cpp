@@ -1,4 +1,4 @@
-// safetensors read/write and atomic checkpoint directories.
+// safetensors read/write (https://github.com/huggingface/safetensors format).
 #include "loongforge/checkpoint/checkpoint.hpp"
 
 #include <fcntl.h>     // open
@@ -6,6 +6,9 @@
 #include <unistd.h>    // fsync, close
 
 #include <cerrno>      // errno
+#include <chrono>      // std::chrono::milliseconds
+#include <cstdlib>     // std::getenv
+#include <thread>      // std::this_thread
 #include <cstring>     // std::strerror, std::memcpy
 #include <fstream>     // std::ifstream
 
@@ -13,7 +16,7 @@
 #include <nlohmann/json.hpp>  // nlohmann::ordered_json
 
 #include "loongforge/common/error.hpp"
-#include "loongforge/common/files.hpp"
+#include "io.hpp"
 
 namespace loongforge::checkpoint {
 
@@ -45,6 +48,18 @@ at::ScalarType from_st_dtype(const std::string& s, const std::string& path) {
   throw CheckpointError(path + ": unsupported safetensors dtype '" + s + "'");
 }
 
+}  // namespace
+
+namespace detail {
+
+void test_delay() {
+  static const long ms = [] {
+    const char* v = std::getenv("LOONGFORGE_TEST_CHECKPOINT_DELAY_MS");
+    return v ? std::atol(v) : 0L;
+  }();
+  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
 void write_all(int fd, const void* data, size_t bytes, const std::string& path) {
   const auto* p = static_cast<const char*>(data);
   while (bytes > 0) {
@@ -58,9 +73,7 @@ void write_all(int fd, const void* data, size_t bytes, const std::string& path) 
   }
 }
 
-// Writes `chunks` to `path` and fsyncs it.
-template <typename Fn>
-void write_file_synced(const std::string& path, Fn&& write_chunks) {
+void write_file_synced(const std::string& path, const std::function<void(int)>& write_chunks) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw CheckpointError("cannot create '" + path + "': " + std::strerror(errno));
   try {
@@ -73,7 +86,14 @@ void write_file_synced(const std::string& path, Fn&& write_chunks) {
   ::close(fd);
 }
 
-}  // namespace
+void write_text_synced(const std::string& path, const std::string& text) {
+  write_file_synced(path, [&](int fd) { write_all(fd, text.data(), text.size(), path); });
+}
+
+}  // namespace detail
+
+using detail::write_all;
+using detail::write_file_synced;
 
 void write_safetensors(const std::string& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata) {
@@ -100,21 +120,46 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
   });
 }
 
-NamedTensors read_safetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CheckpointError("cannot read '" + path + "'");
+namespace {
+// Reads and parses the JSON header; `data_start` receives the data offset.
+nlohmann::ordered_json read_header(std::ifstream& in, const std::string& path, uint64_t* data_start) {
   uint64_t n = 0;
   in.read(reinterpret_cast<char*>(&n), 8);
   if (!in || n > (1ull << 30)) throw CheckpointError(path + ": not a safetensors file (bad header length)");
   std::string h(n, '\0');
   in.read(h.data(), static_cast<std::streamsize>(n));
-  nlohmann::ordered_json header;
+  if (!in) throw CheckpointError(path + ": truncated safetensors header");
+  *data_start = 8 + n;
   try {
-    header = nlohmann::ordered_json::parse(h);
+    return nlohmann::ordered_json::parse(h);
   } catch (const std::exception& e) {
     throw CheckpointError(path + ": corrupt safetensors header (" + e.what() + ")");
   }
-  const auto data_start = static_cast<std::streamoff>(8 + n);
+}
+}  // namespace
+
+std::vector<TensorHeader> read_safetensors_header(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError("cannot read '" + path + "'");
+  uint64_t data_start = 0;
+  const auto header = read_header(in, path, &data_start);
+  std::vector<TensorHeader> out;
+  try {
+    for (const auto& [name, entry] : header.items()) {
+      if (name == "__metadata__") continue;
+      out.push_back({name, entry.at("dtype").get<std::string>(), entry.at("shape").get<std::vector<int64_t>>()});
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointError(path + ": malformed safetensors header (" + e.what() + ")");
+  }
+  return out;
+}
+
+NamedTensors read_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError("cannot read '" + path + "'");
+  uint64_t data_start = 0;
+  const auto header = read_header(in, path, &data_start);
   NamedTensors out;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") continue;
@@ -124,38 +169,12 @@ NamedTensors read_safetensors(const std::string& path) {
     const uint64_t bytes = static_cast<uint64_t>(t.numel()) * t.element_size();
     if (offs.size() != 2 || offs[1] - offs[0] != bytes)
       throw CheckpointError(path + ": tensor '" + name + "' has inconsistent offsets");
-    in.seekg(data_start + static_cast<std::streamoff>(offs[0]));
+    in.seekg(static_cast<std::streamoff>(data_start + offs[0]));
     in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(bytes));
     if (!in) throw CheckpointError(path + ": truncated while reading tensor '" + name + "'");
     out.emplace_back(name, t);
   }
   return out;
-}
-
-std::string write_checkpoint(const std::string& parent, const std::string& name,
-                             const std::map<std::string, NamedTensors>& tensor_files,
-                             const std::map<std::string, std::string>& text_files) {
-  const std::string final_dir = parent + "/" + name;
-  const std::string tmp_dir = parent + "/." + name + ".tmp-" + std::to_string(::getpid());
-  try {
-    make_dirs(parent);
-    remove_tree(tmp_dir);
-    make_dirs(tmp_dir);
-    for (const auto& [file, tensors] : tensor_files) write_safetensors(tmp_dir + "/" + file, tensors);
-    for (const auto& [file, text] : text_files)
-      write_file_synced(tmp_dir + "/" + file, [&](int fd) { write_all(fd, text.data(), text.size(), file); });
-    fsync_directory(tmp_dir);
-    remove_tree(final_dir);
-    rename_path(tmp_dir, final_dir);
-    fsync_directory(parent);
-  } catch (const CheckpointError&) {
-    try { remove_tree(tmp_dir); } catch (...) {}
-    throw;
-  } catch (const Error& e) {
-    try { remove_tree(tmp_dir); } catch (...) {}
-    throw CheckpointError("cannot write checkpoint '" + final_dir + "': " + e.what());
-  }
-  return final_dir;
 }
 
 }  // namespace loongforge::checkpoint

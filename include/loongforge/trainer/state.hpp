@@ -1,0 +1,48 @@
+// loongforge/trainer/state.hpp — what a checkpoint of the training loop
+// holds and how a run resumes from one (docs/checkpoints.md).
+//
+// Contract:
+//  - make_snapshot() copies model weights and optimizer state to host memory
+//    (the training stall) and describes the trainer's position so that a
+//    resumed run takes exactly the steps the uninterrupted run would have.
+//  - resume_from() checks integrity, then compatibility (parameter names and
+//    shapes, the config keys that change the math, world size) and lists
+//    every difference in one CheckpointError; on success it loads weights and
+//    optimizer state in place and returns the step to continue from.
+//  - Trainer thread only.
+#pragma once
+
+#include <cstdint>  // int64_t
+#include <string>   // std::string
+
+#include <nlohmann/json.hpp>  // nlohmann::json
+
+#include "loongforge/checkpoint/checkpoint.hpp"
+#include "loongforge/config/config.hpp"
+#include "loongforge/model/model.hpp"
+#include "loongforge/trainer/optimizer.hpp"
+
+namespace loongforge::trainer {
+
+// The config keys whose values a checkpoint must share with the run that
+// resumes it, and their values.
+nlohmann::json compared_config(const config::Config& cfg);
+// SHA-256 of parameter names, shapes and trainable flags.
+std::string model_identity_hash(const model::Model& net);
+
+struct TrainerPosition {
+  int64_t step = 0;  // optimizer steps done
+  int64_t epoch = 0;
+  int64_t micro_batches_per_epoch = 1;
+  int64_t accumulation = 1;
+  std::string run_id;
+};
+
+checkpoint::Snapshot make_snapshot(const config::Config& cfg, const model::Model& net, AdamW& optimizer,
+                                   const Schedule& schedule, const TrainerPosition& pos, int64_t world_size);
+
+// Loads `dir` into `net` and `optimizer`; returns the trainer_state.json.
+nlohmann::json resume_from(const std::string& dir, const config::Config& cfg, model::Model& net, AdamW& optimizer,
+                           int64_t world_size);
+
+}  // namespace loongforge::trainer

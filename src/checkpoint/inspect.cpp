@@ -1,0 +1,126 @@
+// Finding, validating and comparing checkpoints (contract in checkpoint.hpp).
+#include <dirent.h>  // opendir, readdir
+
+#include <algorithm>  // std::sort
+#include <fstream>    // std::ifstream
+
+#include "loongforge/checkpoint/checkpoint.hpp"
+#include "loongforge/common/error.hpp"
+#include "loongforge/common/files.hpp"
+#include "loongforge/common/sha256.hpp"
+
+namespace loongforge::checkpoint {
+
+namespace {
+
+constexpr const char* kRequired[] = {"model.safetensors", "trainer_state.json", "scheduler.json"};
+
+// "epoch_3_step_120" -> 120; -1 when the name is not a checkpoint's.
+int64_t step_of(const std::string& name) {
+  long long epoch = 0, step = 0;
+  int consumed = 0;
+  if (std::sscanf(name.c_str(), "epoch_%lld_step_%lld%n", &epoch, &step, &consumed) != 2 ||
+      consumed != static_cast<int>(name.size()))
+    return -1;
+  return step;
+}
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+Report validate_checkpoint(const std::string& dir) {
+  Report r;
+  r.dir = dir;
+  const std::string manifest_path = dir + "/" + kManifest;
+  std::ifstream in(manifest_path);
+  if (!in) {
+    r.problems.push_back(manifest_path + ": missing (an incomplete or foreign directory; never loaded)");
+    return r;
+  }
+  try {
+    nlohmann::json j;
+    in >> j;
+    r.manifest = Manifest::from_json(j);
+  } catch (const std::exception& e) {
+    r.problems.push_back(manifest_path + ": unreadable (" + std::string(e.what()) + ")");
+    return r;
+  }
+  if (r.manifest.format_version != kFormatVersion)
+    r.problems.push_back(manifest_path + ": format_version " + std::to_string(r.manifest.format_version) +
+                         " is not " + std::to_string(kFormatVersion) + " (written by another LoongForge version)");
+  for (const char* req : kRequired)
+    if (!r.manifest.files.count(req)) r.problems.push_back(manifest_path + ": does not list " + std::string(req));
+  for (const auto& [rel, entry] : r.manifest.files) {
+    const std::string path = dir + "/" + rel;
+    if (!path_exists(path)) {
+      r.problems.push_back(path + ": missing");
+      continue;
+    }
+    uint64_t bytes = 0;
+    std::string hash;
+    try {
+      hash = sha256_file(path, &bytes);
+    } catch (const std::exception& e) {
+      r.problems.push_back(path + ": " + e.what());
+      continue;
+    }
+    if (bytes != entry.bytes)
+      r.problems.push_back(path + ": " + std::to_string(bytes) + " bytes, the manifest says " +
+                           std::to_string(entry.bytes) + " (truncated or replaced)");
+    else if (hash != entry.sha256)
+      r.problems.push_back(path + ": SHA-256 differs from the manifest (corrupted, or the manifest is another run's)");
+  }
+  return r;
+}
+
+std::vector<std::string> list_checkpoints(const std::string& parent) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  DIR* d = ::opendir(parent.c_str());
+  if (!d) return {};
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    const int64_t step = step_of(name);
+    if (step >= 0 && is_directory(parent + "/" + name)) found.emplace_back(step, parent + "/" + name);
+  }
+  ::closedir(d);
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(std::move(f.second));
+  return out;
+}
+
+std::string find_latest(const std::string& parent, std::vector<std::string>* rejected) {
+  for (const auto& dir : list_checkpoints(parent)) {
+    const Report r = validate_checkpoint(dir);
+    if (r.ok()) return dir;
+    if (rejected) rejected->push_back(dir + ": " + r.problems.front());
+  }
+  return "";
+}
+
+std::vector<std::string> compare_parameters(const std::string& dir,
+                                            const std::vector<std::pair<std::string, std::vector<int64_t>>>& model) {
+  std::vector<std::string> diffs;
+  std::map<std::string, std::vector<int64_t>> saved;
+  for (auto& h : read_safetensors_header(dir + "/model.safetensors")) saved[h.name] = h.shape;
+  for (const auto& [name, shape] : model) {
+    auto it = saved.find(name);
+    if (it == saved.end()) {
+      diffs.push_back("parameter '" + name + "' is in the model but not in the checkpoint");
+    } else {
+      if (it->second != shape)
+        diffs.push_back("parameter '" + name + "': checkpoint " + shape_text(it->second) + ", model " +
+                        shape_text(shape));
+      saved.erase(it);
+    }
+  }
+  for (const auto& [name, shape] : saved) diffs.push_back("parameter '" + name + "' is in the checkpoint but not in the model");
+  return diffs;
+}
+
+}  // namespace loongforge::checkpoint

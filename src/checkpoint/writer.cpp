@@ -1,0 +1,205 @@
+// Atomic checkpoint directories, the manifest, keep_last, and the background
+// writer thread (contract in checkpoint.hpp).
+#include <dirent.h>   // opendir
+#include <signal.h>   // kill
+#include <unistd.h>   // getpid
+
+#include <cerrno>   // errno
+#include <cstdlib>  // std::atol
+
+#include <chrono>   // std::chrono::steady_clock
+#include <cstdio>   // std::snprintf
+
+#include "io.hpp"
+#include "loongforge/checkpoint/checkpoint.hpp"
+#include "loongforge/common/error.hpp"
+#include "loongforge/common/files.hpp"
+#include "loongforge/common/sha256.hpp"
+
+namespace loongforge::checkpoint {
+
+nlohmann::json Manifest::to_json() const {
+  nlohmann::json files_json = nlohmann::json::object();
+  for (const auto& [path, f] : files) files_json[path] = {{"bytes", f.bytes}, {"sha256", f.sha256}};
+  return {{"format", "loongforge-checkpoint"},
+          {"format_version", format_version},
+          {"run_id", run_id},
+          {"step", step},
+          {"epoch", epoch},
+          {"world_size", world_size},
+          {"config_hash", config_hash},
+          {"model_hash", model_hash},
+          {"loongforge_version", loongforge_version},
+          {"config", config},
+          {"files", files_json}};
+}
+
+Manifest Manifest::from_json(const nlohmann::json& j) {
+  if (j.at("format").get<std::string>() != "loongforge-checkpoint")
+    throw nlohmann::json::other_error::create(501, "format is not loongforge-checkpoint", &j);
+  Manifest m;
+  m.format_version = j.at("format_version").get<int>();
+  m.run_id = j.at("run_id").get<std::string>();
+  m.step = j.at("step").get<int64_t>();
+  m.epoch = j.at("epoch").get<int64_t>();
+  m.world_size = j.at("world_size").get<int64_t>();
+  m.config_hash = j.at("config_hash").get<std::string>();
+  m.model_hash = j.at("model_hash").get<std::string>();
+  m.loongforge_version = j.value("loongforge_version", "");
+  m.config = j.at("config");
+  for (const auto& [path, f] : j.at("files").items())
+    m.files[path] = FileEntry{f.at("bytes").get<uint64_t>(), f.at("sha256").get<std::string>()};
+  return m;
+}
+
+WriteResult write_checkpoint_dir(const std::string& parent, const Snapshot& snapshot) {
+  const auto t0 = std::chrono::steady_clock::now();
+  WriteResult r;
+  r.path = parent + "/" + snapshot.name;
+  r.step = snapshot.manifest.step;
+  const std::string tmp = parent + "/." + snapshot.name + ".tmp-" + std::to_string(::getpid());
+  try {
+    make_dirs(parent);
+    remove_tree(tmp);
+    make_dirs(tmp);
+    Manifest manifest = snapshot.manifest;
+    auto record = [&](const std::string& rel) {
+      uint64_t bytes = 0;
+      manifest.files[rel] = FileEntry{0, sha256_file(tmp + "/" + rel, &bytes)};
+      manifest.files[rel].bytes = bytes;
+      r.bytes += bytes;
+    };
+    for (const auto& [rel, tensors] : snapshot.tensor_files) {
+      detail::test_delay();
+      const auto slash = rel.rfind('/');
+      if (slash != std::string::npos) make_dirs(tmp + "/" + rel.substr(0, slash));
+      write_safetensors(tmp + "/" + rel, tensors);
+      record(rel);
+    }
+    for (const auto& [rel, text] : snapshot.text_files) {
+      detail::test_delay();
+      const auto slash = rel.rfind('/');
+      if (slash != std::string::npos) make_dirs(tmp + "/" + rel.substr(0, slash));
+      detail::write_text_synced(tmp + "/" + rel, text);
+      record(rel);
+    }
+    // The manifest is written last: a directory with a valid manifest is complete.
+    detail::test_delay();
+    detail::write_text_synced(tmp + "/" + kManifest, manifest.to_json().dump(2) + "\n");
+    for (const auto& [rel, unused] : snapshot.tensor_files)
+      if (rel.find('/') != std::string::npos) fsync_directory(tmp + "/" + rel.substr(0, rel.rfind('/')));
+    fsync_directory(tmp);
+    remove_tree(r.path);  // an older checkpoint of the same step (a resumed run redoing it)
+    rename_path(tmp, r.path);
+    fsync_directory(parent);
+  } catch (const std::exception& e) {
+    r.error = e.what();
+    try {
+      remove_tree(tmp);
+    } catch (...) {
+    }
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+Writer::Writer(std::string dir, int64_t keep_last, bool async)
+    : dir_(std::move(dir)), keep_last_(keep_last), async_(async) {
+  remove_stale_temporaries(dir_);
+  if (async_) thread_ = std::thread([this] { loop(); });
+}
+
+void remove_stale_temporaries(const std::string& parent) {
+  DIR* d = ::opendir(parent.c_str());
+  if (!d) return;
+  std::vector<std::string> stale;
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    const auto at = name.rfind(".tmp-");
+    if (name.empty() || name[0] != '.' || at == std::string::npos) continue;
+    const long pid = std::atol(name.c_str() + at + 5);
+    // A temporary of a live process is someone's write in progress: leave it.
+    if (pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)) continue;
+    stale.push_back(parent + "/" + name);
+  }
+  ::closedir(d);
+  for (const auto& p : stale) {
+    try {
+      remove_tree(p);
+    } catch (const std::exception&) {
+      // best effort: a leftover temporary is never loaded anyway
+    }
+  }
+}
+
+Writer::~Writer() {
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return !pending_ && !busy_; });
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Writer::finish(WriteResult r) {
+  if (r.error.empty()) {
+    // keep_last: drop the oldest complete checkpoints (never the new one).
+    const auto all = list_checkpoints(dir_);
+    for (size_t i = static_cast<size_t>(keep_last_); i < all.size(); ++i) {
+      try {
+        remove_tree(all[i]);
+      } catch (const std::exception& e) {
+        r.error = std::string("written, but pruning failed: ") + e.what();
+      }
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  results_.push_back(std::move(r));
+}
+
+void Writer::submit(Snapshot snapshot) {
+  if (!async_) {
+    finish(write_checkpoint_dir(dir_, snapshot));
+    return;
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [&] { return !pending_ && !busy_; });
+  pending_ = std::move(snapshot);
+  lock.unlock();
+  cv_.notify_all();
+}
+
+void Writer::loop() {
+  for (;;) {
+    Snapshot job;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return stop_ || pending_.has_value(); });
+      if (stop_ && !pending_) return;
+      job = std::move(*pending_);
+      pending_.reset();
+      busy_ = true;
+    }
+    finish(write_checkpoint_dir(dir_, job));
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      busy_ = false;
+    }
+    cv_.notify_all();
+  }
+}
+
+void Writer::wait() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [&] { return !pending_ && !busy_; });
+}
+
+std::vector<WriteResult> Writer::take_results() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<WriteResult> out;
+  out.swap(results_);
+  return out;
+}
+
+}  // namespace loongforge::checkpoint

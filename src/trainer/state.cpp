@@ -1,0 +1,180 @@
+// Snapshots of the training state and resuming from them.
+#include "loongforge/trainer/state.hpp"
+
+#include <fstream>  // std::ifstream
+#include <mutex>    // std::lock_guard
+
+#include <ATen/ATen.h>                 // at::NoGradGuard
+#include <ATen/CPUGeneratorImpl.h>     // at::CPUGeneratorImpl
+#include <ATen/core/Generator.h>       // at::Generator
+
+#include "loongforge/common/error.hpp"
+#include "loongforge/common/sha256.hpp"
+#include "loongforge/common/version.hpp"
+
+namespace loongforge::trainer {
+
+namespace {
+
+constexpr const char* kOptimizerFile = "optimizer/rank_00000.safetensors";
+
+// Keys that change the numbers of a run; everything else (paths, names,
+// logging, checkpoint cadence, threads) may change across a resume.
+constexpr const char* kComparedKeys[] = {
+    "run.seed", "data.action_horizon", "data.max_text_len", "data.embodiment_id", "data.shuffle",
+    "trainer.micro_batch_size", "trainer.gradient_accumulation_steps", "trainer.max_steps",
+    "trainer.grad_clip_norm", "optimizer.name", "optimizer.lr", "optimizer.weight_decay", "optimizer.beta1",
+    "optimizer.beta2", "optimizer.eps", "schedule.name", "schedule.warmup_steps", "schedule.warmup_ratio",
+    "schedule.min_lr_ratio", "precision.mode", "precision.fp32_master_weights"};
+
+std::string hex(const at::Tensor& bytes) {
+  static const char* d = "0123456789abcdef";
+  const auto* p = bytes.data_ptr<uint8_t>();
+  std::string s;
+  for (int64_t i = 0; i < bytes.numel(); ++i) s += d[p[i] >> 4], s += d[p[i] & 15];
+  return s;
+}
+
+}  // namespace
+
+nlohmann::json compared_config(const config::Config& cfg) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const char* key : kComparedKeys) j[key] = config::value_text(cfg, key);
+  return j;
+}
+
+std::string model_identity_hash(const model::Model& net) {
+  Sha256 h;
+  for (const auto& p : net.info().params) {
+    std::string line = p.name + ":";
+    for (auto d : p.shape) line += std::to_string(d) + ",";
+    line += p.trainable ? ":t\n" : ":f\n";
+    h.update(line);
+  }
+  return h.hex();
+}
+
+checkpoint::Snapshot make_snapshot(const config::Config& cfg, const model::Model& net, AdamW& optimizer,
+                                   const Schedule& schedule, const TrainerPosition& pos, int64_t world_size) {
+  at::NoGradGuard no_grad;
+  checkpoint::Snapshot s;
+  s.name = "epoch_" + std::to_string(pos.epoch) + "_step_" + std::to_string(pos.step);
+  checkpoint::NamedTensors weights, opt_state;
+  nlohmann::json opt_steps = nlohmann::json::object();
+  size_t ti = 0;
+  for (const auto& p : net.parameters()) {
+    weights.emplace_back(p.info->name, p.tensor.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true));
+    if (!p.info->trainable) continue;
+    auto& st = optimizer.state()[ti++];
+    opt_steps[p.info->name] = st.step;
+    if (st.exp_avg.defined()) {
+      opt_state.emplace_back(p.info->name + ".exp_avg", st.exp_avg.to(at::kCPU, false, true));
+      opt_state.emplace_back(p.info->name + ".exp_avg_sq", st.exp_avg_sq.to(at::kCPU, false, true));
+    }
+  }
+  s.tensor_files["model.safetensors"] = std::move(weights);
+  s.tensor_files[kOptimizerFile] = std::move(opt_state);
+
+  auto cpu_gen = at::detail::getDefaultCPUGenerator();
+  at::Tensor cpu_rng;
+  {
+    std::lock_guard<std::mutex> lock(cpu_gen.mutex());
+    cpu_rng = cpu_gen.get_state();
+  }
+  const int64_t next_micro_batch = pos.step * pos.accumulation;
+  const nlohmann::json state = {
+      {"step", pos.step},
+      {"epoch", pos.epoch},
+      {"run_id", pos.run_id},
+      {"seed", cfg.run.seed},
+      {"data", {{"next_micro_batch", next_micro_batch},
+                {"epoch", next_micro_batch / pos.micro_batches_per_epoch},
+                {"micro_batch_in_epoch", next_micro_batch % pos.micro_batches_per_epoch},
+                {"note", "sample order and flow-matching draws are pure functions of (seed, micro-batch, rank, world)"}}},
+      {"rng", {{"cpu_default_generator", hex(cpu_rng)}}},
+      {"optimizer_steps", opt_steps},
+      {"model_path", cfg.model.path},
+      {"data_path", cfg.data.path}};
+  const nlohmann::json sched = {{"name", cfg.schedule.name},           {"peak_lr", schedule.peak_lr},
+                                {"warmup_steps", schedule.warmup_steps}, {"total_steps", schedule.total_steps},
+                                {"min_lr_ratio", schedule.min_lr_ratio}, {"next_lr", schedule.lr_at(pos.step)}};
+  s.text_files["trainer_state.json"] = state.dump(2) + "\n";
+  s.text_files["scheduler.json"] = sched.dump(2) + "\n";
+  s.text_files["loongforge_state/engines.json"] =
+      nlohmann::json({{"note", "each engine stores its state here once it exists (MDG and comm plan: GCTS; "
+                               "free-list: MLA)"},
+                      {"gcts", nullptr},
+                      {"mla", nullptr}})
+          .dump(2) + "\n";
+
+  auto& m = s.manifest;
+  m.run_id = pos.run_id;
+  m.step = pos.step;
+  m.epoch = pos.epoch;
+  m.world_size = world_size;
+  m.config = compared_config(cfg);
+  m.config_hash = sha256_hex(m.config.dump());
+  m.model_hash = model_identity_hash(net);
+  m.loongforge_version = version_string();
+  return s;
+}
+
+nlohmann::json resume_from(const std::string& dir, const config::Config& cfg, model::Model& net, AdamW& optimizer,
+                           int64_t world_size) {
+  const checkpoint::Report report = checkpoint::validate_checkpoint(dir);
+  if (!report.ok()) {
+    std::string msg = "cannot resume from '" + dir + "': it is damaged or incomplete:";
+    for (const auto& p : report.problems) msg += "\n  " + p;
+    throw CheckpointError(msg + "\nPick another checkpoint, or use --resume latest to take the newest intact one.");
+  }
+  // Compatibility: list every difference at once.
+  std::vector<std::string> diffs;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
+  for (const auto& p : net.info().params) shapes.emplace_back(p.name, p.shape);
+  diffs = checkpoint::compare_parameters(dir, shapes);
+  const nlohmann::json now = compared_config(cfg);
+  for (const auto& [key, value] : now.items()) {
+    const auto saved = report.manifest.config.find(key);
+    if (saved == report.manifest.config.end())
+      diffs.push_back("config " + key + ": not recorded in the checkpoint");
+    else if (*saved != value)
+      diffs.push_back("config " + key + ": checkpoint " + saved->get<std::string>() + ", now " +
+                      value.get<std::string>());
+  }
+  if (report.manifest.world_size != world_size)
+    diffs.push_back("world size: checkpoint " + std::to_string(report.manifest.world_size) + ", now " +
+                    std::to_string(world_size));
+  if (diffs.empty() && report.manifest.model_hash != model_identity_hash(net))
+    diffs.push_back("trainable parameters differ (freezing config of the model file)");
+  if (!diffs.empty()) {
+    std::string msg = "cannot resume from '" + dir + "': it does not match this run:";
+    for (const auto& d : diffs) msg += "\n  " + d;
+    throw CheckpointError(msg + "\nResume with the same model file and config, or start a new run.");
+  }
+
+  at::NoGradGuard no_grad;
+  std::map<std::string, at::Tensor> saved;
+  for (auto& [name, t] : checkpoint::read_safetensors(dir + "/model.safetensors")) saved[name] = t;
+  for (const auto& p : net.parameters()) p.tensor.copy_(saved.at(p.info->name));
+  std::map<std::string, at::Tensor> opt;
+  for (auto& [name, t] : checkpoint::read_safetensors(dir + "/" + kOptimizerFile)) opt[name] = t;
+  nlohmann::json state;
+  {
+    std::ifstream in(dir + "/trainer_state.json");
+    in >> state;
+  }
+  size_t ti = 0;
+  for (const auto& p : net.parameters()) {
+    if (!p.info->trainable) continue;
+    auto& st = optimizer.state()[ti++];
+    st.step = state.at("optimizer_steps").value(p.info->name, int64_t{0});
+    auto a = opt.find(p.info->name + ".exp_avg"), b = opt.find(p.info->name + ".exp_avg_sq");
+    if (a != opt.end() && b != opt.end()) {
+      st.exp_avg = a->second.to(p.tensor.device());
+      st.exp_avg_sq = b->second.to(p.tensor.device());
+    }
+  }
+  return state;
+}
+
+}  // namespace loongforge::trainer

@@ -1,0 +1,50 @@
+// Proves the common room's building blocks: SHA-256 against the FIPS 180-4
+// and NIST test vectors (also when fed in odd pieces), and the POSIX file
+// helpers that replace std::filesystem (Note [No std::filesystem]).
+#include <fstream>  // std::ofstream
+#include <string>
+
+#include "catch_compat.hpp"
+#include "loongforge/common/error.hpp"
+#include "loongforge/common/files.hpp"
+#include "loongforge/common/sha256.hpp"
+
+using namespace loongforge;
+using lf_catch::Contains;
+
+TEST_CASE("common: sha256 matches the FIPS 180-4 test vectors") {
+  REQUIRE(sha256_hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  REQUIRE(sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  REQUIRE(sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
+          "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  REQUIRE(sha256_hex(std::string(1000000, 'a')) ==
+          "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST_CASE("common: sha256 gives the same digest however the input is split") {
+  const std::string text = "The quick brown fox jumps over the lazy dog, again and again and again, 0123456789.";
+  for (size_t piece : {1u, 3u, 7u, 63u, 64u, 65u}) {
+    Sha256 h;
+    for (size_t i = 0; i < text.size(); i += piece) h.update(text.substr(i, piece));
+    REQUIRE(h.hex() == sha256_hex(text));
+  }
+}
+
+TEST_CASE("common: files helpers make, copy, rename and remove trees") {
+  const std::string root = std::string(LOONGFORGE_TEST_MODELS) + "/files-test";
+  remove_tree(root);
+  make_dirs(root + "/a/b/c");
+  REQUIRE(is_directory(root + "/a/b/c"));
+  std::ofstream(root + "/a/b/c/f.txt") << "hello";
+  copy_tree(root + "/a", root + "/copy");
+  REQUIRE(path_exists(root + "/copy/b/c/f.txt"));
+  REQUIRE(sha256_file(root + "/copy/b/c/f.txt") == sha256_hex("hello"));
+  rename_path(root + "/copy", root + "/moved");
+  REQUIRE_FALSE(path_exists(root + "/copy"));
+  resize_file(root + "/moved/b/c/f.txt", 2);
+  REQUIRE(sha256_file(root + "/moved/b/c/f.txt") == sha256_hex("he"));
+  remove_tree(root);
+  REQUIRE_FALSE(path_exists(root));
+  remove_tree(root);  // absent: no error
+  REQUIRE_THROWS_WITH(sha256_file(root + "/nope"), Contains("cannot read '" + root + "/nope'"));
+}
