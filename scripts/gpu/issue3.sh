@@ -23,11 +23,7 @@ python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.versio
 nproc; git rev-parse --short HEAD 2>/dev/null || true
 
 stamp "build (CUDA on, static FFmpeg from .gpu-carry)"
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOONGFORGE_PYTHON="$(command -v python3)" \
-  -DLOONGFORGE_FFMPEG_ROOT="$repo/.gpu-carry/ffmpeg" \
-  -DLOONGFORGE_CUDA=ON -DLOONGFORGE_DATASETS="$repo/.gpu-carry/datasets" > "$OUT/cmake.log" 2>&1 \
-  || { tail -40 "$OUT/cmake.log"; exit 1; }
-ninja -C build-gpu -j16 > "$OUT/build.log" 2>&1 || { grep -E "error|FAILED" -A5 "$OUT/build.log" | head -60; exit 1; }
+bash scripts/gpu/build.sh || exit 1
 stamp "GPU tests"
 ctest --test-dir build-gpu -L gpu --output-on-failure 2>&1 | tail -15
 

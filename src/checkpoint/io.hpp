@@ -14,6 +14,7 @@ void test_delay();
 void write_all(int fd, const void* data, size_t bytes, const std::string& path);
 // Creates/truncates `path`, runs `fill(fd)`, fsyncs, closes. Throws CheckpointError.
 void write_file_synced(const std::string& path, const std::function<void(int)>& fill);
-void write_text_synced(const std::string& path, const std::string& text);
+// Returns the SHA-256 of `text`.
+std::string write_text_synced(const std::string& path, const std::string& text);
 
 }  // namespace loongforge::checkpoint::detail

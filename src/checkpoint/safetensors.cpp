@@ -17,6 +17,7 @@
 
 #include "loongforge/common/error.hpp"
 #include "io.hpp"
+#include "loongforge/common/sha256.hpp"
 
 namespace loongforge::checkpoint {
 
@@ -86,8 +87,9 @@ void write_file_synced(const std::string& path, const std::function<void(int)>& 
   ::close(fd);
 }
 
-void write_text_synced(const std::string& path, const std::string& text) {
+std::string write_text_synced(const std::string& path, const std::string& text) {
   write_file_synced(path, [&](int fd) { write_all(fd, text.data(), text.size(), path); });
+  return sha256_hex(text);
 }
 
 }  // namespace detail
@@ -95,8 +97,8 @@ void write_text_synced(const std::string& path, const std::string& text) {
 using detail::write_all;
 using detail::write_file_synced;
 
-void write_safetensors(const std::string& path, const NamedTensors& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+std::string write_safetensors(const std::string& path, const NamedTensors& tensors,
+                              const std::map<std::string, std::string>& metadata, uint64_t* bytes_out) {
   nlohmann::ordered_json header;
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::vector<at::Tensor> cpu;
@@ -110,14 +112,21 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
     offset += bytes;
     cpu.push_back(std::move(c));
   }
+  Sha256 sha;
   std::string h = header.dump();
   h.append((8 - h.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
   write_file_synced(path, [&](int fd) {
     const uint64_t n = h.size();
-    write_all(fd, &n, 8, path);
-    write_all(fd, h.data(), h.size(), path);
-    for (const auto& c : cpu) write_all(fd, c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size(), path);
+    auto put = [&](const void* p, size_t len) {
+      write_all(fd, p, len, path);
+      sha.update(p, len);
+    };
+    put(&n, 8);
+    put(h.data(), h.size());
+    for (const auto& c : cpu) put(c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size());
   });
+  if (bytes_out) *bytes_out = 8 + h.size() + offset;
+  return sha.hex();
 }
 
 namespace {

@@ -63,25 +63,23 @@ WriteResult write_checkpoint_dir(const std::string& parent, const Snapshot& snap
     remove_tree(tmp);
     make_dirs(tmp);
     Manifest manifest = snapshot.manifest;
-    auto record = [&](const std::string& rel) {
-      uint64_t bytes = 0;
-      manifest.files[rel] = FileEntry{0, sha256_file(tmp + "/" + rel, &bytes)};
-      manifest.files[rel].bytes = bytes;
+    auto record = [&](const std::string& rel, uint64_t bytes, std::string sha) {
+      manifest.files[rel] = FileEntry{bytes, std::move(sha)};
       r.bytes += bytes;
     };
     for (const auto& [rel, tensors] : snapshot.tensor_files) {
       detail::test_delay();
       const auto slash = rel.rfind('/');
       if (slash != std::string::npos) make_dirs(tmp + "/" + rel.substr(0, slash));
-      write_safetensors(tmp + "/" + rel, tensors);
-      record(rel);
+      uint64_t bytes = 0;
+      std::string sha = write_safetensors(tmp + "/" + rel, tensors, {}, &bytes);
+      record(rel, bytes, std::move(sha));
     }
     for (const auto& [rel, text] : snapshot.text_files) {
       detail::test_delay();
       const auto slash = rel.rfind('/');
       if (slash != std::string::npos) make_dirs(tmp + "/" + rel.substr(0, slash));
-      detail::write_text_synced(tmp + "/" + rel, text);
-      record(rel);
+      record(rel, text.size(), detail::write_text_synced(tmp + "/" + rel, text));
     }
     // The manifest is written last: a directory with a valid manifest is complete.
     detail::test_delay();

@@ -239,11 +239,13 @@ int run(const config::Config& cfg, int64_t world_size) {
     }
   };
   // Copies the state to host memory (the stall) and hands it to the writer.
+  SnapshotBuffers snapshot_buffers;
   auto save = [&](int64_t steps_done) {
     const auto t0 = Clock::now();
     pos.step = steps_done;
     pos.epoch = builder.sampler().epoch_of(steps_done * K);
-    writer.submit(make_snapshot(cfg, net, optimizer, schedule, pos, world_size));
+    writer.wait();  // the writer may still read the buffers of the previous snapshot
+    writer.submit(make_snapshot(cfg, net, optimizer, schedule, pos, world_size, snapshot_buffers));
     last_ckpt_time = Clock::now();
     return ms_since(t0);
   };

@@ -9,6 +9,9 @@
 #include <ATen/core/Generator.h>       // at::Generator
 
 #include "loongforge/common/error.hpp"
+#if LOONGFORGE_WITH_CUDA_KERNELS
+#include <torch/cuda.h>  // torch::cuda::synchronize
+#endif
 #include "loongforge/common/sha256.hpp"
 #include "loongforge/common/version.hpp"
 
@@ -54,24 +57,51 @@ std::string model_identity_hash(const model::Model& net) {
   return h.hex();
 }
 
+namespace {
+// `dst` (reused host buffer, allocated on first use) <- `src`, asynchronously
+// when `src` is on a GPU and `dst` is pinned.
+void copy_to_host(at::Tensor& dst, const at::Tensor& src) {
+  if (!dst.defined())
+    dst = at::empty(src.sizes(), src.options().device(at::kCPU).pinned_memory(src.is_cuda()));
+  dst.copy_(src.detach(), /*non_blocking=*/true);
+}
+}  // namespace
+
 checkpoint::Snapshot make_snapshot(const config::Config& cfg, const model::Model& net, AdamW& optimizer,
-                                   const Schedule& schedule, const TrainerPosition& pos, int64_t world_size) {
+                                   const Schedule& schedule, const TrainerPosition& pos, int64_t world_size,
+                                   SnapshotBuffers& buf) {
   at::NoGradGuard no_grad;
   checkpoint::Snapshot s;
   s.name = "epoch_" + std::to_string(pos.epoch) + "_step_" + std::to_string(pos.step);
+  const auto params = net.parameters();
+  buf.weights.resize(params.size());
+  buf.exp_avg.resize(optimizer.state().size());
+  buf.exp_avg_sq.resize(optimizer.state().size());
   checkpoint::NamedTensors weights, opt_state;
   nlohmann::json opt_steps = nlohmann::json::object();
   size_t ti = 0;
-  for (const auto& p : net.parameters()) {
-    weights.emplace_back(p.info->name, p.tensor.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true));
+  bool on_gpu = false;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& p = params[i];
+    on_gpu = on_gpu || p.tensor.is_cuda();
+    if (p.info->trainable || !buf.frozen_copied) copy_to_host(buf.weights[i], p.tensor);
+    weights.emplace_back(p.info->name, buf.weights[i]);
     if (!p.info->trainable) continue;
-    auto& st = optimizer.state()[ti++];
+    auto& st = optimizer.state()[ti];
     opt_steps[p.info->name] = st.step;
     if (st.exp_avg.defined()) {
-      opt_state.emplace_back(p.info->name + ".exp_avg", st.exp_avg.to(at::kCPU, false, true));
-      opt_state.emplace_back(p.info->name + ".exp_avg_sq", st.exp_avg_sq.to(at::kCPU, false, true));
+      copy_to_host(buf.exp_avg[ti], st.exp_avg);
+      copy_to_host(buf.exp_avg_sq[ti], st.exp_avg_sq);
+      opt_state.emplace_back(p.info->name + ".exp_avg", buf.exp_avg[ti]);
+      opt_state.emplace_back(p.info->name + ".exp_avg_sq", buf.exp_avg_sq[ti]);
     }
+    ++ti;
   }
+  buf.frozen_copied = true;
+#if LOONGFORGE_WITH_CUDA_KERNELS
+  if (on_gpu) torch::cuda::synchronize();  // the copies above were asynchronous
+#endif
+  (void)on_gpu;
   s.tensor_files["model.safetensors"] = std::move(weights);
   s.tensor_files[kOptimizerFile] = std::move(opt_state);
 

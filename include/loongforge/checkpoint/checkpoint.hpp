@@ -48,8 +48,10 @@ struct TensorHeader {
   std::vector<int64_t> shape;
 };
 
-void write_safetensors(const std::string& path, const NamedTensors& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+// Returns the file's SHA-256, computed from the bytes as they are written
+// (no second read); `bytes` (optional) receives the file size.
+std::string write_safetensors(const std::string& path, const NamedTensors& tensors,
+                              const std::map<std::string, std::string>& metadata = {}, uint64_t* bytes = nullptr);
 NamedTensors read_safetensors(const std::string& path);
 std::vector<TensorHeader> read_safetensors_header(const std::string& path);
 

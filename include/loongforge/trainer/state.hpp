@@ -38,8 +38,18 @@ struct TrainerPosition {
   std::string run_id;
 };
 
+// Host copies reused by every snapshot of a run (pinned when training on a
+// GPU, so device-to-host copies run at full bandwidth). Frozen parameters
+// never change: they are copied once. The caller must not take a new
+// snapshot while the writer still reads the previous one (Writer::wait()).
+struct SnapshotBuffers {
+  std::vector<at::Tensor> weights, exp_avg, exp_avg_sq;  // aligned with net.parameters() / trainable
+  bool frozen_copied = false;
+};
+
 checkpoint::Snapshot make_snapshot(const config::Config& cfg, const model::Model& net, AdamW& optimizer,
-                                   const Schedule& schedule, const TrainerPosition& pos, int64_t world_size);
+                                   const Schedule& schedule, const TrainerPosition& pos, int64_t world_size,
+                                   SnapshotBuffers& buffers);
 
 // Loads `dir` into `net` and `optimizer`; returns the trainer_state.json.
 nlohmann::json resume_from(const std::string& dir, const config::Config& cfg, model::Model& net, AdamW& optimizer,
