@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue #5 on an H200: checkpoint stall and write throughput for n16-3b.
-# Trains n16-3b (bf16, micro-batch 8) for 40 steps with a checkpoint at step
-# 20 (asynchronous write: the stall is the copy to pinned host memory) and the
-# final one at step 40, then validates both. Checkpoints go to local disk with
+# Trains n16-3b (bf16, micro-batch 8) for 50 steps with a checkpoint at step
+# 40 (asynchronous write: the stall is the copy into pinned host buffers that a
+# helper thread allocated while training started) and the final one at step
+# 50. Checkpoints go to local disk with
 # keep_last 1; the exported model lives in /dev/shm to leave disk room.
 # Carry: .gpu-carry (scripts/gpu/prepare_carry.sh).
 set -uo pipefail
@@ -19,10 +20,10 @@ stamp "build"; bash scripts/gpu/build.sh || exit 1
 stamp "export n16-3b"
 PYTHONPATH=scripts python3 scripts/model/export.py --config n16-3b --out /dev/shm/n16-3b.pt | tail -4 || exit 1
 ls -la /dev/shm/n16-3b.pt
-stamp "train n16-3b, 40 steps, async checkpoint at 20 and 40"
+stamp "train n16-3b, 50 steps, async checkpoint at 40 and 50"
 build-gpu/src/daemon/loongforge-train --config configs/bench/n16-1b-h200.yaml --set model.path=/dev/shm/n16-3b.pt \
   --set run.name=n16-3b-ckpt --set run.output_dir=/tmp/runs --set trainer.micro_batch_size=8 \
-  --set trainer.max_steps=40 --set checkpoint.interval_steps=20 --set checkpoint.keep_last=1 \
+  --set trainer.max_steps=50 --set checkpoint.interval_steps=40 --set checkpoint.keep_last=1 \
   --set checkpoint.async_write=true --set logging.interval_steps=5 --set logging.progress=lines 2>&1 | tail -30
 cp /tmp/runs/n16-3b-ckpt/metrics.jsonl "$OUT/n16-3b_metrics.jsonl"
 python3 - <<'PY'
@@ -34,7 +35,5 @@ for r in rows:
 steps = sorted(r["step_ms"] for r in rows[1:])
 print(f"median step {steps[len(steps)//2]:.0f} ms")
 PY
-stamp "validate"
-for d in /tmp/runs/n16-3b-ckpt/checkpoints/epoch_*; do build-gpu/cli/loongforge validate-checkpoint "$d" 2>/dev/null; done
-du -sh /tmp/runs/n16-3b-ckpt/checkpoints/* 2>/dev/null
+ls /tmp/runs/n16-3b-ckpt/checkpoints; du -sh /tmp/runs/n16-3b-ckpt/checkpoints/* 2>/dev/null
 stamp "done"

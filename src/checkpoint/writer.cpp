@@ -67,13 +67,33 @@ WriteResult write_checkpoint_dir(const std::string& parent, const Snapshot& snap
       manifest.files[rel] = FileEntry{bytes, std::move(sha)};
       r.bytes += bytes;
     };
-    for (const auto& [rel, tensors] : snapshot.tensor_files) {
-      detail::test_delay();
-      const auto slash = rel.rfind('/');
-      if (slash != std::string::npos) make_dirs(tmp + "/" + rel.substr(0, slash));
+    // Tensor files are written (and hashed) in parallel, one thread each.
+    struct Written {
+      std::string rel, sha, error;
       uint64_t bytes = 0;
-      std::string sha = write_safetensors(tmp + "/" + rel, tensors, {}, &bytes);
-      record(rel, bytes, std::move(sha));
+    };
+    std::vector<Written> written(snapshot.tensor_files.size());
+    std::vector<std::thread> workers;
+    size_t k = 0;
+    for (const auto& [rel_, tensors_] : snapshot.tensor_files) {
+      Written& w = written[k++];
+      w.rel = rel_;
+      const NamedTensors* tensors = &tensors_;
+      workers.emplace_back([&w, tensors, &tmp] {
+        try {
+          detail::test_delay();
+          const auto slash = w.rel.rfind('/');
+          if (slash != std::string::npos) make_dirs(tmp + "/" + w.rel.substr(0, slash));
+          w.sha = write_safetensors(tmp + "/" + w.rel, *tensors, {}, &w.bytes);
+        } catch (const std::exception& e) {
+          w.error = e.what();
+        }
+      });
+    }
+    for (auto& t : workers) t.join();
+    for (auto& w : written) {
+      if (!w.error.empty()) throw CheckpointError(w.error);
+      record(w.rel, w.bytes, std::move(w.sha));
     }
     for (const auto& [rel, text] : snapshot.text_files) {
       detail::test_delay();

@@ -5,6 +5,8 @@
 #include <sys/resource.h>  // getrusage
 
 #include <atomic>      // std::atomic
+#include <exception>   // std::exception_ptr
+#include <thread>      // std::thread
 #include <csignal>     // std::signal, SIGTERM, SIGINT
 
 #include <chrono>      // std::chrono::steady_clock
@@ -239,9 +241,26 @@ int run(const config::Config& cfg, int64_t world_size) {
     }
   };
   // Copies the state to host memory (the stall) and hands it to the writer.
+  // Snapshot buffers are allocated on a helper thread while training starts.
   SnapshotBuffers snapshot_buffers;
+  std::exception_ptr reserve_error;
+  std::thread reserver([&] {
+    try {
+      reserve_snapshot_buffers(snapshot_buffers, net, setup.device.is_cuda());
+    } catch (...) {
+      reserve_error = std::current_exception();
+    }
+  });
+  struct JoinOnExit {  // an exception leaving run() must not destroy a joinable thread
+    std::thread& t;
+    ~JoinOnExit() {
+      if (t.joinable()) t.join();
+    }
+  } join_reserver{reserver};
   auto save = [&](int64_t steps_done) {
     const auto t0 = Clock::now();
+    if (reserver.joinable()) reserver.join();
+    if (reserve_error) std::rethrow_exception(reserve_error);
     pos.step = steps_done;
     pos.epoch = builder.sampler().epoch_of(steps_done * K);
     writer.wait();  // the writer may still read the buffers of the previous snapshot
@@ -328,6 +347,7 @@ int run(const config::Config& cfg, int64_t world_size) {
   if (!progress.history().empty()) save(s);
   writer.wait();
   collect();
+  if (reserver.joinable()) reserver.join();
   if (progress.history().empty()) return failed_writes > 0 ? 4 : 0;  // nothing left to do (resumed at the end)
 
   // Summary.

@@ -10,8 +10,10 @@
 
 #include "loongforge/common/error.hpp"
 #if LOONGFORGE_WITH_CUDA_KERNELS
-#include <torch/cuda.h>  // torch::cuda::synchronize
+#include <cuda_runtime_api.h>  // cudaHostAlloc, cudaFreeHost
+#include <torch/cuda.h>        // torch::cuda::synchronize
 #endif
+#include <cstdlib>  // std::malloc
 #include "loongforge/common/sha256.hpp"
 #include "loongforge/common/version.hpp"
 
@@ -66,6 +68,42 @@ void copy_to_host(at::Tensor& dst, const at::Tensor& src) {
   dst.copy_(src.detach(), /*non_blocking=*/true);
 }
 }  // namespace
+
+void reserve_snapshot_buffers(SnapshotBuffers& buf, const model::Model& net, bool pinned) {
+  const auto params = net.parameters();
+  auto aligned = [](size_t n) { return (n + 255) / 256 * 256; };
+  size_t total = 0;
+  for (const auto& p : params) {
+    const size_t bytes = aligned(static_cast<size_t>(p.tensor.numel()) * p.tensor.element_size());
+    total += p.info->trainable ? 3 * bytes : bytes;  // weights (+ exp_avg, exp_avg_sq of the same dtype)
+  }
+  void* base = nullptr;
+#if LOONGFORGE_WITH_CUDA_KERNELS
+  if (pinned) {
+    if (cudaHostAlloc(&base, total, cudaHostAllocDefault) != cudaSuccess) base = nullptr;
+    if (base) buf.slab = std::shared_ptr<void>(base, [](void* p) { cudaFreeHost(p); });
+  }
+#endif
+  (void)pinned;
+  if (!base) {
+    base = std::malloc(total);
+    if (!base) throw TrainingError("cannot allocate " + std::to_string(total >> 20) + " MB for checkpoint snapshots");
+    buf.slab = std::shared_ptr<void>(base, [](void* p) { std::free(p); });
+  }
+  char* cur = static_cast<char*>(base);
+  auto carve = [&](const at::Tensor& like) {
+    at::Tensor t = at::from_blob(cur, like.sizes(), like.options().device(at::kCPU));
+    cur += aligned(static_cast<size_t>(like.numel()) * like.element_size());
+    return t;
+  };
+  buf.weights.clear(), buf.exp_avg.clear(), buf.exp_avg_sq.clear();
+  for (const auto& p : params) {
+    buf.weights.push_back(carve(p.tensor));
+    if (!p.info->trainable) continue;
+    buf.exp_avg.push_back(carve(p.tensor));
+    buf.exp_avg_sq.push_back(carve(p.tensor));
+  }
+}
 
 checkpoint::Snapshot make_snapshot(const config::Config& cfg, const model::Model& net, AdamW& optimizer,
                                    const Schedule& schedule, const TrainerPosition& pos, int64_t world_size,

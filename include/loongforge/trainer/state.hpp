@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>  // int64_t
+#include <memory>   // std::shared_ptr
 #include <string>   // std::string
 
 #include <nlohmann/json.hpp>  // nlohmann::json
@@ -45,7 +46,14 @@ struct TrainerPosition {
 struct SnapshotBuffers {
   std::vector<at::Tensor> weights, exp_avg, exp_avg_sq;  // aligned with net.parameters() / trainable
   bool frozen_copied = false;
+  std::shared_ptr<void> slab;  // one exactly-sized (pinned) allocation the tensors above view
 };
+
+// Allocates every buffer up front in one slab (page-locked when `pinned`),
+// sized exactly -- the caching host allocator would round each to a power of
+// two. Meant to run on a helper thread at start so the first checkpoint does
+// not pay for the allocation.
+void reserve_snapshot_buffers(SnapshotBuffers& buffers, const model::Model& net, bool pinned);
 
 checkpoint::Snapshot make_snapshot(const config::Config& cfg, const model::Model& net, AdamW& optimizer,
                                    const Schedule& schedule, const TrainerPosition& pos, int64_t world_size,
