@@ -602,6 +602,14 @@ def image_to_model(frames_rgb: List[np.ndarray], size: int) -> Tensor:
 # ---------------------------------------------------------------------------- section 3: normalization
 
 
+def mean_std_normalize(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """float32 values (..., width) -> float32: in float64, y = (x - mean) / std, 0 where std < 1e-8."""
+    xd = x.astype(np.float64)
+    safe = np.where(std < 1e-8, 1.0, std)
+    y = np.where(std < 1e-8, 0.0, (xd - mean) / safe)
+    return y.astype(np.float32)
+
+
 def min_max_normalize(x: np.ndarray, mn: np.ndarray, mx: np.ndarray) -> np.ndarray:
     """float32 values (..., width) -> float32: in float64, d = max - min; y = ((2*(x - min)) / d) - 1,
     0 where d < 1e-8; then rounded to float32. No clipping."""
@@ -647,9 +655,6 @@ class SampleBuilder:
         self.L = int(_get(data_cfg, "data.max_text_len"))
         self.embodiment_id = int(_get(data_cfg, "data.embodiment_id"))
         self.shuffle = _as_bool(_get(data_cfg, "data.shuffle"))
-        mode = str(_get(data_cfg, "data.action_mode"))
-        if mode != "absolute":
-            raise ValueError(f"data.action_mode={mode}: docs/training-semantics.md specifies only 'absolute'")
         self.S = int(_mcfg(model_cfg, "image_size"))
         self.max_state = int(_mcfg(model_cfg, "max_state_dim"))
         self.max_action = int(_mcfg(model_cfg, "max_action_dim"))
@@ -664,8 +669,13 @@ class SampleBuilder:
                              "docs/training-semantics.md has no imu/audio inputs; export without them")
         self.state_col, self.state_w = self._numeric_column("state", "observation.state", self.max_state)
         self.action_col, self.action_w = self._numeric_column("action", "action", self.max_action)
-        self.state_min, self.state_max = self._min_max(self.state_col)
-        self.action_min, self.action_max = self._min_max(self.action_col)
+        mode = str(_get(data_cfg, "data.normalization"))
+        if mode not in ("min_max", "mean_std"):
+            raise ValueError(f"data.normalization={mode!r}: use min_max or mean_std")
+        keys = ("mean", "std") if mode == "mean_std" else ("min", "max")
+        self.normalize = mean_std_normalize if mode == "mean_std" else min_max_normalize
+        self.state_min, self.state_max = self._stats(self.state_col, keys)
+        self.action_min, self.action_max = self._stats(self.action_col, keys)
         self.task_col = self._task_column()
         self.cameras = [c for c in dataset.cameras if c.get("modality_name", "")]
         nv = int(_mcfg(model_cfg, "num_views"))
@@ -689,15 +699,16 @@ class SampleBuilder:
             raise ValueError(f"{group} column {name!r} has width {width} > the model's max_{group}_dim={max_dim}")
         return name, width
 
-    def _min_max(self, name: str) -> Tuple[np.ndarray, np.ndarray]:
+    def _stats(self, name: str, keys=("min", "max")) -> Tuple[np.ndarray, np.ndarray]:
         st = self.ds.stats.get(name, {})
-        if "min" not in st or "max" not in st:
-            raise DataError(f"{self.ds.root}: stats for {name!r} have no min/max; re-convert the dataset")
-        mn, mx = np.asarray(st["min"], dtype=np.float64), np.asarray(st["max"], dtype=np.float64)   # (width,)
+        a_key, b_key = keys
+        if a_key not in st or b_key not in st:
+            raise DataError(f"{self.ds.root}: stats for {name!r} have no {a_key}/{b_key}; re-convert the dataset")
+        mn, mx = np.asarray(st[a_key], dtype=np.float64), np.asarray(st[b_key], dtype=np.float64)   # (width,)
         width = self.ds.columns_json[self.ds.column_id(name)]["width"]
         if mn.shape != (width,) or mx.shape != (width,):
-            raise DataError(f"{self.ds.root}: stats min/max of {name!r} have {mn.size}/{mx.size} values, the column "
-                            f"{width}; re-convert the dataset")
+            raise DataError(f"{self.ds.root}: stats {a_key}/{b_key} of {name!r} have {mn.size}/{mx.size} values, "
+                            f"the column {width}; re-convert the dataset")
         return mn, mx
 
     def _task_column(self) -> str:
@@ -718,13 +729,13 @@ class SampleBuilder:
         ep = self.ds.episodes[e]
         L = ep.length
         state = np.zeros(self.max_state, np.float32)                                      # (D_s,)
-        state[:self.state_w] = min_max_normalize(self.ds.array(e, self.state_col)[t],
-                                                 self.state_min, self.state_max)
+        state[:self.state_w] = self.normalize(self.ds.array(e, self.state_col)[t],
+                                              self.state_min, self.state_max)
         actions = np.zeros((self.H, self.max_action), np.float32)                         # (H, A)
         mask = np.zeros((self.H, self.max_action), np.float32)                            # (H, A)
         n = min(self.H, L - t)
-        actions[:n, :self.action_w] = min_max_normalize(self.ds.array(e, self.action_col)[t:t + n],
-                                                        self.action_min, self.action_max)
+        actions[:n, :self.action_w] = self.normalize(self.ds.array(e, self.action_col)[t:t + n],
+                                                     self.action_min, self.action_max)
         mask[:n, :self.action_w] = 1.0
         tokens, text_mask = self.text(e, t)
         return {

@@ -80,11 +80,13 @@ std::vector<double> require_stat(const std::vector<double>& v, int64_t width, co
   return v;
 }
 
-// ((2 * (x - min)) / d) - 1 in float64, 0 where the range is empty (s3).
-inline float min_max(float x, double mn, double mx) {
-  const double d = mx - mn;
+// min_max: ((2 * (x - min)) / d) - 1 with d = max - min; mean_std: (x - mean) / std;
+// in float64, 0 where d or std < 1e-8 (s3).
+inline float normalize(float x, double a, double b, bool mean_std) {
+  if (mean_std) return b < 1e-8 ? 0.0f : static_cast<float>((static_cast<double>(x) - a) / b);
+  const double d = b - a;
   if (d < 1e-8) return 0.0f;
-  return static_cast<float>(((2.0 * (static_cast<double>(x) - mn)) / d) - 1.0);
+  return static_cast<float>(((2.0 * (static_cast<double>(x) - a)) / d) - 1.0);
 }
 }  // namespace
 
@@ -113,10 +115,13 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
     throw DataError(ds_.dir() + ": state width " + std::to_string(sc.width) + " / action width " +
                     std::to_string(ac.width) + " exceed the model's max_state_dim " +
                     std::to_string(opt_.max_state_dim) + " / max_action_dim " + std::to_string(opt_.max_action_dim));
-  state_min_ = require_stat(ds_.stats(sc.name).min, sc.width, sc.name + ".min");
-  state_max_ = require_stat(ds_.stats(sc.name).max, sc.width, sc.name + ".max");
-  action_min_ = require_stat(ds_.stats(ac.name).min, ac.width, ac.name + ".min");
-  action_max_ = require_stat(ds_.stats(ac.name).max, ac.width, ac.name + ".max");
+  mean_std_ = opt_.normalization == "mean_std";
+  const Stats& ss = ds_.stats(sc.name);
+  const Stats& as = ds_.stats(ac.name);
+  state_a_ = require_stat(mean_std_ ? ss.mean : ss.min, sc.width, sc.name + (mean_std_ ? ".mean" : ".min"));
+  state_b_ = require_stat(mean_std_ ? ss.std : ss.max, sc.width, sc.name + (mean_std_ ? ".std" : ".max"));
+  action_a_ = require_stat(mean_std_ ? as.mean : as.min, ac.width, ac.name + (mean_std_ ? ".mean" : ".min"));
+  action_b_ = require_stat(mean_std_ ? as.std : as.max, ac.width, ac.name + (mean_std_ ? ".std" : ".max"));
 
   for (const auto& cam : ds_.cameras()) {
     if (cam.modality_name.empty()) continue;
@@ -183,7 +188,7 @@ void BatchBuilder::fill(int64_t slot, int64_t sample_id, Batch& b) {
   const ArrayView state = ds_.array(loc.episode, state_col_);
   float* s_out = b["state"][slot].data_ptr<float>();
   for (int64_t j = 0; j < state.width; ++j)
-    s_out[j] = min_max(state.as<float>()[t * state.width + j], state_min_[j], state_max_[j]);
+    s_out[j] = normalize(state.as<float>()[t * state.width + j], state_a_[j], state_b_[j], mean_std_);
 
   const ArrayView action = ds_.array(loc.episode, action_col_);
   float* a_out = b["actions"][slot].data_ptr<float>();
@@ -191,7 +196,8 @@ void BatchBuilder::fill(int64_t slot, int64_t sample_id, Batch& b) {
   const int64_t A = opt_.max_action_dim;
   for (int64_t k = 0; k < H && t + k < L; ++k) {
     for (int64_t j = 0; j < action.width; ++j) {
-      a_out[k * A + j] = min_max(action.as<float>()[(t + k) * action.width + j], action_min_[j], action_max_[j]);
+      a_out[k * A + j] = normalize(action.as<float>()[(t + k) * action.width + j], action_a_[j], action_b_[j],
+                                   mean_std_);
       m_out[k * A + j] = 1.0f;
     }
   }

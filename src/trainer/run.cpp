@@ -146,6 +146,7 @@ int run(const config::Config& cfg, int64_t world_size) {
   so.action_horizon = cfg.data.action_horizon;
   so.max_text_len = cfg.data.max_text_len;
   so.embodiment_id = cfg.data.embodiment_id;
+  so.normalization = cfg.data.normalization;
   so.shuffle = cfg.data.shuffle;
   so.seed = static_cast<uint64_t>(cfg.run.seed);
   so.micro_batch_size = cfg.trainer.micro_batch_size;

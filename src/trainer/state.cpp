@@ -26,7 +26,7 @@ constexpr const char* kOptimizerFile = "optimizer/rank_00000.safetensors";
 // Keys that change the numbers of a run; everything else (paths, names,
 // logging, checkpoint cadence, threads) may change across a resume.
 constexpr const char* kComparedKeys[] = {
-    "run.seed", "data.action_horizon", "data.max_text_len", "data.embodiment_id", "data.shuffle",
+    "run.seed", "data.action_horizon", "data.max_text_len", "data.embodiment_id", "data.shuffle", "data.normalization",
     "trainer.micro_batch_size", "trainer.gradient_accumulation_steps", "trainer.max_steps",
     "trainer.grad_clip_norm", "optimizer.name", "optimizer.lr", "optimizer.weight_decay", "optimizer.beta1",
     "optimizer.beta2", "optimizer.eps", "schedule.name", "schedule.warmup_steps", "schedule.warmup_ratio",

@@ -131,6 +131,21 @@ TEST_CASE("data: actions past the episode end are zero and masked, real ones min
   REQUIRE(b["actions"][0][0][0].item<float>() == static_cast<float>(expect));
 }
 
+TEST_CASE("data: mean_std normalization divides by the stats' std and zeroes constant values") {
+  const Dataset ds = Dataset::open(kData);
+  SampleOptions o = tiny_options();
+  o.normalization = "mean_std";
+  BatchBuilder builder(ds, o);
+  Batch b = builder.sample(7);
+  const ArrayView raw = ds.array(0, ds.column_by_role("state"));
+  const auto& st = ds.stats("observation.state");
+  for (int64_t j = 0; j < 44; ++j) {
+    const double x = raw.as<float>()[7 * 44 + j];
+    const float expect = st.std[j] < 1e-8 ? 0.0f : static_cast<float>((x - st.mean[j]) / st.std[j]);
+    REQUIRE(b["state"][0][j].item<float>() == expect);
+  }
+}
+
 TEST_CASE("data: the task tokens of a sample are the task's BOS..EOS ids, zero padded") {
   const Dataset ds = Dataset::open(kData);
   BatchBuilder builder(ds, tiny_options());

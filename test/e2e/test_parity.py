@@ -3,7 +3,8 @@
 on the bundled PickNPlace dataset on the CPU in fp32, from the same model
 file, data order and flow-matching draws (docs/training-semantics.md). Their
 per-step losses agree to a relative 1e-4 -- with the whole model trainable,
-with gradient accumulation 4, and with GR00T's default frozen backbone.
+with gradient accumulation 4, with GR00T's default frozen backbone, and with
+mean/std normalization.
 
 Environment (set by ctest): LOONGFORGE_TRAIN (the binary), LOONGFORGE_TEST_DATASET
 (converted dataset), LOONGFORGE_TEST_MODELS (scratch folder), LOONGFORGE_PARITY_STEPS
@@ -30,6 +31,7 @@ CASES = {
     "accumulation4": (["tune_visual=true", "tune_llm=true"], ["trainer.gradient_accumulation_steps=4",
                                                               "trainer.micro_batch_size=4"]),
     "frozen_backbone": ([], []),
+    "mean_std_normalization": ([], ["data.normalization=mean_std"]),
 }
 
 

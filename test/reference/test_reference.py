@@ -56,7 +56,7 @@ def _restore_threads():
 
 def data_cfg(**data):
     """The keys SampleBuilder reads, at loongforge-train's defaults (B = 8)."""
-    d = {"action_horizon": 16, "max_text_len": 32, "embodiment_id": 0, "action_mode": "absolute", "shuffle": True}
+    d = {"action_horizon": 16, "max_text_len": 32, "embodiment_id": 0, "normalization": "min_max", "shuffle": True}
     d.update(data)
     return {"run": {"seed": 42}, "trainer": {"micro_batch_size": 8}, "data": d}
 

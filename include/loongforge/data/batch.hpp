@@ -54,6 +54,7 @@ struct SampleOptions {
   int64_t action_horizon = 16;
   int64_t max_text_len = 32;
   int64_t embodiment_id = 0;
+  std::string normalization = "min_max";  // or "mean_std" (training-semantics s3)
   bool shuffle = true;
   uint64_t seed = 42;
   int64_t micro_batch_size = 8;
@@ -99,7 +100,9 @@ class BatchBuilder {
   int state_col_ = -1, action_col_ = -1, task_col_ = -1;
   std::vector<int> cameras_;            // used cameras, cameras[] order
   std::vector<int> frame_cols_;         // video_frame column per used camera
-  std::vector<double> state_min_, state_max_, action_min_, action_max_;
+  // Normalization statistics: (min, max) or (mean, std) per value.
+  std::vector<double> state_a_, state_b_, action_a_, action_b_;
+  bool mean_std_ = false;
   // LRU of decoded episodes: key = episode * 1024 + camera.
   std::map<int64_t, at::Tensor> cache_;
   std::list<int64_t> lru_;
