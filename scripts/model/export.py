@@ -80,6 +80,7 @@ def export(config: str, out: str, seed: int = 0, overrides: List[str] = ()) -> D
     model = build_model(cfg)
     files = extra_files(cfg, model)
     scripted = torch.jit.script(model)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)  # like any writer of outputs
     torch.jit.save(scripted, out, _extra_files=files)
     return files
 

@@ -78,3 +78,14 @@ def test_a_model_whose_views_do_not_match_the_dataset_is_refused(tmp_path):
     r = train(tmp_path, f"model.path={two_views}", check=False)
     assert r.returncode == 1
     assert "model expects num_views = 2" in r.stderr
+
+
+def test_the_readme_demo_script_exports_converts_and_trains(tmp_path):
+    # scripts/demo.sh is the README's main job after setup; here for 3 steps.
+    build = Path(TRAIN).resolve().parents[2]
+    r = subprocess.run(["bash", str(REPO / "scripts/demo.sh"), "--set", "trainer.max_steps=3", "--set",
+                        f"run.output_dir={tmp_path}", "--set", "logging.progress=lines"],
+                       capture_output=True, text=True, env=dict(os.environ, LOONGFORGE_BUILD=str(build)))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "== LoongForge run summary ==" in r.stdout
+    assert (tmp_path / "n16-tiny-demo" / "checkpoints" / "epoch_0_step_3" / "MANIFEST.json").exists()
