@@ -26,7 +26,6 @@
 #include "loongforge/common/error.hpp"
 #include "loongforge/common/files.hpp"
 #include "loongforge/common/log.hpp"
-#include "loongforge/common/version.hpp"
 #include "loongforge/data/batch.hpp"
 #include "loongforge/model/model.hpp"
 #include "loongforge/trainer/optimizer.hpp"
@@ -278,11 +277,13 @@ int run(const config::Config& cfg, int64_t world_size) {
     const auto t_step = Clock::now();
     // Fetch every micro-batch of the step (their masks give the loss weights).
     std::vector<data::Batch> batches;
+    std::vector<double> valid(static_cast<size_t>(K));  // valid action elements per micro-batch
     double total_valid = 0;
     int64_t tokens = 0;
     for (int64_t i = 0; i < K; ++i) {
       data::Batch b = builder.micro_batch(s * K + i);
-      total_valid += b["action_mask"].sum().item<double>();
+      valid[static_cast<size_t>(i)] = b["action_mask"].sum().item<double>();  // read on the CPU, before the copy
+      total_valid += valid[static_cast<size_t>(i)];
       tokens += b["text_mask"].sum().item<int64_t>() + b["action_mask"].amax(2).sum().item<int64_t>() +
                 b["images"].size(0) * (so.num_views * tokens_per_view + 1);
       for (auto& kv : b) kv.second = kv.second.to(setup.device, /*non_blocking=*/true);
@@ -292,8 +293,8 @@ int run(const config::Config& cfg, int64_t world_size) {
 
     double step_loss = 0;
     for (int64_t i = 0; i < K; ++i) {
-      const double valid_i = batches[i]["action_mask"].sum().item<double>();
-      const double w = total_valid > 0 ? valid_i / total_valid : 1.0 / static_cast<double>(K);
+      const double w =
+          total_valid > 0 ? valid[static_cast<size_t>(i)] / total_valid : 1.0 / static_cast<double>(K);
       at::Tensor loss;
       {
         AutocastScope autocast(setup.bf16 && setup.device.is_cuda());
