@@ -6,9 +6,11 @@
 
 Each argument is a run directory (its metrics.jsonl is read) or a
 metrics.jsonl file. The figure has two panels: loss (raw, faint, and an
-exponential moving average with span --smooth) and samples/s. With two runs it
-also prints the largest relative difference of the smoothed losses, the
-number the GPU loss-curve check reports.
+exponential moving average with span --smooth) and samples/s. For each run it
+prints the throughput table of docs/benchmarks.md (samples/s over steps 2..N,
+the first step's decoding excluded; median step time and data wait; median
+MFU), and with two runs the largest relative difference of the smoothed losses
+and the throughput ratio of the first run to the second.
 """
 import argparse
 import json
@@ -65,7 +67,17 @@ def main(argv=None):
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(args.out, dpi=110)
     print(f"wrote {args.out}")
+    sps = []
+    for rows, label in zip(data, labels):
+        rest = rows[1:] or rows
+        batch = [r["samples_per_s"] * r["step_ms"] / 1000.0 for r in rest]  # samples in each step
+        rate = sum(batch) / (sum(r["step_ms"] for r in rest) / 1000.0)
+        sps.append(rate)
+        med = lambda key: sorted(r.get(key, 0.0) for r in rest)[len(rest) // 2]  # noqa: E731
+        print(f"{label}: {rate:.1f} samples/s (steps {rest[0]['step']}-{rest[-1]['step']}), median step "
+              f"{med('step_ms'):.1f} ms, median data wait {med('data_wait_ms'):.2f} ms, median MFU {med('mfu'):.4f}")
     if len(smoothed) == 2:
+        print(f"throughput ratio {labels[0]} / {labels[1]}: {sps[0] / sps[1]:.2f}x")
         n = min(len(smoothed[0]), len(smoothed[1]))
         rel = [abs(a - b) / abs(b) for a, b in zip(smoothed[0][:n], smoothed[1][:n])]
         worst = max(range(n), key=lambda i: rel[i])
