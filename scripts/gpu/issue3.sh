@@ -6,16 +6,7 @@
 #
 # Carry: .gpu-carry (ffmpeg-static prefix + converted dataset), made by
 #   bash scripts/gpu/prepare_carry.sh
-set -uo pipefail
-OUT=${OUT:-/tmp/loongforge-out}
-mkdir -p "$OUT"
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-cd "$repo"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-log=$OUT/issue3.log
-exec > >(tee -a "$log") 2>&1
-t0=$(date +%s)
-stamp() { echo "== [$(( $(date +%s) - t0 ))s] $*"; }
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" issue3
 
 stamp "environment"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv

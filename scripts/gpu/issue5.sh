@@ -6,15 +6,7 @@
 # 50. Checkpoints go to local disk with
 # keep_last 1; the exported model lives in /dev/shm to leave disk room.
 # Carry: .gpu-carry (scripts/gpu/prepare_carry.sh).
-set -uo pipefail
-OUT=${OUT:-/tmp/loongforge-out}
-mkdir -p "$OUT"
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-cd "$repo"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-exec > >(tee -a "$OUT/issue5.log") 2>&1
-t0=$(date +%s)
-stamp() { echo "== [$(( $(date +%s) - t0 ))s] $*"; }
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" issue5
 stamp "environment"; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; df -h /tmp | tail -1; free -g | head -2
 stamp "build"; bash scripts/gpu/build.sh || exit 1
 stamp "export n16-3b"
