@@ -10,15 +10,19 @@
 int main(int argc, char** argv) {
   using loongforge::cli::verbs;
   CLI::App app{"loongforge: talk to running loongforge-train processes over their control socket"};
+  app.footer(
+      "Target: --pid P, --socket PATH, or the only trainer of this user.\n"
+      "Exit codes: 0 ok, 1 the trainer answered with an error, 2 usage, 3 engine off/not built,\n"
+      "            4 no trainer (or several: pick --pid), 5 permission denied, 6 version mismatch,\n"
+      "            7 busy or no answer within --timeout.");
   bool show_version = false;
   app.add_flag("--version", show_version, "Print the version and exit");
   app.require_subcommand(0, 1);
 
   std::string selected;
   for (const auto& verb : verbs()) {
-    CLI::App* sub = app.add_subcommand(verb.name, verb.help + (verb.lands_with.empty() ? "" : " [not available yet]"));
-    sub->allow_extras();  // options of verbs that have not landed are accepted and ignored
-    if (verb.add_options) verb.add_options(*sub);
+    CLI::App* sub = app.add_subcommand(verb.name, verb.help);
+    verb.add_options(*sub);
     sub->callback([&selected, name = verb.name] { selected = name; });
   }
   CLI11_PARSE(app, argc, argv);
@@ -33,11 +37,6 @@ int main(int argc, char** argv) {
   }
   for (const auto& verb : verbs()) {
     if (verb.name != selected) continue;
-    if (!verb.lands_with.empty() || !verb.run) {
-      std::cerr << "loongforge " << verb.name << ": not available in this build yet; it arrives with "
-                << verb.lands_with << ".\n";
-      return loongforge::cli::kExitNotAvailable;
-    }
     return verb.run();
   }
   return 2;

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>  // nlohmann::json
 
 #include "loongforge/common/error.hpp"
+#include "loongforge/common/log.hpp"
 
 namespace loongforge::trainer {
 
@@ -25,11 +26,27 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
+std::vector<std::pair<std::string, double>> scalars_of(const StepRecord& r) {
+  return {{"train/loss", r.loss},
+          {"train/lr", r.lr},
+          {"train/grad_norm", r.grad_norm},
+          {"train/num_valid", r.num_valid},
+          {"perf/samples_per_s", r.samples_per_s},
+          {"perf/tokens_per_s", r.tokens_per_s},
+          {"perf/mfu", r.mfu},
+          {"perf/step_ms", r.step_ms},
+          {"perf/data_wait_ms", r.data_wait_ms},
+          {"perf/exposed_comm_ms", r.exposed_comm_ms},
+          {"memory/peak_mem_mb", r.peak_mem_mb},
+          {"checkpoint/checkpoint_stall_ms", r.checkpoint_stall_ms}};
+}
+
 Progress::Progress(std::string mode, int64_t interval_steps, int64_t total_steps, const std::string& metrics_path,
-                   int64_t start_step)
+                   int64_t start_step, const std::string& tensorboard_dir)
     : interval_(interval_steps), total_(total_steps), start_(start_step), t0_(std::chrono::steady_clock::now()) {
   off_ = mode == "off";
   bar_ = mode == "bar" || (mode == "auto" && isatty(STDOUT_FILENO));
+  if (!tensorboard_dir.empty()) tb_ = std::make_unique<TensorBoardWriter>(tensorboard_dir);
   if (metrics_path.empty()) return;
   std::string kept;
   if (start_step > 0) {
@@ -55,21 +72,20 @@ double Progress::elapsed_s() const {
 
 void Progress::record(const StepRecord& r) {
   history_.push_back(r);
+  const auto scalars = scalars_of(r);
   if (metrics_.is_open()) {
-    nlohmann::json j = {{"step", r.step},
-                        {"loss", r.loss},
-                        {"lr", r.lr},
-                        {"grad_norm", r.grad_norm},
-                        {"num_valid", r.num_valid},
-                        {"samples_per_s", r.samples_per_s},
-                        {"tokens_per_s", r.tokens_per_s},
-                        {"mfu", r.mfu},
-                        {"data_wait_ms", r.data_wait_ms},
-                        {"step_ms", r.step_ms},
-                        {"peak_mem_mb", r.peak_mem_mb},
-                        {"checkpoint_stall_ms", r.checkpoint_stall_ms}};
+    nlohmann::json j = {{"step", r.step}};
+    for (const auto& [tag, value] : scalars) j[tag.substr(tag.find('/') + 1)] = value;
     metrics_ << j.dump() << '\n';
     metrics_.flush();
+  }
+  if (tb_) {
+    try {
+      tb_->add_scalars(r.step, scalars);
+    } catch (const Error& e) {  // disk full and the like: training matters more than plots
+      LF_LOG(logger("trainer"), warn) << e.what() << "; TensorBoard output stops, training continues";
+      tb_.reset();
+    }
   }
   if (off_) return;
   const double elapsed = elapsed_s();

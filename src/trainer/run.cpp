@@ -32,6 +32,7 @@
 #include "loongforge/common/sha256.hpp"
 #include "loongforge/trainer/progress.hpp"
 #include "loongforge/trainer/state.hpp"
+#include "control_plane.hpp"
 
 namespace loongforge::trainer {
 
@@ -130,6 +131,14 @@ int run(const config::Config& cfg, int64_t world_size) {
                       ": multi-rank training arrives with the GCTS engine; run a single process for now");
   const Setup setup = resolve_setup(cfg);
   const auto t_start = Clock::now();
+  // The control socket comes up first, so `loongforge status` answers while
+  // the model loads.
+  ControlPlane::Identity identity;
+  identity.rank = 0, identity.world = world_size;
+  identity.device = setup.device.str(), identity.precision = setup.bf16 ? "bf16" : "fp32";
+  identity.model = cfg.model.path;
+  ControlPlane control(cfg, identity, make_local_bus());
+  control.publish_status({{"phase", "loading"}, {"model", cfg.model.path}, {"rank", 0}, {"world", world_size}});
   if (cfg.run.threads > 0) at::set_num_threads(static_cast<int>(cfg.run.threads));
   // Bitwise reproducibility across runs and with the reference trainer: the
   // per-embodiment weight[ids] backward accumulates in parallel otherwise.
@@ -217,7 +226,8 @@ int run(const config::Config& cfg, int64_t world_size) {
                     << " micro-batches per epoch, steps " << pos.step + 1 << ".." << cfg.trainer.max_steps;
 
   Progress progress(cfg.logging.progress, cfg.logging.interval_steps, cfg.trainer.max_steps,
-                    cfg.logging.metrics_jsonl ? run_dir + "/metrics.jsonl" : "", pos.step);
+                    cfg.logging.metrics_jsonl ? run_dir + "/metrics.jsonl" : "", pos.step,
+                    cfg.logging.tensorboard ? run_dir + "/tb" : "");
   const int64_t K = cfg.trainer.gradient_accumulation_steps;
   const double flops_per_sample = net.info().forward_flops_per_sample + net.info().backward_flops_per_sample;
   checkpoint::Writer writer(ckpt_dir, cfg.checkpoint.keep_last, cfg.checkpoint.async_write);
@@ -228,6 +238,7 @@ int run(const config::Config& cfg, int64_t world_size) {
   // Reports finished writes: a failure (disk full, ...) is logged and training goes on.
   auto collect = [&] {
     for (const auto& w : writer.take_results()) {
+      control.checkpoint_finished(w.step, w.path, w.error, w.seconds, w.bytes);
       if (w.error.empty()) {
         last_ckpt = w.path;
         LF_LOG(log, info) << "checkpoint " << w.path << ": " << static_cast<double>(w.bytes) / 1e6 << " MB in "
@@ -257,8 +268,10 @@ int run(const config::Config& cfg, int64_t world_size) {
       if (t.joinable()) t.join();
     }
   } join_reserver{reserver};
+  int64_t last_saved_step = -1;
   auto save = [&](int64_t steps_done) {
     const auto t0 = Clock::now();
+    last_saved_step = steps_done;
     if (reserver.joinable()) reserver.join();
     if (reserve_error) std::rethrow_exception(reserve_error);
     pos.step = steps_done;
@@ -269,11 +282,71 @@ int run(const config::Config& cfg, int64_t world_size) {
     return ms_since(t0);
   };
 
+  // Status for `loongforge status`: rebuilt after every step.
+  const auto engine_state = [](bool configured) {
+    return nlohmann::json{{"configured", configured}, {"state", "not in this build: plain path"}};
+  };
+  const nlohmann::json engines = {{"gcts", engine_state(cfg.gcts.enable)},
+                                  {"mla", engine_state(cfg.mla.enable)},
+                                  {"adfe", engine_state(cfg.adfe.enable)},
+                                  {"dmf", engine_state(cfg.dmf.enable)}};
+  auto publish = [&](const char* phase, const StepRecord* r) {
+    nlohmann::json st = {{"phase", phase},
+                         {"step", r ? r->step : pos.step},
+                         {"max_steps", cfg.trainer.max_steps},
+                         {"run_dir", run_dir},
+                         {"model", net.info().name},
+                         {"device", setup.device.str()},
+                         {"precision", setup.bf16 ? "bf16" : "fp32"},
+                         {"rank", 0},
+                         {"world", world_size},
+                         {"strategy", world_size > 1 ? "plain all-reduce" : "none (1 rank: no gradient communication)"},
+                         {"engines", engines},
+                         {"last_checkpoint", last_ckpt},
+                         {"checkpoint_writes_failed", failed_writes},
+                         {"elapsed_s", std::chrono::duration<double>(Clock::now() - t_start).count()}};
+    if (r) {
+      const double done = static_cast<double>(progress.history().size());
+      const double eta = done > 0 ? progress.elapsed_s() / done * static_cast<double>(cfg.trainer.max_steps - r->step) : 0;
+      st.update({{"loss", r->loss},
+                 {"lr", r->lr},
+                 {"grad_norm", r->grad_norm},
+                 {"samples_per_s", r->samples_per_s},
+                 {"tokens_per_s", r->tokens_per_s},
+                 {"mfu", r->mfu},
+                 {"step_ms", r->step_ms},
+                 {"data_wait_ms", r->data_wait_ms},
+                 {"peak_mem_mb", r->peak_mem_mb},
+                 {"eta_s", eta}});
+    }
+    control.publish_status(std::move(st));
+  };
+  // profile-step: one timed phase (the device is synchronised first while a
+  // profile records, so GPU work lands in the phase that queued it).
+  auto mark = [&](const char* name, int64_t step, int64_t micro, Clock::time_point t0) {
+    if (!control.profiling()) return;
+    if (setup.device.is_cuda()) torch::cuda::synchronize();
+    control.phase(name, step, micro, t0, Clock::now());
+  };
+  auto memory_now = [&] {
+    return nlohmann::json{{"allocator", setup.device.is_cuda() ? "PyTorch CUDA caching allocator (MLA not in this build)"
+                                                               : "host malloc"},
+                          {"peak_device_mb", peak_device_mb(setup.device)},
+                          {"peak_host_mb", peak_host_mb()}};
+  };
+
   install_stop_signals();
   int64_t s = pos.step;
   const int64_t last = cfg.trainer.steps_per_run > 0 ? std::min(cfg.trainer.max_steps, pos.step + cfg.trainer.steps_per_run)
                                                      : cfg.trainer.max_steps;
-  for (; s < last && !stop_requested(); ++s) {
+  publish("training", nullptr);
+  bool control_stop = false;
+  {  // requests that arrived while the model loaded
+    const auto a = control.step_boundary(s);
+    if (a.checkpoint && !a.stop) save(s);
+    control_stop = a.stop;
+  }
+  for (; s < last && !stop_requested() && !control_stop; ++s) {
     const auto t_step = Clock::now();
     // Fetch every micro-batch of the step (their masks give the loss weights).
     std::vector<data::Batch> batches;
@@ -281,12 +354,16 @@ int run(const config::Config& cfg, int64_t world_size) {
     double total_valid = 0;
     int64_t tokens = 0;
     for (int64_t i = 0; i < K; ++i) {
+      auto t0 = Clock::now();
       data::Batch b = builder.micro_batch(s * K + i);
       valid[static_cast<size_t>(i)] = b["action_mask"].sum().item<double>();  // read on the CPU, before the copy
       total_valid += valid[static_cast<size_t>(i)];
       tokens += b["text_mask"].sum().item<int64_t>() + b["action_mask"].amax(2).sum().item<int64_t>() +
                 b["images"].size(0) * (so.num_views * tokens_per_view + 1);
+      mark("data_wait", s + 1, i, t0);
+      t0 = Clock::now();
       for (auto& kv : b) kv.second = kv.second.to(setup.device, /*non_blocking=*/true);
+      mark("h2d", s + 1, i, t0);
       batches.push_back(std::move(b));
     }
     const double data_ms = ms_since(t_step);
@@ -296,13 +373,18 @@ int run(const config::Config& cfg, int64_t world_size) {
       const double w =
           total_valid > 0 ? valid[static_cast<size_t>(i)] / total_valid : 1.0 / static_cast<double>(K);
       at::Tensor loss;
+      auto t0 = Clock::now();
       {
         AutocastScope autocast(setup.bf16 && setup.device.is_cuda());
         loss = net.forward(batches[i]).at("loss");
       }
+      mark("forward", s + 1, i, t0);
+      t0 = Clock::now();
       (loss * w).backward();
       step_loss += loss.item<double>() * w;
+      mark("backward", s + 1, i, t0);
     }
+    const auto t_opt = Clock::now();
     const double grad_norm = clip_grad_norm(optimizer.params(), cfg.trainer.grad_clip_norm);
     if (cfg.trainer.stop_on_nonfinite && (!std::isfinite(step_loss) || !std::isfinite(grad_norm))) {
       throw TrainingError("step " + std::to_string(s + 1) + ": " +
@@ -320,6 +402,7 @@ int run(const config::Config& cfg, int64_t world_size) {
       optimizer.zero_grad();  // stop_on_nonfinite=false: skip this update
       LF_LOG(log, warn) << "step " << s + 1 << ": non-finite loss or gradient norm; update skipped";
     }
+    mark("optimizer", s + 1, -1, t_opt);
 
     StepRecord r;
     r.step = s + 1;
@@ -335,21 +418,34 @@ int run(const config::Config& cfg, int64_t world_size) {
     r.mfu = setup.device.is_cuda() ? flops_per_sample * r.samples_per_s / 989e12 : 0.0;
     r.peak_mem_mb = setup.device.is_cuda() ? peak_device_mb(setup.device) : peak_host_mb();
 
+    // Step boundary: control requests, then checkpoints.
+    auto t0 = Clock::now();
+    const auto actions = control.step_boundary(s + 1);
+    control_stop = actions.stop;
+    mark("control", s + 1, -1, t0);
     const bool by_steps = (s + 1) % cfg.checkpoint.interval_steps == 0;
     const bool by_time = cfg.checkpoint.interval_minutes > 0 &&
                          ms_since(last_ckpt_time) >= cfg.checkpoint.interval_minutes * 60000.0;
-    if ((by_steps || by_time) && s + 1 < last) r.checkpoint_stall_ms = save(s + 1);
+    t0 = Clock::now();
+    if ((by_steps || by_time || actions.checkpoint) && s + 1 < last && !control_stop) r.checkpoint_stall_ms = save(s + 1);
+    mark("checkpoint", s + 1, -1, t0);
     progress.record(r);
     collect();
+    publish("training", &r);
+    control.step_done(s + 1, ms_since(t_step), memory_now());
   }
   progress.finish();
   if (stop_requested()) LF_LOG(log, info) << "stop requested (signal): checkpointing at step " << s;
-  // The final checkpoint (also on SIGTERM/SIGINT and steps_per_run); none when
-  // this process took no step (resumed at the end, or stopped at once).
-  if (!progress.history().empty()) save(s);
+  if (control_stop) LF_LOG(log, info) << "stop requested (control socket): checkpointing at step " << s;
+  // The final checkpoint (also on SIGTERM/SIGINT, `loongforge stop` and
+  // steps_per_run); none when this process took no step (resumed at the end,
+  // or stopped at once) or when this step is already saved.
+  publish("stopping", progress.history().empty() ? nullptr : &progress.history().back());
+  if (!progress.history().empty() && last_saved_step != s) save(s);
   writer.wait();
   collect();
   if (reserver.joinable()) reserver.join();
+  control.shutdown({{"stopped_at_step", s}, {"checkpoint", last_ckpt}, {"checkpoint_writes_failed", failed_writes}});
   if (progress.history().empty()) return failed_writes > 0 ? 4 : 0;  // nothing left to do (resumed at the end)
 
   // Summary.

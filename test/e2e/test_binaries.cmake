@@ -23,6 +23,6 @@ run_expect("train with a bad config" 1 "bad.yaml:6: unknown key 'trainer.micro_b
            ${TRAIN} --config ${WORK_DIR}/bad.yaml)
 run_expect("train without --config" 2 "--config is required" ${TRAIN})
 run_expect("cli --version" 0 "loongforge 0." ${CLI} --version)
-run_expect("cli status before the control plane" 3 "not available in this build yet" ${CLI} status --pid 1)
+run_expect("cli status of a process that is no trainer" 4 "serves no control socket" ${CLI} status --pid 1)
 run_expect("cli help lists every verb" 0 "validate-checkpoint" ${CLI} --help)
 run_expect("cli validate-checkpoint of a non-checkpoint" 1 "MANIFEST.json: missing" ${CLI} validate-checkpoint ${WORK_DIR})

@@ -1,6 +1,7 @@
 // loongforge/trainer/progress.hpp — what a run shows and records: the
 // progress line (bar on a terminal, plain lines otherwise), metrics.jsonl (one
-// record per optimizer step) and the end-of-run summary.
+// record per optimizer step), TensorBoard scalars (the same values) and the
+// end-of-run summary.
 //
 // Contract: owned by the trainer thread; every metrics line is flushed as
 // written so a crash loses nothing already reported.
@@ -10,7 +11,11 @@
 #include <cstdint>  // int64_t
 #include <fstream>  // std::ofstream
 #include <string>   // std::string
+#include <memory>   // std::unique_ptr
+#include <utility>  // std::pair
 #include <vector>   // std::vector
+
+#include "loongforge/trainer/tensorboard.hpp"
 
 namespace loongforge::trainer {
 
@@ -20,15 +25,21 @@ struct StepRecord {
   double samples_per_s = 0, tokens_per_s = 0, mfu = 0;
   double data_wait_ms = 0, step_ms = 0, peak_mem_mb = 0;
   double checkpoint_stall_ms = 0;  // snapshot copy + waiting for the previous write
+  double exposed_comm_ms = 0;      // gradient communication not hidden behind compute
 };
+
+// The scalars of a record, by their TensorBoard tag (also the metrics.jsonl
+// key after the slash): one list so that the two outputs always agree.
+std::vector<std::pair<std::string, double>> scalars_of(const StepRecord& r);
 
 class Progress {
  public:
-  // mode: "auto" | "bar" | "lines" | "off"; metrics_path "" disables metrics.
+  // mode: "auto" | "bar" | "lines" | "off"; metrics_path "" disables metrics,
+  // tensorboard_dir "" disables TensorBoard.
   // start_step > 0 (a resumed run): metrics records after start_step are
   // dropped (the steps are about to be redone) and new ones appended.
   Progress(std::string mode, int64_t interval_steps, int64_t total_steps, const std::string& metrics_path,
-           int64_t start_step = 0);
+           int64_t start_step = 0, const std::string& tensorboard_dir = "");
   void record(const StepRecord& r);
   void finish();  // ends the bar line
   // Seconds since construction.
@@ -39,6 +50,7 @@ class Progress {
   bool bar_ = false, off_ = false;
   int64_t interval_, total_, start_;
   std::ofstream metrics_;
+  std::unique_ptr<TensorBoardWriter> tb_;
   std::chrono::steady_clock::time_point t0_;
   std::vector<StepRecord> history_;
 };

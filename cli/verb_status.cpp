@@ -1,0 +1,63 @@
+// `loongforge status`: step, loss, throughput, ETA, engines, strategy and
+// world of a running trainer.
+#include <cstdio>    // std::printf
+#include <iostream>  // std::cout
+
+#include <CLI/CLI.hpp>  // CLI::App
+
+#include "client.hpp"
+#include "verbs.hpp"
+
+namespace loongforge::cli {
+
+namespace {
+TargetOptions g_target;
+
+std::string duration(double s) {
+  const auto t = static_cast<long long>(s + 0.5);
+  char b[32];
+  std::snprintf(b, sizeof b, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
+  return b;
+}
+}  // namespace
+
+void status_options(CLI::App& app) { add_target_options(app, g_target); }
+
+int status_run() {
+  return run_remote("status", [] {
+    const auto s = call(g_target, "status");
+    if (g_target.json) {
+      std::cout << s.dump(2) << "\n";
+      return kExitOk;
+    }
+    const auto num = [&](const char* k) { return s.value(k, 0.0); };
+    std::printf("trainer pid %lld (rank %lld of %lld): %s %s on %s (%s)\n", s.value("pid", 0LL), s.value("rank", 0LL),
+                s.value("world", 1LL), s.value("phase", std::string("?")).c_str(), s.value("model", std::string("?")).c_str(),
+                s.value("device", std::string("?")).c_str(), s.value("precision", std::string("?")).c_str());
+    const long long step = s.value("step", 0LL), max_steps = s.value("max_steps", 0LL);
+    std::printf("  step        %lld/%lld (%.1f%%)", step, max_steps, max_steps ? 100.0 * step / max_steps : 0.0);
+    if (s.contains("eta_s")) std::printf("   ETA %s", duration(num("eta_s")).c_str());
+    std::printf("   elapsed %s\n", duration(num("elapsed_s")).c_str());
+    if (s.contains("loss")) {
+      std::printf("  loss        %.5f   lr %.3g   grad norm %.4g\n", num("loss"), num("lr"), num("grad_norm"));
+      std::printf("  throughput  %.1f samples/s, %.0f tokens/s, MFU %.1f%%; step %.1f ms (data wait %.1f ms)\n",
+                  num("samples_per_s"), num("tokens_per_s"), 100 * num("mfu"), num("step_ms"), num("data_wait_ms"));
+    }
+    std::printf("  strategy    %s\n", s.value("strategy", std::string("?")).c_str());
+    if (s.contains("engines")) {
+      std::printf("  engines    ");
+      for (const auto& [name, e] : s["engines"].items())
+        std::printf(" %s: %s%s;", name.c_str(), e.value("configured", false) ? "" : "off, ",
+                    e.value("state", std::string("?")).c_str());
+      std::printf("\n");
+    }
+    const std::string ckpt = s.value("last_checkpoint", std::string());
+    std::printf("  checkpoint  %s", ckpt.empty() ? "(none yet)" : ckpt.c_str());
+    if (s.value("checkpoint_writes_failed", 0LL) > 0) std::printf("  [%lld FAILED writes]", s.value("checkpoint_writes_failed", 0LL));
+    std::printf("\n  run dir     %s\n  socket      %s\n", s.value("run_dir", std::string("?")).c_str(),
+                s.value("socket", std::string("?")).c_str());
+    return kExitOk;
+  });
+}
+
+}  // namespace loongforge::cli

@@ -1,0 +1,273 @@
+// The trainer's verbs (control_plane.hpp).
+#include "control_plane.hpp"
+
+#include <unistd.h>  // getpid
+
+#include <algorithm>  // std::max
+
+#include "loongforge/common/error.hpp"
+#include "loongforge/common/log.hpp"
+#include "loongforge/control/protocol.hpp"
+
+namespace loongforge::trainer {
+
+using nlohmann::json;
+namespace code = control::code;
+
+// ---------------------------------------------------------------------------
+// The one-rank bus
+
+namespace {
+class LocalBus final : public CommandBus {
+ public:
+  Command publish(Command c, int64_t steps_done) override {
+    c.apply_step = steps_done;
+    pending_.push_back(c);
+    return c;
+  }
+  std::vector<Command> poll(int64_t) override {
+    std::vector<Command> out;
+    out.swap(pending_);
+    return out;
+  }
+
+ private:
+  std::vector<Command> pending_;
+};
+}  // namespace
+
+std::unique_ptr<CommandBus> make_local_bus() { return std::make_unique<LocalBus>(); }
+
+// ---------------------------------------------------------------------------
+// Setup
+
+ControlPlane::ControlPlane(const config::Config& cfg, Identity id, std::unique_ptr<CommandBus> bus)
+    : id_(std::move(id)), bus_(std::move(bus)) {
+  status_ = {{"phase", "starting"}};
+  if (!cfg.control.enable) return;
+  control::ServerOptions so;
+  so.socket_path = cfg.control.socket;
+  so.allow_root = cfg.control.allow_root;
+  so.identity = {{"rank", id_.rank}, {"world", id_.world}, {"model", id_.model}};
+  server_ = std::make_unique<control::Server>(so);
+  register_verbs(cfg);
+  server_->start();
+  socket_path_ = server_->path();
+  LF_LOG(logger("control"), info) << "control socket " << socket_path_ << " (try: loongforge status --pid "
+                                  << ::getpid() << ")";
+}
+
+ControlPlane::~ControlPlane() {
+  if (server_) server_->stop();
+}
+
+const std::string& ControlPlane::socket_path() const { return socket_path_; }
+
+void ControlPlane::publish_status(json status) {
+  std::lock_guard<std::mutex> lock(status_mu_);
+  status_ = std::move(status);
+}
+
+namespace {
+[[noreturn]] void engine_off(const std::string& verb, const std::string& engine, const std::string& issue) {
+  throw control::VerbError(code::kEngineOff, verb + " needs the " + engine +
+                                                 " engine, which is not in this build yet (it arrives with the " +
+                                                 issue + " issue); training runs on the plain path");
+}
+}  // namespace
+
+void ControlPlane::register_verbs(const config::Config& cfg) {
+  (void)cfg;
+  server_->on_query("status", [this](const json&) {
+    std::lock_guard<std::mutex> lock(status_mu_);
+    json s = status_;
+    s["pid"] = static_cast<int64_t>(::getpid());
+    s["socket"] = socket_path_;
+    return s;
+  });
+
+  // Cluster-wide verbs: published at this boundary, answered when done here.
+  auto cluster_verb = [this](const std::string& verb) {
+    return [this, verb](const json& args, control::Reply reply) {
+      Command c;
+      c.verb = verb;
+      c.args = args;
+      c.origin_rank = id_.rank;
+      c.token = next_token_++;
+      origin_waiters_.emplace(c.token, reply);
+      bus_->publish(c, steps_done_);
+    };
+  };
+  server_->on_task("checkpoint-now", cluster_verb("checkpoint-now"));
+  server_->on_task("stop", cluster_verb("stop"));
+
+  server_->on_task("profile-step", [this](const json& args, control::Reply reply) {
+    if (profile_) throw control::VerbError(code::kBusy, "a profile is already being recorded; retry when it ends");
+    Profile p{reply, 1.0, 1000, Clock::now(), false, {}, {}};
+    if (auto it = args.find("duration_s"); it != args.end()) {
+      if (!it->is_number() || it->get<double>() <= 0 || it->get<double>() > 3600)
+        throw control::VerbError(code::kBadArgs, "duration_s must be a number of seconds in (0, 3600]");
+      p.duration_s = it->get<double>();
+    }
+    if (auto it = args.find("max_steps"); it != args.end()) {
+      if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > 100000)
+        throw control::VerbError(code::kBadArgs, "max_steps must be an integer in [1, 100000]");
+      p.max_steps = it->get<int64_t>();
+    }
+    profile_ = std::move(p);
+  });
+
+  server_->on_stream("monitor-comm", [this](const json&, int64_t tick) {
+    std::lock_guard<std::mutex> lock(status_mu_);
+    if (!status_.contains("comm"))
+      throw control::VerbError(code::kEngineOff, "monitor-comm: this run has no gradient communication (world size " +
+                                                     std::to_string(id_.world) + ")");
+    if (tick < 0) return json();
+    return json{{"step", status_.value("step", int64_t{0})}, {"comm", status_["comm"]}};
+  });
+  server_->on_task("switch-strategy", [](const json& args, control::Reply) {
+    const auto s = args.value("strategy", std::string());
+    if (s != "simple" && s != "hybrid")
+      throw control::VerbError(code::kBadArgs, "strategy must be simple or hybrid, got '" + s.substr(0, 32) + "'");
+    engine_off("switch-strategy", "GCTS", "GCTS");
+  });
+  server_->on_task("hot-rejoin", [](const json&, control::Reply) { engine_off("hot-rejoin", "GCTS", "GCTS"); });
+  server_->on_query("mla-stats", [](const json&) -> json { engine_off("mla-stats", "MLA", "MLA"); });
+  server_->on_task("debug-dmf", [](const json&, control::Reply) { engine_off("debug-dmf", "DMF", "DMF"); });
+}
+
+// ---------------------------------------------------------------------------
+// Step boundaries
+
+ControlPlane::Actions ControlPlane::step_boundary(int64_t steps_done) {
+  Actions a;
+  steps_done_ = steps_done;
+  if (server_) server_->drain();
+  for (auto& c : bus_->poll(steps_done)) {
+    if (c.apply_step < steps_done)
+      throw CommError("rank " + std::to_string(id_.rank) + " received '" + c.verb + "' from rank " +
+                      std::to_string(c.origin_rank) + " for step " + std::to_string(c.apply_step) +
+                      " after passing it (at step " + std::to_string(steps_done) +
+                      "); ranks drifted apart, which every-step collectives should prevent");
+    due_.push_back(std::move(c));
+  }
+  for (auto it = due_.begin(); it != due_.end();) {
+    if (it->apply_step != steps_done) {
+      ++it;
+      continue;
+    }
+    std::optional<control::Reply> mine;
+    if (it->origin_rank == id_.rank) {
+      if (auto w = origin_waiters_.find(it->token); w != origin_waiters_.end()) {
+        mine = w->second;
+        origin_waiters_.erase(w);
+      }
+    }
+    if (it->verb == "checkpoint-now") {
+      a.checkpoint = true;
+      if (mine) checkpoint_waiters_.emplace(steps_done, *mine);
+    } else if (it->verb == "stop") {
+      a.stop = true;
+      if (mine) stop_waiters_.push_back(*mine);
+    }
+    LF_LOG(logger("control"), info) << it->verb << " (from rank " << it->origin_rank << ") applied at step "
+                                    << steps_done;
+    it = due_.erase(it);
+  }
+  if (profile_ && !profile_->started) {
+    profile_->started = true;
+    profile_->start = Clock::now();
+  }
+  return a;
+}
+
+void ControlPlane::checkpoint_finished(int64_t step, const std::string& path, const std::string& error, double seconds,
+                                       uint64_t bytes) {
+  auto range = checkpoint_waiters_.equal_range(step);
+  for (auto it = range.first; it != range.second; ++it) {
+    if (error.empty())
+      it->second.ok({{"step", step}, {"path", path}, {"seconds", seconds}, {"bytes", bytes}, {"world", id_.world}});
+    else
+      it->second.error(code::kFailed, "the checkpoint at step " + std::to_string(step) + " failed: " + error);
+  }
+  checkpoint_waiters_.erase(range.first, range.second);
+}
+
+// ---------------------------------------------------------------------------
+// Profiling
+
+void ControlPlane::phase(const char* name, int64_t step, int64_t micro, Clock::time_point t0, Clock::time_point t1) {
+  if (!profiling()) return;
+  constexpr size_t kMaxEvents = 50000;  // keeps the reply a few MB at most
+  if (profile_->events.size() >= kMaxEvents) return;
+  const auto us = [&](Clock::time_point t) { return std::chrono::duration<double, std::micro>(t - profile_->start).count(); };
+  profile_->events.push_back({name, step, micro, us(t0), us(t1) - us(t0)});
+}
+
+void ControlPlane::step_done(int64_t step, double step_ms, const json& memory) {
+  if (!profiling()) return;
+  profile_->steps.push_back({{"step", step}, {"step_ms", step_ms}});
+  const double elapsed = std::chrono::duration<double>(Clock::now() - profile_->start).count();
+  if (elapsed < profile_->duration_s && static_cast<int64_t>(profile_->steps.size()) < profile_->max_steps) return;
+
+  // Per-phase totals per step and their means.
+  std::map<std::string, double> total_ms;
+  std::map<int64_t, std::map<std::string, double>> per_step;
+  json trace = json::array();
+  const int64_t pid = ::getpid();
+  trace.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", "loongforge-train rank " + std::to_string(id_.rank)}}}});
+  trace.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 1}, {"args", {{"name", "trainer"}}}});
+  for (const auto& e : profile_->events) {
+    total_ms[e.name] += e.dur_us / 1000.0;
+    per_step[e.step][e.name] += e.dur_us / 1000.0;
+    json ev = {{"name", e.name}, {"cat", "phase"}, {"ph", "X"}, {"ts", e.start_us}, {"dur", e.dur_us}, {"pid", pid}, {"tid", 1},
+               {"args", {{"step", e.step}}}};
+    if (e.micro >= 0) ev["args"]["micro_batch"] = e.micro;
+    trace.push_back(std::move(ev));
+  }
+  const double n = static_cast<double>(profile_->steps.size());
+  json phases = json::object();
+  for (const auto& [name, ms] : total_ms) phases[name] = {{"total_ms", ms}, {"mean_ms_per_step", ms / n}};
+  json steps = json::array();
+  double step_total = 0;
+  for (auto& s : profile_->steps) {
+    s["phases_ms"] = per_step[s["step"].get<int64_t>()];
+    step_total += s["step_ms"].get<double>();
+    steps.push_back(s);
+  }
+  json result = {{"schema", "loongforge.profile/1"},
+                 {"rank", id_.rank},
+                 {"world", id_.world},
+                 {"device", id_.device},
+                 {"precision", id_.precision},
+                 {"model", id_.model},
+                 {"first_step", profile_->steps.front()["step"]},
+                 {"last_step", step},
+                 {"steps", profile_->steps.size()},
+                 {"duration_s", elapsed},
+                 {"mean_step_ms", step_total / n},
+                 {"phases", phases},
+                 {"per_step", steps},
+                 {"memory", memory},
+                 {"trace", {{"traceEvents", trace}, {"displayTimeUnit", "ms"}}}};
+  profile_->reply.ok(result);
+  profile_.reset();
+}
+
+// ---------------------------------------------------------------------------
+// Exit
+
+void ControlPlane::shutdown(const json& final_state) {
+  for (auto& r : stop_waiters_) r.ok(final_state);
+  stop_waiters_.clear();
+  for (auto& [step, r] : checkpoint_waiters_)
+    r.error(code::kShuttingDown, "the trainer exited before the checkpoint of step " + std::to_string(step) + " was written");
+  checkpoint_waiters_.clear();
+  for (auto& [token, r] : origin_waiters_) r.error(code::kShuttingDown, "the trainer exited before this request applied");
+  origin_waiters_.clear();
+  if (profile_) profile_->reply.error(code::kShuttingDown, "the trainer exited while profiling");
+  profile_.reset();
+  if (server_) server_->stop();
+}
+
+}  // namespace loongforge::trainer

@@ -1,0 +1,147 @@
+// src/trainer/control_plane.hpp — what loongforge-train exposes on its
+// control socket (DESIGN.md s5) and how the trainer thread applies it.
+//
+// Contract:
+//  - ControlPlane registers every verb with a control::Server and starts it
+//    (unless control.enable=false). Read-only verbs (status) are answered on
+//    the control thread from the snapshot the trainer publishes after each
+//    step; everything else runs on the trainer thread in step_boundary().
+//  - Cluster-wide verbs (checkpoint-now, stop; switch-strategy and hot-rejoin
+//    once GCTS lands) are published on a CommandBus with the step at which
+//    every rank applies them (Note [Cluster-wide verbs]); the rank that
+//    received the request answers once the action is done on it.
+//  - Verbs whose engine is not in this build answer engine_off naming what
+//    brings them.
+//  - profile-step records per-phase wall times of the next steps on the
+//    trainer thread (device synchronised between phases while profiling) and
+//    answers with the profile and a Chrome trace.
+//  - Trainer thread only, except what the server's control thread reads
+//    through publish_status() (guarded by a mutex).
+//
+// Note [Cluster-wide verbs]
+// A rank that receives checkpoint-now/stop at the boundary after step s
+// publishes {verb, args, apply_step} on the bus. With one rank apply_step = s
+// (applied at once). With several, apply_step = s + 2: ranks are at most one
+// step apart (every step ends in a collective), so every rank reads the
+// command at a boundary <= s + 1 and applies it at boundary s + 2, before
+// any rank can pass it. A rank that finds a command for a step it has already
+// passed stops with a CommError naming it (it would mean the invariant broke).
+#pragma once
+
+#include <chrono>      // std::chrono::steady_clock
+#include <cstdint>     // int64_t
+#include <functional>  // std::function
+#include <map>         // std::map
+#include <memory>      // std::unique_ptr
+#include <mutex>       // std::mutex
+#include <optional>    // std::optional
+#include <string>      // std::string
+#include <vector>      // std::vector
+
+#include <nlohmann/json.hpp>  // nlohmann::json
+
+#include "loongforge/config/config.hpp"
+#include "loongforge/control/server.hpp"
+
+namespace loongforge::trainer {
+
+// A cluster-wide command.
+struct Command {
+  std::string verb;
+  nlohmann::json args = nlohmann::json::object();
+  int64_t apply_step = 0;
+  int64_t origin_rank = 0;
+  uint64_t token = 0;  // the origin rank's handle for its waiting reply
+};
+
+// How commands reach every rank (Note [Cluster-wide verbs]).
+class CommandBus {
+ public:
+  virtual ~CommandBus() = default;
+  // Publishes `c` (apply_step filled in) and returns it.
+  virtual Command publish(Command c, int64_t steps_done) = 0;
+  // Commands published since the last call, by any rank (this one included).
+  virtual std::vector<Command> poll(int64_t steps_done) = 0;
+};
+
+// The bus of a one-rank run: commands apply at the boundary they arrive.
+std::unique_ptr<CommandBus> make_local_bus();
+
+// One timed phase of a step, for profile-step (times relative to the
+// profile's start, microseconds).
+struct PhaseEvent {
+  std::string name;
+  int64_t step = 0, micro = -1;
+  double start_us = 0, dur_us = 0;
+};
+
+class ControlPlane {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  struct Identity {
+    int64_t rank = 0, world = 1;
+    std::string device, precision, model;
+  };
+  // What the trainer does when a command falls due.
+  struct Actions {
+    bool checkpoint = false;  // write a checkpoint now (checkpoint-now)
+    bool stop = false;        // checkpoint, then exit 0 (stop)
+  };
+
+  ControlPlane(const config::Config& cfg, Identity id, std::unique_ptr<CommandBus> bus);
+  ~ControlPlane();
+
+  const std::string& socket_path() const;  // "" when the control socket is off
+
+  // Replaces the snapshot `status` answers with.
+  void publish_status(nlohmann::json status);
+
+  // At each step boundary (steps_done optimizer steps finished): runs queued
+  // requests, reads the bus, returns what falls due now.
+  Actions step_boundary(int64_t steps_done);
+
+  // Checkpoint bookkeeping: checkpoint-now answers when its write ends.
+  void checkpoint_finished(int64_t step, const std::string& path, const std::string& error, double seconds,
+                           uint64_t bytes);
+
+  // Profiling (profile-step). profiling() is true while a profile records;
+  // phase() adds one event; step_done() closes a step and answers the request
+  // once its duration has passed.
+  bool profiling() const { return profile_.has_value() && profile_->started; }
+  void phase(const char* name, int64_t step, int64_t micro, Clock::time_point t0, Clock::time_point t1);
+  void step_done(int64_t step, double step_ms, const nlohmann::json& memory);
+
+  // The trainer is exiting: stop requests get ok(final_state), every other
+  // waiting request an error; the socket goes away.
+  void shutdown(const nlohmann::json& final_state);
+
+ private:
+  void register_verbs(const config::Config& cfg);
+
+  Identity id_;
+  std::unique_ptr<CommandBus> bus_;
+  std::unique_ptr<control::Server> server_;
+  std::string socket_path_;
+  std::mutex status_mu_;
+  nlohmann::json status_;  // guarded by status_mu_
+  // Trainer-thread state.
+  int64_t steps_done_ = 0;
+  std::vector<Command> due_;                                   // published, not yet applied
+  uint64_t next_token_ = 1;
+  std::map<uint64_t, control::Reply> origin_waiters_;          // token -> reply, until applied
+  std::multimap<int64_t, control::Reply> checkpoint_waiters_;  // step -> reply, until written
+  std::vector<control::Reply> stop_waiters_;
+  struct Profile {
+    control::Reply reply;
+    double duration_s = 1;
+    int64_t max_steps = 1000;
+    Clock::time_point start;
+    bool started = false;
+    std::vector<PhaseEvent> events;
+    std::vector<nlohmann::json> steps;
+  };
+  std::optional<Profile> profile_;  // started = false until the next step begins
+};
+
+}  // namespace loongforge::trainer
