@@ -25,7 +25,11 @@ int main(int argc, char** argv) {
     verb.add_options(*sub);
     sub->callback([&selected, name = verb.name] { selected = name; });
   }
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help is success; every usage error exits 2
+  }
 
   if (show_version) {
     std::cout << "loongforge " << loongforge::version_string() << "\n";

@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """Plot loss and throughput from one or more runs' metrics.jsonl.
 
-    python3 scripts/plot_metrics.py RUN_OR_METRICS [RUN_OR_METRICS ...] --out plot.png
-        [--labels a,b] [--smooth 20] [--title TEXT]
+    python3 scripts/plot_metrics.py RUN_OR_METRICS [RUN_OR_METRICS ...] [--out plot.png]
+        [--out-dir DIR] [--labels a,b] [--smooth 20] [--title TEXT]
+
+With one run directory and neither --out nor --out-dir, writes loss.png and
+throughput.png into that run directory. --out writes the two panels side by
+side in one PNG; --out-dir writes loss.png and throughput.png there.
 
 Each argument is a run directory (its metrics.jsonl is read) or a
 metrics.jsonl file. The figure has two panels: loss (raw, faint, and an
@@ -38,18 +42,29 @@ def ema(values, span):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+", type=Path)
-    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--out", type=Path, help="one PNG with both panels")
+    ap.add_argument("--out-dir", type=Path, help="loss.png and throughput.png in this directory")
     ap.add_argument("--labels", default="")
     ap.add_argument("--smooth", type=int, default=20)
     ap.add_argument("--title", default="")
     args = ap.parse_args(argv)
+    if args.out is None and args.out_dir is None:
+        if len(args.runs) != 1 or not args.runs[0].is_dir():
+            ap.error("give --out or --out-dir (the default, loss.png and throughput.png in the run, needs one run directory)")
+        args.out_dir = args.runs[0]
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     labels = args.labels.split(",") if args.labels else [str(r) for r in args.runs]
     data = [read(r) for r in args.runs]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    if args.out:
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+        figs = [(fig, args.out)]
+    else:
+        f1, ax1 = plt.subplots(figsize=(7, 4.5))
+        f2, ax2 = plt.subplots(figsize=(7, 4.5))
+        figs = [(f1, args.out_dir / "loss.png"), (f2, args.out_dir / "throughput.png")]
     smoothed = []
     for rows, label in zip(data, labels):
         steps = [r["step"] for r in rows]
@@ -61,12 +76,13 @@ def main(argv=None):
         ax2.plot(steps, [r["samples_per_s"] for r in rows], label=label, color=line.get_color())
     ax1.set_xlabel("step"), ax1.set_ylabel("loss"), ax1.legend(), ax1.grid(alpha=0.3)
     ax2.set_xlabel("step"), ax2.set_ylabel("samples/s"), ax2.legend(), ax2.grid(alpha=0.3)
-    if args.title:
-        fig.suptitle(args.title)
-    fig.tight_layout()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(args.out, dpi=110)
-    print(f"wrote {args.out}")
+    for fig, out in figs:
+        if args.title:
+            fig.suptitle(args.title)
+        fig.tight_layout()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, dpi=110)
+        print(f"wrote {out}")
     sps = []
     for rows, label in zip(data, labels):
         rest = rows[1:] or rows

@@ -174,11 +174,14 @@ ControlPlane::Actions ControlPlane::step_boundary(int64_t steps_done) {
                                     << steps_done;
     it = due_.erase(it);
   }
+  return a;
+}
+
+void ControlPlane::step_begins() {
   if (profile_ && !profile_->started) {
     profile_->started = true;
     profile_->start = Clock::now();
   }
-  return a;
 }
 
 void ControlPlane::checkpoint_finished(int64_t step, const std::string& path, const std::string& error, double seconds,

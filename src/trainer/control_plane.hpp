@@ -105,9 +105,11 @@ class ControlPlane {
   void checkpoint_finished(int64_t step, const std::string& path, const std::string& error, double seconds,
                            uint64_t bytes);
 
-  // Profiling (profile-step). profiling() is true while a profile records;
+  // Profiling (profile-step). A requested profile starts at the next
+  // step_begins() (called first thing in every step); profiling() is true while a profile records;
   // phase() adds one event; step_done() closes a step and answers the request
   // once its duration has passed.
+  void step_begins();
   bool profiling() const { return profile_.has_value() && profile_->started; }
   void phase(const char* name, int64_t step, int64_t micro, Clock::time_point t0, Clock::time_point t1);
   void step_done(int64_t step, double step_ms, const nlohmann::json& memory);

@@ -347,6 +347,7 @@ int run(const config::Config& cfg, int64_t world_size) {
     control_stop = a.stop;
   }
   for (; s < last && !stop_requested() && !control_stop; ++s) {
+    control.step_begins();
     const auto t_step = Clock::now();
     // Fetch every micro-batch of the step (their masks give the loss weights).
     std::vector<data::Batch> batches;

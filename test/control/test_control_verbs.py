@@ -1,0 +1,156 @@
+"""Every `loongforge` verb against a running loongforge-train (n16-tiny, CPU):
+status shows progress, strategy, engines and world; profile-step writes a
+profile JSON with per-phase times and a Chrome trace that parses;
+checkpoint-now produces a checkpoint that validate-checkpoint accepts;
+engine verbs answer that their engine is not in this build; stop checkpoints
+and the trainer exits 0; target selection and error messages are clear.
+"""
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from trainer_harness import CLI, Client, Trainer, cli, status
+
+
+@pytest.fixture
+def trainer(tmp_path):
+    t = Trainer(tmp_path)
+    t.wait_for_socket()
+    t.wait_for_step(3)
+    yield t
+    t.kill()
+
+
+def test_status_shows_step_loss_throughput_eta_strategy_engines_and_world(trainer):
+    r = cli("status", "--socket", trainer.socket)
+    assert "step " in r.stdout and "ETA" in r.stdout and "loss" in r.stdout
+    assert "samples/s" in r.stdout and "strategy" in r.stdout and "gcts:" in r.stdout
+    s = json.loads(cli("status", "--socket", trainer.socket, "--json").stdout)
+    assert s["phase"] == "training" and s["step"] >= 3 and s["max_steps"] == 100000
+    assert s["world"] == 1 and s["rank"] == 0 and s["pid"] == trainer.proc.pid
+    assert s["samples_per_s"] > 0 and s["eta_s"] > 0 and s["loss"] > 0
+    assert s["strategy"].startswith("none")
+    assert set(s["engines"]) == {"gcts", "mla", "adfe", "dmf"}
+
+
+def test_status_finds_the_only_trainer_of_this_user_and_by_pid(trainer, tmp_path):
+    # --pid looks in the default directory; our socket is elsewhere, so it says where to look.
+    r = cli("status", "--pid", str(trainer.proc.pid), check=False)
+    assert r.returncode == 4 and "serves no control socket" in r.stderr and "--socket" in r.stderr
+    # A second trainer in the default place is found without any option.
+    env = dict(os.environ, XDG_RUNTIME_DIR=str(tmp_path / "xdg"))
+    (tmp_path / "xdg").mkdir(mode=0o700)
+    other = Trainer(tmp_path / "second", env=env, sock="")
+    try:
+        deadline = time.time() + 60
+        sock = tmp_path / "xdg" / "loongforge" / f"{other.proc.pid}.sock"
+        while not sock.exists():
+            assert time.time() < deadline and other.proc.poll() is None, other.output()
+            time.sleep(0.05)
+        r = subprocess.run([CLI, "status", "--json"], capture_output=True, text=True, env=env)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["pid"] == other.proc.pid
+        r = subprocess.run([CLI, "status", "--pid", str(other.proc.pid), "--json"], capture_output=True, text=True, env=env)
+        assert r.returncode == 0 and json.loads(r.stdout)["socket"] == str(sock)
+    finally:
+        other.kill()
+
+
+def test_profile_step_writes_per_phase_times_and_a_chrome_trace(trainer, tmp_path):
+    out = tmp_path / "profile.json"
+    r = cli("profile-step", "--socket", trainer.socket, "--duration", "1", "--output", str(out))
+    assert "forward" in r.stdout and "backward" in r.stdout
+    p = json.loads(out.read_text())
+    assert p["schema"] == "loongforge.profile/1" and p["steps"] >= 1 and p["duration_s"] >= 1.0
+    for phase in ("data_wait", "h2d", "forward", "backward", "optimizer", "control", "checkpoint"):
+        assert phase in p["phases"], phase
+        assert p["phases"][phase]["mean_ms_per_step"] >= 0
+    # The phases account for most of each step (the rest is bookkeeping).
+    measured = sum(v["mean_ms_per_step"] for v in p["phases"].values())
+    assert 0.8 * p["mean_step_ms"] <= measured <= 1.01 * p["mean_step_ms"]
+    assert len(p["per_step"]) == p["steps"] and p["last_step"] - p["first_step"] + 1 == p["steps"]
+    assert "peak_host_mb" in p["memory"]
+    trace = json.loads(Path(p["trace_file"]).read_text())
+    events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert {e["name"] for e in events} >= {"forward", "backward", "optimizer"}
+    assert all(e["dur"] >= 0 and e["ts"] >= 0 and "pid" in e and "tid" in e for e in events)
+    # Events of one thread never overlap: a well-formed timeline.
+    events.sort(key=lambda e: e["ts"])
+    assert all(a["ts"] + a["dur"] <= b["ts"] + 1.0 for a, b in zip(events, events[1:]))
+
+
+def test_checkpoint_now_writes_a_checkpoint_that_validates(trainer):
+    r = json.loads(cli("checkpoint-now", "--socket", trainer.socket, "--json").stdout)
+    ckpt = Path(r["path"])
+    assert ckpt.name == f"epoch_0_step_{r['step']}" and r["bytes"] > 0
+    v = cli("validate-checkpoint", str(ckpt))
+    assert "valid" in v.stdout.lower()
+    assert status(trainer.socket)["last_checkpoint"] == str(ckpt)
+
+
+def test_engine_verbs_answer_that_their_engine_is_not_built(trainer):
+    for args in (["switch-strategy", "--strategy", "hybrid"], ["hot-rejoin"], ["mla-stats"], ["debug-dmf"]):
+        r = cli(*args, "--socket", trainer.socket, check=False)
+        assert r.returncode == 3, (args, r.stderr)
+        assert "not in this build" in r.stderr and "[engine_off]" in r.stderr
+    r = cli("monitor-comm", "--socket", trainer.socket, "--count", "1", check=False)
+    assert r.returncode == 3 and "no gradient communication" in r.stderr
+    r = cli("switch-strategy", "--socket", trainer.socket, "--strategy", "fastest", check=False)
+    assert r.returncode == 2  # rejected by the CLI before it reaches the trainer
+
+
+def test_stop_checkpoints_then_the_trainer_exits_zero_and_removes_its_socket(trainer):
+    r = json.loads(cli("stop", "--socket", trainer.socket, "--json").stdout)
+    assert trainer.proc.wait(timeout=60) == 0, trainer.output()
+    ckpt = Path(r["checkpoint"])
+    assert ckpt.name == f"epoch_0_step_{r['stopped_at_step']}"
+    cli("validate-checkpoint", str(ckpt))
+    summary = json.loads((trainer.run_dir / "summary.json").read_text())
+    assert summary["steps"] == r["stopped_at_step"]
+    assert not os.path.exists(trainer.socket)
+    assert "stop requested (control socket)" in trainer.output()
+
+
+def test_a_request_sent_while_the_model_loads_is_answered_at_the_first_boundary(tmp_path):
+    t = Trainer(tmp_path)
+    try:
+        t.wait_for_socket()
+        c = Client(t.socket)
+        r = c.request("checkpoint-now")
+        assert r["ok"], r
+        assert Path(r["result"]["path"]).name.startswith("epoch_0_step_")
+    finally:
+        t.kill()
+
+
+def test_the_protocol_answers_bad_lines_with_errors_and_keeps_the_connection(trainer):
+    c = Client(trainer.socket)
+    c.send_raw(b"not json\n")
+    assert c.read_line()["error"]["code"] == "bad_request"
+    c.send_raw(b'{"v":1,"id":7,"verb":"no-such-verb"}\n')
+    r = c.read_line()
+    assert r["id"] == 7 and r["error"]["code"] == "unknown_verb"
+    c.send_raw(b'{"v":1,"id":8,"verb":"profile-step","args":{"duration_s":"long"}}\n')
+    r = c.read_line()
+    assert r["id"] == 8 and r["error"]["code"] == "bad_args"
+    assert c.request("status")["ok"]
+
+
+def test_a_client_of_another_protocol_version_is_told_so(trainer):
+    c = Client(trainer.socket, hello=False)
+    c.send_raw(b'{"v":99,"id":0,"verb":"hello"}\n')
+    r = c.read_line()
+    assert r["error"]["code"] == "version_mismatch" and "speaks 1" in r["error"]["message"]
+    with pytest.raises(ConnectionError):
+        c.read_line()  # closed after the error
+
+
+def test_sigterm_still_checkpoints_and_exits_zero(trainer):
+    trainer.proc.send_signal(signal.SIGTERM)
+    assert trainer.proc.wait(timeout=60) == 0
+    assert list((trainer.run_dir / "checkpoints").iterdir())
