@@ -368,7 +368,9 @@ void Server::serve() {
       short ev = 0;
       if (!kv.second.read_closed && !kv.second.close_after_flush) ev |= POLLIN;
       if (!kv.second.out.empty()) ev |= POLLOUT;
-      fds.push_back({kv.second.fd, ev, 0});
+      // Nothing to wait for on this fd (the peer closed while a task is in flight): leave it out, since poll()
+      // reports POLLHUP whatever `events` asks and would spin this thread until the task is answered.
+      fds.push_back({ev != 0 ? kv.second.fd : -1, ev, 0});
       fd_owner.push_back(kv.first);
     }
     const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(wait_ms));
@@ -442,9 +444,11 @@ void Server::serve() {
       const uint64_t cid = it->first;
       if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
         char buf[16384];
+        size_t read_now = 0;
         for (;;) {
           const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
           if (n > 0) {
+            read_now += static_cast<size_t>(n);
             c.last_activity = Clock::now();
             if (c.in.empty()) c.line_started = c.last_activity;  // a line's first byte
             c.in.append(buf, static_cast<size_t>(n));
@@ -471,6 +475,9 @@ void Server::serve() {
               count(&ServerStats::closed_for_line_length);
             }
             if (c.close_after_flush) break;
+            // Bounded work per round: a client that pipelines faster than it reads must not grow its replies
+            // past max_outbox_bytes (it is closed below as a slow reader) nor starve the other clients.
+            if (c.out.size() > opt_.max_outbox_bytes || read_now >= 4 * kMaxLineBytes) break;
             continue;
           }
           if (n == 0) {

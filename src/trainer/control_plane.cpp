@@ -5,6 +5,8 @@
 
 #include <algorithm>  // std::max
 
+#include <torch/csrc/distributed/c10d/Store.hpp>  // c10d::Store
+
 #include "loongforge/common/error.hpp"
 #include "loongforge/common/log.hpp"
 #include "loongforge/control/protocol.hpp"
@@ -30,13 +32,67 @@ class LocalBus final : public CommandBus {
     out.swap(pending_);
     return out;
   }
+  void announce_checkpoint(int64_t, const json&) override {}
+  std::optional<json> checkpoint_result(int64_t) override { return std::nullopt; }
 
  private:
   std::vector<Command> pending_;
 };
+
+// Note [Cluster-wide verbs]: "lf/ctl/seq" counts commands; command k is
+// stored at "lf/ctl/cmd/k". Every rank polls the counter once per step.
+class StoreBus final : public CommandBus {
+ public:
+  StoreBus(c10d::Store& store, int64_t rank) : store_(store), rank_(rank) {}
+  Command publish(Command c, int64_t steps_done) override {
+    c.apply_step = steps_done + 2;
+    const json j = {{"verb", c.verb}, {"args", c.args}, {"apply_step", c.apply_step}, {"origin_rank", c.origin_rank},
+                    {"token", c.token}};
+    const int64_t k = store_.add("lf/ctl/seq", 1);
+    set(key(k), j.dump());
+    return c;
+  }
+  std::vector<Command> poll(int64_t) override {
+    std::vector<Command> out;
+    const int64_t n = store_.add("lf/ctl/seq", 0);
+    for (; seen_ < n; ++seen_) {
+      const json j = json::parse(get(key(seen_ + 1)));  // waits until the publisher has set it
+      Command c;
+      c.verb = j.at("verb").get<std::string>();
+      c.args = j.at("args");
+      c.apply_step = j.at("apply_step").get<int64_t>();
+      c.origin_rank = j.at("origin_rank").get<int64_t>();
+      c.token = j.at("token").get<uint64_t>();
+      out.push_back(std::move(c));
+    }
+    return out;
+  }
+  void announce_checkpoint(int64_t step, const json& result) override {
+    set("lf/ckpt/" + std::to_string(step), result.dump());
+  }
+  std::optional<json> checkpoint_result(int64_t step) override {
+    const std::string k = "lf/ckpt/" + std::to_string(step);
+    if (!store_.check({k})) return std::nullopt;
+    return json::parse(get(k));
+  }
+
+ private:
+  static std::string key(int64_t k) { return "lf/ctl/cmd/" + std::to_string(k); }
+  void set(const std::string& k, const std::string& v) { store_.set(k, std::vector<uint8_t>(v.begin(), v.end())); }
+  std::string get(const std::string& k) {
+    const auto v = store_.get(k);
+    return std::string(v.begin(), v.end());
+  }
+  c10d::Store& store_;
+  int64_t rank_;
+  int64_t seen_ = 0;
+};
 }  // namespace
 
 std::unique_ptr<CommandBus> make_local_bus() { return std::make_unique<LocalBus>(); }
+std::unique_ptr<CommandBus> make_store_bus(c10d::Store& store, int64_t rank, int64_t) {
+  return std::make_unique<StoreBus>(store, rank);
+}
 
 // ---------------------------------------------------------------------------
 // Setup
@@ -151,6 +207,18 @@ ControlPlane::Actions ControlPlane::step_boundary(int64_t steps_done) {
                       "); ranks drifted apart, which every-step collectives should prevent");
     due_.push_back(std::move(c));
   }
+  // Ranks other than 0 learn from the bus when rank 0's write ended.
+  if (id_.rank != 0) {
+    for (auto it = checkpoint_waiters_.begin(); it != checkpoint_waiters_.end();) {
+      if (auto r = bus_->checkpoint_result(it->first)) {
+        if (r->value("error", std::string()).empty()) it->second.ok(*r);
+        else it->second.error(code::kFailed, "the checkpoint at step " + std::to_string(it->first) + " failed on rank 0: " + r->value("error", std::string()));
+        it = checkpoint_waiters_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
   for (auto it = due_.begin(); it != due_.end();) {
     if (it->apply_step != steps_done) {
       ++it;
@@ -186,14 +254,26 @@ void ControlPlane::step_begins() {
 
 void ControlPlane::checkpoint_finished(int64_t step, const std::string& path, const std::string& error, double seconds,
                                        uint64_t bytes) {
+  const json result = {{"step", step}, {"path", path}, {"seconds", seconds}, {"bytes", bytes}, {"world", id_.world}, {"error", error}};
+  if (id_.world > 1) bus_->announce_checkpoint(step, result);
   auto range = checkpoint_waiters_.equal_range(step);
   for (auto it = range.first; it != range.second; ++it) {
     if (error.empty())
-      it->second.ok({{"step", step}, {"path", path}, {"seconds", seconds}, {"bytes", bytes}, {"world", id_.world}});
+      it->second.ok(result);
     else
       it->second.error(code::kFailed, "the checkpoint at step " + std::to_string(step) + " failed: " + error);
   }
   checkpoint_waiters_.erase(range.first, range.second);
+}
+
+void ControlPlane::request_stop() {
+  if (stop_published_) return;
+  stop_published_ = true;
+  Command c;
+  c.verb = "stop";
+  c.origin_rank = id_.rank;
+  c.token = 0;  // nobody waits for an answer
+  bus_->publish(c, steps_done_);
 }
 
 // ---------------------------------------------------------------------------
@@ -260,7 +340,20 @@ void ControlPlane::step_done(int64_t step, double step_ms, const json& memory) {
 // ---------------------------------------------------------------------------
 // Exit
 
-void ControlPlane::shutdown(const json& final_state) {
+void ControlPlane::shutdown(const json& final_state_in) {
+  json final_state = final_state_in;
+  if (id_.rank != 0 && id_.world > 1) {  // rank 0 wrote the checkpoints; ranks met at a barrier after its last write
+    const int64_t step = final_state.value("stopped_at_step", int64_t{0});
+    if (auto r = bus_->checkpoint_result(step)) final_state["checkpoint"] = r->value("path", std::string());
+    for (auto it = checkpoint_waiters_.begin(); it != checkpoint_waiters_.end();) {
+      if (auto r = bus_->checkpoint_result(it->first)) {
+        it->second.ok(*r);
+        it = checkpoint_waiters_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
   for (auto& r : stop_waiters_) r.ok(final_state);
   stop_waiters_.clear();
   for (auto& [step, r] : checkpoint_waiters_)

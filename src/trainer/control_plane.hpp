@@ -43,6 +43,10 @@
 #include "loongforge/config/config.hpp"
 #include "loongforge/control/server.hpp"
 
+namespace c10d {
+class Store;
+}
+
 namespace loongforge::trainer {
 
 // A cluster-wide command.
@@ -62,10 +66,16 @@ class CommandBus {
   virtual Command publish(Command c, int64_t steps_done) = 0;
   // Commands published since the last call, by any rank (this one included).
   virtual std::vector<Command> poll(int64_t steps_done) = 0;
+  // Rank 0 writes the checkpoints (replicated state); it announces each
+  // finished write so that the rank that received checkpoint-now can answer.
+  virtual void announce_checkpoint(int64_t step, const nlohmann::json& result) = 0;
+  virtual std::optional<nlohmann::json> checkpoint_result(int64_t step) = 0;
 };
 
 // The bus of a one-rank run: commands apply at the boundary they arrive.
 std::unique_ptr<CommandBus> make_local_bus();
+// The bus of a multi-rank run, over the rendezvous store (keys "lf/ctl/...").
+std::unique_ptr<CommandBus> make_store_bus(c10d::Store& store, int64_t rank, int64_t world);
 
 // One timed phase of a step, for profile-step (times relative to the
 // profile's start, microseconds).
@@ -114,6 +124,10 @@ class ControlPlane {
   void phase(const char* name, int64_t step, int64_t micro, Clock::time_point t0, Clock::time_point t1);
   void step_done(int64_t step, double step_ms, const nlohmann::json& memory);
 
+  // A stop that did not come from the socket (SIGTERM/SIGINT): published on
+  // the bus once, so every rank stops at the same step.
+  void request_stop();
+
   // The trainer is exiting: stop requests get ok(final_state), every other
   // waiting request an error; the socket goes away.
   void shutdown(const nlohmann::json& final_state);
@@ -129,6 +143,7 @@ class ControlPlane {
   nlohmann::json status_;  // guarded by status_mu_
   // Trainer-thread state.
   int64_t steps_done_ = 0;
+  bool stop_published_ = false;
   std::vector<Command> due_;                                   // published, not yet applied
   uint64_t next_token_ = 1;
   std::map<uint64_t, control::Reply> origin_waiters_;          // token -> reply, until applied

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>     // nlohmann::json
 
 #include "loongforge/checkpoint/checkpoint.hpp"
+#include "loongforge/comm/world.hpp"
 #include "loongforge/common/error.hpp"
 #include "loongforge/common/files.hpp"
 #include "loongforge/common/log.hpp"
@@ -111,13 +112,16 @@ struct Setup {
   bool bf16 = false;
 };
 
-Setup resolve_setup(const config::Config& cfg) {
+Setup resolve_setup(const config::Config& cfg, int64_t local_rank) {
   Setup s;
   const bool cuda = torch::cuda::is_available();
   if (cfg.run.device == "cuda" && !cuda)
     throw ConfigError("run.device is cuda but no GPU is visible to this process: use run.device=cpu or auto");
-  s.device = (cfg.run.device == "cuda" || (cfg.run.device == "auto" && cuda)) ? c10::Device(c10::kCUDA, 0)
-                                                                               : c10::Device(c10::kCPU);
+  const bool on_gpu = cfg.run.device == "cuda" || (cfg.run.device == "auto" && cuda);
+  if (on_gpu && local_rank >= static_cast<int64_t>(torch::cuda::device_count()))
+    throw ConfigError("LOCAL_RANK " + std::to_string(local_rank) + " but only " +
+                      std::to_string(torch::cuda::device_count()) + " GPU(s) are visible: start one process per GPU");
+  s.device = on_gpu ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank)) : c10::Device(c10::kCPU);
   s.bf16 = cfg.precision.mode == "bf16" || (cfg.precision.mode == "auto" && s.device.is_cuda());
   return s;
 }
@@ -126,19 +130,31 @@ Setup resolve_setup(const config::Config& cfg) {
 
 int run(const config::Config& cfg, int64_t world_size) {
   const auto& log = logger("trainer");
-  if (world_size > 1)
-    throw ConfigError("WORLD_SIZE=" + std::to_string(world_size) +
-                      ": multi-rank training arrives with the GCTS engine; run a single process for now");
-  const Setup setup = resolve_setup(cfg);
+  const comm::WorldInfo world_info = comm::world_from_env();
+  if (world_info.world_size != world_size)
+    throw ConfigError("world size " + std::to_string(world_size) + " was validated but the environment says " +
+                      std::to_string(world_info.world_size));
+  const int64_t rank = world_info.rank;
+  const bool leader = rank == 0;  // rank 0 owns the run directory, metrics and checkpoints
+  std::unique_ptr<comm::World> world;
+  if (world_size > 1) world = comm::World::connect(world_info, /*timeout_ms=*/300000);
+  std::unique_ptr<comm::GradientSync> grad_sync;
+  if (world) grad_sync = std::make_unique<comm::GradientSync>(*world);
+  const Setup setup = resolve_setup(cfg, world_info.local_rank);
   const auto t_start = Clock::now();
   // The control socket comes up first, so `loongforge status` answers while
   // the model loads.
   ControlPlane::Identity identity;
-  identity.rank = 0, identity.world = world_size;
+  identity.rank = rank, identity.world = world_size;
   identity.device = setup.device.str(), identity.precision = setup.bf16 ? "bf16" : "fp32";
   identity.model = cfg.model.path;
-  ControlPlane control(cfg, identity, make_local_bus());
-  control.publish_status({{"phase", "loading"}, {"model", cfg.model.path}, {"rank", 0}, {"world", world_size}});
+  ControlPlane control(cfg, identity, world ? make_store_bus(world->store(), rank, world_size) : make_local_bus());
+  control.publish_status({{"phase", "loading"}, {"model", cfg.model.path}, {"rank", rank}, {"world", world_size}});
+  // Small strings every rank must agree on (run directory, checkpoint to
+  // resume): rank 0 decides and shares them through the rendezvous store.
+  auto agree = [&](const std::string& key, const std::string& value) {
+    return world ? world->agree(key, value) : value;
+  };
   if (cfg.run.threads > 0) at::set_num_threads(static_cast<int>(cfg.run.threads));
   // Bitwise reproducibility across runs and with the reference trainer: the
   // per-embodiment weight[ids] backward accumulates in parallel otherwise.
@@ -158,6 +174,8 @@ int run(const config::Config& cfg, int64_t world_size) {
   so.shuffle = cfg.data.shuffle;
   so.seed = static_cast<uint64_t>(cfg.run.seed);
   so.micro_batch_size = cfg.trainer.micro_batch_size;
+  so.rank = rank;
+  so.world = world_size;
   so.image_size = mc.at("image_size").get<int64_t>();
   so.num_views = mc.at("num_views").get<int64_t>();
   so.max_state_dim = mc.at("max_state_dim").get<int64_t>();
@@ -188,22 +206,25 @@ int run(const config::Config& cfg, int64_t world_size) {
   const std::string ckpt_dir_of_named =
       cfg.checkpoint.dir.empty() ? named_dir + "/checkpoints" : cfg.checkpoint.dir;
   std::string resume_dir;
-  if (resuming_latest) {
+  if (resuming_latest && leader) {
     std::vector<std::string> rejected;
     resume_dir = checkpoint::find_latest(ckpt_dir_of_named, &rejected);
     for (const auto& r : rejected) LF_LOG(log, warn) << "skipping damaged checkpoint " << r;
     if (resume_dir.empty())
       LF_LOG(log, info) << "--resume latest: no complete checkpoint in " << ckpt_dir_of_named
                         << "; starting from step 0";
-  } else if (!cfg.checkpoint.resume.empty()) {
+  } else if (!cfg.checkpoint.resume.empty() && !resuming_latest) {
     resume_dir = cfg.checkpoint.resume;
     if (!is_directory(resume_dir))
       throw CheckpointError("checkpoint.resume: '" + resume_dir + "' is not a directory (use a checkpoint "
                             "directory such as <run>/checkpoints/epoch_0_step_100, or 'latest')");
   }
   // A resumed run continues in its own directory; a fresh one never reuses one.
-  const std::string run_dir = (!cfg.checkpoint.resume.empty() && is_directory(named_dir)) ? named_dir
-                                                                                         : make_run_dir(cfg);
+  resume_dir = agree("resume_dir", resume_dir);
+  const std::string run_dir =
+      agree("run_dir", !leader ? std::string()
+                               : (!cfg.checkpoint.resume.empty() && is_directory(named_dir)) ? named_dir
+                                                                                             : make_run_dir(cfg));
   make_dirs(run_dir);
   const std::string ckpt_dir = cfg.checkpoint.dir.empty() ? run_dir + "/checkpoints" : cfg.checkpoint.dir;
   TrainerPosition pos;
@@ -217,27 +238,29 @@ int run(const config::Config& cfg, int64_t world_size) {
     pos.run_id = state.at("run_id").get<std::string>();
     LF_LOG(log, info) << "resumed from " << resume_dir << " at step " << pos.step;
   }
-  {
-    std::ofstream(run_dir + "/config.yaml") << config::print_config(cfg);
-  }
+  if (leader) std::ofstream(run_dir + "/config.yaml") << config::print_config(cfg);
   LF_LOG(log, info) << "run " << run_dir << ": " << net.info().name << " on " << setup.device << " ("
                     << (setup.bf16 ? "bf16" : "fp32") << "), " << dataset.episodes().size() << " episodes / "
                     << dataset.total_rows() << " samples, " << builder.sampler().micro_batches_per_epoch()
                     << " micro-batches per epoch, steps " << pos.step + 1 << ".." << cfg.trainer.max_steps;
 
-  Progress progress(cfg.logging.progress, cfg.logging.interval_steps, cfg.trainer.max_steps,
-                    cfg.logging.metrics_jsonl ? run_dir + "/metrics.jsonl" : "", pos.step,
-                    cfg.logging.tensorboard ? run_dir + "/tb" : "");
+  // Rank 0 reports for the job (its loss is the mean over ranks).
+  Progress progress(leader ? cfg.logging.progress : "off", cfg.logging.interval_steps, cfg.trainer.max_steps,
+                    leader && cfg.logging.metrics_jsonl ? run_dir + "/metrics.jsonl" : "", pos.step,
+                    leader && cfg.logging.tensorboard ? run_dir + "/tb" : "");
   const int64_t K = cfg.trainer.gradient_accumulation_steps;
   const double flops_per_sample = net.info().forward_flops_per_sample + net.info().backward_flops_per_sample;
-  checkpoint::Writer writer(ckpt_dir, cfg.checkpoint.keep_last, cfg.checkpoint.async_write);
+  // Only rank 0 writes checkpoints: every rank holds the same replicated state.
+  std::unique_ptr<checkpoint::Writer> writer;
+  if (leader) writer = std::make_unique<checkpoint::Writer>(ckpt_dir, cfg.checkpoint.keep_last, cfg.checkpoint.async_write);
   auto last_ckpt_time = Clock::now();
   std::string last_ckpt = resume_dir;
   int64_t failed_writes = 0;
 
   // Reports finished writes: a failure (disk full, ...) is logged and training goes on.
   auto collect = [&] {
-    for (const auto& w : writer.take_results()) {
+    if (!writer) return;
+    for (const auto& w : writer->take_results()) {
       control.checkpoint_finished(w.step, w.path, w.error, w.seconds, w.bytes);
       if (w.error.empty()) {
         last_ckpt = w.path;
@@ -257,7 +280,7 @@ int run(const config::Config& cfg, int64_t world_size) {
   std::exception_ptr reserve_error;
   std::thread reserver([&] {
     try {
-      reserve_snapshot_buffers(snapshot_buffers, net, setup.device.is_cuda());
+      if (leader) reserve_snapshot_buffers(snapshot_buffers, net, setup.device.is_cuda());
     } catch (...) {
       reserve_error = std::current_exception();
     }
@@ -272,12 +295,13 @@ int run(const config::Config& cfg, int64_t world_size) {
   auto save = [&](int64_t steps_done) {
     const auto t0 = Clock::now();
     last_saved_step = steps_done;
+    if (!writer) return 0.0;
     if (reserver.joinable()) reserver.join();
     if (reserve_error) std::rethrow_exception(reserve_error);
     pos.step = steps_done;
     pos.epoch = builder.sampler().epoch_of(steps_done * K);
-    writer.wait();  // the writer may still read the buffers of the previous snapshot
-    writer.submit(make_snapshot(cfg, net, optimizer, schedule, pos, world_size, snapshot_buffers));
+    writer->wait();  // the writer may still read the buffers of the previous snapshot
+    writer->submit(make_snapshot(cfg, net, optimizer, schedule, pos, world_size, snapshot_buffers));
     last_ckpt_time = Clock::now();
     return ms_since(t0);
   };
@@ -290,6 +314,7 @@ int run(const config::Config& cfg, int64_t world_size) {
                                   {"mla", engine_state(cfg.mla.enable)},
                                   {"adfe", engine_state(cfg.adfe.enable)},
                                   {"dmf", engine_state(cfg.dmf.enable)}};
+  comm::SyncStats last_sync;
   auto publish = [&](const char* phase, const StepRecord* r) {
     nlohmann::json st = {{"phase", phase},
                          {"step", r ? r->step : pos.step},
@@ -298,9 +323,10 @@ int run(const config::Config& cfg, int64_t world_size) {
                          {"model", net.info().name},
                          {"device", setup.device.str()},
                          {"precision", setup.bf16 ? "bf16" : "fp32"},
-                         {"rank", 0},
+                         {"rank", rank},
                          {"world", world_size},
-                         {"strategy", world_size > 1 ? "plain all-reduce" : "none (1 rank: no gradient communication)"},
+                         {"strategy", world_size > 1 ? "plain (one fp32 all-reduce after backward; GCTS not in this build)"
+                                                     : "none (1 rank: no gradient communication)"},
                          {"engines", engines},
                          {"last_checkpoint", last_ckpt},
                          {"checkpoint_writes_failed", failed_writes},
@@ -318,6 +344,16 @@ int run(const config::Config& cfg, int64_t world_size) {
                  {"data_wait_ms", r->data_wait_ms},
                  {"peak_mem_mb", r->peak_mem_mb},
                  {"eta_s", eta}});
+      if (world) {
+        const double gbps = r->exposed_comm_ms > 0 ? last_sync.bytes / (r->exposed_comm_ms * 1e6) : 0.0;
+        const double n = static_cast<double>(world_size);
+        st["comm"] = {{"world", world_size},
+                      {"groups", nlohmann::json::array({{{"name", "all-reduce"},
+                                                         {"bytes", last_sync.bytes},
+                                                         {"time_ms", r->exposed_comm_ms},
+                                                         {"algbw_gbps", gbps},
+                                                         {"busbw_gbps", gbps * 2.0 * (n - 1.0) / n}}})}};
+      }
     }
     control.publish_status(std::move(st));
   };
@@ -342,11 +378,13 @@ int run(const config::Config& cfg, int64_t world_size) {
   publish("training", nullptr);
   bool control_stop = false;
   {  // requests that arrived while the model loaded
+    if (stop_requested()) control.request_stop();
     const auto a = control.step_boundary(s);
     if (a.checkpoint && !a.stop) save(s);
     control_stop = a.stop;
   }
-  for (; s < last && !stop_requested() && !control_stop; ++s) {
+  // A signal becomes a cluster-wide stop (every rank stops at one step).
+  for (; s < last && !control_stop; ++s) {
     control.step_begins();
     const auto t_step = Clock::now();
     // Fetch every micro-batch of the step (their masks give the loss weights).
@@ -385,6 +423,14 @@ int run(const config::Config& cfg, int64_t world_size) {
       step_loss += loss.item<double>() * w;
       mark("backward", s + 1, i, t0);
     }
+    double comm_ms = 0;
+    if (grad_sync) {  // the plain path: one all-reduce of every gradient (GCTS off)
+      const auto t0 = Clock::now();
+      last_sync = grad_sync->average(optimizer.params());
+      step_loss = grad_sync->mean(step_loss);  // the job's loss: mean over ranks
+      comm_ms = ms_since(t0);
+      mark("comm/all-reduce", s + 1, -1, t0);
+    }
     const auto t_opt = Clock::now();
     const double grad_norm = clip_grad_norm(optimizer.params(), cfg.trainer.grad_clip_norm);
     if (cfg.trainer.stop_on_nonfinite && (!std::isfinite(step_loss) || !std::isfinite(grad_norm))) {
@@ -413,6 +459,7 @@ int run(const config::Config& cfg, int64_t world_size) {
     r.num_valid = total_valid;
     r.step_ms = ms_since(t_step);
     r.data_wait_ms = data_ms;
+    r.exposed_comm_ms = comm_ms;
     const double samples = static_cast<double>(K * cfg.trainer.micro_batch_size);
     r.samples_per_s = samples / (r.step_ms / 1000.0);
     r.tokens_per_s = static_cast<double>(tokens) / (r.step_ms / 1000.0);
@@ -421,6 +468,7 @@ int run(const config::Config& cfg, int64_t world_size) {
 
     // Step boundary: control requests, then checkpoints.
     auto t0 = Clock::now();
+    if (stop_requested()) control.request_stop();
     const auto actions = control.step_boundary(s + 1);
     control_stop = actions.stop;
     mark("control", s + 1, -1, t0);
@@ -443,11 +491,13 @@ int run(const config::Config& cfg, int64_t world_size) {
   // or stopped at once) or when this step is already saved.
   publish("stopping", progress.history().empty() ? nullptr : &progress.history().back());
   if (!progress.history().empty() && last_saved_step != s) save(s);
-  writer.wait();
+  if (writer) writer->wait();
   collect();
   if (reserver.joinable()) reserver.join();
+  if (world) world->barrier();  // rank 0's final checkpoint is complete before any rank exits
   control.shutdown({{"stopped_at_step", s}, {"checkpoint", last_ckpt}, {"checkpoint_writes_failed", failed_writes}});
   if (progress.history().empty()) return failed_writes > 0 ? 4 : 0;  // nothing left to do (resumed at the end)
+  if (!leader) return 0;  // rank 0 reports for the job
 
   // Summary.
   const auto& h = progress.history();

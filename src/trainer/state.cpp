@@ -9,6 +9,7 @@
 #include <ATen/core/Generator.h>       // at::Generator
 
 #include "loongforge/common/error.hpp"
+#include "loongforge/common/log.hpp"
 #if LOONGFORGE_WITH_CUDA_KERNELS
 #include <cuda_runtime_api.h>  // cudaHostAlloc, cudaFreeHost
 #include <torch/cuda.h>        // torch::cuda::synchronize
@@ -209,9 +210,13 @@ nlohmann::json resume_from(const std::string& dir, const config::Config& cfg, mo
       diffs.push_back("config " + key + ": checkpoint " + saved->get<std::string>() + ", now " +
                       value.get<std::string>());
   }
+  // A different world size is fine: the optimizer state is replicated (the
+  // plain path shards nothing), and the sample order is a pure function of
+  // (seed, step, rank, world), so the new ranks continue at the saved step.
   if (report.manifest.world_size != world_size)
-    diffs.push_back("world size: checkpoint " + std::to_string(report.manifest.world_size) + ", now " +
-                    std::to_string(world_size));
+    LF_LOG(logger("trainer"), info) << "resuming a checkpoint of " << report.manifest.world_size << " rank(s) on "
+                                    << world_size << ": replicated optimizer state, nothing to re-shard; from step "
+                                    << "there on, the data is split over the new world size";
   if (diffs.empty() && report.manifest.model_hash != model_identity_hash(net))
     diffs.push_back("trainable parameters differ (freezing config of the model file)");
   if (!diffs.empty()) {

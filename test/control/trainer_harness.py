@@ -22,7 +22,7 @@ PROTOCOL = 1
 class Trainer:
     """A loongforge-train process on n16-tiny; `socket` is its control socket."""
 
-    def __init__(self, tmp_path, *sets, steps=100000, env=None, user=None, sock=None):
+    def __init__(self, tmp_path, *sets, steps=100000, env=None, user=None, sock=None, prefix=()):
         self.run_root = Path(tmp_path)
         self.run_root.mkdir(parents=True, exist_ok=True)
         # sock=None: a private path under tmp_path; sock="": the default placement.
@@ -35,7 +35,7 @@ class Trainer:
         for s in sets:
             cmd += ["--set", s]
         self.log = open(self.run_root / "trainer.log", "w")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env, user=user)
+        self.proc = subprocess.Popen([*prefix, *cmd], stdout=self.log, stderr=subprocess.STDOUT, env=env, user=user)
         self.run_dir = self.run_root / "n16-tiny-demo"
 
     def wait_for_socket(self, timeout=60):
@@ -57,7 +57,8 @@ class Trainer:
         raise AssertionError(f"trainer did not reach step {step}:\n{self.output()}")
 
     def output(self):
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         return (self.run_root / "trainer.log").read_text()
 
     def rss_kb(self):

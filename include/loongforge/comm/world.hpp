@@ -1,0 +1,87 @@
+// loongforge/comm/world.hpp — the ranks of a job and the plain gradient path
+// (GCTS off: one flat all-reduce after backward).
+//
+// Contract:
+//  - world_from_env() reads torchrun's RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/
+//    MASTER_PORT, else Slurm's SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID (with
+//    MASTER_ADDR/MASTER_PORT), else a one-rank world. Bad values throw
+//    ConfigError naming the variable.
+//  - World::connect() rendezvouses through libtorch's c10d TCPStore (rank 0
+//    serves it) and opens a Gloo process group (CPU tensors; CUDA tensors are
+//    staged through the host by Gloo). Every rank must make the same
+//    collective calls in the same order (c10d's rule). A peer that does not
+//    arrive within timeout_ms raises CommError naming the address and rank.
+//  - store() is the rendezvous store for small control messages (the
+//    control plane's cluster-wide commands); keys under "lf/".
+//  - Trainer thread only.
+//
+// Example:
+//   auto world = comm::World::connect(comm::world_from_env(), 300000);
+//   comm::GradientSync sync(*world);
+//   sync.average(params);      // after backward, before clipping
+#pragma once
+
+#include <cstdint>  // int64_t
+#include <memory>   // std::unique_ptr, std::shared_ptr
+#include <string>   // std::string
+#include <vector>   // std::vector
+
+#include <ATen/core/Tensor.h>  // at::Tensor
+
+namespace c10d {
+class Store;
+}
+
+namespace loongforge::comm {
+
+struct WorldInfo {
+  int64_t rank = 0, world_size = 1, local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int64_t master_port = 29500;
+  std::string source = "single process";  // "torchrun environment" / "Slurm environment"
+};
+
+WorldInfo world_from_env();
+
+class World {
+ public:
+  static std::unique_ptr<World> connect(const WorldInfo& info, int64_t timeout_ms);
+  ~World();
+
+  int64_t rank() const { return info_.rank; }
+  int64_t size() const { return info_.world_size; }
+  c10d::Store& store();
+
+  void allreduce_sum(std::vector<at::Tensor>& tensors);  // in place
+  void broadcast(std::vector<at::Tensor>& tensors, int64_t root);
+  void barrier();
+  // Rank 0's `value` for `key`, on every rank (through the store; small strings).
+  std::string agree(const std::string& key, const std::string& value_on_rank0);
+
+ private:
+  struct Impl;
+  explicit World(WorldInfo info);
+  WorldInfo info_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// One bucket: every gradient flattened into one fp32 buffer, summed, divided
+// by the world size, copied back (docs/training-semantics.md: gradients are
+// averaged over ranks).
+struct SyncStats {
+  double bytes = 0, ms = 0;
+};
+
+class GradientSync {
+ public:
+  explicit GradientSync(World& world) : world_(world) {}
+  SyncStats average(const std::vector<at::Tensor>& params);
+  // A scalar's mean over ranks (the logged loss).
+  double mean(double value);
+
+ private:
+  World& world_;
+  at::Tensor flat_;  // reused bucket
+};
+
+}  // namespace loongforge::comm

@@ -1,0 +1,145 @@
+"""Several ranks on the CPU (Gloo, torchrun-style environment), end to end:
+a 2-rank run resumed after 40 steps ends bitwise equal to 100 straight steps
+(losses and parameters); a checkpoint resumes on a different world size;
+cluster-wide control verbs sent to one rank (checkpoint-now, stop) and a
+SIGTERM to one rank are applied by every rank at the same step.
+"""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "control"))
+from trainer_harness import DATA, MODEL, REPO, TRAIN, Client, cli  # noqa: E402
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(out, world, *sets, name="job", steps=100):
+    """Starts `world` ranks; returns their Popen objects (logs in out/rank<r>.log)."""
+    Path(out).mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    procs = []
+    for r in range(world):
+        env = dict(os.environ, WORLD_SIZE=str(world), RANK=str(r), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port))
+        cmd = [TRAIN, "--config", str(REPO / "configs/n16-tiny.yaml"), "--set", f"model.path={MODEL}",
+               "--set", f"data.path={DATA}", "--set", f"run.output_dir={out}", "--set", f"run.name={name}",
+               "--set", f"trainer.max_steps={steps}", "--set", "trainer.micro_batch_size=4",
+               "--set", "run.threads=1", "--set", "run.deterministic=true", "--set", "logging.progress=lines",
+               "--set", "checkpoint.interval_steps=1000000", "--set", f"control.socket={out}/ctl{r}/s.sock"]
+        for s in sets:
+            cmd += ["--set", s]
+        log = open(Path(out) / f"rank{r}.log", "a")
+        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env))
+    return procs
+
+
+def wait_all(procs, out, timeout=600):
+    codes = [p.wait(timeout=timeout) for p in procs]
+    logs = "\n".join((Path(out) / f"rank{r}.log").read_text() for r in range(len(procs)))
+    assert codes == [0] * len(procs), logs
+    return logs
+
+
+def losses(run):
+    return [json.loads(l)["loss"] for l in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def final_checkpoint(run):
+    """The newest checkpoint's directory, model weights and optimizer state."""
+    from safetensors.torch import load_file
+    ckpt = max((run / "checkpoints").iterdir(), key=lambda p: int(p.name.rsplit("_", 1)[1]))
+    return ckpt, load_file(str(ckpt / "model.safetensors")), load_file(str(ckpt / "optimizer/rank_00000.safetensors"))
+
+
+def test_two_ranks_resumed_after_40_steps_equal_100_straight_steps_bitwise(tmp_path):
+    wait_all(launch(tmp_path / "a", 2, name="straight"), tmp_path / "a")
+    wait_all(launch(tmp_path / "b", 2, "trainer.steps_per_run=40", name="resumed"), tmp_path / "b")
+    logs = wait_all(launch(tmp_path / "b", 2, "checkpoint.resume=latest", name="resumed"), tmp_path / "b")
+    assert "resumed from" in logs and "step_40" in logs
+    a, b = tmp_path / "a" / "straight", tmp_path / "b" / "resumed"
+    la, lb = losses(a), losses(b)
+    assert len(la) == len(lb) == 100
+    assert la == lb  # bitwise: float equality of every logged loss
+    ca, wa, oa = final_checkpoint(a)
+    cb, wb, ob = final_checkpoint(b)
+    assert ca.name == cb.name and ca.name.endswith("_step_100")
+    assert list(wa) == list(wb) and all(wa[k].equal(wb[k]) for k in wa)
+    assert list(oa) == list(ob) and all(oa[k].equal(ob[k]) for k in oa)
+    assert json.loads((cb / "MANIFEST.json").read_text())["world_size"] == 2
+
+
+def test_a_two_rank_checkpoint_resumes_on_one_rank_and_back(tmp_path):
+    wait_all(launch(tmp_path, 2, "trainer.steps_per_run=10", name="elastic", steps=30), tmp_path)
+    logs = wait_all(launch(tmp_path, 1, "checkpoint.resume=latest", "trainer.steps_per_run=10", name="elastic", steps=30), tmp_path)
+    assert "resuming a checkpoint of 2 rank(s) on 1" in logs
+    logs = wait_all(launch(tmp_path, 2, "checkpoint.resume=latest", name="elastic", steps=30), tmp_path)
+    assert "resuming a checkpoint of 1 rank(s) on 2" in logs
+    l = losses(tmp_path / "elastic")
+    assert len(l) == 30 and all(x == x and 0 < x < 10 for x in l)
+
+
+def applied_steps(log, verb):
+    return [int(m) for m in re.findall(verb + r" \(from rank \d+\) applied at step (\d+)", log)]
+
+
+def wait_socket(path, procs, timeout=60):
+    t0 = time.time()
+    while not os.path.exists(path):
+        assert time.time() - t0 < timeout and all(p.poll() is None for p in procs)
+        time.sleep(0.05)
+
+
+def test_checkpoint_now_and_stop_sent_to_rank_1_apply_on_every_rank_at_one_step(tmp_path):
+    procs = launch(tmp_path, 2, name="cluster", steps=100000)
+    try:
+        sock1 = str(tmp_path / "ctl1" / "s.sock")
+        wait_socket(sock1, procs)
+        c = Client(sock1)
+        while c.request("status")["result"].get("step", 0) < 3:
+            time.sleep(0.1)
+        s = c.request("status")["result"]
+        assert s["rank"] == 1 and s["world"] == 2 and s["strategy"].startswith("plain")
+        m = cli("monitor-comm", "--socket", sock1, "--count", "2", "--interval", "0.2", "--json")
+        rows = [json.loads(l) for l in m.stdout.splitlines()]
+        assert len(rows) == 2 and rows[0]["comm"]["groups"][0]["bytes"] > 1e6
+        r = c.request("checkpoint-now")
+        assert r["ok"], r
+        ckpt = Path(r["result"]["path"])
+        assert cli("validate-checkpoint", str(ckpt)).returncode == 0
+        r = c.request("stop")
+        assert r["ok"], r
+        stopped_at = r["result"]["stopped_at_step"]
+    finally:
+        logs = wait_all(procs, tmp_path, timeout=120)
+    r0, r1 = ((tmp_path / f"rank{i}.log").read_text() for i in range(2))
+    assert applied_steps(r0, "checkpoint-now") == applied_steps(r1, "checkpoint-now") == [int(ckpt.name.rsplit("_", 1)[1])]
+    assert applied_steps(r0, "stop") == applied_steps(r1, "stop") == [stopped_at]
+    assert json.loads((tmp_path / "cluster" / "summary.json").read_text())["steps"] == stopped_at
+
+
+def test_sigterm_to_one_rank_stops_every_rank_at_the_same_step(tmp_path):
+    procs = launch(tmp_path, 2, name="preempt", steps=100000)
+    sock0 = str(tmp_path / "ctl0" / "s.sock")
+    wait_socket(sock0, procs)
+    c = Client(sock0)
+    while c.request("status")["result"].get("step", 0) < 3:
+        time.sleep(0.1)
+    procs[1].send_signal(signal.SIGTERM)
+    wait_all(procs, tmp_path, timeout=120)
+    r0, r1 = ((tmp_path / f"rank{i}.log").read_text() for i in range(2))
+    assert applied_steps(r0, "stop") == applied_steps(r1, "stop") and len(applied_steps(r0, "stop")) == 1
+    step = applied_steps(r0, "stop")[0]
+    assert (tmp_path / "preempt" / "checkpoints" / f"epoch_0_step_{step}").is_dir()
