@@ -131,7 +131,18 @@ class Connection {
     size_t off = 0;
     while (off < line.size()) {
       const ssize_t n = ::send(fd_, line.data() + off, line.size() - off, MSG_NOSIGNAL);
-      if (n <= 0) throw ClientError(kExitFailed, "the trainer closed the connection (" + path_ + ")");
+      if (n <= 0) {
+        // The trainer may have refused us (permission, busy) and closed at
+        // once: its error line is already waiting; report that instead.
+        json r;
+        try {
+          r = read_reply(1.0);
+        } catch (const ClientError&) {
+          throw ClientError(kExitFailed, "the trainer closed the connection (" + path_ + ")");
+        }
+        check(r);
+        throw ClientError(kExitFailed, "the trainer closed the connection (" + path_ + ")");
+      }
       off += static_cast<size_t>(n);
     }
   }

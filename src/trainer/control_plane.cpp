@@ -182,7 +182,8 @@ void ControlPlane::register_verbs(const config::Config& cfg) {
     return json{{"step", status_.value("step", int64_t{0})}, {"comm", status_["comm"]}};
   });
   server_->on_task("switch-strategy", [](const json& args, control::Reply) {
-    const auto s = args.value("strategy", std::string());
+    const auto it = args.find("strategy");
+    const std::string s = it != args.end() && it->is_string() ? it->get<std::string>() : std::string("(not a string)");
     if (s != "simple" && s != "hybrid")
       throw control::VerbError(code::kBadArgs, "strategy must be simple or hybrid, got '" + s.substr(0, 32) + "'");
     engine_off("switch-strategy", "GCTS", "GCTS");

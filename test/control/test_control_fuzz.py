@@ -47,9 +47,12 @@ FLOOD_CLIENTS = 2           # pipeline without reading, on top of the workers
 MIN_REPLIES = 105_000       # the issue asks for 100,000 messages; we count those answered (plus margin)
 MIN_FUZZ_S = 10.0           # long enough to measure steps/s while fuzzed
 MAX_FUZZ_S = 60.0
-# Thresholds (measured on the 2-core CI box: ~15 steps/s undisturbed, ~0.6-0.8x
-# while fuzzed with the Python fuzzer itself taking one core; RSS grows by
-# < 40 MB). The bounds leave roughly 2x margin on both.
+# Thresholds, measured on the 2-core CI box (fuzzer, trainer and its control
+# thread share the two cores): ~15 steps/s undisturbed, 0.68x while fuzzed at
+# ~33,000 messages/s (0.34x when another test's trainers also ran); RSS grows
+# by ~30 MB (by 730 MB before the server bounded a flooding client's replies).
+# The speed bound leaves 2x margin on a quiet box; the RSS bound is ~7x the
+# figure and well under what a leak or unbounded reply buffer produces.
 MIN_SPEED_RATIO = 0.3
 MAX_RSS_GROWTH_MB = 200
 
@@ -633,8 +636,6 @@ def test_a_client_that_hangs_up_while_its_request_waits_costs_the_control_thread
     assert status(t.socket)["phase"] == "training"
 
 
-@pytest.mark.xfail(strict=True, reason="src/trainer/control_plane.cpp switch-strategy reads args.value(\"strategy\", "
-                   "std::string()), which throws json type_error for a non-string: answered 'internal', not 'bad_args'")
 def test_a_switch_strategy_whose_strategy_is_not_a_string_is_answered_bad_args(trainer):
     c = Conn(trainer.socket)
     try:
