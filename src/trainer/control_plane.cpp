@@ -199,6 +199,14 @@ void ControlPlane::register_verbs(const config::Config& cfg) {
 ControlPlane::Actions ControlPlane::step_boundary(int64_t steps_done) {
   Actions a;
   steps_done_ = steps_done;
+  if (stop_wanted_ && !stop_published_) {  // a signal: published once, applied like `loongforge stop`
+    stop_published_ = true;
+    Command c;
+    c.verb = "stop";
+    c.origin_rank = id_.rank;
+    c.token = 0;  // nobody waits for an answer
+    bus_->publish(c, steps_done);
+  }
   if (server_) server_->drain();
   for (auto& c : bus_->poll(steps_done)) {
     if (c.apply_step < steps_done)
@@ -267,15 +275,7 @@ void ControlPlane::checkpoint_finished(int64_t step, const std::string& path, co
   checkpoint_waiters_.erase(range.first, range.second);
 }
 
-void ControlPlane::request_stop() {
-  if (stop_published_) return;
-  stop_published_ = true;
-  Command c;
-  c.verb = "stop";
-  c.origin_rank = id_.rank;
-  c.token = 0;  // nobody waits for an answer
-  bus_->publish(c, steps_done_);
-}
+void ControlPlane::request_stop() { stop_wanted_ = true; }
 
 // ---------------------------------------------------------------------------
 // Profiling

@@ -125,7 +125,8 @@ class ControlPlane {
   void step_done(int64_t step, double step_ms, const nlohmann::json& memory);
 
   // A stop that did not come from the socket (SIGTERM/SIGINT): published on
-  // the bus once, so every rank stops at the same step.
+  // the bus at the next step_boundary(), once, so every rank stops at the
+  // same step.
   void request_stop();
 
   // The trainer is exiting: stop requests get ok(final_state), every other
@@ -143,7 +144,7 @@ class ControlPlane {
   nlohmann::json status_;  // guarded by status_mu_
   // Trainer-thread state.
   int64_t steps_done_ = 0;
-  bool stop_published_ = false;
+  bool stop_wanted_ = false, stop_published_ = false;
   std::vector<Command> due_;                                   // published, not yet applied
   uint64_t next_token_ = 1;
   std::map<uint64_t, control::Reply> origin_waiters_;          // token -> reply, until applied

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>  // nlohmann::json
 
 #include "loongforge/common/error.hpp"
+#include "loongforge/common/files.hpp"
 #include "loongforge/common/log.hpp"
 
 namespace loongforge::trainer {
@@ -60,10 +61,18 @@ Progress::Progress(std::string mode, int64_t interval_steps, int64_t total_steps
       }
     }
   }
-  metrics_.open(metrics_path, std::ios::out | std::ios::trunc);
+  // The kept records go to a temporary file renamed over the old one, so a
+  // crash at any moment leaves either the old or the new file, never a
+  // truncated one.
+  {
+    std::ofstream tmp(metrics_path + ".tmp", std::ios::out | std::ios::trunc);
+    tmp << kept;
+    tmp.flush();
+    if (!tmp) throw Error("cannot write metrics file '" + metrics_path + ".tmp': check run.output_dir");
+  }
+  rename_path(metrics_path + ".tmp", metrics_path);
+  metrics_.open(metrics_path, std::ios::out | std::ios::app);
   if (!metrics_) throw Error("cannot write metrics file '" + metrics_path + "': check run.output_dir");
-  metrics_ << kept;
-  metrics_.flush();
 }
 
 double Progress::elapsed_s() const {
