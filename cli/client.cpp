@@ -63,9 +63,11 @@ std::string resolve_socket(const TargetOptions& opt) {
                                           " (is it a loongforge-train of this user? was control.enable=false or "
                                           "control.socket set? then pass --socket PATH)");
   }
+  // Automatic selection looks where a trainer started in this environment
+  // puts its socket (socket_dir()); --pid also tries the /tmp fallback.
   std::vector<std::pair<int64_t, std::string>> live;
   std::string looked;
-  for (const auto& dir : control::socket_dirs()) {
+  for (const auto& dir : {control::socket_dir()}) {
     looked += (looked.empty() ? "" : ", ") + dir;
     DIR* d = ::opendir(dir.c_str());
     if (!d) continue;
@@ -80,7 +82,8 @@ std::string resolve_socket(const TargetOptions& opt) {
   if (live.size() == 1) return live.front().second;
   if (live.empty())
     throw ClientError(kExitNoTrainer, "no running loongforge-train of this user found (looked in " + looked +
-                                          "); start one, or pass --socket PATH");
+                                          "); start one, or pass --pid PID or --socket PATH (a trainer started "
+                                          "with another XDG_RUNTIME_DIR, or none, puts its socket elsewhere)");
   std::string list = std::to_string(live.size()) + " trainers are running; choose one with --pid:";
   for (const auto& [pid, path] : live) list += "\n  --pid " + std::to_string(pid) + "   " + cmdline_of(pid);
   throw ClientError(kExitNoTrainer, list);

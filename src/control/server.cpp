@@ -10,6 +10,7 @@
 // reply to a client that has gone is simply dropped.
 #include "loongforge/control/server.hpp"
 
+#include <dirent.h>      // opendir, readdir
 #include <fcntl.h>       // fcntl, O_NONBLOCK
 #include <poll.h>        // poll
 #include <sys/socket.h>  // socket, bind, listen, accept4, getsockopt
@@ -127,6 +128,29 @@ bool someone_answers(const sockaddr_un& addr) {
   return live;
 }
 
+// Removes sockets in `dir` that nobody answers (their trainer was killed):
+// refused connections only, so a live trainer in another pid namespace that
+// shares the directory is never touched.
+void remove_stale_sockets(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return;
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() < 6 || name.compare(name.size() - 5, 5, ".sock") != 0) continue;
+    const std::string path = dir + "/" + name;
+    if (path.size() > kMaxSocketPathBytes) continue;
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) break;
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 && errno == ECONNREFUSED)
+      ::unlink(path.c_str());
+    ::close(fd);
+  }
+  ::closedir(d);
+}
+
 std::string dirname_of(const std::string& path) {
   const auto slash = path.rfind('/');
   return slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
@@ -142,6 +166,7 @@ void Server::start() {
                        " bytes; Unix sockets allow " + std::to_string(kMaxSocketPathBytes) +
                        ": set control.socket (or XDG_RUNTIME_DIR) to a shorter path");
   ensure_private_dir(dirname_of(path_));
+  if (opt_.socket_path.empty()) remove_stale_sockets(dirname_of(path_));  // our own directory of <pid>.sock files
 
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;

@@ -154,3 +154,25 @@ def test_sigterm_still_checkpoints_and_exits_zero(trainer):
     trainer.proc.send_signal(signal.SIGTERM)
     assert trainer.proc.wait(timeout=60) == 0
     assert list((trainer.run_dir / "checkpoints").iterdir())
+
+
+def test_a_killed_trainers_socket_is_removed_when_the_next_trainer_starts(tmp_path):
+    import socket as pysocket
+    xdg = tmp_path / "xdg"
+    (xdg / "loongforge").mkdir(parents=True, mode=0o700)
+    xdg.chmod(0o700)
+    (xdg / "loongforge").chmod(0o700)
+    stale = xdg / "loongforge" / "999999.sock"
+    s = pysocket.socket(pysocket.AF_UNIX)
+    s.bind(str(stale))
+    s.close()  # bound, never listening, not unlinked: what a SIGKILL leaves
+    t = Trainer(tmp_path / "run", env=dict(os.environ, XDG_RUNTIME_DIR=str(xdg)), sock="")
+    try:
+        mine = xdg / "loongforge" / f"{t.proc.pid}.sock"
+        deadline = time.time() + 60
+        while not mine.exists():
+            assert time.time() < deadline and t.proc.poll() is None, t.output()
+            time.sleep(0.05)
+        assert not stale.exists()
+    finally:
+        t.kill()

@@ -81,8 +81,8 @@ std::string request_line(uint64_t id, const std::string& verb, const nlohmann::j
 // XDG_RUNTIME_DIR names a directory, else /tmp/loongforge-<uid>.
 std::string socket_dir();
 std::string socket_path(int64_t pid);
-// Every directory a client should search (socket_dir() first, then the
-// /tmp fallback when it differs).
+// Where a socket of a given pid may be (socket_dir() first, then the /tmp
+// fallback when it differs); `loongforge --pid` tries both.
 std::vector<std::string> socket_dirs();
 
 // Makes `dir` (mkdir 0700 when absent) and checks that it is a real

@@ -29,7 +29,9 @@
 //    without traffic.
 //  - The socket file is created 0600 in a private 0700 directory, a stale
 //    socket at our path is removed, a live one (another process answering) is
-//    an error; the socket file is removed by stop()/the destructor.
+//    an error; in the default directory every socket that refuses connections
+//    (a killed trainer's) is removed too; the socket file is removed by
+//    stop()/the destructor.
 //
 // Example:
 //   control::Server server({});                     // $XDG_RUNTIME_DIR/loongforge/<pid>.sock
