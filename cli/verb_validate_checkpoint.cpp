@@ -1,14 +1,19 @@
 // `loongforge validate-checkpoint DIR [--model FILE] [--json]`: offline
-// integrity (every file's size and SHA-256 against MANIFEST.json),
-// completeness, and compatibility with a model file. Exit 0 when valid, 1 not.
-#include <iostream>  // std::cout
+// integrity, completeness and compatibility with a model file. Checking
+// needs libtorch, which the `loongforge` client does not link (it would cost
+// every `loongforge status` 0.4 s and 470 MB): this verb runs
+// loongforge-validate-checkpoint from the same folder with the same options.
+#include <limits.h>  // PATH_MAX
+#include <unistd.h>  // execv, readlink, access
 
-#include <CLI/CLI.hpp>        // CLI::App
-#include <nlohmann/json.hpp>  // nlohmann::json
+#include <cerrno>    // errno
+#include <cstring>   // std::strerror
+#include <iostream>  // std::cerr
+#include <vector>    // std::vector
 
-#include "loongforge/checkpoint/checkpoint.hpp"
-#include "loongforge/common/error.hpp"
-#include "loongforge/model/model.hpp"
+#include <CLI/CLI.hpp>  // CLI::App
+
+#include "client.hpp"
 #include "verbs.hpp"
 
 namespace loongforge::cli {
@@ -18,6 +23,14 @@ struct Options {
   std::string dir, model;
   bool json = false;
 } g_opt;
+
+std::string own_folder() {
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return ".";
+  std::string self(buf, static_cast<size_t>(n));
+  return self.substr(0, self.rfind('/'));
+}
 }  // namespace
 
 void validate_checkpoint_options(CLI::App& app) {
@@ -27,39 +40,17 @@ void validate_checkpoint_options(CLI::App& app) {
 }
 
 int validate_checkpoint_run() {
-  const checkpoint::Report report = checkpoint::validate_checkpoint(g_opt.dir);
-  std::vector<std::string> problems = report.problems, notes;
-  if (report.ok() && !g_opt.model.empty()) {
-    try {
-      const model::Model net = model::Model::load(g_opt.model, c10::kCPU);
-      std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
-      for (const auto& p : net.info().params) shapes.emplace_back(p.name, p.shape);
-      for (const auto& d : checkpoint::compare_parameters(g_opt.dir, shapes)) problems.push_back("model: " + d);
-      if (problems.empty())
-        notes.push_back("compatible with " + g_opt.model + " (" + std::to_string(shapes.size()) +
-                        " parameters, names and shapes match)");
-    } catch (const Error& e) {
-      problems.push_back(std::string("model: ") + e.what());
-    }
-  }
-  uint64_t bytes = 0;
-  for (const auto& [rel, f] : report.manifest.files) bytes += f.bytes;
-  if (g_opt.json) {
-    nlohmann::json j = {{"dir", g_opt.dir}, {"valid", problems.empty()}, {"problems", problems}, {"notes", notes}};
-    if (report.manifest.step || !report.manifest.files.empty()) j["manifest"] = report.manifest.to_json();
-    std::cout << j.dump(2) << "\n";
-  } else {
-    std::cout << "checkpoint " << g_opt.dir << "\n";
-    if (!report.manifest.files.empty())
-      std::cout << "  step " << report.manifest.step << ", epoch " << report.manifest.epoch << ", world size "
-                << report.manifest.world_size << ", run " << report.manifest.run_id << "\n  "
-                << report.manifest.files.size() << " files, " << bytes / 1e6 << " MB"
-                << (report.ok() ? ", every SHA-256 matches the manifest" : "") << "\n";
-    for (const auto& n : notes) std::cout << "  " << n << "\n";
-    for (const auto& p : problems) std::cout << "  PROBLEM: " << p << "\n";
-    std::cout << (problems.empty() ? "VALID" : "INVALID: do not resume from this checkpoint") << "\n";
-  }
-  return problems.empty() ? 0 : 1;
+  const std::string tool = own_folder() + "/loongforge-validate-checkpoint";
+  std::vector<std::string> args = {tool, g_opt.dir};
+  if (!g_opt.model.empty()) args.insert(args.end(), {"--model", g_opt.model});
+  if (g_opt.json) args.push_back("--json");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ::execv(tool.c_str(), argv.data());
+  std::cerr << "loongforge validate-checkpoint: cannot run " << tool << ": " << std::strerror(errno)
+            << " (it is built and installed next to loongforge)\n";
+  return kExitFailed;
 }
 
 }  // namespace loongforge::cli
