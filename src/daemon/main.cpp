@@ -1,26 +1,14 @@
 // loongforge-train: wires the rooms together; no logic lives here.
-#include <cstdlib>   // std::getenv
 #include <iostream>  // std::cout, std::cerr
 
 #include <CLI/CLI.hpp>  // CLI::App
 
+#include "loongforge/comm/world_info.hpp"
 #include "loongforge/common/error.hpp"
 #include "loongforge/common/log.hpp"
 #include "loongforge/common/version.hpp"
 #include "loongforge/config/config.hpp"
 #include "loongforge/trainer/run.hpp"
-
-namespace {
-
-// World size as torchrun or Slurm announce it; 1 when neither does.
-int64_t world_size_from_env() {
-  for (const char* var : {"WORLD_SIZE", "SLURM_NTASKS"}) {
-    if (const char* v = std::getenv(var)) return std::atoll(v) > 0 ? std::atoll(v) : 1;
-  }
-  return 1;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"loongforge-train: train a GR00T-N1.6-style model exported to TorchScript"};
@@ -44,7 +32,8 @@ int main(int argc, char** argv) {
   if (!resume.empty()) overrides.push_back("checkpoint.resume=" + resume);
   try {
     loongforge::config::ValidationContext ctx;
-    ctx.world_size = world_size_from_env();
+    const loongforge::comm::WorldInfo world = loongforge::comm::world_from_env();
+    ctx.world_size = world.world_size;
     ctx.require_paths = !print_config;
     if (config_path.empty() && !print_config) {
       std::cerr << "loongforge-train: --config is required (try --config configs/n16-tiny.yaml; "
@@ -58,7 +47,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     loongforge::set_log_level(cfg.run.log_level);
-    return loongforge::trainer::run(cfg, ctx.world_size);
+    return loongforge::trainer::run(cfg, world);
   } catch (const loongforge::Error& e) {
     std::cerr << "loongforge-train: " << e.code() << ": " << e.what() << "\n";
     return 1;

@@ -128,12 +128,9 @@ Setup resolve_setup(const config::Config& cfg, int64_t local_rank) {
 
 }  // namespace
 
-int run(const config::Config& cfg, int64_t world_size) {
+int run(const config::Config& cfg, const comm::WorldInfo& world_info) {
   const auto& log = logger("trainer");
-  const comm::WorldInfo world_info = comm::world_from_env();
-  if (world_info.world_size != world_size)
-    throw ConfigError("world size " + std::to_string(world_size) + " was validated but the environment says " +
-                      std::to_string(world_info.world_size));
+  const int64_t world_size = world_info.world_size;
   const int64_t rank = world_info.rank;
   const bool leader = rank == 0;  // rank 0 owns the run directory, metrics and checkpoints
   std::unique_ptr<comm::World> world;

@@ -2,10 +2,7 @@
 // (GCTS off: one flat all-reduce after backward).
 //
 // Contract:
-//  - world_from_env() reads torchrun's RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/
-//    MASTER_PORT, else Slurm's SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID (with
-//    MASTER_ADDR/MASTER_PORT), else a one-rank world. Bad values throw
-//    ConfigError naming the variable.
+//  - Who is who comes from world_from_env() (world_info.hpp).
 //  - World::connect() rendezvouses through libtorch's c10d TCPStore (rank 0
 //    serves it) and opens a Gloo process group (CPU tensors; CUDA tensors are
 //    staged through the host by Gloo). Every rank must make the same
@@ -28,20 +25,15 @@
 
 #include <ATen/core/Tensor.h>  // at::Tensor
 
+#include "loongforge/comm/world_info.hpp"
+
 namespace c10d {
 class Store;
 }
 
 namespace loongforge::comm {
 
-struct WorldInfo {
-  int64_t rank = 0, world_size = 1, local_rank = 0;
-  std::string master_addr = "127.0.0.1";
-  int64_t master_port = 29500;
-  std::string source = "single process";  // "torchrun environment" / "Slurm environment"
-};
 
-WorldInfo world_from_env();
 
 class World {
  public:

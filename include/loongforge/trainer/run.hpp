@@ -1,17 +1,17 @@
 // loongforge/trainer/run.hpp — the training entry point used by loongforge-train.
 //
-// Contract: run() owns the whole job for one rank: it loads the model and
-// data named by the config, trains for trainer.max_steps, writes the run
-// directory (metrics, checkpoints, summary) and returns the process exit code.
+// Contract: run() owns the whole job for one rank (`world`, from
+// comm::world_from_env()): it loads the model and data named by the config,
+// trains for trainer.max_steps, writes the run directory (metrics,
+// checkpoints, summary; rank 0) and returns the process exit code.
 // Errors are thrown as typed loongforge::Error.
 #pragma once
 
-#include <cstdint>  // int64_t
-
+#include "loongforge/comm/world_info.hpp"
 #include "loongforge/config/config.hpp"
 
 namespace loongforge::trainer {
 
-int run(const config::Config& cfg, int64_t world_size);
+int run(const config::Config& cfg, const comm::WorldInfo& world);
 
 }  // namespace loongforge::trainer
