@@ -106,7 +106,7 @@ ControlPlane::ControlPlane(const config::Config& cfg, Identity id, std::unique_p
   so.allow_root = cfg.control.allow_root;
   so.identity = {{"rank", id_.rank}, {"world", id_.world}, {"model", id_.model}};
   server_ = std::make_unique<control::Server>(so);
-  register_verbs(cfg);
+  register_verbs();
   server_->start();
   socket_path_ = server_->path();
   LF_LOG(logger("control"), info) << "control socket " << socket_path_ << " (try: loongforge status --pid "
@@ -132,8 +132,7 @@ namespace {
 }
 }  // namespace
 
-void ControlPlane::register_verbs(const config::Config& cfg) {
-  (void)cfg;
+void ControlPlane::register_verbs() {
   server_->on_query("status", [this](const json&) {
     std::lock_guard<std::mutex> lock(status_mu_);
     json s = status_;
@@ -196,10 +195,10 @@ void ControlPlane::register_verbs(const config::Config& cfg) {
 // ---------------------------------------------------------------------------
 // Step boundaries
 
-ControlPlane::Actions ControlPlane::step_boundary(int64_t steps_done) {
+ControlPlane::Actions ControlPlane::step_boundary(int64_t steps_done, bool stop_signal) {
   Actions a;
   steps_done_ = steps_done;
-  if (stop_wanted_ && !stop_published_) {  // a signal: published once, applied like `loongforge stop`
+  if (stop_signal && !stop_published_) {  // published once, applied like `loongforge stop`
     stop_published_ = true;
     Command c;
     c.verb = "stop";
@@ -216,18 +215,7 @@ ControlPlane::Actions ControlPlane::step_boundary(int64_t steps_done) {
                       "); ranks drifted apart, which every-step collectives should prevent");
     due_.push_back(std::move(c));
   }
-  // Ranks other than 0 learn from the bus when rank 0's write ended.
-  if (id_.rank != 0) {
-    for (auto it = checkpoint_waiters_.begin(); it != checkpoint_waiters_.end();) {
-      if (auto r = bus_->checkpoint_result(it->first)) {
-        if (r->value("error", std::string()).empty()) it->second.ok(*r);
-        else it->second.error(code::kFailed, "the checkpoint at step " + std::to_string(it->first) + " failed on rank 0: " + r->value("error", std::string()));
-        it = checkpoint_waiters_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
+  if (id_.rank != 0) answer_checkpoint_waiters_from_bus();
   for (auto it = due_.begin(); it != due_.end();) {
     if (it->apply_step != steps_done) {
       ++it;
@@ -261,21 +249,38 @@ void ControlPlane::step_begins() {
   }
 }
 
+namespace {
+// `result` is what rank 0's writer reported ({step, path, ..., error}).
+void answer_checkpoint(const control::Reply& r, const json& result) {
+  const std::string error = result.value("error", std::string());
+  if (error.empty())
+    r.ok(result);
+  else
+    r.error(code::kFailed, "the checkpoint at step " + std::to_string(result.value("step", int64_t{0})) +
+                               " failed on rank 0: " + error);
+}
+}  // namespace
+
 void ControlPlane::checkpoint_finished(int64_t step, const std::string& path, const std::string& error, double seconds,
                                        uint64_t bytes) {
   const json result = {{"step", step}, {"path", path}, {"seconds", seconds}, {"bytes", bytes}, {"world", id_.world}, {"error", error}};
   if (id_.world > 1) bus_->announce_checkpoint(step, result);
   auto range = checkpoint_waiters_.equal_range(step);
-  for (auto it = range.first; it != range.second; ++it) {
-    if (error.empty())
-      it->second.ok(result);
-    else
-      it->second.error(code::kFailed, "the checkpoint at step " + std::to_string(step) + " failed: " + error);
-  }
+  for (auto it = range.first; it != range.second; ++it) answer_checkpoint(it->second, result);
   checkpoint_waiters_.erase(range.first, range.second);
 }
 
-void ControlPlane::request_stop() { stop_wanted_ = true; }
+// Ranks other than 0 learn from the bus when rank 0's write ended.
+void ControlPlane::answer_checkpoint_waiters_from_bus() {
+  for (auto it = checkpoint_waiters_.begin(); it != checkpoint_waiters_.end();) {
+    if (auto r = bus_->checkpoint_result(it->first)) {
+      answer_checkpoint(it->second, *r);
+      it = checkpoint_waiters_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
 
 // ---------------------------------------------------------------------------
 // Profiling
@@ -344,16 +349,9 @@ void ControlPlane::step_done(int64_t step, double step_ms, const json& memory) {
 void ControlPlane::shutdown(const json& final_state_in) {
   json final_state = final_state_in;
   if (id_.rank != 0 && id_.world > 1) {  // rank 0 wrote the checkpoints; ranks met at a barrier after its last write
-    const int64_t step = final_state.value("stopped_at_step", int64_t{0});
-    if (auto r = bus_->checkpoint_result(step)) final_state["checkpoint"] = r->value("path", std::string());
-    for (auto it = checkpoint_waiters_.begin(); it != checkpoint_waiters_.end();) {
-      if (auto r = bus_->checkpoint_result(it->first)) {
-        it->second.ok(*r);
-        it = checkpoint_waiters_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    if (auto r = bus_->checkpoint_result(final_state.value("stopped_at_step", int64_t{0})))
+      final_state["checkpoint"] = r->value("path", std::string());
+    answer_checkpoint_waiters_from_bus();
   }
   for (auto& r : stop_waiters_) r.ok(final_state);
   stop_waiters_.clear();

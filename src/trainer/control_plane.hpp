@@ -108,8 +108,10 @@ class ControlPlane {
   void publish_status(nlohmann::json status);
 
   // At each step boundary (steps_done optimizer steps finished): runs queued
-  // requests, reads the bus, returns what falls due now.
-  Actions step_boundary(int64_t steps_done);
+  // requests, reads the bus, returns what falls due now. stop_signal: a
+  // SIGTERM/SIGINT was seen; the first one is published on the bus like
+  // `loongforge stop`, so every rank stops at the same step.
+  Actions step_boundary(int64_t steps_done, bool stop_signal);
 
   // Checkpoint bookkeeping: checkpoint-now answers when its write ends.
   void checkpoint_finished(int64_t step, const std::string& path, const std::string& error, double seconds,
@@ -124,17 +126,13 @@ class ControlPlane {
   void phase(const char* name, int64_t step, int64_t micro, Clock::time_point t0, Clock::time_point t1);
   void step_done(int64_t step, double step_ms, const nlohmann::json& memory);
 
-  // A stop that did not come from the socket (SIGTERM/SIGINT): published on
-  // the bus at the next step_boundary(), once, so every rank stops at the
-  // same step.
-  void request_stop();
-
   // The trainer is exiting: stop requests get ok(final_state), every other
   // waiting request an error; the socket goes away.
   void shutdown(const nlohmann::json& final_state);
 
  private:
-  void register_verbs(const config::Config& cfg);
+  void register_verbs();
+  void answer_checkpoint_waiters_from_bus();
 
   Identity id_;
   std::unique_ptr<CommandBus> bus_;
@@ -144,7 +142,7 @@ class ControlPlane {
   nlohmann::json status_;  // guarded by status_mu_
   // Trainer-thread state.
   int64_t steps_done_ = 0;
-  bool stop_wanted_ = false, stop_published_ = false;
+  bool stop_published_ = false;
   std::vector<Command> due_;                                   // published, not yet applied
   uint64_t next_token_ = 1;
   std::map<uint64_t, control::Reply> origin_waiters_;          // token -> reply, until applied

@@ -375,8 +375,7 @@ int run(const config::Config& cfg, const comm::WorldInfo& world_info) {
   publish("training", nullptr);
   bool control_stop = false;
   {  // requests that arrived while the model loaded
-    if (stop_requested()) control.request_stop();
-    const auto a = control.step_boundary(s);
+    const auto a = control.step_boundary(s, stop_requested());
     if (a.checkpoint && !a.stop) save(s);
     control_stop = a.stop;
   }
@@ -465,8 +464,7 @@ int run(const config::Config& cfg, const comm::WorldInfo& world_info) {
 
     // Step boundary: control requests, then checkpoints.
     auto t0 = Clock::now();
-    if (stop_requested()) control.request_stop();
-    const auto actions = control.step_boundary(s + 1);
+    const auto actions = control.step_boundary(s + 1, stop_requested());
     control_stop = actions.stop;
     mark("control", s + 1, -1, t0);
     const bool by_steps = (s + 1) % cfg.checkpoint.interval_steps == 0;
