@@ -250,7 +250,7 @@ namespace {
 struct Stream {
   uint64_t id;
   json args;
-  std::shared_ptr<void> handler;  // keeps the Handler alive (type-erased)
+  Server::StreamFn fn;
   double interval_s;
   int64_t count;  // lines to send; <= 0 = until the client goes away
   int64_t tick = 0;
@@ -360,7 +360,7 @@ void Server::serve() {
           }
           if (c.streams.size() >= 4) throw VerbError(code::kBusy, "at most 4 streams per connection");
           handler->stream(req.args, -1);  // validates the arguments; throws VerbError
-          c.streams.push_back(Stream{req.id, std::move(req.args), handler, interval, n, 0, Clock::now()});
+          c.streams.push_back(Stream{req.id, std::move(req.args), handler->stream, interval, n, 0, Clock::now()});
           break;
         }
       }
@@ -369,6 +369,12 @@ void Server::serve() {
     } catch (const std::exception& e) {
       send_error(c, req.id, code::kInternal, e.what());
     }
+  };
+
+  auto refuse_long_line = [&](Client& c) {
+    send_error(c, 0, code::kLineTooLong, "line longer than " + std::to_string(kMaxLineBytes) + " bytes");
+    c.close_after_flush = true;
+    count(&ServerStats::closed_for_line_length);
   };
 
   auto close_client = [&](std::map<uint64_t, Client>::iterator it) {
@@ -483,22 +489,15 @@ void Server::serve() {
               std::string line = c.in.substr(start, nl - start);
               if (!line.empty() && line.back() == '\r') line.pop_back();
               if (line.size() + 1 > kMaxLineBytes) {
-                send_error(c, 0, code::kLineTooLong, "line longer than " + std::to_string(kMaxLineBytes) + " bytes");
-                c.close_after_flush = true;
-                count(&ServerStats::closed_for_line_length);
+                refuse_long_line(c);
               } else if (!line.empty()) {
                 handle_line(cid, c, line);
               }
             }
             c.in.erase(0, start);
             if (start > 0 && !c.in.empty()) c.line_started = c.last_activity;  // a new partial line began now
+            if (c.in.size() >= kMaxLineBytes) refuse_long_line(c);  // no newline can come in time
             if (c.close_after_flush) c.in.clear();
-            if (c.in.size() >= kMaxLineBytes) {
-              send_error(c, 0, code::kLineTooLong, "line longer than " + std::to_string(kMaxLineBytes) + " bytes");
-              c.close_after_flush = true;
-              c.in.clear();
-              count(&ServerStats::closed_for_line_length);
-            }
             if (c.close_after_flush) break;
             // Bounded work per round: a client that pipelines faster than it reads must not grow its replies
             // past max_outbox_bytes (it is closed below as a slow reader) nor starve the other clients.
@@ -538,10 +537,9 @@ void Server::serve() {
           ++s;
           continue;
         }
-        auto* h = static_cast<Handler*>(s->handler.get());
         bool last = s->count > 0 && s->tick + 1 >= s->count;
         try {
-          c.out += reply_ok(s->id, h->stream(s->args, s->tick), /*stream=*/!last);
+          c.out += reply_ok(s->id, s->fn(s->args, s->tick), /*stream=*/!last);
         } catch (const VerbError& e) {
           send_error(c, s->id, e.code.c_str(), e.what());
           last = true;
