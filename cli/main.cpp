@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
   using loongforge::cli::verbs;
   CLI::App app{"loongforge: talk to running loongforge-train processes over their control socket"};
   app.footer(
-      "Target: --pid P, --socket PATH, or the only trainer of this user.\n"
+      "Target: --pid P, --socket PATH, or the only trainer in this environment's socket directory.\n"
       "Exit codes: 0 ok, 1 the trainer answered with an error, 2 usage, 3 engine off/not built,\n"
       "            4 no trainer (or several: pick --pid), 5 permission denied, 6 version mismatch,\n"
       "            7 busy or no answer within --timeout.");

@@ -11,20 +11,13 @@
 #include "loongforge/checkpoint/checkpoint.hpp"
 #include "loongforge/common/error.hpp"
 #include "loongforge/model/model.hpp"
+#include "validate_checkpoint_options.hpp"
+
 namespace loongforge::cli {
 
 namespace {
-struct Options {
-  std::string dir, model;
-  bool json = false;
-} g_opt;
+ValidateCheckpointOptions g_opt;
 }  // namespace
-
-void validate_checkpoint_tool_options(CLI::App& app) {
-  app.add_option("dir", g_opt.dir, "Checkpoint directory (…/checkpoints/epoch_E_step_S)")->required();
-  app.add_option("--model", g_opt.model, "Also check compatibility with this exported model file");
-  app.add_flag("--json", g_opt.json, "Print the report as JSON");
-}
 
 int validate_checkpoint_tool_run() {
   const checkpoint::Report report = checkpoint::validate_checkpoint(g_opt.dir);
@@ -66,7 +59,7 @@ int validate_checkpoint_tool_run() {
 
 int main(int argc, char** argv) {
   CLI::App app{"loongforge-validate-checkpoint: check a checkpoint offline (run through `loongforge validate-checkpoint`)"};
-  loongforge::cli::validate_checkpoint_tool_options(app);
+  loongforge::cli::g_opt.add_to(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

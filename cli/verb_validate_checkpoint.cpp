@@ -14,15 +14,13 @@
 #include <CLI/CLI.hpp>  // CLI::App
 
 #include "client.hpp"
+#include "validate_checkpoint_options.hpp"
 #include "verbs.hpp"
 
 namespace loongforge::cli {
 
 namespace {
-struct Options {
-  std::string dir, model;
-  bool json = false;
-} g_opt;
+ValidateCheckpointOptions g_opt;
 
 std::string own_folder() {
   char buf[PATH_MAX];
@@ -33,17 +31,12 @@ std::string own_folder() {
 }
 }  // namespace
 
-void validate_checkpoint_options(CLI::App& app) {
-  app.add_option("dir", g_opt.dir, "Checkpoint directory (…/checkpoints/epoch_E_step_S)")->required();
-  app.add_option("--model", g_opt.model, "Also check compatibility with this exported model file");
-  app.add_flag("--json", g_opt.json, "Print the report as JSON");
-}
+void validate_checkpoint_options(CLI::App& app) { g_opt.add_to(app); }
 
 int validate_checkpoint_run() {
   const std::string tool = own_folder() + "/loongforge-validate-checkpoint";
-  std::vector<std::string> args = {tool, g_opt.dir};
-  if (!g_opt.model.empty()) args.insert(args.end(), {"--model", g_opt.model});
-  if (g_opt.json) args.push_back("--json");
+  std::vector<std::string> args = g_opt.to_args();
+  args.insert(args.begin(), tool);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
