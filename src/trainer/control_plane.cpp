@@ -43,7 +43,7 @@ class LocalBus final : public CommandBus {
 // stored at "lf/ctl/cmd/k". Every rank polls the counter once per step.
 class StoreBus final : public CommandBus {
  public:
-  StoreBus(c10d::Store& store, int64_t rank) : store_(store), rank_(rank) {}
+  explicit StoreBus(c10d::Store& store) : store_(store) {}
   Command publish(Command c, int64_t steps_done) override {
     c.apply_step = steps_done + 2;
     const json j = {{"verb", c.verb}, {"args", c.args}, {"apply_step", c.apply_step}, {"origin_rank", c.origin_rank},
@@ -84,14 +84,13 @@ class StoreBus final : public CommandBus {
     return std::string(v.begin(), v.end());
   }
   c10d::Store& store_;
-  int64_t rank_;
   int64_t seen_ = 0;
 };
 }  // namespace
 
 std::unique_ptr<CommandBus> make_local_bus() { return std::make_unique<LocalBus>(); }
-std::unique_ptr<CommandBus> make_store_bus(c10d::Store& store, int64_t rank, int64_t) {
-  return std::make_unique<StoreBus>(store, rank);
+std::unique_ptr<CommandBus> make_store_bus(c10d::Store& store) {
+  return std::make_unique<StoreBus>(store);
 }
 
 // ---------------------------------------------------------------------------

@@ -30,7 +30,6 @@
 
 #include <chrono>      // std::chrono::steady_clock
 #include <cstdint>     // int64_t
-#include <functional>  // std::function
 #include <map>         // std::map
 #include <memory>      // std::unique_ptr
 #include <mutex>       // std::mutex
@@ -75,7 +74,7 @@ class CommandBus {
 // The bus of a one-rank run: commands apply at the boundary they arrive.
 std::unique_ptr<CommandBus> make_local_bus();
 // The bus of a multi-rank run, over the rendezvous store (keys "lf/ctl/...").
-std::unique_ptr<CommandBus> make_store_bus(c10d::Store& store, int64_t rank, int64_t world);
+std::unique_ptr<CommandBus> make_store_bus(c10d::Store& store);
 
 // One timed phase of a step, for profile-step (times relative to the
 // profile's start, microseconds).

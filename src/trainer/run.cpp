@@ -145,7 +145,7 @@ int run(const config::Config& cfg, const comm::WorldInfo& world_info) {
   identity.rank = rank, identity.world = world_size;
   identity.device = setup.device.str(), identity.precision = setup.bf16 ? "bf16" : "fp32";
   identity.model = cfg.model.path;
-  ControlPlane control(cfg, identity, world ? make_store_bus(world->store(), rank, world_size) : make_local_bus());
+  ControlPlane control(cfg, identity, world ? make_store_bus(world->store()) : make_local_bus());
   control.publish_status({{"phase", "loading"}, {"model", cfg.model.path}, {"rank", rank}, {"world", world_size}});
   // Small strings every rank must agree on (run directory, checkpoint to
   // resume): rank 0 decides and shares them through the rendezvous store.
