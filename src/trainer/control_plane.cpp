@@ -137,6 +137,14 @@ void ControlPlane::register_verbs() {
     json s = status_;
     s["pid"] = static_cast<int64_t>(::getpid());
     s["socket"] = socket_path_;
+    const control::ServerStats st = server_->stats();
+    s["control"] = {{"connections", st.connections},
+                    {"requests", st.requests},
+                    {"error_replies", st.error_replies},
+                    {"rejected_connections", st.rejected_connections},
+                    {"closed_for_timeout", st.closed_for_timeout},
+                    {"closed_for_line_length", st.closed_for_line_length},
+                    {"closed_for_slow_reader", st.closed_for_slow_reader}};
     return s;
   });
 

@@ -592,7 +592,7 @@ def test_the_trainer_keeps_training_with_bounded_memory_under_100k_hostile_messa
         "rss_mb_peak": round(rss_peak / 1024, 1), "rss_mb_after": round(rss_after / 1024, 1),
         "rss_growth_mb": round((rss_peak - rss_before) / 1024, 1), "vmhwm_mb": round(hwm / 1024, 1),
         "cpu_s_training_thread": round(train_cpu, 2), "cpu_s_other_trainer_threads": round(other_cpu, 2),
-        "cpu_s_fuzzer": round(fuzzer_cpu, 2), "fds_before": fds_before, "fds_after": fds_after, "final_status_step": final.get("step"),
+        "cpu_s_fuzzer": round(fuzzer_cpu, 2), "fds_before": fds_before, "fds_after": fds_after, "final_status_step": final.get("step"), "server_counters": final.get("control"),
         "failures": len(stats.failures),
     }
     print("\ncontrol fuzz figures:", json.dumps(figures, sort_keys=True))

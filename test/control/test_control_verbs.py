@@ -36,6 +36,7 @@ def test_status_shows_step_loss_throughput_eta_strategy_engines_and_world(traine
     assert s["samples_per_s"] > 0 and s["eta_s"] > 0 and s["loss"] > 0
     assert s["strategy"].startswith("none")
     assert set(s["engines"]) == {"gcts", "mla", "adfe", "dmf"}
+    assert s["control"]["connections"] >= 2 and s["control"]["requests"] >= 4  # the server's own counters
 
 
 def test_status_finds_the_only_trainer_of_this_user_and_by_pid(trainer, tmp_path):
