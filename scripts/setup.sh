@@ -93,9 +93,10 @@ export CCACHE_DIR=${CCACHE_DIR:-$cache/ccache}
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$repo} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
 export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
 step "configuring $build"
+mkdir -p "$build"
 cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DLOONGFORGE_PYTHON="$python" -DLOONGFORGE_CUDA="${LOONGFORGE_CUDA:-AUTO}" >"$build.cmake.log" 2>&1 \
-  || { cat "$build.cmake.log"; echo "setup.sh: CMake configuration failed (log above)" >&2; exit 1; }
+  -DLOONGFORGE_PYTHON="$python" -DLOONGFORGE_CUDA="${LOONGFORGE_CUDA:-AUTO}" >"$build/cmake.log" 2>&1 \
+  || { cat "$build/cmake.log"; echo "setup.sh: CMake configuration failed (log above)" >&2; exit 1; }
 step "building (ninja, $(nproc) jobs)"
 ninja -C "$build" -j"$(nproc)" || { echo "setup.sh: build failed (compiler output above)" >&2; exit 1; }
 did+=("built $build")
