@@ -9,6 +9,7 @@
 #include "loongforge/common/version.hpp"
 #include "loongforge/config/config.hpp"
 #include "loongforge/trainer/run.hpp"
+#include "loongforge/trainer/trainer.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"loongforge-train: train a GR00T-N1.6-style model exported to TorchScript"};
@@ -19,7 +20,7 @@ int main(int argc, char** argv) {
   app.add_option("--config", config_path, "YAML config (see configs/n16.yaml for every key)");
   app.add_option("--set", overrides, "Override a key: --set section.key=value (repeatable)");
   app.add_option("--resume", resume,
-                 "Resume: 'latest' (newest intact checkpoint of this run, or a fresh start if none) or a "
+                 "Resume: 'latest' (newest intact checkpoint of this run; a fresh start when it has none, an error when all are damaged) or a "
                  "checkpoint directory; same as --set checkpoint.resume=...");
   app.add_flag("--print-config", print_config, "Print the effective config with help for every key, then exit");
   app.add_flag("--version", show_version, "Print the version and exit");
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
     const loongforge::comm::WorldInfo world = loongforge::comm::world_from_env();
     ctx.world_size = world.world_size;
     ctx.require_paths = !print_config;
+    ctx.built_engines = loongforge::trainer::built_engines();
     if (config_path.empty() && !print_config) {
       std::cerr << "loongforge-train: --config is required (try --config configs/n16-tiny.yaml; "
                    "--print-config lists every key)\n";
@@ -50,6 +52,12 @@ int main(int argc, char** argv) {
     return loongforge::trainer::run(cfg, world);
   } catch (const loongforge::Error& e) {
     std::cerr << "loongforge-train: " << e.code() << ": " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {  // libtorch (c10::Error) and the standard library
+    std::string what = e.what();
+    if (const auto cut = what.find("\nException raised from"); cut != std::string::npos) what.resize(cut);
+    std::cerr << "loongforge-train: unexpected error: " << what
+              << "\n(please report it with the command line and the log above)\n";
     return 1;
   }
 }

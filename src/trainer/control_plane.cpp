@@ -6,6 +6,7 @@
 #include <algorithm>  // std::max
 
 #include <torch/csrc/distributed/c10d/Store.hpp>  // c10d::Store
+#include <torch/cuda.h>                           // torch::cuda::synchronize
 
 #include "loongforge/common/error.hpp"
 #include "loongforge/common/log.hpp"
@@ -96,7 +97,8 @@ std::unique_ptr<CommandBus> make_store_bus(c10d::Store& store) {
 // ---------------------------------------------------------------------------
 // Setup
 
-ControlPlane::ControlPlane(const config::Config& cfg, Identity id, std::unique_ptr<CommandBus> bus)
+ControlPlane::ControlPlane(const config::Config& cfg, Identity id, std::unique_ptr<CommandBus> bus,
+                           const std::vector<Engine>& engines)
     : id_(std::move(id)), bus_(std::move(bus)) {
   status_ = {{"phase", "starting"}};
   if (!cfg.control.enable) return;
@@ -105,7 +107,7 @@ ControlPlane::ControlPlane(const config::Config& cfg, Identity id, std::unique_p
   so.allow_root = cfg.control.allow_root;
   so.identity = {{"rank", id_.rank}, {"world", id_.world}, {"model", id_.model}};
   server_ = std::make_unique<control::Server>(so);
-  register_verbs();
+  register_verbs(engines);
   server_->start();
   socket_path_ = server_->path();
   LF_LOG(logger("control"), info) << "control socket " << socket_path_ << " (try: loongforge status --pid "
@@ -124,14 +126,23 @@ void ControlPlane::publish_status(json status) {
 }
 
 namespace {
-[[noreturn]] void engine_off(const std::string& verb, const std::string& engine, const std::string& issue) {
-  throw control::VerbError(code::kEngineOff, verb + " needs the " + engine +
-                                                 " engine, which is not in this build yet (it arrives with the " +
-                                                 issue + " issue); training runs on the plain path");
+// Checks an engine verb's arguments, then refuses it when the engine is off.
+void admit(const Engine& e, const EngineVerb& v, const json& args) {
+  if (v.check_args) {
+    const std::string problem = v.check_args(args);
+    if (!problem.empty()) throw control::VerbError(code::kBadArgs, problem);
+  }
+  if (!e.built)
+    throw control::VerbError(code::kEngineOff, v.name + " needs the " + e.title +
+                                                   " engine, which is not in this build yet (it arrives with " +
+                                                   e.arrives_with + "); training runs on the plain path");
+  if (!e.enabled || !v.run)
+    throw control::VerbError(code::kEngineOff, v.name + " needs the " + e.title + " engine, which is off in this run (" +
+                                                   e.name + ".enable=false)");
 }
 }  // namespace
 
-void ControlPlane::register_verbs() {
+void ControlPlane::register_verbs(const std::vector<Engine>& engines) {
   server_->on_query("status", [this](const json&) {
     std::lock_guard<std::mutex> lock(status_mu_);
     json s = status_;
@@ -187,16 +198,21 @@ void ControlPlane::register_verbs() {
     if (tick < 0) return json();
     return json{{"step", status_.value("step", int64_t{0})}, {"comm", status_["comm"]}};
   });
-  server_->on_task("switch-strategy", [](const json& args, control::Reply) {
-    const auto it = args.find("strategy");
-    const std::string s = it != args.end() && it->is_string() ? it->get<std::string>() : std::string("(not a string)");
-    if (s != "simple" && s != "hybrid")
-      throw control::VerbError(code::kBadArgs, "strategy must be simple or hybrid, got '" + s.substr(0, 32) + "'");
-    engine_off("switch-strategy", "GCTS", "GCTS");
-  });
-  server_->on_task("hot-rejoin", [](const json&, control::Reply) { engine_off("hot-rejoin", "GCTS", "GCTS"); });
-  server_->on_query("mla-stats", [](const json&) -> json { engine_off("mla-stats", "MLA", "MLA"); });
-  server_->on_task("debug-dmf", [](const json&, control::Reply) { engine_off("debug-dmf", "DMF", "DMF"); });
+  for (const Engine& e : engines) {
+    for (const EngineVerb& v : e.verbs) {
+      if (v.query) {
+        server_->on_query(v.name, [&e, &v](const json& args) -> json {
+          admit(e, v, args);
+          return v.run(args);
+        });
+      } else {
+        server_->on_task(v.name, [&e, &v](const json& args, control::Reply reply) {
+          admit(e, v, args);
+          reply.ok(v.run(args));
+        });
+      }
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -291,6 +307,12 @@ void ControlPlane::answer_checkpoint_waiters_from_bus() {
 
 // ---------------------------------------------------------------------------
 // Profiling
+
+void ControlPlane::end_phase(const char* name, int64_t step, int64_t micro, Clock::time_point t0) {
+  if (!profiling()) return;
+  if (id_.cuda) torch::cuda::synchronize();
+  phase(name, step, micro, t0, Clock::now());
+}
 
 void ControlPlane::phase(const char* name, int64_t step, int64_t micro, Clock::time_point t0, Clock::time_point t1) {
   if (!profiling()) return;

@@ -10,11 +10,13 @@
 //    once GCTS lands) are published on a CommandBus with the step at which
 //    every rank applies them (Note [Cluster-wide verbs]); the rank that
 //    received the request answers once the action is done on it.
-//  - Verbs whose engine is not in this build answer engine_off naming what
-//    brings them.
+//  - Engine verbs come from the engines' records (common/engine.hpp): their
+//    arguments are checked, then an engine that is off answers engine_off
+//    naming what brings it; one that is on answers through its record.
 //  - profile-step records per-phase wall times of the next steps on the
 //    trainer thread (device synchronised between phases while profiling) and
-//    answers with the profile and a Chrome trace.
+//    answers with the profile and a Chrome trace. ControlPlane is the
+//    trainer's PhaseRecorder (common/phases.hpp).
 //  - Trainer thread only, except what the server's control thread reads
 //    through publish_status() (guarded by a mutex).
 //
@@ -39,6 +41,8 @@
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 
+#include "loongforge/common/engine.hpp"
+#include "loongforge/common/phases.hpp"
 #include "loongforge/config/config.hpp"
 #include "loongforge/control/server.hpp"
 
@@ -84,13 +88,13 @@ struct PhaseEvent {
   double start_us = 0, dur_us = 0;
 };
 
-class ControlPlane {
+class ControlPlane final : public PhaseRecorder {
  public:
-  using Clock = std::chrono::steady_clock;
 
   struct Identity {
     int64_t rank = 0, world = 1;
     std::string device, precision, model;
+    bool cuda = false;  // phases synchronise the device while profiling
   };
   // What the trainer does when a command falls due.
   struct Actions {
@@ -98,8 +102,10 @@ class ControlPlane {
     bool stop = false;        // checkpoint, then exit 0 (stop)
   };
 
-  ControlPlane(const config::Config& cfg, Identity id, std::unique_ptr<CommandBus> bus);
-  ~ControlPlane();
+  // `engines` must outlive the ControlPlane (their verbs are served from it).
+  ControlPlane(const config::Config& cfg, Identity id, std::unique_ptr<CommandBus> bus,
+               const std::vector<Engine>& engines);
+  ~ControlPlane() override;
 
   const std::string& socket_path() const;  // "" when the control socket is off
 
@@ -124,13 +130,16 @@ class ControlPlane {
   bool profiling() const { return profile_.has_value() && profile_->started; }
   void phase(const char* name, int64_t step, int64_t micro, Clock::time_point t0, Clock::time_point t1);
   void step_done(int64_t step, double step_ms, const nlohmann::json& memory);
+  // PhaseRecorder.
+  bool recording() const override { return profiling(); }
+  void end_phase(const char* name, int64_t step, int64_t micro, Clock::time_point t0) override;
 
   // The trainer is exiting: stop requests get ok(final_state), every other
   // waiting request an error; the socket goes away.
   void shutdown(const nlohmann::json& final_state);
 
  private:
-  void register_verbs();
+  void register_verbs(const std::vector<Engine>& engines);
   void answer_checkpoint_waiters_from_bus();
 
   Identity id_;

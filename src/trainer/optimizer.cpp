@@ -5,11 +5,21 @@
 
 #include <ATen/ATen.h>  // at::linalg_vector_norm, at::stack
 
+#include "loongforge/common/error.hpp"
+
 namespace loongforge::trainer {
 
-AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions options) : params_(std::move(params)), opt_(options) {
-  state_.resize(params_.size());
-  for (size_t i = 0; i < params_.size(); ++i) state_[i].decay = params_[i].dim() >= 2;
+AdamW::AdamW(const std::vector<OptimizedParam>& params, AdamWOptions options) : opt_(options) {
+  at::NoGradGuard no_grad;
+  for (const auto& p : params) {
+    names_.push_back(p.name);
+    params_.push_back(p.tensor);
+    State s;
+    s.decay = p.decay;
+    s.exp_avg = at::zeros_like(p.tensor, at::MemoryFormat::Preserve);
+    s.exp_avg_sq = at::zeros_like(p.tensor, at::MemoryFormat::Preserve);
+    state_.push_back(std::move(s));
+  }
 }
 
 void AdamW::step(double lr) {
@@ -19,10 +29,6 @@ void AdamW::step(double lr) {
     const at::Tensor& g = p.grad();
     if (!g.defined()) continue;
     State& s = state_[i];
-    if (!s.exp_avg.defined()) {
-      s.exp_avg = at::zeros_like(p, at::MemoryFormat::Preserve);
-      s.exp_avg_sq = at::zeros_like(p, at::MemoryFormat::Preserve);
-    }
     s.step += 1;
     const double wd = s.decay ? opt_.weight_decay : 0.0;
     p.mul_(1 - lr * wd);
@@ -40,6 +46,44 @@ void AdamW::zero_grad() {
   for (auto& p : params_) p.mutable_grad() = at::Tensor();
 }
 
+at::Tensor AdamW::clip_grad_norm(double max_norm) { return trainer::clip_grad_norm(params_, max_norm); }
+
+NamedTensorList AdamW::state_tensors() const {
+  NamedTensorList out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    out.emplace_back(names_[i] + ".exp_avg", state_[i].exp_avg);
+    out.emplace_back(names_[i] + ".exp_avg_sq", state_[i].exp_avg_sq);
+  }
+  return out;
+}
+
+nlohmann::json AdamW::state_json() const {
+  nlohmann::json steps = nlohmann::json::object();
+  for (size_t i = 0; i < params_.size(); ++i) steps[names_[i]] = state_[i].step;
+  return {{"optimizer", "adamw"}, {"steps", steps}};
+}
+
+void AdamW::load_state(const std::map<std::string, at::Tensor>& tensors, const nlohmann::json& json) {
+  at::NoGradGuard no_grad;
+  const nlohmann::json& steps = json.at("steps");
+  for (size_t i = 0; i < params_.size(); ++i) {
+    State& s = state_[i];
+    s.step = steps.value(names_[i], int64_t{0});
+    const auto a = tensors.find(names_[i] + ".exp_avg"), b = tensors.find(names_[i] + ".exp_avg_sq");
+    if (a == tensors.end() || b == tensors.end()) {
+      // Checkpoints written before the state was allocated up front leave out
+      // the parameters that had not been updated yet.
+      if (s.step != 0)
+        throw CheckpointError("optimizer state of '" + names_[i] + "' is missing but its step count is " +
+                              std::to_string(s.step));
+      s.exp_avg.zero_(), s.exp_avg_sq.zero_();
+      continue;
+    }
+    s.exp_avg.copy_(a->second);
+    s.exp_avg_sq.copy_(b->second);
+  }
+}
+
 double Schedule::lr_at(int64_t s) const {
   if (s < warmup_steps) return peak_lr * static_cast<double>(s) / static_cast<double>(std::max<int64_t>(1, warmup_steps));
   const double p = static_cast<double>(s - warmup_steps) / static_cast<double>(std::max<int64_t>(1, total_steps - warmup_steps));
@@ -49,12 +93,12 @@ double Schedule::lr_at(int64_t s) const {
   return peak_lr * (min_lr_ratio + (1.0 - min_lr_ratio) * f);
 }
 
-double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
+at::Tensor clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> norms;
   for (const auto& p : params)
     if (p.grad().defined()) norms.push_back(at::linalg_vector_norm(p.grad(), 2));
-  if (norms.empty()) return 0.0;
+  if (norms.empty()) return at::zeros({}, params.empty() ? at::TensorOptions() : params.front().options());
   const at::Tensor total = at::linalg_vector_norm(at::stack(norms), 2);
   if (max_norm > 0) {
     // Python evaluates `max_norm / tensor` as tensor.reciprocal() * max_norm;
@@ -63,7 +107,7 @@ double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
     for (const auto& p : params)
       if (p.grad().defined()) p.grad().mul_(coef.to(p.grad().device()));
   }
-  return total.item<double>();
+  return total;
 }
 
 }  // namespace loongforge::trainer

@@ -1,20 +1,21 @@
-// Snapshots of the training state and resuming from them.
+// Snapshots of the training state and resuming from them (state.hpp).
 #include "loongforge/trainer/state.hpp"
 
+#include <cstdlib>  // std::malloc
 #include <fstream>  // std::ifstream
 #include <mutex>    // std::lock_guard
 
-#include <ATen/ATen.h>                 // at::NoGradGuard
-#include <ATen/CPUGeneratorImpl.h>     // at::CPUGeneratorImpl
-#include <ATen/core/Generator.h>       // at::Generator
-
-#include "loongforge/common/error.hpp"
-#include "loongforge/common/log.hpp"
+#include <ATen/ATen.h>             // at::NoGradGuard
+#include <ATen/Context.h>          // at::globalContext
+#include <ATen/core/Generator.h>   // at::Generator
 #if LOONGFORGE_WITH_CUDA_KERNELS
 #include <cuda_runtime_api.h>  // cudaHostAlloc, cudaFreeHost
 #include <torch/cuda.h>        // torch::cuda::synchronize
 #endif
-#include <cstdlib>  // std::malloc
+
+#include "loongforge/common/error.hpp"
+#include "loongforge/common/files.hpp"
+#include "loongforge/common/log.hpp"
 #include "loongforge/common/sha256.hpp"
 #include "loongforge/common/version.hpp"
 
@@ -25,13 +26,16 @@ namespace {
 constexpr const char* kOptimizerFile = "optimizer/rank_00000.safetensors";
 
 // Keys that change the numbers of a run; everything else (paths, names,
-// logging, checkpoint cadence, threads) may change across a resume.
-constexpr const char* kComparedKeys[] = {
+// logging, checkpoint cadence, threads) may change across a resume. The
+// accumulation is recorded but not compared: a resume keeps the global batch
+// (micro batch x accumulation x world size) instead (check_resume).
+constexpr const char* kRecordedKeys[] = {
     "run.seed", "data.action_horizon", "data.max_text_len", "data.embodiment_id", "data.shuffle", "data.normalization",
     "trainer.micro_batch_size", "trainer.gradient_accumulation_steps", "trainer.max_steps",
     "trainer.grad_clip_norm", "optimizer.name", "optimizer.lr", "optimizer.weight_decay", "optimizer.beta1",
     "optimizer.beta2", "optimizer.eps", "schedule.name", "schedule.warmup_steps", "schedule.warmup_ratio",
-    "schedule.min_lr_ratio", "precision.mode", "precision.fp32_master_weights"};
+    "schedule.min_lr_ratio", "precision.mode"};
+constexpr const char* kNotCompared = "trainer.gradient_accumulation_steps";
 
 std::string hex(const at::Tensor& bytes) {
   static const char* d = "0123456789abcdef";
@@ -41,11 +45,45 @@ std::string hex(const at::Tensor& bytes) {
   return s;
 }
 
+at::Tensor unhex(const std::string& s, const std::string& what) {
+  auto nibble = [&](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    throw CheckpointError(what + ": not a hex string");
+  };
+  if (s.size() % 2 != 0) throw CheckpointError(what + ": odd length");
+  at::Tensor t = at::empty({static_cast<int64_t>(s.size() / 2)}, at::kByte);
+  auto* p = t.data_ptr<uint8_t>();
+  for (size_t i = 0; i < s.size(); i += 2) p[i / 2] = static_cast<uint8_t>(nibble(s[i]) << 4 | nibble(s[i + 1]));
+  return t;
+}
+
+at::Tensor generator_state(at::Generator g) {  // a handle: copies share the generator
+  std::lock_guard<std::mutex> lock(g.mutex());
+  return g.get_state();
+}
+
+// The default generators whose state a checkpoint carries: the CPU one, and
+// the CUDA one of `device` when training there.
+std::vector<std::pair<std::string, at::Generator>> default_generators(c10::Device device) {
+  std::vector<std::pair<std::string, at::Generator>> gens = {
+      {"cpu_default_generator", at::globalContext().defaultGenerator(c10::Device(c10::kCPU))}};
+  if (device.is_cuda()) gens.emplace_back("cuda_default_generator", at::globalContext().defaultGenerator(device));
+  return gens;
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  nlohmann::json j;
+  in >> j;
+  return j;
+}
+
 }  // namespace
 
 nlohmann::json compared_config(const config::Config& cfg) {
   nlohmann::json j = nlohmann::json::object();
-  for (const char* key : kComparedKeys) j[key] = config::value_text(cfg, key);
+  for (const char* key : kRecordedKeys) j[key] = config::value_text(cfg, key);
   return j;
 }
 
@@ -60,6 +98,13 @@ std::string model_identity_hash(const model::Model& net) {
   return h.hex();
 }
 
+void seed_default_generators(const config::Config& cfg, int64_t rank) {
+  at::manual_seed(static_cast<uint64_t>(cfg.run.seed) + static_cast<uint64_t>(rank));
+}
+
+// ---------------------------------------------------------------------------
+// Snapshots
+
 namespace {
 // `dst` (reused host buffer, allocated on first use) <- `src`, asynchronously
 // when `src` is on a GPU and `dst` is pinned.
@@ -70,14 +115,15 @@ void copy_to_host(at::Tensor& dst, const at::Tensor& src) {
 }
 }  // namespace
 
-void reserve_snapshot_buffers(SnapshotBuffers& buf, const model::Model& net, bool pinned) {
+void reserve_snapshot_buffers(SnapshotBuffers& buf, const model::Model& net, const Optimizer& optimizer,
+                              bool pinned) {
   const auto params = net.parameters();
+  const auto state = optimizer.state_tensors();
   auto aligned = [](size_t n) { return (n + 255) / 256 * 256; };
+  auto bytes_of = [&](const at::Tensor& t) { return aligned(static_cast<size_t>(t.numel()) * t.element_size()); };
   size_t total = 0;
-  for (const auto& p : params) {
-    const size_t bytes = aligned(static_cast<size_t>(p.tensor.numel()) * p.tensor.element_size());
-    total += p.info->trainable ? 3 * bytes : bytes;  // weights (+ exp_avg, exp_avg_sq of the same dtype)
-  }
+  for (const auto& p : params) total += bytes_of(p.tensor);
+  for (const auto& s : state) total += bytes_of(s.second);
   void* base = nullptr;
 #if LOONGFORGE_WITH_CUDA_KERNELS
   if (pinned) {
@@ -94,87 +140,72 @@ void reserve_snapshot_buffers(SnapshotBuffers& buf, const model::Model& net, boo
   char* cur = static_cast<char*>(base);
   auto carve = [&](const at::Tensor& like) {
     at::Tensor t = at::from_blob(cur, like.sizes(), like.options().device(at::kCPU));
-    cur += aligned(static_cast<size_t>(like.numel()) * like.element_size());
+    cur += bytes_of(like);
     return t;
   };
-  buf.weights.clear(), buf.exp_avg.clear(), buf.exp_avg_sq.clear();
-  for (const auto& p : params) {
-    buf.weights.push_back(carve(p.tensor));
-    if (!p.info->trainable) continue;
-    buf.exp_avg.push_back(carve(p.tensor));
-    buf.exp_avg_sq.push_back(carve(p.tensor));
-  }
+  buf.weights.clear(), buf.optimizer.clear();
+  for (const auto& p : params) buf.weights.push_back(carve(p.tensor));
+  for (const auto& s : state) buf.optimizer.push_back(carve(s.second));
 }
 
-checkpoint::Snapshot make_snapshot(const config::Config& cfg, const model::Model& net, AdamW& optimizer,
+checkpoint::Snapshot make_snapshot(const config::Config& cfg, const model::Model& net, const Optimizer& optimizer,
                                    const Schedule& schedule, const TrainerPosition& pos, int64_t world_size,
-                                   SnapshotBuffers& buf) {
+                                   const std::vector<Engine>& engines, SnapshotBuffers& buf) {
   at::NoGradGuard no_grad;
   checkpoint::Snapshot s;
   s.name = "epoch_" + std::to_string(pos.epoch) + "_step_" + std::to_string(pos.step);
   const auto params = net.parameters();
+  const auto state = optimizer.state_tensors();
   buf.weights.resize(params.size());
-  buf.exp_avg.resize(optimizer.state().size());
-  buf.exp_avg_sq.resize(optimizer.state().size());
+  buf.optimizer.resize(state.size());
   checkpoint::NamedTensors weights, opt_state;
-  nlohmann::json opt_steps = nlohmann::json::object();
-  size_t ti = 0;
-  bool on_gpu = false;
+  c10::Device device = c10::kCPU;
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& p = params[i];
-    on_gpu = on_gpu || p.tensor.is_cuda();
+    if (p.tensor.is_cuda()) device = p.tensor.device();
     if (p.info->trainable || !buf.frozen_copied) copy_to_host(buf.weights[i], p.tensor);
     weights.emplace_back(p.info->name, buf.weights[i]);
-    if (!p.info->trainable) continue;
-    auto& st = optimizer.state()[ti];
-    opt_steps[p.info->name] = st.step;
-    if (st.exp_avg.defined()) {
-      copy_to_host(buf.exp_avg[ti], st.exp_avg);
-      copy_to_host(buf.exp_avg_sq[ti], st.exp_avg_sq);
-      opt_state.emplace_back(p.info->name + ".exp_avg", buf.exp_avg[ti]);
-      opt_state.emplace_back(p.info->name + ".exp_avg_sq", buf.exp_avg_sq[ti]);
-    }
-    ++ti;
+  }
+  for (size_t i = 0; i < state.size(); ++i) {
+    copy_to_host(buf.optimizer[i], state[i].second);
+    opt_state.emplace_back(state[i].first, buf.optimizer[i]);
   }
   buf.frozen_copied = true;
 #if LOONGFORGE_WITH_CUDA_KERNELS
-  if (on_gpu) torch::cuda::synchronize();  // the copies above were asynchronous
+  if (device.is_cuda()) torch::cuda::synchronize();  // the copies above were asynchronous
 #endif
-  (void)on_gpu;
   s.tensor_files["model.safetensors"] = std::move(weights);
   s.tensor_files[kOptimizerFile] = std::move(opt_state);
 
-  auto cpu_gen = at::detail::getDefaultCPUGenerator();
-  at::Tensor cpu_rng;
-  {
-    std::lock_guard<std::mutex> lock(cpu_gen.mutex());
-    cpu_rng = cpu_gen.get_state();
-  }
-  const int64_t next_micro_batch = pos.step * pos.accumulation;
-  const nlohmann::json state = {
+  nlohmann::json rng = nlohmann::json::object();
+  for (const auto& [name, gen] : default_generators(device)) rng[name] = hex(generator_state(gen));
+  const nlohmann::json trainer_state = {
       {"step", pos.step},
       {"epoch", pos.epoch},
       {"run_id", pos.run_id},
       {"seed", cfg.run.seed},
-      {"data", {{"next_micro_batch", next_micro_batch},
-                {"epoch", next_micro_batch / pos.micro_batches_per_epoch},
-                {"micro_batch_in_epoch", next_micro_batch % pos.micro_batches_per_epoch},
-                {"note", "sample order and flow-matching draws are pure functions of (seed, micro-batch, rank, world)"}}},
-      {"rng", {{"cpu_default_generator", hex(cpu_rng)}}},
-      {"optimizer_steps", opt_steps},
+      {"data", {{"global_batch", pos.global_batch},
+                {"steps_per_epoch", pos.steps_per_epoch},
+                {"epoch", pos.epoch},
+                {"step_in_epoch", pos.step % pos.steps_per_epoch},
+                {"note", "sample order and flow-matching draws are pure functions of (seed, step, global batch); "
+                         "docs/training-semantics.md"}}},
+      {"rng", rng},
+      {"optimizer", optimizer.state_json()},
       {"model_path", cfg.model.path},
       {"data_path", cfg.data.path}};
   const nlohmann::json sched = {{"name", cfg.schedule.name},           {"peak_lr", schedule.peak_lr},
                                 {"warmup_steps", schedule.warmup_steps}, {"total_steps", schedule.total_steps},
                                 {"min_lr_ratio", schedule.min_lr_ratio}, {"next_lr", schedule.lr_at(pos.step)}};
-  s.text_files["trainer_state.json"] = state.dump(2) + "\n";
+  s.text_files["trainer_state.json"] = trainer_state.dump(2) + "\n";
   s.text_files["scheduler.json"] = sched.dump(2) + "\n";
-  s.text_files["loongforge_state/engines.json"] =
-      nlohmann::json({{"note", "each engine stores its state here once it exists (MDG and comm plan: GCTS; "
-                               "free-list: MLA)"},
-                      {"gcts", nullptr},
-                      {"mla", nullptr}})
-          .dump(2) + "\n";
+  nlohmann::json index = nlohmann::json::object();
+  for (const auto& e : engines) {
+    index[e.name] = e.status_json();
+    if (e.on() && e.save_state)
+      s.text_files["loongforge_state/" + e.name + ".json"] = e.save_state().dump(2) + "\n";
+  }
+  s.text_files["loongforge_state/engines.json"] = index.dump(2) + "\n";
 
   auto& m = s.manifest;
   m.run_id = pos.run_id;
@@ -188,21 +219,75 @@ checkpoint::Snapshot make_snapshot(const config::Config& cfg, const model::Model
   return s;
 }
 
-nlohmann::json resume_from(const std::string& dir, const config::Config& cfg, model::Model& net, AdamW& optimizer,
-                           int64_t world_size) {
-  const checkpoint::Report report = checkpoint::validate_checkpoint(dir);
+// ---------------------------------------------------------------------------
+// Resume
+
+namespace {
+checkpoint::Report valid_or_throw(const std::string& dir) {
+  checkpoint::Report report = checkpoint::validate_checkpoint(dir);
   if (!report.ok()) {
     std::string msg = "cannot resume from '" + dir + "': it is damaged or incomplete:";
     for (const auto& p : report.problems) msg += "\n  " + p;
     throw CheckpointError(msg + "\nPick another checkpoint, or use --resume latest to take the newest intact one.");
   }
+  return report;
+}
+
+int64_t saved_int(const checkpoint::Manifest& m, const char* key, const std::string& dir) {
+  const auto it = m.config.find(key);
+  if (it == m.config.end()) throw CheckpointError(dir + "/MANIFEST.json: config key " + key + " is missing");
+  return std::stoll(it->get<std::string>());
+}
+
+int64_t global_batch_of(const checkpoint::Manifest& m, const std::string& dir) {
+  return saved_int(m, "trainer.micro_batch_size", dir) * saved_int(m, "trainer.gradient_accumulation_steps", dir) *
+         m.world_size;
+}
+}  // namespace
+
+int64_t check_resume(const std::string& dir, const config::Config& cfg, int64_t world_size, std::string* note) {
+  // Only the manifest is read here; resume_from() verifies every file.
+  checkpoint::Manifest manifest;
+  try {
+    manifest = checkpoint::Manifest::from_json(read_json(dir + "/" + checkpoint::kManifest));
+  } catch (const std::exception& e) {
+    throw CheckpointError("cannot resume from '" + dir + "': " + checkpoint::kManifest + " is unreadable (" +
+                          e.what() + "); pick another checkpoint, or use --resume latest");
+  }
+  const int64_t saved_world = manifest.world_size;
+  const int64_t global = global_batch_of(manifest, dir);
+  const int64_t b = cfg.trainer.micro_batch_size;
+  if (global % (b * world_size) != 0) {
+    std::string fits;
+    for (int64_t w = 1; w <= global / b; ++w)
+      if (global % (b * w) == 0) fits += (fits.empty() ? "" : ", ") + std::to_string(w);
+    throw CheckpointError("cannot resume '" + dir + "' on " + std::to_string(world_size) + " rank(s): its global batch " +
+                          std::to_string(global) + " (trained on " + std::to_string(saved_world) +
+                          " rank(s)) is not a multiple of micro_batch_size " + std::to_string(b) + " x " +
+                          std::to_string(world_size) + " ranks, so the run would change. Resume on " + fits +
+                          " rank(s), or start a new run");
+  }
+  const int64_t k = global / (b * world_size);
+  if (note && k != cfg.trainer.gradient_accumulation_steps)
+    *note = "resuming a checkpoint of " + std::to_string(saved_world) + " rank(s) on " + std::to_string(world_size) +
+            ": trainer.gradient_accumulation_steps " + std::to_string(cfg.trainer.gradient_accumulation_steps) +
+            " -> " + std::to_string(k) + " keeps its global batch of " + std::to_string(global) + " samples";
+  else if (note && saved_world != world_size)
+    *note = "resuming a checkpoint of " + std::to_string(saved_world) + " rank(s) on " + std::to_string(world_size) +
+            ": the global batch of " + std::to_string(global) + " samples is kept";
+  return k;
+}
+
+nlohmann::json resume_from(const std::string& dir, const config::Config& cfg, model::Model& net,
+                           Optimizer& optimizer, int64_t world_size, const std::vector<Engine>& engines) {
+  const checkpoint::Report report = valid_or_throw(dir);
   // Compatibility: list every difference at once.
-  std::vector<std::string> diffs;
   std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
   for (const auto& p : net.info().params) shapes.emplace_back(p.name, p.shape);
-  diffs = checkpoint::compare_parameters(dir, shapes);
+  std::vector<std::string> diffs = checkpoint::compare_parameters(dir, shapes);
   const nlohmann::json now = compared_config(cfg);
   for (const auto& [key, value] : now.items()) {
+    if (key == kNotCompared) continue;
     const auto saved = report.manifest.config.find(key);
     if (saved == report.manifest.config.end())
       diffs.push_back("config " + key + ": not recorded in the checkpoint");
@@ -210,13 +295,10 @@ nlohmann::json resume_from(const std::string& dir, const config::Config& cfg, mo
       diffs.push_back("config " + key + ": checkpoint " + saved->get<std::string>() + ", now " +
                       value.get<std::string>());
   }
-  // A different world size is fine: the optimizer state is replicated (the
-  // plain path shards nothing), and the sample order is a pure function of
-  // (seed, step, rank, world), so the new ranks continue at the saved step.
-  if (report.manifest.world_size != world_size)
-    LF_LOG(logger("trainer"), info) << "resuming a checkpoint of " << report.manifest.world_size << " rank(s) on "
-                                    << world_size << ": replicated optimizer state, nothing to re-shard; from step "
-                                    << "there on, the data is split over the new world size";
+  const int64_t global_now = cfg.trainer.micro_batch_size * cfg.trainer.gradient_accumulation_steps * world_size;
+  const int64_t global_then = global_batch_of(report.manifest, dir);
+  if (global_now != global_then)
+    diffs.push_back("global batch: checkpoint " + std::to_string(global_then) + ", now " + std::to_string(global_now));
   if (diffs.empty() && report.manifest.model_hash != model_identity_hash(net))
     diffs.push_back("trainable parameters differ (freezing config of the model file)");
   if (!diffs.empty()) {
@@ -228,24 +310,32 @@ nlohmann::json resume_from(const std::string& dir, const config::Config& cfg, mo
   at::NoGradGuard no_grad;
   std::map<std::string, at::Tensor> saved;
   for (auto& [name, t] : checkpoint::read_safetensors(dir + "/model.safetensors")) saved[name] = t;
-  for (const auto& p : net.parameters()) p.tensor.copy_(saved.at(p.info->name));
+  c10::Device device = c10::kCPU;
+  for (const auto& p : net.parameters()) {
+    p.tensor.copy_(saved.at(p.info->name));
+    if (p.tensor.is_cuda()) device = p.tensor.device();
+  }
   std::map<std::string, at::Tensor> opt;
   for (auto& [name, t] : checkpoint::read_safetensors(dir + "/" + kOptimizerFile)) opt[name] = t;
-  nlohmann::json state;
-  {
-    std::ifstream in(dir + "/trainer_state.json");
-    in >> state;
-  }
-  size_t ti = 0;
-  for (const auto& p : net.parameters()) {
-    if (!p.info->trainable) continue;
-    auto& st = optimizer.state()[ti++];
-    st.step = state.at("optimizer_steps").value(p.info->name, int64_t{0});
-    auto a = opt.find(p.info->name + ".exp_avg"), b = opt.find(p.info->name + ".exp_avg_sq");
-    if (a != opt.end() && b != opt.end()) {
-      st.exp_avg = a->second.to(p.tensor.device());
-      st.exp_avg_sq = b->second.to(p.tensor.device());
+  const nlohmann::json state = read_json(dir + "/trainer_state.json");
+  // Checkpoints before the Optimizer seam kept the step counts at top level.
+  const nlohmann::json opt_json =
+      state.contains("optimizer") ? state.at("optimizer") : nlohmann::json{{"steps", state.at("optimizer_steps")}};
+  optimizer.load_state(opt, opt_json);
+  const nlohmann::json& rng = state.at("rng");
+  for (auto& [name, gen] : default_generators(device)) {
+    if (!rng.contains(name)) {
+      LF_LOG(logger("trainer"), warn) << dir << "/trainer_state.json has no " << name
+                                      << " state (written on another device kind): it keeps its seeded state";
+      continue;
     }
+    const at::Tensor bytes = unhex(rng.at(name).get<std::string>(), dir + "/trainer_state.json rng." + name);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(bytes);
+  }
+  for (const auto& e : engines) {
+    const std::string file = dir + "/loongforge_state/" + e.name + ".json";
+    if (e.on() && e.load_state && path_exists(file)) e.load_state(read_json(file));
   }
   return state;
 }

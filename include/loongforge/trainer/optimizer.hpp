@@ -1,42 +1,83 @@
-// loongforge/trainer/optimizer.hpp — AdamW, schedule and clipping exactly as
-// docs/training-semantics.md s5 states them (the reference trainer uses
-// torch.optim.AdamW's single-tensor path; this is the same op sequence).
+// loongforge/trainer/optimizer.hpp — the update seam of the trainer:
+// clipping and the optimizer step, with their checkpoint state. A sharded or
+// fused optimizer (GCTS, the fast step) implements Optimizer; AdamW below is
+// the plain one, exactly as docs/training-semantics.md s5 states it (the
+// reference trainer uses torch.optim.AdamW's single-tensor path; this is the
+// same op sequence).
 //
-// Contract:
-//  - Two groups: parameters with dim() >= 2 decay, the others do not.
-//  - step(lr) updates every parameter that has a gradient, then sets
-//    gradients to undefined (set_to_none).
-//  - State (exp_avg, exp_avg_sq, step) lives next to each parameter, same
-//    device and dtype; exposed for checkpoints.
-//  - Single-threaded: called from the trainer thread only.
+// Contract (Optimizer):
+//  - params() are the trainable parameters it updates, in params.json order.
+//  - clip_grad_norm(max_norm) returns the global L2 norm of the gradients
+//    (over every rank's shard where the state is sharded) as a float32 device
+//    scalar, before clipping, and scales the gradients so that the norm is at
+//    most max_norm when max_norm > 0. It reads nothing back to the host.
+//  - step(lr) updates every parameter that has a gradient, then sets the
+//    gradients to undefined (set_to_none); zero_grad() only does the latter.
+//  - state_tensors() names every state tensor ("<param>.exp_avg", ...) on the
+//    device, stable in order and shape for the whole run (allocated at
+//    construction), so checkpoint buffers can be reserved once;
+//    state_json() holds the rest (per-parameter step counts);
+//    load_state() restores both from a checkpoint.
+//  - Trainer thread only.
+//
+// AdamW: two groups from params.json's per-parameter `decay` flag (weights
+// decay; biases, norms and 1-D parameters do not).
 #pragma once
 
 #include <cstdint>  // int64_t
+#include <map>      // std::map
+#include <string>   // std::string
+#include <utility>  // std::pair
 #include <vector>   // std::vector
 
 #include <ATen/core/Tensor.h>  // at::Tensor
+#include <nlohmann/json.hpp>   // nlohmann::json
 
 namespace loongforge::trainer {
+
+using NamedTensorList = std::vector<std::pair<std::string, at::Tensor>>;
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual const std::vector<at::Tensor>& params() const = 0;
+  virtual at::Tensor clip_grad_norm(double max_norm) = 0;
+  virtual void step(double lr) = 0;
+  virtual void zero_grad() = 0;
+  virtual NamedTensorList state_tensors() const = 0;
+  virtual nlohmann::json state_json() const = 0;
+  virtual void load_state(const std::map<std::string, at::Tensor>& tensors, const nlohmann::json& json) = 0;
+};
 
 struct AdamWOptions {
   double beta1 = 0.95, beta2 = 0.999, eps = 1e-8, weight_decay = 1e-5;
 };
 
-class AdamW {
- public:
-  AdamW(std::vector<at::Tensor> params, AdamWOptions options);
-  void step(double lr);
-  void zero_grad();
+// A trainable parameter as the optimizer sees it.
+struct OptimizedParam {
+  std::string name;
+  at::Tensor tensor;
+  bool decay = true;
+};
 
+class AdamW final : public Optimizer {
+ public:
+  AdamW(const std::vector<OptimizedParam>& params, AdamWOptions options);
+  const std::vector<at::Tensor>& params() const override { return params_; }
+  at::Tensor clip_grad_norm(double max_norm) override;
+  void step(double lr) override;
+  void zero_grad() override;
+  NamedTensorList state_tensors() const override;
+  nlohmann::json state_json() const override;
+  void load_state(const std::map<std::string, at::Tensor>& tensors, const nlohmann::json& json) override;
+
+ private:
   struct State {
     at::Tensor exp_avg, exp_avg_sq;
     int64_t step = 0;
     bool decay = true;
   };
-  const std::vector<at::Tensor>& params() const { return params_; }
-  std::vector<State>& state() { return state_; }
-
- private:
+  std::vector<std::string> names_;
   std::vector<at::Tensor> params_;
   std::vector<State> state_;
   AdamWOptions opt_;
@@ -52,8 +93,9 @@ struct Schedule {
   double lr_at(int64_t s) const;
 };
 
-// Global L2 norm of the gradients (before clipping); scales them so the norm
-// is at most max_norm when max_norm > 0. Returns the norm as a double.
-double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm);
+// Global L2 norm of the gradients of `params` (before clipping) as a float32
+// scalar on their device; scales them so the norm is at most max_norm when
+// max_norm > 0 (docs/training-semantics.md s5).
+at::Tensor clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm);
 
 }  // namespace loongforge::trainer

@@ -3,22 +3,31 @@
 //
 // Contract:
 //  - make_snapshot() copies model weights and optimizer state to host memory
-//    (the training stall) and describes the trainer's position so that a
-//    resumed run takes exactly the steps the uninterrupted run would have.
+//    (the training stall) and describes the trainer's position (step, epoch,
+//    global batch, RNG states) so that a resumed run takes exactly the steps
+//    the uninterrupted run would have. Each engine that is on stores its state
+//    under loongforge_state/<name>.json.
+//  - check_resume() reads a checkpoint's manifest before anything is built
+//    and decides the gradient accumulation of this run: the global batch of
+//    the checkpoint is kept on any world size whose micro-batches divide it,
+//    else a CheckpointError says which world sizes work.
 //  - resume_from() checks integrity, then compatibility (parameter names and
-//    shapes, the config keys that change the math, world size) and lists
-//    every difference in one CheckpointError; on success it loads weights and
-//    optimizer state in place and returns the step to continue from.
+//    shapes, the config keys that change the math, the global batch) and
+//    lists every difference in one CheckpointError; on success it loads
+//    weights, optimizer state, RNG states and engine states in place and
+//    returns trainer_state.json.
 //  - Trainer thread only.
 #pragma once
 
 #include <cstdint>  // int64_t
 #include <memory>   // std::shared_ptr
 #include <string>   // std::string
+#include <vector>   // std::vector
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 
 #include "loongforge/checkpoint/checkpoint.hpp"
+#include "loongforge/common/engine.hpp"
 #include "loongforge/config/config.hpp"
 #include "loongforge/model/model.hpp"
 #include "loongforge/trainer/optimizer.hpp"
@@ -34,8 +43,8 @@ std::string model_identity_hash(const model::Model& net);
 struct TrainerPosition {
   int64_t step = 0;  // optimizer steps done
   int64_t epoch = 0;
-  int64_t micro_batches_per_epoch = 1;
-  int64_t accumulation = 1;
+  int64_t steps_per_epoch = 1;
+  int64_t global_batch = 1;  // samples per optimizer step over all ranks
   std::string run_id;
 };
 
@@ -44,7 +53,8 @@ struct TrainerPosition {
 // never change: they are copied once. The caller must not take a new
 // snapshot while the writer still reads the previous one (Writer::wait()).
 struct SnapshotBuffers {
-  std::vector<at::Tensor> weights, exp_avg, exp_avg_sq;  // aligned with net.parameters() / trainable
+  std::vector<at::Tensor> weights;    // aligned with net.parameters()
+  std::vector<at::Tensor> optimizer;  // aligned with optimizer.state_tensors()
   bool frozen_copied = false;
   std::shared_ptr<void> slab;  // one exactly-sized (pinned) allocation the tensors above view
 };
@@ -53,14 +63,26 @@ struct SnapshotBuffers {
 // sized exactly -- the caching host allocator would round each to a power of
 // two. Meant to run on a helper thread at start so the first checkpoint does
 // not pay for the allocation.
-void reserve_snapshot_buffers(SnapshotBuffers& buffers, const model::Model& net, bool pinned);
+void reserve_snapshot_buffers(SnapshotBuffers& buffers, const model::Model& net, const Optimizer& optimizer,
+                              bool pinned);
 
-checkpoint::Snapshot make_snapshot(const config::Config& cfg, const model::Model& net, AdamW& optimizer,
+checkpoint::Snapshot make_snapshot(const config::Config& cfg, const model::Model& net, const Optimizer& optimizer,
                                    const Schedule& schedule, const TrainerPosition& pos, int64_t world_size,
-                                   SnapshotBuffers& buffers);
+                                   const std::vector<Engine>& engines, SnapshotBuffers& buffers);
 
-// Loads `dir` into `net` and `optimizer`; returns the trainer_state.json.
-nlohmann::json resume_from(const std::string& dir, const config::Config& cfg, model::Model& net, AdamW& optimizer,
-                           int64_t world_size);
+// The gradient accumulation that keeps the global batch of the checkpoint in
+// `dir` on `world_size` ranks of cfg.trainer.micro_batch_size samples; the
+// integrity of `dir` is checked first. `note` receives a line for the log
+// when the accumulation changes.
+int64_t check_resume(const std::string& dir, const config::Config& cfg, int64_t world_size, std::string* note);
+
+// Loads `dir` into `net`, `optimizer`, the default generators and the
+// engines; returns trainer_state.json.
+nlohmann::json resume_from(const std::string& dir, const config::Config& cfg, model::Model& net,
+                           Optimizer& optimizer, int64_t world_size, const std::vector<Engine>& engines);
+
+// Seeds the default CPU (and CUDA) generators of this rank from run.seed
+// (they drive dropout; the flow-matching draws have their own generators).
+void seed_default_generators(const config::Config& cfg, int64_t rank);
 
 }  // namespace loongforge::trainer

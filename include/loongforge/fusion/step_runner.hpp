@@ -1,0 +1,52 @@
+// loongforge/fusion/step_runner.hpp — the compute seam of the trainer: the
+// forward and backward passes of one optimizer step's micro-batches. DMF
+// (micro-batch fusion) and the fast step (fused kernels, CUDA graphs) replace
+// the plain implementation here (DESIGN.md s4).
+//
+// Contract:
+//  - run() takes the step's K micro-batches (on the device) and their loss
+//    weights w_i (docs/training-semantics.md s5), runs forward and backward
+//    so that every trainable parameter's .grad accumulates the gradient of
+//    sum_i w_i * loss_i, and returns sum_i w_i * loss_i as a float64 scalar on
+//    the device. It reads nothing back to the host.
+//  - Gradient accumulation order and arithmetic are those of the reference
+//    trainer: micro-batch by micro-batch, forward then backward.
+//  - Phases "forward" and "backward" (per micro-batch) go to the
+//    PhaseRecorder.
+//  - Trainer thread only. engine() is DMF's record (common/engine.hpp).
+//
+// Example:
+//   auto runner = make_plain_runner(net, /*bf16_autocast=*/device.is_cuda());
+//   at::Tensor loss = runner->run(batches, weights, step, phases);  // device, f64
+#pragma once
+
+#include <cstdint>  // int64_t
+#include <memory>   // std::unique_ptr
+#include <vector>   // std::vector
+
+#include <ATen/core/Tensor.h>  // at::Tensor
+
+#include "loongforge/common/engine.hpp"
+#include "loongforge/common/phases.hpp"
+#include "loongforge/config/config.hpp"
+#include "loongforge/data/source.hpp"
+#include "loongforge/model/model.hpp"
+
+namespace loongforge::fusion {
+
+constexpr bool kDmfBuilt = false;  // the DMF engine is not in this build yet
+
+class StepRunner {
+ public:
+  virtual ~StepRunner() = default;
+  virtual at::Tensor run(std::vector<data::ReadyBatch>& batches, const std::vector<double>& weights, int64_t step,
+                         PhaseRecorder& phases) = 0;
+};
+
+// One forward and one backward per micro-batch, through the TorchScript
+// module; bf16_autocast: the forward runs under CUDA bf16 autocast.
+std::unique_ptr<StepRunner> make_plain_runner(model::Model& net, bool bf16_autocast);
+
+Engine engine(const config::Config& cfg);
+
+}  // namespace loongforge::fusion

@@ -1,0 +1,57 @@
+// The plain BatchSource: synchronous build on the trainer thread, then a
+// host-to-device copy (source.hpp).
+#include "loongforge/data/source.hpp"
+
+namespace loongforge::data {
+
+namespace {
+
+class SyncSource final : public BatchSource {
+ public:
+  SyncSource(const Dataset& dataset, const SampleOptions& options, c10::Device device, int64_t tokens_per_view)
+      : builder_(dataset, options),
+        device_(device),
+        image_tokens_per_sample_(options.num_views * tokens_per_view + 1),  // + the state token
+        batch_size_(options.micro_batch_size) {}
+
+  ReadyBatch next(int64_t step, int64_t micro, PhaseRecorder& phases) override {
+    ReadyBatch r;
+    MicroBatch mb;
+    {
+      Phase p(phases, "data_wait", step + 1, micro);
+      mb = builder_.micro_batch(step, micro);
+    }
+    r.num_valid = mb.num_valid;
+    r.tokens = mb.text_tokens + mb.action_tokens + batch_size_ * image_tokens_per_sample_;
+    Phase p(phases, "h2d", step + 1, micro);
+    for (auto& [key, t] : mb.tensors) r.tensors.emplace(key, t.to(device_, /*non_blocking=*/true));
+    return r;
+  }
+  const Sampler& sampler() const override { return builder_.sampler(); }
+  const DataStats& stats() const override { return builder_.stats(); }
+
+ private:
+  BatchBuilder builder_;
+  c10::Device device_;
+  int64_t image_tokens_per_sample_, batch_size_;
+};
+
+}  // namespace
+
+std::unique_ptr<BatchSource> make_sync_source(const Dataset& dataset, const SampleOptions& options,
+                                              c10::Device device, int64_t tokens_per_view) {
+  return std::make_unique<SyncSource>(dataset, options, device, tokens_per_view);
+}
+
+Engine engine(const config::Config& cfg) {
+  Engine e;
+  e.name = "adfe";
+  e.title = "ADFE";
+  e.what = "asynchronous data flow engine";
+  e.arrives_with = "the ADFE issue";
+  e.built = kAdfeBuilt;
+  e.enabled = kAdfeBuilt && cfg.adfe.enable;
+  return e;
+}
+
+}  // namespace loongforge::data

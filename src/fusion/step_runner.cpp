@@ -1,0 +1,104 @@
+// The plain StepRunner: the reference trainer's loop, micro-batch by
+// micro-batch (step_runner.hpp).
+#include "loongforge/fusion/step_runner.hpp"
+
+#include <cstdlib>  // std::getenv
+#include <string>   // std::string
+
+#include <ATen/ATen.h>           // at::zeros
+#include <ATen/autocast_mode.h>  // at::autocast::set_autocast_enabled
+#include <c10/util/Exception.h>  // c10::OutOfMemoryError
+
+namespace loongforge::fusion {
+
+namespace {
+
+// Turns bf16 autocast on for a scope (CUDA; DESIGN.md s9).
+struct AutocastScope {
+  bool on;
+  explicit AutocastScope(bool enable) : on(enable) {
+    if (on) {
+      at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+      at::autocast::set_autocast_enabled(at::kCUDA, true);
+    }
+  }
+  ~AutocastScope() {
+    if (on) {
+      at::autocast::set_autocast_enabled(at::kCUDA, false);
+      at::autocast::clear_cache();
+    }
+  }
+};
+
+// Test hook: LOONGFORGE_TEST_FAULT=<phase>@<step> (phase forward|backward,
+// 1-based step) raises libtorch's out-of-memory error there, so the failure
+// path (message, final checkpoint, exit status) is testable without a GPU.
+struct Fault {
+  std::string phase;
+  int64_t step = -1;
+  Fault() {
+    const char* v = std::getenv("LOONGFORGE_TEST_FAULT");
+    if (!v) return;
+    const std::string s = v;
+    const auto at = s.find('@');
+    if (at == std::string::npos) return;
+    phase = s.substr(0, at);
+    step = std::stoll(s.substr(at + 1));
+  }
+  void maybe_raise(const char* where, int64_t step_1based) const {
+    if (step_1based == step && phase == where)
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "injected by LOONGFORGE_TEST_FAULT: out of memory in ", where,
+                       " at step ", step_1based);
+  }
+};
+
+class PlainRunner final : public StepRunner {
+ public:
+  PlainRunner(model::Model& net, bool bf16) : net_(net), bf16_(bf16) {}
+
+  at::Tensor run(std::vector<data::ReadyBatch>& batches, const std::vector<double>& weights, int64_t step,
+                 PhaseRecorder& phases) override {
+    at::Tensor total;  // sum_i w_i * loss_i, float64, on the loss's device
+    for (size_t i = 0; i < batches.size(); ++i) {
+      const auto micro = static_cast<int64_t>(i);
+      at::Tensor loss;
+      {
+        Phase p(phases, "forward", step + 1, micro);
+        fault_.maybe_raise("forward", step + 1);
+        AutocastScope autocast(bf16_);
+        loss = net_.forward(batches[i].tensors).at("loss");
+      }
+      Phase p(phases, "backward", step + 1, micro);
+      fault_.maybe_raise("backward", step + 1);
+      (loss * weights[i]).backward();
+      const at::Tensor part = loss.detach().to(at::kDouble) * weights[i];
+      total = total.defined() ? total + part : part;
+    }
+    return total;
+  }
+
+ private:
+  model::Model& net_;
+  bool bf16_;
+  Fault fault_;
+};
+
+}  // namespace
+
+std::unique_ptr<StepRunner> make_plain_runner(model::Model& net, bool bf16_autocast) {
+  return std::make_unique<PlainRunner>(net, bf16_autocast);
+}
+
+Engine engine(const config::Config& cfg) {
+  Engine e;
+  e.name = "dmf";
+  e.title = "DMF";
+  e.what = "dynamic micro-batch fusion";
+  e.arrives_with = "the DMF issue";
+  e.built = kDmfBuilt;
+  e.enabled = kDmfBuilt && cfg.dmf.enable;
+  e.verbs.push_back(EngineVerb{"debug-dmf", false, nullptr, nullptr});
+  return e;
+}
+
+}  // namespace loongforge::fusion

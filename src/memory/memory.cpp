@@ -1,0 +1,60 @@
+// The memory room's plain implementation: PyTorch's caching allocator and
+// its counters (memory.hpp).
+#include "loongforge/memory/memory.hpp"
+
+#include <sys/resource.h>  // getrusage
+
+#if LOONGFORGE_WITH_CUDA_KERNELS
+#include <c10/cuda/CUDACachingAllocator.h>  // getDeviceStats
+#endif
+
+namespace loongforge::memory {
+
+void install(const config::Config& cfg, c10::Device device) {
+  // MLA is not built: PyTorch's caching allocator stays in charge.
+  (void)cfg, (void)device;
+}
+
+Stats stats(c10::Device device) {
+  Stats s;
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  s.peak_host_mb = static_cast<double>(ru.ru_maxrss) / 1024.0;
+  s.allocator = "host malloc";
+#if LOONGFORGE_WITH_CUDA_KERNELS
+  if (device.is_cuda()) {
+    using c10::CachingAllocator::StatType;
+    const auto d = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    const auto all = static_cast<size_t>(StatType::AGGREGATE);
+    constexpr double kMb = 1024.0 * 1024.0;
+    s.allocator = "PyTorch CUDA caching allocator";
+    s.device_in_use_mb = static_cast<double>(d.allocated_bytes[all].current) / kMb;
+    s.device_reserved_mb = static_cast<double>(d.reserved_bytes[all].current) / kMb;
+    s.peak_device_mb = static_cast<double>(d.allocated_bytes[all].peak) / kMb;
+  }
+#endif
+  (void)device;
+  return s;
+}
+
+nlohmann::json to_json(const Stats& s) {
+  return {{"allocator", s.allocator},
+          {"device_in_use_mb", s.device_in_use_mb},
+          {"device_reserved_mb", s.device_reserved_mb},
+          {"peak_device_mb", s.peak_device_mb},
+          {"peak_host_mb", s.peak_host_mb}};
+}
+
+Engine engine(const config::Config& cfg) {
+  Engine e;
+  e.name = "mla";
+  e.title = "MLA";
+  e.what = "memory lifecycle arranger (pooled CUDA allocator)";
+  e.arrives_with = "the MLA issue";
+  e.built = kMlaBuilt;
+  e.enabled = kMlaBuilt && cfg.mla.enable;
+  e.verbs.push_back(EngineVerb{"mla-stats", /*query=*/true, nullptr, nullptr});
+  return e;
+}
+
+}  // namespace loongforge::memory

@@ -1,0 +1,139 @@
+// Trainer, phase 3: close -- the final checkpoint and the summary; and run(),
+// which turns a failure inside a step into a message (trainer.hpp).
+#include <algorithm>  // std::min
+#include <cstdio>     // std::printf, std::snprintf
+#include <fstream>    // std::ofstream
+
+#include <c10/util/Exception.h>  // c10::Error, c10::OutOfMemoryError
+
+#include "control_plane.hpp"
+#include "loongforge/common/error.hpp"
+#include "loongforge/common/log.hpp"
+#include "loongforge/memory/memory.hpp"
+#include "loongforge/trainer/trainer.hpp"
+#include "stop_signal.hpp"
+
+namespace loongforge::trainer {
+
+int Trainer::run() {
+  open();
+  try {
+    while (more()) {
+      step();
+      step_boundary();
+    }
+  } catch (const c10::OutOfMemoryError& e) {
+    fail_in_step(e, /*out_of_memory=*/true);
+  } catch (const c10::Error& e) {
+    fail_in_step(e, /*out_of_memory=*/false);
+  }
+  return close();
+}
+
+int Trainer::close() {
+  const auto& log = logger("trainer");
+  const int64_t s = steps_done_;
+  progress_->finish();
+  if (stop_requested()) LF_LOG(log, info) << "stop requested (signal): checkpointing at step " << s;
+  if (control_stop_) LF_LOG(log, info) << "stop requested (control socket): checkpointing at step " << s;
+  // The final checkpoint (also on SIGTERM/SIGINT, `loongforge stop` and
+  // steps_per_run); none when this process took no step (resumed at the end,
+  // or stopped at once) or when this step is already saved.
+  const auto& h = progress_->history();
+  publish("stopping", h.empty() ? nullptr : &h.back());
+  if (!h.empty() && last_saved_step_ != s) save(s);
+  if (writer_) writer_->wait();
+  collect_writes();
+  if (reserver_.joinable()) reserver_.join();
+  if (world_) world_->barrier();  // rank 0's final checkpoint is complete before any rank exits
+  control_->shutdown({{"stopped_at_step", s}, {"checkpoint", last_ckpt_}, {"checkpoint_writes_failed", failed_writes_}});
+  if (h.empty()) return failed_writes_ > 0 ? 4 : 0;  // nothing left to do (resumed at the end)
+  if (!leader_) return 0;                           // rank 0 reports for the job
+
+  // Summary.
+  const int64_t k = cfg_.trainer.gradient_accumulation_steps;
+  double tail_loss = 0, data_ms = 0, step_ms = 0;
+  const size_t tail = std::min<size_t>(10, h.size());
+  for (size_t i = h.size() - tail; i < h.size(); ++i) tail_loss += h[i].loss / static_cast<double>(tail);
+  for (const auto& r : h) data_ms += r.data_wait_ms, step_ms += r.step_ms;
+  const double wall_s = std::chrono::duration<double>(Clock::now() - t_start_).count();
+  const double mean_sps = static_cast<double>(h.size() * k * cfg_.trainer.micro_batch_size) / (step_ms / 1000.0);
+  const memory::Stats mem = memory::stats(device_);
+  const nlohmann::json summary = {{"steps", h.size()},
+                                  {"first_loss", h.front().loss},
+                                  {"final_loss_mean_last_10", tail_loss},
+                                  {"samples_per_s", mean_sps},
+                                  {"data_wait_fraction", data_ms / step_ms},
+                                  {"videos_decoded", source_->stats().videos_decoded},
+                                  {"wall_s", wall_s},
+                                  {"peak_host_mb", mem.peak_host_mb},
+                                  {"peak_device_mb", mem.peak_device_mb},
+                                  {"run_dir", run_dir_},
+                                  {"checkpoint", last_ckpt_},
+                                  {"device", device_.str()},
+                                  {"precision", bf16_ ? "bf16" : "fp32"}};
+  std::ofstream(run_dir_ + "/summary.json") << summary.dump(2) << "\n";
+  if (failed_writes_ > 0)
+    LF_LOG(log, warn) << failed_writes_ << " checkpoint write(s) failed during the run (see above); newest intact: "
+                      << (last_ckpt_.empty() ? "(none)" : last_ckpt_);
+  std::printf(
+      "\n== LoongForge run summary ==\n"
+      "  model        %s (%s, %s)\n  steps        %zu in %s (%.2f steps/s)\n"
+      "  loss         %.5f -> %.5f (mean of last %zu)\n"
+      "  throughput   %.1f samples/s, data wait %.1f%% of step time\n  peak memory  %.0f MB host, %.0f MB device\n"
+      "  checkpoint   %s\n  metrics      %s/metrics.jsonl\n  summary      %s/summary.json\n",
+      net_->info().name.c_str(), device_.str().c_str(), bf16_ ? "bf16" : "fp32", h.size(),
+      format_duration(wall_s).c_str(), static_cast<double>(h.size()) / wall_s, h.front().loss, tail_loss, tail,
+      mean_sps, 100.0 * data_ms / step_ms, mem.peak_host_mb, mem.peak_device_mb, last_ckpt_.c_str(),
+      run_dir_.c_str(), run_dir_.c_str());
+  return failed_writes_ > 0 ? 4 : 0;
+}
+
+// A libtorch error inside step `steps_done_ + 1`: name where it happened and
+// what to change; keep the work when the state is intact; then stop.
+void Trainer::fail_in_step(const std::exception& e, bool out_of_memory) {
+  const auto& log = logger("trainer");
+  const FailedPhase where = failed_phase();
+  const std::string phase = where.name ? where.name : "step";
+  const int64_t step = steps_done_ + 1;
+  std::string msg = "step " + std::to_string(step) + ", phase " + phase +
+                    (where.micro >= 0 ? " (micro-batch " + std::to_string(where.micro) + ")" : "") + " on rank " +
+                    std::to_string(world_info_.rank) + " (" + device_.str() + "): " +
+                    (out_of_memory ? "out of memory" : "libtorch error") + ": " + e.what();
+  // Keep the first lines of libtorch's message (it appends a C++ backtrace).
+  if (const auto cut = msg.find("\nException raised from"); cut != std::string::npos) msg.resize(cut);
+  const memory::Stats mem = memory::stats(device_);
+  char figures[256];
+  std::snprintf(figures, sizeof(figures),
+                "\nMemory: %.0f MB in use, %.0f MB reserved, %.0f MB peak on the device (%s); %.0f MB peak on the host.",
+                mem.device_in_use_mb, mem.device_reserved_mb, mem.peak_device_mb, mem.allocator.c_str(),
+                mem.peak_host_mb);
+  msg += figures;
+  if (out_of_memory)
+    msg += "\nTo fit: lower trainer.micro_batch_size (now " + std::to_string(cfg_.trainer.micro_batch_size) +
+           ") and raise trainer.gradient_accumulation_steps (now " +
+           std::to_string(cfg_.trainer.gradient_accumulation_steps) +
+           ") to keep the global batch; or use precision.mode=bf16, or a smaller model.";
+  // The parameters and optimizer state are those after step - 1 as long as the
+  // update has not started: keep them.
+  const bool intact = phase != "optimizer";
+  optimizer_->zero_grad();
+  if (intact && leader_ && steps_done_ > 0 && last_saved_step_ != steps_done_) {
+    try {
+      save(steps_done_);
+      writer_->wait();
+      collect_writes();
+      msg += "\nThe state after step " + std::to_string(steps_done_) + " is saved: " + last_ckpt_ +
+             " (resume with --resume latest).";
+    } catch (const std::exception& ce) {
+      msg += "\nThe final checkpoint could not be written either: " + std::string(ce.what());
+    }
+  } else if (!last_ckpt_.empty()) {
+    msg += "\nNewest checkpoint: " + last_ckpt_ + (intact ? "" : " (the failure hit the update: nothing newer is saved)");
+  }
+  LF_LOG(log, error) << msg;
+  control_->shutdown({{"stopped_at_step", steps_done_}, {"checkpoint", last_ckpt_}, {"error", msg}});
+  throw TrainingError(msg);
+}
+
+}  // namespace loongforge::trainer

@@ -1,0 +1,246 @@
+// Trainer, phase 1: open -- everything a rank needs before its first step
+// (trainer.hpp).
+#include <chrono>   // std::chrono::system_clock
+#include <cmath>    // std::ceil
+#include <fstream>  // std::ofstream
+
+#include <ATen/Context.h>   // at::globalContext
+#include <ATen/Parallel.h>  // at::set_num_threads
+#include <torch/cuda.h>     // torch::cuda::is_available
+
+#include "control_plane.hpp"
+#include "loongforge/common/error.hpp"
+#include "loongforge/common/files.hpp"
+#include "loongforge/common/log.hpp"
+#include "loongforge/common/sha256.hpp"
+#include "loongforge/memory/memory.hpp"
+#include "loongforge/trainer/trainer.hpp"
+#include "stop_signal.hpp"
+
+namespace loongforge::trainer {
+
+Trainer::Trainer(config::Config cfg, comm::WorldInfo world)
+    : cfg_(std::move(cfg)), world_info_(std::move(world)), leader_(world_info_.rank == 0), t_start_(Clock::now()) {}
+
+Trainer::~Trainer() {
+  if (reserver_.joinable()) reserver_.join();
+}
+
+void Trainer::resolve_device() {
+  const bool cuda = torch::cuda::is_available();
+  if (cfg_.run.device == "cuda" && !cuda)
+    throw ConfigError(cfg_.origin["run.device"] +
+                      ": run.device is cuda but no GPU is visible to this process: use run.device=cpu or auto");
+  const bool on_gpu = cfg_.run.device == "cuda" || (cfg_.run.device == "auto" && cuda);
+  if (on_gpu && world_info_.local_rank >= static_cast<int64_t>(torch::cuda::device_count()))
+    throw ConfigError("LOCAL_RANK " + std::to_string(world_info_.local_rank) + " but only " +
+                      std::to_string(torch::cuda::device_count()) + " GPU(s) are visible: start one process per GPU");
+  device_ = on_gpu ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(world_info_.local_rank))
+                   : c10::Device(c10::kCPU);
+  bf16_ = cfg_.precision.mode == "bf16" || (cfg_.precision.mode == "auto" && device_.is_cuda());
+}
+
+// Small strings every rank must agree on (run directory, checkpoint to
+// resume): rank 0 decides and shares them through the rendezvous store. A
+// value starting with '!' is rank 0's error, raised on every rank.
+std::string Trainer::agree(const std::string& key, const std::string& value) {
+  const std::string v = world_ ? world_->agree(key, value) : value;
+  if (!v.empty() && v[0] == '!') throw CheckpointError("rank 0: " + v.substr(1));
+  return v;
+}
+
+// The checkpoint this run resumes from ("" = a fresh run), decided by rank 0.
+std::string Trainer::choose_resume_dir() {
+  const std::string& resume = cfg_.checkpoint.resume;
+  if (resume.empty()) return agree("resume_dir", "");
+  std::string dir;
+  if (leader_) {
+    try {
+      if (resume == "latest") {
+        const std::string named_dir = cfg_.run.output_dir + "/" + cfg_.run.name;
+        const std::string parent = cfg_.checkpoint.dir.empty() ? named_dir + "/checkpoints" : cfg_.checkpoint.dir;
+        std::vector<std::string> rejected;
+        dir = checkpoint::find_latest(parent, &rejected);
+        if (dir.empty() && !rejected.empty()) {
+          // Starting again from step 0 would silently throw away the run.
+          std::string msg = "--resume latest: every checkpoint in " + parent + " is damaged:";
+          for (const auto& r : rejected) msg += "\n  " + r;
+          throw CheckpointError(msg +
+                                "\nNothing was trained. Repair or move them away, or start a fresh run without "
+                                "--resume (it gets a new run directory).");
+        }
+        for (const auto& r : rejected) LF_LOG(logger("trainer"), warn) << "skipping damaged checkpoint " << r;
+        if (dir.empty())
+          LF_LOG(logger("trainer"), info) << "--resume latest: no checkpoint in " << parent << " yet; starting from step 0";
+      } else {
+        dir = resume;
+        if (!is_directory(dir))
+          throw CheckpointError(cfg_.origin["checkpoint.resume"] + ": checkpoint.resume: '" + dir +
+                                "' is not a directory (use a checkpoint directory such as "
+                                "<run>/checkpoints/epoch_0_step_100, or 'latest')");
+      }
+    } catch (const Error& e) {
+      agree("resume_dir", std::string("!") + e.what());  // the other ranks fail with the same message
+      throw;
+    }
+  }
+  return agree("resume_dir", dir);
+}
+
+void Trainer::open_data() {
+  const auto& mc = net_->info().config;
+  dataset_ = std::make_unique<data::Dataset>(data::Dataset::open(cfg_.data.path));
+  data::SampleOptions so;
+  so.action_horizon = cfg_.data.action_horizon;
+  so.max_text_len = cfg_.data.max_text_len;
+  so.embodiment_id = cfg_.data.embodiment_id;
+  so.normalization = cfg_.data.normalization;
+  so.shuffle = cfg_.data.shuffle;
+  so.seed = static_cast<uint64_t>(cfg_.run.seed);
+  so.micro_batch_size = cfg_.trainer.micro_batch_size;
+  so.accumulation = cfg_.trainer.gradient_accumulation_steps;
+  so.rank = world_info_.rank;
+  so.world = world_info_.world_size;
+  so.image_size = mc.at("image_size").get<int64_t>();
+  so.num_views = mc.at("num_views").get<int64_t>();
+  so.max_state_dim = mc.at("max_state_dim").get<int64_t>();
+  so.max_action_dim = mc.at("max_action_dim").get<int64_t>();
+  const int64_t side = so.image_size / mc.at("patch_size").get<int64_t>();
+  const int64_t shuffle = mc.at("pixel_shuffle").get<int64_t>();
+  tokens_per_view_ = side * side / (shuffle * shuffle);
+  source_ = data::make_sync_source(*dataset_, so, device_, tokens_per_view_);
+}
+
+void Trainer::open_run_dir(const std::string& resume_dir) {
+  // A resumed run continues in its own directory; a fresh one never reuses one.
+  const std::string named_dir = cfg_.run.output_dir + "/" + cfg_.run.name;
+  std::string dir;
+  if (leader_) {
+    if (!cfg_.checkpoint.resume.empty() && is_directory(named_dir)) {
+      dir = named_dir;
+    } else {
+      dir = named_dir;
+      for (int i = 2; path_exists(dir); ++i) dir = named_dir + "-" + std::to_string(i);
+      try {
+        make_dirs(dir);
+      } catch (const Error& e) {
+        throw ConfigError(std::string(e.what()) + " (check run.output_dir, " + cfg_.origin["run.output_dir"] + ")");
+      }
+    }
+  }
+  run_dir_ = agree("run_dir", dir);
+  make_dirs(run_dir_);
+  ckpt_dir_ = cfg_.checkpoint.dir.empty() ? run_dir_ + "/checkpoints" : cfg_.checkpoint.dir;
+  last_ckpt_ = resume_dir;
+}
+
+void Trainer::open() {
+  const auto& log = logger("trainer");
+  const int64_t world_size = world_info_.world_size;
+  resolve_device();
+  memory::install(cfg_, device_);  // before the first CUDA allocation
+  engines_ = engine_records(cfg_);
+  if (world_size > 1) world_ = comm::World::connect(world_info_, /*timeout_ms=*/300000);
+  reducer_ = comm::make_plain_reducer(world_.get());
+
+  ControlPlane::Identity identity;
+  identity.rank = world_info_.rank, identity.world = world_size;
+  identity.device = device_.str(), identity.precision = bf16_ ? "bf16" : "fp32";
+  identity.model = cfg_.model.path, identity.cuda = device_.is_cuda();
+  control_ = std::make_unique<ControlPlane>(cfg_, identity,
+                                            world_ ? make_store_bus(world_->store()) : make_local_bus(), engines_);
+  control_->publish_status(
+      {{"phase", "loading"}, {"model", cfg_.model.path}, {"rank", world_info_.rank}, {"world", world_size}});
+
+  if (cfg_.run.threads > 0) at::set_num_threads(static_cast<int>(cfg_.run.threads));
+  // Bitwise reproducibility across runs and with the reference trainer: the
+  // per-embodiment weight[ids] backward accumulates in parallel otherwise.
+  if (cfg_.run.deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+  seed_default_generators(cfg_, world_info_.rank);
+
+  // The checkpoint decides the accumulation before anything is sized by it.
+  const std::string resume_dir = choose_resume_dir();
+  if (!resume_dir.empty()) {
+    std::string note;
+    const int64_t k = check_resume(resume_dir, cfg_, world_size, &note);
+    if (k != cfg_.trainer.gradient_accumulation_steps) {
+      cfg_.trainer.gradient_accumulation_steps = k;
+      cfg_.origin["trainer.gradient_accumulation_steps"] = "kept the global batch of " + resume_dir;
+    }
+    if (!note.empty()) LF_LOG(log, info) << note;
+  }
+
+  net_ = std::make_unique<model::Model>(model::Model::load(cfg_.model.path, device_));
+  if (bf16_) net_->cast_frozen(at::kBFloat16);
+  net_->train();
+  open_data();
+  runner_ = fusion::make_plain_runner(*net_, bf16_ && device_.is_cuda());
+
+  AdamWOptions ao;
+  ao.beta1 = cfg_.optimizer.beta1, ao.beta2 = cfg_.optimizer.beta2, ao.eps = cfg_.optimizer.eps;
+  ao.weight_decay = cfg_.optimizer.weight_decay;
+  std::vector<OptimizedParam> trainable;
+  for (const auto& p : net_->parameters())
+    if (p.info->trainable) trainable.push_back({p.info->name, p.tensor, p.info->decay});
+  optimizer_ = std::make_unique<AdamW>(trainable, ao);
+  schedule_.peak_lr = cfg_.optimizer.lr;
+  schedule_.total_steps = cfg_.trainer.max_steps;
+  schedule_.warmup_steps = cfg_.schedule.warmup_steps > 0
+                               ? cfg_.schedule.warmup_steps
+                               : static_cast<int64_t>(std::ceil(cfg_.schedule.warmup_ratio * cfg_.trainer.max_steps));
+  schedule_.min_lr_ratio = cfg_.schedule.min_lr_ratio;
+  schedule_.kind = cfg_.schedule.name == "linear"     ? Schedule::Kind::Linear
+                   : cfg_.schedule.name == "constant" ? Schedule::Kind::Constant
+                                                      : Schedule::Kind::Cosine;
+
+  open_run_dir(resume_dir);
+  pos_.global_batch = cfg_.trainer.micro_batch_size * cfg_.trainer.gradient_accumulation_steps * world_size;
+  pos_.steps_per_epoch = source_->sampler().steps_per_epoch();
+  pos_.run_id = sha256_hex(run_dir_ + std::to_string(std::chrono::system_clock::now().time_since_epoch().count()))
+                    .substr(0, 16);
+  if (!resume_dir.empty()) {
+    const nlohmann::json state = resume_from(resume_dir, cfg_, *net_, *optimizer_, world_size, engines_);
+    pos_.step = state.at("step").get<int64_t>();
+    pos_.run_id = state.at("run_id").get<std::string>();
+    LF_LOG(log, info) << "resumed from " << resume_dir << " at step " << pos_.step;
+  }
+  steps_done_ = pos_.step;
+  last_step_ = cfg_.trainer.steps_per_run > 0 ? std::min(cfg_.trainer.max_steps, pos_.step + cfg_.trainer.steps_per_run)
+                                              : cfg_.trainer.max_steps;
+  if (leader_) std::ofstream(run_dir_ + "/config.yaml") << config::print_config(cfg_);
+  LF_LOG(log, info) << "run " << run_dir_ << ": " << net_->info().name << " on " << device_ << " ("
+                    << (bf16_ ? "bf16" : "fp32") << "), " << dataset_->episodes().size() << " episodes / "
+                    << dataset_->total_rows() << " samples, global batch " << pos_.global_batch << " ("
+                    << cfg_.trainer.micro_batch_size << " x " << cfg_.trainer.gradient_accumulation_steps << " x "
+                    << world_size << " ranks), " << pos_.steps_per_epoch << " steps per epoch, steps "
+                    << pos_.step + 1 << ".." << last_step_;
+
+  // Rank 0 reports for the job (its loss is the one of the whole job).
+  progress_ = std::make_unique<Progress>(
+      leader_ ? cfg_.logging.progress : "off", cfg_.logging.interval_steps, cfg_.trainer.max_steps,
+      leader_ && cfg_.logging.metrics_jsonl ? run_dir_ + "/metrics.jsonl" : "", pos_.step,
+      leader_ && cfg_.logging.tensorboard ? run_dir_ + "/tb" : "");
+  flops_per_sample_ = net_->info().forward_flops_per_sample + net_->info().backward_flops_per_sample;
+  // Only rank 0 writes checkpoints: every rank holds the same replicated state.
+  if (leader_) {
+    writer_ = std::make_unique<checkpoint::Writer>(ckpt_dir_, cfg_.checkpoint.keep_last, cfg_.checkpoint.async_write);
+    // Snapshot buffers are allocated on a helper thread while training starts.
+    reserver_ = std::thread([this] {
+      try {
+        reserve_snapshot_buffers(snapshot_buffers_, *net_, *optimizer_, device_.is_cuda());
+      } catch (...) {
+        reserve_error_ = std::current_exception();
+      }
+    });
+  }
+  last_ckpt_time_ = Clock::now();
+
+  install_stop_signals();
+  publish("training", nullptr);
+  // Requests that arrived while the model loaded.
+  const auto a = control_->step_boundary(steps_done_, stop_requested());
+  if (a.checkpoint && !a.stop) save(steps_done_);
+  control_stop_ = a.stop;
+}
+
+}  // namespace loongforge::trainer

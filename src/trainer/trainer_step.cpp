@@ -1,0 +1,199 @@
+// Trainer, phase 2: steps and step boundaries (trainer.hpp).
+#include <cmath>  // std::isfinite
+
+#include <ATen/ATen.h>  // at::Tensor
+
+#include "control_plane.hpp"
+#include "loongforge/common/error.hpp"
+#include "loongforge/common/log.hpp"
+#include "loongforge/memory/memory.hpp"
+#include "loongforge/trainer/trainer.hpp"
+#include "stop_signal.hpp"
+
+namespace loongforge::trainer {
+
+namespace {
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+bool Trainer::more() const { return steps_done_ < last_step_ && !control_stop_; }
+
+void Trainer::step() {
+  const int64_t s = steps_done_;  // the 0-based step taken now
+  const int64_t k = cfg_.trainer.gradient_accumulation_steps;
+  control_->step_begins();
+  failed_phase() = {};
+  const auto t_step = Clock::now();
+
+  // Every micro-batch of the step first: their valid counts weight the losses.
+  std::vector<data::ReadyBatch> batches;
+  int64_t local_valid = 0, tokens = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    batches.push_back(source_->next(s, i, *control_));
+    local_valid += batches.back().num_valid;
+    tokens += batches.back().tokens;
+  }
+  const double data_ms = ms_since(t_step);
+  const int64_t total_valid = reducer_->sum_counts(local_valid);
+  const auto world = static_cast<double>(reducer_->world_size());
+  std::vector<double> weights(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i)
+    weights[static_cast<size_t>(i)] =
+        total_valid > 0 ? static_cast<double>(batches[static_cast<size_t>(i)].num_valid) * world /
+                              static_cast<double>(total_valid)
+                        : 1.0 / static_cast<double>(k);
+
+  at::Tensor loss = runner_->run(batches, weights, s, *control_);
+  batches.clear();  // the step's inputs are no longer needed
+
+  double comm_ms = 0;
+  if (reducer_->world_size() > 1) {
+    const auto t0 = Clock::now();
+    reducer_->average_gradients(optimizer_->params(), *control_, s);
+    loss = reducer_->sum_scalar(loss) / world;  // the job's loss (docs/training-semantics.md s5)
+    comm_ms = ms_since(t0);
+  }
+
+  double step_loss = 0, grad_norm = 0, lr = schedule_.lr_at(s);
+  {
+    Phase p(*control_, "optimizer", s + 1);
+    const at::Tensor norm = optimizer_->clip_grad_norm(cfg_.trainer.grad_clip_norm);
+    // The plain path reads both now: the non-finite check precedes the update.
+    step_loss = loss.item<double>();
+    grad_norm = norm.item<double>();
+    const bool finite = std::isfinite(step_loss) && std::isfinite(grad_norm);
+    if (!finite && cfg_.trainer.stop_on_nonfinite) {
+      throw TrainingError("step " + std::to_string(s + 1) + ": " +
+                          (!std::isfinite(step_loss) ? "loss is " + std::to_string(step_loss)
+                                                     : "gradient norm is " + std::to_string(grad_norm)) +
+                          "; parameters were not updated. Lower optimizer.lr, check the data, or set "
+                          "trainer.stop_on_nonfinite=false to skip such steps" +
+                          (last_ckpt_.empty() ? "" : " (newest checkpoint: " + last_ckpt_ + ")"));
+    }
+    if (finite) {
+      optimizer_->step(lr);
+    } else {
+      optimizer_->zero_grad();  // stop_on_nonfinite=false: skip this update
+      LF_LOG(logger("trainer"), warn) << "step " << s + 1 << ": non-finite loss or gradient norm; update skipped";
+    }
+  }
+
+  StepRecord& r = record_;
+  r = StepRecord{};
+  r.step = s + 1;
+  r.loss = step_loss;
+  r.lr = lr;
+  r.grad_norm = grad_norm;
+  r.num_valid = static_cast<double>(local_valid);
+  r.step_ms = ms_since(t_step);
+  r.data_wait_ms = data_ms;
+  r.exposed_comm_ms = comm_ms;
+  const double samples = static_cast<double>(k * cfg_.trainer.micro_batch_size);
+  r.samples_per_s = samples / (r.step_ms / 1000.0);
+  r.tokens_per_s = static_cast<double>(tokens) / (r.step_ms / 1000.0);
+  r.mfu = device_.is_cuda() ? flops_per_sample_ * r.samples_per_s / 989e12 : 0.0;
+  const memory::Stats mem = memory::stats(device_);
+  r.peak_mem_mb = device_.is_cuda() ? mem.peak_device_mb : mem.peak_host_mb;
+  steps_done_ = s + 1;
+}
+
+void Trainer::step_boundary() {
+  const int64_t s = steps_done_;
+  const auto t_step_end = Clock::now();
+  ControlPlane::Actions actions;
+  {
+    Phase p(*control_, "control", s);
+    actions = control_->step_boundary(s, stop_requested());
+  }
+  control_stop_ = actions.stop;
+  {
+    Phase p(*control_, "checkpoint", s);
+    const bool by_steps = s % cfg_.checkpoint.interval_steps == 0;
+    const bool by_time = cfg_.checkpoint.interval_minutes > 0 &&
+                         ms_since(last_ckpt_time_) >= cfg_.checkpoint.interval_minutes * 60000.0;
+    if ((by_steps || by_time || actions.checkpoint) && s < last_step_ && !control_stop_)
+      record_.checkpoint_stall_ms = save(s);
+  }
+  progress_->record(record_);
+  collect_writes();
+  publish("training", &record_);
+  control_->step_done(s, record_.step_ms + ms_since(t_step_end), memory::to_json(memory::stats(device_)));
+}
+
+// Copies the state to host memory (the stall) and hands it to the writer.
+double Trainer::save(int64_t steps_done) {
+  const auto t0 = Clock::now();
+  last_saved_step_ = steps_done;
+  if (!writer_) return 0.0;
+  if (reserver_.joinable()) reserver_.join();
+  if (reserve_error_) std::rethrow_exception(reserve_error_);
+  pos_.step = steps_done;
+  pos_.epoch = source_->sampler().epoch_of_step(steps_done);
+  writer_->wait();  // the writer may still read the buffers of the previous snapshot
+  writer_->submit(make_snapshot(cfg_, *net_, *optimizer_, schedule_, pos_, world_info_.world_size, engines_,
+                                snapshot_buffers_));
+  last_ckpt_time_ = Clock::now();
+  return ms_since(t0);
+}
+
+// Reports finished writes: a failure (disk full, ...) is logged and training goes on.
+void Trainer::collect_writes() {
+  if (!writer_) return;
+  const auto& log = logger("trainer");
+  for (const auto& w : writer_->take_results()) {
+    control_->checkpoint_finished(w.step, w.path, w.error, w.seconds, w.bytes);
+    if (w.error.empty()) {
+      last_ckpt_ = w.path;
+      LF_LOG(log, info) << "checkpoint " << w.path << ": " << static_cast<double>(w.bytes) / 1e6 << " MB in "
+                        << w.seconds << " s";
+    } else {
+      ++failed_writes_;
+      LF_LOG(log, warn) << "checkpoint at step " << w.step << " FAILED: " << w.error
+                        << " -- training continues; the newest intact checkpoint is "
+                        << (last_ckpt_.empty() ? "(none)" : last_ckpt_);
+    }
+  }
+}
+
+// Status for `loongforge status`: rebuilt after every step.
+void Trainer::publish(const char* phase, const StepRecord* r) {
+  nlohmann::json engines = nlohmann::json::object();
+  for (const auto& e : engines_) engines[e.name] = e.status_json();
+  nlohmann::json st = {{"phase", phase},
+                       {"step", r ? r->step : steps_done_},
+                       {"max_steps", cfg_.trainer.max_steps},
+                       {"run_dir", run_dir_},
+                       {"model", net_ ? net_->info().name : cfg_.model.path},
+                       {"device", device_.str()},
+                       {"precision", bf16_ ? "bf16" : "fp32"},
+                       {"rank", world_info_.rank},
+                       {"world", world_info_.world_size},
+                       {"global_batch", pos_.global_batch},
+                       {"strategy", reducer_->strategy()},
+                       {"engines", engines},
+                       {"last_checkpoint", last_ckpt_},
+                       {"checkpoint_writes_failed", failed_writes_},
+                       {"elapsed_s", std::chrono::duration<double>(Clock::now() - t_start_).count()}};
+  if (r) {
+    const double done = static_cast<double>(progress_->history().size());
+    const double eta =
+        done > 0 ? progress_->elapsed_s() / done * static_cast<double>(cfg_.trainer.max_steps - r->step) : 0;
+    st.update({{"loss", r->loss},
+               {"lr", r->lr},
+               {"grad_norm", r->grad_norm},
+               {"samples_per_s", r->samples_per_s},
+               {"tokens_per_s", r->tokens_per_s},
+               {"mfu", r->mfu},
+               {"step_ms", r->step_ms},
+               {"data_wait_ms", r->data_wait_ms},
+               {"peak_mem_mb", r->peak_mem_mb},
+               {"eta_s", eta}});
+    const nlohmann::json comm = reducer_->comm_status();
+    if (!comm.is_null()) st["comm"] = comm;
+  }
+  control_->publish_status(std::move(st));
+}
+
+}  // namespace loongforge::trainer
