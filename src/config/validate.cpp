@@ -115,8 +115,8 @@ void derive(Config* cfg, const ValidationContext& ctx, std::vector<std::string>*
   const int64_t k = t.global_batch_size / per_step;
   const double k_max = find_key("trainer.gradient_accumulation_steps")->max;
   if (static_cast<double>(k) > k_max) {
-    errors->push_back(at + "trainer.global_batch_size (" + G + ") / (micro_batch_size (" + B + ") x world size (" +
-                      W + ")) = " + std::to_string(k) + " micro-batches per step, above the limit of " +
+    errors->push_back(at + "trainer.global_batch_size (" + G + ") / (micro_batch_size (" + B + ") x world size (" + W +
+                      ")) = " + std::to_string(k) + " micro-batches per step, above the limit of " +
                       std::to_string(static_cast<int64_t>(k_max)) + ": raise micro_batch_size");
     return;
   }
@@ -159,15 +159,14 @@ void validate(const Config& cfg, const ValidationContext& ctx, std::vector<std::
     const int64_t per_step = t.micro_batch_size * ctx.world_size;
     std::string fix = "set it to " + std::to_string(derived) + " or 0 (derived)";
     if (t.global_batch_size % per_step == 0)
-      fix += ", or remove trainer.gradient_accumulation_steps (" +
-             how_set(cfg, "trainer.gradient_accumulation_steps") + ") to derive it as " +
-             std::to_string(t.global_batch_size) + " / (" + std::to_string(t.micro_batch_size) + " x " +
-             std::to_string(ctx.world_size) + ") = " + std::to_string(t.global_batch_size / per_step);
+      fix += ", or remove trainer.gradient_accumulation_steps (" + how_set(cfg, "trainer.gradient_accumulation_steps") +
+             ") to derive it as " + std::to_string(t.global_batch_size) + " / (" + std::to_string(t.micro_batch_size) +
+             " x " + std::to_string(ctx.world_size) + ") = " + std::to_string(t.global_batch_size / per_step);
     add("trainer.global_batch_size",
-        "trainer.global_batch_size (" + std::to_string(t.global_batch_size) +
-            ") must equal micro_batch_size (" + std::to_string(t.micro_batch_size) +
-            ") x gradient_accumulation_steps (" + std::to_string(t.gradient_accumulation_steps) +
-            ") x world size (" + std::to_string(ctx.world_size) + ") = " + std::to_string(derived) + ": " + fix);
+        "trainer.global_batch_size (" + std::to_string(t.global_batch_size) + ") must equal micro_batch_size (" +
+            std::to_string(t.micro_batch_size) + ") x gradient_accumulation_steps (" +
+            std::to_string(t.gradient_accumulation_steps) + ") x world size (" + std::to_string(ctx.world_size) +
+            ") = " + std::to_string(derived) + ": " + fix);
   }
 
   if (cfg.schedule.warmup_steps >= t.max_steps) {
