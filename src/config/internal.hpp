@@ -1,5 +1,5 @@
 // Private to the config room: typed values and per-key accessors generated
-// from keys.def, shared by load.cpp, validate.cpp and print.cpp.
+// from keys.def, shared by load.cpp, schema.cpp and validate.cpp.
 #pragma once
 
 #include <functional>  // std::function
@@ -33,6 +33,10 @@ std::string allowed_text(const KeyDef& def);  // "an integer in [1, 65536]", "on
 
 // Closest candidate by edit distance, or "" when nothing is close.
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
+
+// Fills derived values (Note [Derived accumulation] in validate.cpp) and
+// their origins; appends messages for values that cannot be derived.
+void derive(Config* cfg, const ValidationContext& ctx, std::vector<std::string>* errors);
 
 // Range, choice and cross-key rules over a loaded config; appends messages.
 void validate(const Config& cfg, const ValidationContext& ctx, std::vector<std::string>* errors);

@@ -181,6 +181,8 @@ class Loader {
 
 Config finish(Loader& loader, Config cfg, const std::vector<std::string>& overrides, const ValidationContext& ctx) {
   for (const auto& o : overrides) loader.apply_override(o, &cfg);
+  cfg.built_engines = ctx.built_engines;
+  if (loader.errors().empty()) detail::derive(&cfg, ctx, &loader.errors());
   if (loader.errors().empty()) detail::validate(cfg, ctx, &loader.errors());
   if (!loader.errors().empty()) {
     std::string msg = loader.errors().size() == 1 ? "invalid configuration:\n"

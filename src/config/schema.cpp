@@ -6,6 +6,7 @@
 #include <cstring>       // std::strchr
 #include <cstdlib>       // std::strtod
 #include <sstream>       // std::ostringstream
+#include <type_traits>   // std::is_same_v
 
 #include "internal.hpp"
 
@@ -58,6 +59,22 @@ std::string yaml_quote(const std::string& s) {
   return q + "\"";
 }
 
+// Every engine owns a section of its name with a boolean `enable`.
+#define LF_ENGINE_CHECK(s, display)                                               \
+  static_assert(std::is_same_v<decltype(Config::s##_section::enable), bool>,      \
+                "engine " display " needs a section '" #s "' with a BOOL enable key");
+LF_ENGINES(LF_ENGINE_CHECK)
+#undef LF_ENGINE_CHECK
+
+// The display name of the engine owning `section` ("GCTS"), or "".
+std::string engine_of(const std::string& section) {
+#define LF_ENGINE_NAME(s, display) \
+  if (section == #s) return display;
+  LF_ENGINES(LF_ENGINE_NAME)
+#undef LF_ENGINE_NAME
+  return "";
+}
+
 struct Tables {
   std::vector<SectionDef> sections;
   std::vector<KeyDef> keys;
@@ -79,7 +96,7 @@ const Tables& tables() {
 #define LF_DEF_STR(s, name, def, help) LF_DEF(s, name, KeyKind::Str, yaml_quote(def), 0, 0, {}, help)
 #define LF_DEF_CHOICE(s, name, def, choices, help) LF_DEF(s, name, KeyKind::Choice, def, 0, 0, split_choices(choices), help)
 #define LF_DEF_SECTION(section, help, KEYS)          \
-  out.sections.push_back(SectionDef{#section, help}); \
+  out.sections.push_back(SectionDef{#section, help, engine_of(#section)}); \
   KEYS(section, LF_DEF_INT, LF_DEF_FLOAT, LF_DEF_BOOL, LF_DEF_STR, LF_DEF_CHOICE)
     LF_CONFIG_SECTIONS(LF_DEF_SECTION)
 #undef LF_DEF_SECTION
@@ -241,13 +258,22 @@ std::string print_config(const Config& cfg) {
     const KeyDef& d = *a.def;
     if (d.section != section) {
       section = d.section;
-      for (const auto& s : sections())
-        if (s.name == section) out << "\n# " << s.help << "\n" << section << ":\n";
+      for (const auto& s : sections()) {
+        if (s.name != section) continue;
+        out << "\n# " << s.help << "\n";
+        if (!s.engine.empty() && !cfg.built_engines.count(s.name))
+          out << "# Not in this build: the " << s.engine << " engine is not in this binary yet; these keys keep\n"
+              << "# their defaults and do nothing (any other value is an error).\n";
+        out << section << ":\n";
+      }
     }
     auto it = cfg.origin.find(d.path);
     const std::string origin = it == cfg.origin.end() ? "default" : it->second;
+    const std::string source = origin == "default"                ? ""
+                               : origin == kDerivedFromGlobalBatch ? ". Value " + origin
+                                                                   : ". Set by " + origin;
     out << "  # " << d.help << ". Allowed: " << detail::allowed_text(d) << ". Default: " << d.default_text
-        << (origin == "default" ? "" : ". Set by " + origin) << "\n";
+        << source << "\n";
     out << "  " << d.name << ": " << detail::format_value(a.get(cfg)) << "\n";
   }
   return out.str();

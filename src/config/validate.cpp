@@ -1,6 +1,8 @@
-// Cross-key rules: what no single key's range can say. Each message names
-// every key involved, where it was set, and a value that would work.
-#include <sstream>  // std::ostringstream
+// Derived values and cross-key rules: what no single key's range can say. Each
+// message names every key involved, where it was set, and a value that would
+// work.
+#include <filesystem>  // std::filesystem::status
+#include <sstream>     // std::ostringstream
 
 #include "internal.hpp"
 
@@ -13,6 +15,12 @@ std::string origin_of(const Config& cfg, const std::string& path) {
   return it == cfg.origin.end() ? "default" : it->second;
 }
 
+// "set at bad.yaml:6", "set at --set", "default" or "derived from trainer.global_batch_size".
+std::string how_set(const Config& cfg, const std::string& path) {
+  const std::string o = origin_of(cfg, path);
+  return o == "default" || o == kDerivedFromGlobalBatch ? o : "set at " + o;
+}
+
 std::string divisors_of(int64_t n) {
   std::string s;
   for (int64_t d = 1; d <= n && d <= 64; ++d)
@@ -20,7 +28,101 @@ std::string divisors_of(int64_t n) {
   return s;
 }
 
+std::string engine_names() {
+  std::string s;
+  for (const auto& sec : sections())
+    if (!sec.engine.empty()) s += (s.empty() ? "" : ", ") + sec.name;
+  return s;
+}
+
+// Note [Unbuilt engines]: an engine section whose engine is not compiled into
+// the binary still exists in the schema (keys.def defines it once, the struct
+// has its fields, --print-config prints it so readers such as the reference
+// trainer see its defaults). Its defaults leave the engine off, so they are
+// true to the build; any other value would be accepted and ignored, so it is
+// an error naming the key and where it was set. A key written with its default
+// value is accepted: that is what --print-config writes, and its output must
+// load again.
+void check_unbuilt_engines(const Config& cfg, const ValidationContext& ctx, std::vector<std::string>* errors) {
+  for (const auto& name : ctx.built_engines) {
+    bool known = false;
+    for (const auto& sec : sections()) known = known || (!sec.engine.empty() && sec.name == name);
+    if (!known)
+      errors->push_back("this binary reports an unknown engine '" + name + "' as built (engines: " + engine_names() +
+                        "): fix the trainer's engine registry");
+  }
+  for (const auto& sec : sections()) {
+    if (sec.engine.empty() || ctx.built_engines.count(sec.name)) continue;
+    for (const auto& a : accessors()) {
+      const KeyDef& d = *a.def;
+      if (d.section != sec.name || format_value(a.get(cfg)) == d.default_text) continue;
+      errors->push_back(origin_of(cfg, d.path) + ": " + d.path + ": the " + sec.engine +
+                        " engine is not in this build yet; remove the key (its default, " + d.default_text +
+                        ", is what this binary does)");
+    }
+  }
+}
+
+// model.path must be a regular file and data.path a directory; the message
+// names the key, where it was set, the path and the command that writes it.
+void check_path(const Config& cfg, const std::string& key, const std::string& path, bool want_directory,
+                const std::string& producer, std::vector<std::string>* errors) {
+  const std::string what = want_directory ? "a directory" : "a file";
+  const std::string make = "write it with `" + producer + "`";
+  const std::string at = origin_of(cfg, key) + ": " + key;
+  if (path.empty()) {
+    errors->push_back(at + " is required: set it to " + what + " written by `" + producer + "`");
+    return;
+  }
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (st.type() == std::filesystem::file_type::not_found) {
+    errors->push_back(at + ": '" + path + "' does not exist: " + make + " (or correct the path)");
+  } else if (ec) {
+    errors->push_back(at + ": cannot check '" + path + "': " + ec.message());
+  } else if (want_directory ? !std::filesystem::is_directory(st) : !std::filesystem::is_regular_file(st)) {
+    errors->push_back(at + ": '" + path + "' is not " + what + ": " + make);
+  }
+}
+
 }  // namespace
+
+// Note [Derived accumulation]: trainer.global_batch_size > 0 fixes the samples
+// per optimizer step over all ranks. While gradient_accumulation_steps is not
+// set it follows from the world size, G / (B x W), so the same config keeps the
+// same global batch on any world size that divides it; set explicitly, it must
+// agree (checked in validate()).
+void derive(Config* cfg, const ValidationContext& ctx, std::vector<std::string>* errors) {
+  auto& t = cfg->trainer;
+  if (ctx.world_size < 1) {
+    errors->push_back("world size " + std::to_string(ctx.world_size) + " must be at least 1");
+    return;
+  }
+  if (t.global_batch_size == 0 || origin_of(*cfg, "trainer.gradient_accumulation_steps") != "default") return;
+  const int64_t per_step = t.micro_batch_size * ctx.world_size;
+  const std::string G = std::to_string(t.global_batch_size), B = std::to_string(t.micro_batch_size),
+                    W = std::to_string(ctx.world_size), BW = std::to_string(per_step);
+  const std::string at = origin_of(*cfg, "trainer.global_batch_size") + ": ";
+  if (t.global_batch_size % per_step != 0) {
+    const int64_t below = t.global_batch_size / per_step * per_step;
+    errors->push_back(at + "trainer.global_batch_size (" + G + ") is not a multiple of micro_batch_size (" + B +
+                      ") x world size (" + W + ") = " + BW +
+                      ", so gradient_accumulation_steps cannot be derived from it: set global_batch_size to " +
+                      (below > 0 ? std::to_string(below) + " or " : "") + std::to_string(below + per_step) +
+                      ", or a micro_batch_size that divides it");
+    return;
+  }
+  const int64_t k = t.global_batch_size / per_step;
+  const double k_max = find_key("trainer.gradient_accumulation_steps")->max;
+  if (static_cast<double>(k) > k_max) {
+    errors->push_back(at + "trainer.global_batch_size (" + G + ") / (micro_batch_size (" + B + ") x world size (" + W +
+                      ")) = " + std::to_string(k) + " micro-batches per step, above the limit of " +
+                      std::to_string(static_cast<int64_t>(k_max)) + ": raise micro_batch_size");
+    return;
+  }
+  t.gradient_accumulation_steps = k;
+  cfg->origin["trainer.gradient_accumulation_steps"] = kDerivedFromGlobalBatch;
+}
 
 void validate(const Config& cfg, const ValidationContext& ctx, std::vector<std::string>* errors) {
   auto add = [&](const std::string& path, const std::string& msg) {
@@ -28,27 +130,43 @@ void validate(const Config& cfg, const ValidationContext& ctx, std::vector<std::
   };
   const auto& t = cfg.trainer;
 
-  if (ctx.require_paths && cfg.model.path.empty())
-    add("model.path", "model.path is required: set it to a file written by scripts/model/export.py");
-  if (ctx.require_paths && cfg.data.path.empty())
-    add("data.path", "data.path is required: set it to a directory written by scripts/convert_lerobot.py");
+  check_unbuilt_engines(cfg, ctx, errors);
 
-  if (cfg.dmf.enable && t.gradient_accumulation_steps % cfg.dmf.fusion_batch_size != 0) {
+  if (ctx.require_paths) {
+    check_path(cfg, "model.path", cfg.model.path, false,
+               "python3 scripts/model/export.py --config n16-tiny --out " +
+                   (cfg.model.path.empty() ? std::string("<path>") : cfg.model.path),
+               errors);
+    check_path(cfg, "data.path", cfg.data.path, true,
+               "python3 scripts/convert_lerobot.py <lerobot dataset> " +
+                   (cfg.data.path.empty() ? std::string("<path>") : cfg.data.path),
+               errors);
+  }
+
+  // Engine rules hold only for an engine that runs (built and enabled).
+  auto runs = [&](const char* engine, bool enable) { return enable && ctx.built_engines.count(engine) > 0; };
+  if (runs("dmf", cfg.dmf.enable) && t.gradient_accumulation_steps % cfg.dmf.fusion_batch_size != 0) {
     add("dmf.fusion_batch_size",
         "dmf.fusion_batch_size (" + std::to_string(cfg.dmf.fusion_batch_size) +
             ") must divide trainer.gradient_accumulation_steps (" + std::to_string(t.gradient_accumulation_steps) +
-            ", set at " + origin_of(cfg, "trainer.gradient_accumulation_steps") + "): use one of " +
+            ", " + how_set(cfg, "trainer.gradient_accumulation_steps") + "): use one of " +
             divisors_of(t.gradient_accumulation_steps) + ", or change gradient_accumulation_steps");
   }
 
+  // Both set (a derived accumulation agrees by construction).
   const int64_t derived = global_batch_size(cfg, ctx.world_size);
   if (t.global_batch_size != 0 && t.global_batch_size != derived) {
+    const int64_t per_step = t.micro_batch_size * ctx.world_size;
+    std::string fix = "set it to " + std::to_string(derived) + " or 0 (derived)";
+    if (t.global_batch_size % per_step == 0)
+      fix += ", or remove trainer.gradient_accumulation_steps (" + how_set(cfg, "trainer.gradient_accumulation_steps") +
+             ") to derive it as " + std::to_string(t.global_batch_size) + " / (" + std::to_string(t.micro_batch_size) +
+             " x " + std::to_string(ctx.world_size) + ") = " + std::to_string(t.global_batch_size / per_step);
     add("trainer.global_batch_size",
-        "trainer.global_batch_size (" + std::to_string(t.global_batch_size) +
-            ") must equal micro_batch_size (" + std::to_string(t.micro_batch_size) +
-            ") x gradient_accumulation_steps (" + std::to_string(t.gradient_accumulation_steps) +
-            ") x world size (" + std::to_string(ctx.world_size) + ") = " + std::to_string(derived) +
-            ": set it to " + std::to_string(derived) + " or 0 (derived)");
+        "trainer.global_batch_size (" + std::to_string(t.global_batch_size) + ") must equal micro_batch_size (" +
+            std::to_string(t.micro_batch_size) + ") x gradient_accumulation_steps (" +
+            std::to_string(t.gradient_accumulation_steps) + ") x world size (" + std::to_string(ctx.world_size) +
+            ") = " + std::to_string(derived) + ": " + fix);
   }
 
   if (cfg.schedule.warmup_steps >= t.max_steps) {
@@ -56,7 +174,7 @@ void validate(const Config& cfg, const ValidationContext& ctx, std::vector<std::
                                      ") must be below trainer.max_steps (" + std::to_string(t.max_steps) + ")");
   }
 
-  if (cfg.mla.enable && ctx.device_memory_gb && cfg.mla.global_pool_gb >= *ctx.device_memory_gb) {
+  if (runs("mla", cfg.mla.enable) && ctx.device_memory_gb && cfg.mla.global_pool_gb >= *ctx.device_memory_gb) {
     std::ostringstream mem;
     mem.precision(4);
     mem << *ctx.device_memory_gb;
@@ -64,7 +182,6 @@ void validate(const Config& cfg, const ValidationContext& ctx, std::vector<std::
                                   ") must be below the device memory (" + mem.str() +
                                   " GB) leaving room for weights and optimizer state: lower it, or set 0 (auto)");
   }
-
 }
 
 }  // namespace loongforge::config::detail

@@ -1,9 +1,14 @@
 // Proves the config room: every key comes from one schema; YAML and --set
 // overrides load into typed fields; and every bad config is rejected with a
 // message naming the file and line (or --set), the key path and what is
-// allowed — including unknown keys (did-you-mean) and cross-key rules.
-#include <fstream>  // std::ofstream
-#include <set>      // std::set
+// allowed — including unknown keys (did-you-mean), cross-key rules, keys of
+// engines that are not in the build, and model/data paths that do not exist.
+// The global batch derives the accumulation when only it is set.
+#include <unistd.h>  // getpid
+
+#include <filesystem>  // std::filesystem
+#include <fstream>     // std::ofstream
+#include <set>         // std::set
 #include <string>
 
 #include "catch_compat.hpp"
@@ -16,17 +21,60 @@ using lf_catch::Contains;
 
 namespace {
 
-const char* kPaths = "model:\n  path: m.pt\ndata:\n  path: d\n";
+namespace fs = std::filesystem;
+
+// A real model file (<dir>/m.pt) and dataset directory (<dir>/d), removed at exit.
+struct FakeInputs {
+  fs::path dir = fs::temp_directory_path() / ("loongforge-test-config-" + std::to_string(::getpid()));
+  std::string model = (dir / "m.pt").string();
+  std::string data = (dir / "d").string();
+  FakeInputs() {
+    fs::create_directories(data);
+    std::ofstream(model) << "not a model; only its existence is checked";
+  }
+  ~FakeInputs() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+};
+
+const FakeInputs& inputs() {
+  static const FakeInputs in;
+  return in;
+}
+
+// Four lines setting model.path and data.path to existing paths.
+std::string paths_yaml() { return "model:\n  path: " + inputs().model + "\ndata:\n  path: " + inputs().data + "\n"; }
 
 // The error message of loading `yaml` (with paths set), or "" if it loads.
 std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {},
                      ValidationContext ctx = {}) {
   try {
-    parse_config_text(std::string(kPaths) + yaml, "bad.yaml", overrides, ctx);
+    parse_config_text(paths_yaml() + yaml, "bad.yaml", overrides, ctx);
   } catch (const ConfigError& e) {
     return e.what();
   }
   return "";
+}
+
+ValidationContext with_engines(std::set<std::string> engines) {
+  ValidationContext ctx;
+  ctx.built_engines = std::move(engines);
+  return ctx;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// The lines of `text` from the line `header` to the next blank line, or "" when
+// `header` is not a line of `text`.
+std::string block_of(const std::string& text, const std::string& header) {
+  const auto at = text.find("\n" + header + "\n");
+  if (at == std::string::npos) return "";
+  const auto end = text.find("\n\n", at + 1);
+  return text.substr(at, end == std::string::npos ? std::string::npos : end - at) + "\n";
 }
 
 }  // namespace
@@ -46,10 +94,11 @@ TEST_CASE("config: defaults come from the schema and validate") {
 }
 
 TEST_CASE("config: yaml values and --set overrides land in typed fields, overrides last") {
-  const Config cfg = parse_config_text(std::string(kPaths) +
+  const Config cfg = parse_config_text(paths_yaml() +
                                            "trainer:\n  micro_batch_size: 4\n  grad_clip_norm: 0.5\n"
                                            "gcts:\n  comm_strategy: simple\ndmf:\n  enable: false\n",
-                                       "good.yaml", {"trainer.micro_batch_size=16", "optimizer.lr=3e-4"});
+                                       "good.yaml", {"trainer.micro_batch_size=16", "optimizer.lr=3e-4"},
+                                       with_engines({"gcts", "dmf"}));
   REQUIRE(cfg.trainer.micro_batch_size == 16);
   REQUIRE(cfg.trainer.grad_clip_norm == 0.5);
   REQUIRE(cfg.gcts.comm_strategy == "simple");
@@ -60,7 +109,7 @@ TEST_CASE("config: yaml values and --set overrides land in typed fields, overrid
 }
 
 TEST_CASE("config: print-config output loads back to the same values") {
-  const Config a = parse_config_text(std::string(kPaths) + "run:\n  name: \"a: b # c\"\ntrainer:\n  max_steps: 7\n",
+  const Config a = parse_config_text(paths_yaml() + "run:\n  name: \"a: b # c\"\ntrainer:\n  max_steps: 7\n",
                                      "a.yaml");
   const std::string printed = print_config(a);
   REQUIRE_THAT(printed, Contains("# Samples per micro-batch per rank. Allowed: an integer in [1, 65536]"));
@@ -77,11 +126,53 @@ TEST_CASE("config: the documented configs in configs/ load and validate") {
   }
 }
 
-TEST_CASE("config: configs/n16.yaml documents every key of the schema") {
-  std::ifstream in(std::string(LOONGFORGE_SOURCE_DIR) + "/configs/n16.yaml");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  for (const auto& s : sections()) REQUIRE_THAT(text, Contains("\n" + s.name + ":"));
-  for (const auto& k : schema()) REQUIRE_THAT(text, Contains("  " + k.name + ":"));
+TEST_CASE("config: configs/n16.yaml documents every key of the schema in its own section") {
+  // Sections of engines not in this build are commented out ("# gcts:",
+  // "#   enable: false"); the others are live, where a key may be a comment
+  // ("  # gradient_accumulation_steps: 1") to leave it unset.
+  const std::string text = read_file(std::string(LOONGFORGE_SOURCE_DIR) + "/configs/n16.yaml");
+  const ValidationContext built_now;
+  for (const auto& s : sections()) {
+    const bool commented = !s.engine.empty() && !built_now.built_engines.count(s.name);
+    const std::string block = block_of(text, commented ? "# " + s.name + ":" : s.name + ":");
+    INFO("section " << s.name);
+    REQUIRE_FALSE(block.empty());
+    if (commented) REQUIRE(block_of(text, s.name + ":").empty());
+    for (const auto& k : schema()) {
+      if (k.section != s.name) continue;
+      INFO("key " << k.path);
+      if (commented)
+        REQUIRE_THAT(block, Contains("\n#   " + k.name + ":"));
+      else
+        REQUIRE((block.find("\n  " + k.name + ":") != std::string::npos ||
+                 block.find("\n  # " + k.name + ":") != std::string::npos));
+    }
+  }
+}
+
+TEST_CASE("config: the engine sections commented out in configs/n16.yaml hold the defaults") {
+  const std::string text = read_file(std::string(LOONGFORGE_SOURCE_DIR) + "/configs/n16.yaml");
+  std::string engines_yaml;
+  std::set<std::string> all;
+  for (const auto& s : sections()) {
+    if (s.engine.empty()) continue;
+    all.insert(s.name);
+    std::string block = block_of(text, "# " + s.name + ":");
+    for (size_t at = 0; (at = block.find("\n#", at)) != std::string::npos;) block.erase(at + 1, 2);
+    engines_yaml += block;
+  }
+  ValidationContext ctx = with_engines(all);
+  ctx.require_paths = false;
+  const Config cfg = parse_config_text(engines_yaml, "n16-engines.yaml", {}, ctx);
+  size_t engine_keys = 0;
+  for (const auto& k : schema()) {
+    if (!all.count(k.section)) continue;
+    ++engine_keys;
+    INFO("key " << k.path);
+    REQUIRE(cfg.origin.count(k.path) == 1);
+    REQUIRE(value_text(cfg, k.path) == k.default_text);
+  }
+  REQUIRE(engine_keys == 17);
 }
 
 // ---------------------------------------------------------------------------
@@ -182,22 +273,78 @@ TEST_CASE("config: a YAML syntax error names line and column") {
 }
 
 TEST_CASE("config: fusion batch size that does not divide accumulation is a config error") {
-  const auto e = error_of("trainer:\n  gradient_accumulation_steps: 4\ndmf:\n  fusion_batch_size: 3\n");
-  REQUIRE_THAT(e, Contains("bad.yaml:8: dmf.fusion_batch_size (3) must divide trainer.gradient_accumulation_steps "
+  const auto e = error_of("trainer:\n  gradient_accumulation_steps: 4\ndmf:\n  enable: true\n  fusion_batch_size: 3\n",
+                          {}, with_engines({"dmf"}));
+  REQUIRE_THAT(e, Contains("bad.yaml:9: dmf.fusion_batch_size (3) must divide trainer.gradient_accumulation_steps "
                            "(4, set at bad.yaml:6): use one of 1, 2, 4"));
 }
 
 TEST_CASE("config: the fusion rule does not apply when DMF is off") {
-  REQUIRE(error_of("trainer:\n  gradient_accumulation_steps: 4\ndmf:\n  enable: false\n  fusion_batch_size: 3\n") == "");
+  REQUIRE(error_of("trainer:\n  gradient_accumulation_steps: 4\ndmf:\n  enable: false\n  fusion_batch_size: 3\n", {},
+                   with_engines({"dmf"})) == "");
 }
 
-TEST_CASE("config: a global batch that is not micro x accumulation x world is rejected with the right value") {
+TEST_CASE("config: a global batch and an accumulation both set must agree, and the message shows the derivable one") {
   ValidationContext ctx;
   ctx.world_size = 2;
   const auto e = error_of("trainer:\n  micro_batch_size: 8\n  gradient_accumulation_steps: 2\n  global_batch_size: 64\n",
                           {}, ctx);
   REQUIRE_THAT(e, Contains("bad.yaml:8: trainer.global_batch_size (64) must equal micro_batch_size (8) x "
-                           "gradient_accumulation_steps (2) x world size (2) = 32: set it to 32 or 0 (derived)"));
+                           "gradient_accumulation_steps (2) x world size (2) = 32: set it to 32 or 0 (derived), "
+                           "or remove trainer.gradient_accumulation_steps (set at bad.yaml:7) to derive it as "
+                           "64 / (8 x 2) = 4"));
+  REQUIRE_THAT(error_of("trainer:\n  micro_batch_size: 8\n  global_batch_size: 40\n", {"trainer.gradient_accumulation_steps=2"}, ctx),
+               Contains("bad.yaml:7: trainer.global_batch_size (40) must equal micro_batch_size (8) x "
+                        "gradient_accumulation_steps (2) x world size (2) = 32: set it to 32 or 0 (derived)\n"));
+  const Config agree = parse_config_text(paths_yaml() + "trainer:\n  gradient_accumulation_steps: 2\n  global_batch_size: 32\n",
+                                         "ok.yaml", {}, ctx);
+  REQUIRE(agree.trainer.gradient_accumulation_steps == 2);
+  REQUIRE(agree.origin.at("trainer.gradient_accumulation_steps") == "ok.yaml:6");
+}
+
+TEST_CASE("config: a global batch alone derives the accumulation from the world size, keeping the global batch") {
+  const std::string yaml = paths_yaml() + "trainer:\n  micro_batch_size: 8\n  global_batch_size: 64\n";
+  for (const auto& [world, accumulation] : std::vector<std::pair<int64_t, int64_t>>{{1, 8}, {2, 4}, {4, 2}, {8, 1}}) {
+    ValidationContext ctx;
+    ctx.world_size = world;
+    const Config cfg = parse_config_text(yaml, "g.yaml", {}, ctx);
+    INFO("world size " << world);
+    REQUIRE(cfg.trainer.gradient_accumulation_steps == accumulation);
+    REQUIRE(cfg.origin.at("trainer.gradient_accumulation_steps") == "derived from trainer.global_batch_size");
+    REQUIRE(global_batch_size(cfg, world) == 64);
+  }
+  ValidationContext two;
+  two.world_size = 2;
+  const Config cfg = parse_config_text(yaml, "g.yaml", {}, two);
+  REQUIRE_THAT(print_config(cfg), Contains("Value derived from trainer.global_batch_size\n  gradient_accumulation_steps: 4\n"));
+  REQUIRE(parse_config_text(print_config(cfg), "printed.yaml", {}, two).trainer.gradient_accumulation_steps == 4);
+}
+
+TEST_CASE("config: a global batch that micro-batch x world does not divide names the numbers and the nearest fits") {
+  ValidationContext ctx;
+  ctx.world_size = 2;
+  REQUIRE_THAT(error_of("trainer:\n  micro_batch_size: 8\n  global_batch_size: 100\n", {}, ctx),
+               Contains("bad.yaml:7: trainer.global_batch_size (100) is not a multiple of micro_batch_size (8) x "
+                        "world size (2) = 16, so gradient_accumulation_steps cannot be derived from it: set "
+                        "global_batch_size to 96 or 112, or a micro_batch_size that divides it"));
+  REQUIRE_THAT(error_of("trainer:\n  micro_batch_size: 8\n", {"trainer.global_batch_size=8"}, ctx),
+               Contains("--set: trainer.global_batch_size (8) is not a multiple of micro_batch_size (8) x world size "
+                        "(2) = 16, so gradient_accumulation_steps cannot be derived from it: set global_batch_size "
+                        "to 16, or a micro_batch_size that divides it"));
+}
+
+TEST_CASE("config: a derived accumulation above its range is rejected") {
+  REQUIRE_THAT(error_of("trainer:\n  micro_batch_size: 1\n  global_batch_size: 65537\n"),
+               Contains("bad.yaml:7: trainer.global_batch_size (65537) / (micro_batch_size (1) x world size (1)) = "
+                        "65537 micro-batches per step, above the limit of 65536: raise micro_batch_size"));
+}
+
+TEST_CASE("config: the fusion rule sees a derived accumulation and says where it came from") {
+  ValidationContext ctx = with_engines({"dmf"});
+  ctx.world_size = 2;
+  REQUIRE_THAT(error_of("trainer:\n  global_batch_size: 64\ndmf:\n  enable: true\n  fusion_batch_size: 3\n", {}, ctx),
+               Contains("bad.yaml:9: dmf.fusion_batch_size (3) must divide trainer.gradient_accumulation_steps "
+                        "(4, derived from trainer.global_batch_size): use one of 1, 2, 4"));
 }
 
 TEST_CASE("config: a zero checkpoint interval is rejected") {
@@ -206,11 +353,12 @@ TEST_CASE("config: a zero checkpoint interval is rejected") {
 }
 
 TEST_CASE("config: a memory pool as large as the GPU is rejected when the GPU size is known") {
-  ValidationContext ctx;
+  ValidationContext ctx = with_engines({"mla"});
   ctx.device_memory_gb = 139.8;
-  REQUIRE_THAT(error_of("mla:\n  global_pool_gb: 200\n", {}, ctx),
-               Contains("bad.yaml:6: mla.global_pool_gb (200.0) must be below the device memory (139.8 GB)"));
-  REQUIRE(error_of("mla:\n  global_pool_gb: 200\n") == "");  // unknown device memory: not checked
+  REQUIRE_THAT(error_of("mla:\n  enable: true\n  global_pool_gb: 200\n", {}, ctx),
+               Contains("bad.yaml:7: mla.global_pool_gb (200.0) must be below the device memory (139.8 GB)"));
+  // unknown device memory: not checked
+  REQUIRE(error_of("mla:\n  enable: true\n  global_pool_gb: 200\n", {}, with_engines({"mla"})) == "");
 }
 
 TEST_CASE("config: warmup longer than the run is rejected") {
@@ -220,11 +368,131 @@ TEST_CASE("config: warmup longer than the run is rejected") {
 
 TEST_CASE("config: a missing model path says how to make one") {
   try {
-    parse_config_text("data:\n  path: d\n", "nomodel.yaml");
+    parse_config_text("data:\n  path: " + inputs().data + "\n", "nomodel.yaml");
     FAIL("expected ConfigError");
   } catch (const ConfigError& e) {
-    REQUIRE_THAT(e.what(), Contains("model.path is required: set it to a file written by scripts/model/export.py"));
+    REQUIRE_THAT(e.what(), Contains("invalid configuration:\n  default: model.path is required: set it to a file "
+                                    "written by `python3 scripts/model/export.py --config n16-tiny --out <path>`\n"));
   }
+}
+
+TEST_CASE("config: a model file that does not exist names the line, the key, the path and the export command") {
+  try {
+    parse_config_text("model:\n  path: /nonexistent/m.pt\ndata:\n  path: " + inputs().data + "\n", "run.yaml");
+    FAIL("expected ConfigError");
+  } catch (const ConfigError& e) {
+    REQUIRE_THAT(e.what(), Contains("invalid configuration:\n  run.yaml:2: model.path: '/nonexistent/m.pt' does not "
+                                    "exist: write it with `python3 scripts/model/export.py --config n16-tiny --out "
+                                    "/nonexistent/m.pt` (or correct the path)\n"));
+  }
+}
+
+TEST_CASE("config: a dataset set by --set that does not exist names --set, the key, the path and the converter") {
+  REQUIRE_THAT(error_of("", {"data.path=/nonexistent/d.lf"}),
+               Contains("invalid configuration:\n  --set: data.path: '/nonexistent/d.lf' does not exist: write it with "
+                        "`python3 scripts/convert_lerobot.py <lerobot dataset> /nonexistent/d.lf` (or correct the "
+                        "path)\n"));
+}
+
+TEST_CASE("config: a directory as model.path and a file as data.path are rejected") {
+  const auto e = error_of("", {"model.path=" + inputs().data, "data.path=" + inputs().model});
+  REQUIRE_THAT(e, Contains("2 problems in the configuration:\n"));
+  REQUIRE_THAT(e, Contains("  --set: model.path: '" + inputs().data + "' is not a file: write it with `python3 "
+                           "scripts/model/export.py --config n16-tiny --out " + inputs().data + "`\n"));
+  REQUIRE_THAT(e, Contains("  --set: data.path: '" + inputs().model + "' is not a directory: write it with `python3 "
+                           "scripts/convert_lerobot.py <lerobot dataset> " + inputs().model + "`\n"));
+}
+
+TEST_CASE("config: paths are not checked when require_paths is off (--print-config)") {
+  ValidationContext ctx;
+  ctx.require_paths = false;
+  const Config cfg = parse_config_text("model:\n  path: /nonexistent/m.pt\n", "p.yaml", {}, ctx);
+  REQUIRE(cfg.model.path == "/nonexistent/m.pt");
+}
+
+// ---------------------------------------------------------------------------
+// Engines not in this build, and removed keys
+
+TEST_CASE("config: the four engines default to off and none is built unless the binary says so") {
+  ValidationContext ctx;
+  ctx.require_paths = false;
+  REQUIRE(ctx.built_engines.empty());
+  const Config cfg = default_config({}, ctx);
+  REQUIRE_FALSE(cfg.gcts.enable);
+  REQUIRE_FALSE(cfg.mla.enable);
+  REQUIRE_FALSE(cfg.adfe.enable);
+  REQUIRE_FALSE(cfg.dmf.enable);
+  std::vector<std::string> engines;
+  for (const auto& s : sections())
+    if (!s.engine.empty()) engines.push_back(s.name + "=" + s.engine);
+  REQUIRE(engines == std::vector<std::string>{"gcts=GCTS", "mla=MLA", "adfe=ADFE", "dmf=DMF"});
+}
+
+TEST_CASE("config: an engine key set in YAML for an engine not in this build names the line, the key and the fix") {
+  REQUIRE_THAT(error_of("gcts:\n  enable: true\n"),
+               Contains("invalid configuration:\n  bad.yaml:6: gcts.enable: the GCTS engine is not in this build "
+                        "yet; remove the key (its default, false, is what this binary does)\n"));
+}
+
+TEST_CASE("config: an engine key set by --set for an engine not in this build names --set") {
+  REQUIRE_THAT(error_of("", {"adfe.decode_threads=8"}),
+               Contains("invalid configuration:\n  --set: adfe.decode_threads: the ADFE engine is not in this build "
+                        "yet; remove the key (its default, 2, is what this binary does)\n"));
+}
+
+TEST_CASE("config: the old n16.yaml with all four engines enabled is rejected, one line per engine") {
+  const auto e = error_of("gcts:\n  enable: true\nmla:\n  enable: true\nadfe:\n  enable: true\n"
+                          "dmf:\n  enable: true\n  fusion_batch_size: 2\n");
+  REQUIRE_THAT(e, Contains("5 problems in the configuration:\n"
+                           "  bad.yaml:6: gcts.enable: the GCTS engine is not in this build yet; remove the key"));
+  REQUIRE_THAT(e, Contains("  bad.yaml:8: mla.enable: the MLA engine is not in this build yet; remove the key"));
+  REQUIRE_THAT(e, Contains("  bad.yaml:10: adfe.enable: the ADFE engine is not in this build yet; remove the key"));
+  REQUIRE_THAT(e, Contains("  bad.yaml:12: dmf.enable: the DMF engine is not in this build yet; remove the key"));
+  REQUIRE_THAT(e, Contains("  bad.yaml:13: dmf.fusion_batch_size: the DMF engine is not in this build yet; remove "
+                           "the key (its default, 1, is what this binary does)\n"));
+}
+
+TEST_CASE("config: an engine's keys load when the binary reports the engine as built") {
+  const Config cfg = parse_config_text(paths_yaml() + "gcts:\n  enable: true\n  bucket_mb: 50\n", "g.yaml", {},
+                                       with_engines({"gcts"}));
+  REQUIRE(cfg.gcts.enable);
+  REQUIRE(cfg.gcts.bucket_mb == 50.0);
+  REQUIRE_THAT(error_of("gcts:\n  enable: true\nmla:\n  enable: true\n", {}, with_engines({"gcts"})),
+               Contains("invalid configuration:\n  bad.yaml:8: mla.enable: the MLA engine is not in this build yet"));
+}
+
+TEST_CASE("config: an unbuilt engine's key written with its default value is accepted, as print-config writes it") {
+  REQUIRE(error_of("mla:\n  enable: false\n  global_pool_gb: 0.0\nadfe:\n  decode_threads: 2\n") == "");
+}
+
+TEST_CASE("config: an unknown engine reported as built is named") {
+  REQUIRE_THAT(error_of("", {}, with_engines({"gcts", "gctz"})),
+               Contains("invalid configuration:\n  this binary reports an unknown engine 'gctz' as built (engines: "
+                        "gcts, mla, adfe, dmf): fix the trainer's engine registry\n"));
+}
+
+TEST_CASE("config: print-config marks the sections of engines not in this build, and its output loads again") {
+  ValidationContext ctx = with_engines({"mla"});
+  ctx.require_paths = false;
+  const Config cfg = default_config({"mla.enable=true"}, ctx);
+  const std::string printed = print_config(cfg);
+  REQUIRE_THAT(printed, Contains("\n# GCTS: gradient communication scheduling\n# Not in this build: the GCTS engine is "
+                                 "not in this binary yet; these keys keep\n# their defaults and do nothing (any "
+                                 "other value is an error).\ngcts:\n  # "));
+  for (const char* engine : {"ADFE", "DMF"})
+    REQUIRE_THAT(printed, Contains(std::string("# Not in this build: the ") + engine + " engine"));
+  REQUIRE(printed.find("the MLA engine") == std::string::npos);
+  REQUIRE_THAT(printed, Contains("\nmla:\n"));
+  const Config again = parse_config_text(printed, "printed.yaml", {}, ctx);
+  REQUIRE(again.mla.enable);
+  REQUIRE_FALSE(again.gcts.enable);
+  REQUIRE(again.built_engines == std::set<std::string>{"mla"});
+}
+
+TEST_CASE("config: precision.fp32_master_weights, read by nothing, is no longer a key") {
+  REQUIRE(find_key("precision.fp32_master_weights") == nullptr);
+  REQUIRE_THAT(error_of("precision:\n  fp32_master_weights: true\n"),
+               Contains("bad.yaml:6: unknown key 'precision.fp32_master_weights'; keys of section 'precision': mode"));
 }
 
 TEST_CASE("config: a malformed --set is explained") {

@@ -8,7 +8,15 @@
 //    reported at once in one ConfigError, one line each, naming the file and
 //    line (or "--set"), the key path, what is allowed and, for unknown keys, a
 //    did-you-mean.
-//  - Pure: no threads, no I/O except reading the given file.
+//  - Engines (GCTS, MLA, ADFE, DMF) own the section of their name. The caller
+//    says which are in this binary (ValidationContext::built_engines); a key of
+//    any other engine set to a value other than its default is an error naming
+//    the key and the line (Note [Unbuilt engines] in validate.cpp).
+//  - trainer.gradient_accumulation_steps is derived from
+//    trainer.global_batch_size when that is > 0 and the accumulation is not
+//    set (origin "derived from trainer.global_batch_size").
+//  - Pure: no threads, no I/O except reading the given file and, when
+//    require_paths is set, checking that model.path and data.path exist.
 //  - Never: guesses a type, silently ignores a key, or clamps a value.
 //
 // Example:
@@ -21,6 +29,7 @@
 #include <cstdint>   // int64_t
 #include <map>       // std::map
 #include <optional>  // std::optional
+#include <set>       // std::set
 #include <string>    // std::string
 #include <vector>    // std::vector
 
@@ -44,9 +53,16 @@ namespace loongforge::config {
 struct Config {
   LF_CONFIG_SECTIONS(LF_SECTION_STRUCT)
 
-  // Where each key's value came from: "file.yaml:12", "--set" or "default".
+  // Where each key's value came from: "file.yaml:12", "--set", "default" or
+  // kDerivedFromGlobalBatch.
   std::map<std::string, std::string> origin;
+  // The engines of the binary that validated it (ValidationContext::built_engines);
+  // print_config marks the sections of the others as not in this build.
+  std::set<std::string> built_engines;
 };
+
+// The origin of trainer.gradient_accumulation_steps when it was derived.
+inline constexpr const char* kDerivedFromGlobalBatch = "derived from trainer.global_batch_size";
 
 #undef LF_SECTION_STRUCT
 #undef LF_FIELD_INT
@@ -75,6 +91,7 @@ struct KeyDef {
 struct SectionDef {
   std::string name;
   std::string help;
+  std::string engine;  // display name ("GCTS") when an engine owns the section, else ""
 };
 
 const std::vector<SectionDef>& sections();
@@ -88,7 +105,12 @@ const KeyDef* find_key(const std::string& path);
 struct ValidationContext {
   int64_t world_size = 1;
   std::optional<double> device_memory_gb;  // of the smallest visible GPU
-  bool require_paths = true;               // model.path / data.path must be set
+  // model.path must name an existing regular file and data.path an existing
+  // directory (relative paths from the current directory).
+  bool require_paths = true;
+  // Section names of the engines compiled into this binary ("gcts", "mla",
+  // "adfe", "dmf"); empty = none. The trainer fills it from its engine registry.
+  std::set<std::string> built_engines;
 };
 
 // Reads `path`, applies overrides ("section.key=value"), validates.
