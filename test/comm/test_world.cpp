@@ -141,16 +141,20 @@ TEST_CASE("comm: bad launcher variables are refused naming the variable") {
   }
 }
 
-TEST_CASE("comm: all-reduce over two ranks sums every tensor in place") {
-  std::vector<at::Tensor> results[2];
+TEST_CASE("comm: all-reduce over two ranks sums the tensor in place on both") {
+  at::Tensor results[2][2];
   two_ranks([&](World& world) {
     const double k = static_cast<double>(world.rank() + 1);  // rank 0: 1, rank 1: 2
-    std::vector<at::Tensor> t = {at::full({3}, k), at::arange(4, at::kDouble) * k};
-    world.allreduce_sum(t);
-    results[world.rank()] = t;
+    // Gloo reduces one tensor per call (a vector holds one tensor per device).
+    std::vector<at::Tensor> a = {at::full({3}, k, at::kFloat)};
+    std::vector<at::Tensor> b = {at::arange(4, at::kDouble) * k};
+    world.allreduce_sum(a);
+    world.allreduce_sum(b);
+    results[world.rank()][0] = a[0];
+    results[world.rank()][1] = b[0];
   });
   for (const auto& t : results) {
-    REQUIRE(at::equal(t[0], at::full({3}, 3.0)));
+    REQUIRE(at::equal(t[0], at::full({3}, 3.0f)));
     REQUIRE(at::equal(t[1], at::tensor({0.0, 3.0, 6.0, 9.0}, at::kDouble)));
   }
 }
