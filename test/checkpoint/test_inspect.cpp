@@ -92,7 +92,8 @@ TEST_CASE("checkpoint: validate_checkpoint refuses a directory whose manifest is
 
   remove_tree(manifest);
   r = validate_checkpoint(dir);
-  REQUIRE(r.problems == std::vector<std::string>{manifest + ": missing (an incomplete or foreign directory; never loaded)"});
+  REQUIRE(r.problems ==
+          std::vector<std::string>{manifest + ": missing (an incomplete or foreign directory; never loaded)"});
 }
 
 TEST_CASE("checkpoint: find_latest skips damaged newer checkpoints and says why") {

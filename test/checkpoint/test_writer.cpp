@@ -11,7 +11,7 @@
 #include <atomic>   // std::atomic
 #include <fstream>  // std::ifstream
 #include <string>
-#include <thread>   // std::thread
+#include <thread>  // std::thread
 #include <vector>
 
 #include <ATen/ATen.h>  // at::zeros

@@ -9,7 +9,7 @@
 #include <sys/socket.h>  // socket, bind
 #include <unistd.h>      // close
 
-#include <exception>  // std::exception_ptr
+#include <exception>   // std::exception_ptr
 #include <functional>  // std::function
 #include <map>
 #include <string>
@@ -31,8 +31,8 @@ namespace {
 
 // Clears every variable world_from_env() reads, then sets `vars`; restores on exit.
 struct Env {
-  static constexpr const char* kNames[] = {"RANK",          "WORLD_SIZE",   "LOCAL_RANK",   "MASTER_ADDR",
-                                           "MASTER_PORT",   "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"};
+  static constexpr const char* kNames[] = {"RANK",        "WORLD_SIZE",   "LOCAL_RANK",   "MASTER_ADDR",
+                                           "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"};
   explicit Env(const std::map<std::string, std::string>& vars) {
     for (const char* n : kNames) ::unsetenv(n);
     for (const auto& [k, v] : vars) ::setenv(k.c_str(), v.c_str(), 1);
@@ -95,8 +95,13 @@ TEST_CASE("comm: without launcher variables the process is a one-rank world") {
 }
 
 TEST_CASE("comm: torchrun variables give rank, world, local rank and the rendezvous address") {
-  Env env({{"WORLD_SIZE", "4"}, {"RANK", "2"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "10.1.2.3"},
-           {"MASTER_PORT", "29511"}, {"SLURM_NTASKS", "8"}, {"SLURM_PROCID", "7"}});  // torchrun wins
+  Env env({{"WORLD_SIZE", "4"},
+           {"RANK", "2"},
+           {"LOCAL_RANK", "1"},
+           {"MASTER_ADDR", "10.1.2.3"},
+           {"MASTER_PORT", "29511"},
+           {"SLURM_NTASKS", "8"},
+           {"SLURM_PROCID", "7"}});  // torchrun wins
   const WorldInfo w = world_from_env();
   REQUIRE(w.rank == 2);
   REQUIRE(w.world_size == 4);
@@ -175,8 +180,9 @@ TEST_CASE("comm: GradientSync averages gradients over ranks, a missing gradient 
     if (r == 0) only0.mutable_grad() = at::tensor({4.0f, -8.0f});
     GradientSync sync(world);
     const SyncStats s = sync.average({w, b, only0});
-    out[r] = {w.grad(), b.grad(), only0.grad(), sync.mean(r == 0 ? 1.0 : 2.0), s.bytes,
-              world.agree("run_dir", r == 0 ? "runs/a" : "ignored")};
+    out[r] = {w.grad(),     b.grad(),
+              only0.grad(), sync.mean(r == 0 ? 1.0 : 2.0),
+              s.bytes,      world.agree("run_dir", r == 0 ? "runs/a" : "ignored")};
   });
   for (const auto& o : out) {
     REQUIRE(at::allclose(o.w_grad, at::arange(6, at::kFloat).reshape({2, 3}) * 1.5f));

@@ -77,8 +77,9 @@ TEST_CASE("control: replies and requests are single JSON lines with the protocol
   REQUIRE(json::parse(reply_ok(6, json::array(), /*stream=*/true)).at("stream") == true);
 
   const json err = json::parse(reply_error(7, code::kUnknownVerb, "unknown verb 'x'"));
-  REQUIRE(err == json{{"v", 1}, {"id", 7}, {"ok", false},
-                      {"error", {{"code", "unknown_verb"}, {"message", "unknown verb 'x'"}}}});
+  REQUIRE(
+      err ==
+      json{{"v", 1}, {"id", 7}, {"ok", false}, {"error", {{"code", "unknown_verb"}, {"message", "unknown verb 'x'"}}}});
   // A message quoting a client's invalid UTF-8 is still a valid line.
   const std::string bad_utf8 = reply_error(8, code::kBadRequest, std::string("got \xff\xfe"));
   REQUIRE(json::parse(bad_utf8).at("error").at("message") == "got \xEF\xBF\xBD\xEF\xBF\xBD");

@@ -130,7 +130,8 @@ TEST_CASE("control: a client that skips the handshake or speaks another version 
   }
   {
     Client c(f.path);
-    c.send(R"({"v":2,"id":0,"verb":"hello"})" "\n");
+    c.send(R"({"v":2,"id":0,"verb":"hello"})"
+           "\n");
     const json r = c.line();
     REQUIRE(r.at("error").at("code") == code::kVersionMismatch);
     REQUIRE_THAT(r.at("error").at("message").get<std::string>(), Contains("client speaks protocol 2"));
