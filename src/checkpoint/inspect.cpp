@@ -4,6 +4,7 @@
 #include <algorithm>  // std::sort
 #include <fstream>    // std::ifstream
 
+#include "io.hpp"  // kReplacedSuffix
 #include "loongforge/checkpoint/checkpoint.hpp"
 #include "loongforge/common/error.hpp"
 #include "loongforge/common/files.hpp"
@@ -11,12 +12,7 @@
 
 namespace loongforge::checkpoint {
 
-namespace {
-
-constexpr const char* kRequired[] = {"model.safetensors", "trainer_state.json", "scheduler.json"};
-
-// "epoch_3_step_120" -> 120; -1 when the name is not a checkpoint's.
-int64_t step_of(const std::string& name) {
+int64_t detail::step_of(const std::string& name) {
   long long epoch = 0, step = 0;
   int consumed = 0;
   if (std::sscanf(name.c_str(), "epoch_%lld_step_%lld%n", &epoch, &step, &consumed) != 2 ||
@@ -24,6 +20,12 @@ int64_t step_of(const std::string& name) {
     return -1;
   return step;
 }
+
+namespace {
+
+using detail::step_of;
+
+constexpr const char* kRequired[] = {"model.safetensors", "trainer_state.json", "scheduler.json"};
 
 std::string shape_text(const std::vector<int64_t>& s) {
   std::string out = "[";
@@ -82,9 +84,16 @@ std::vector<std::string> list_checkpoints(const std::string& parent) {
   std::vector<std::pair<int64_t, std::string>> found;
   DIR* d = ::opendir(parent.c_str());
   if (!d) return {};
+  const std::string suffix = detail::kReplacedSuffix;
   while (dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
-    const int64_t step = step_of(name);
+    int64_t step = step_of(name);
+    if (step < 0 && name.size() > suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      // Note [Replacing a checkpoint]: the old copy stands in while the new one is not in place.
+      const std::string base = name.substr(0, name.size() - suffix.size());
+      if (!path_exists(parent + "/" + base)) step = step_of(base);
+    }
     if (step >= 0 && is_directory(parent + "/" + name)) found.emplace_back(step, parent + "/" + name);
   }
   ::closedir(d);

@@ -54,11 +54,14 @@ at::ScalarType from_st_dtype(const std::string& s, const std::string& path) {
 namespace detail {
 
 void test_delay() {
-  static const long ms = [] {
-    const char* v = std::getenv("LOONGFORGE_TEST_CHECKPOINT_DELAY_MS");
-    return v ? std::atol(v) : 0L;
-  }();
+  const char* v = std::getenv("LOONGFORGE_TEST_CHECKPOINT_DELAY_MS");
+  const long ms = v ? std::atol(v) : 0L;
   if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
+bool test_no_exchange() {
+  const char* v = std::getenv("LOONGFORGE_TEST_CHECKPOINT_NO_EXCHANGE");
+  return v && std::string(v) == "1";
 }
 
 void write_all(int fd, const void* data, size_t bytes, const std::string& path) {

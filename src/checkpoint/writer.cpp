@@ -52,6 +52,64 @@ Manifest Manifest::from_json(const nlohmann::json& j) {
   return m;
 }
 
+// ---------------------------------------------------------------------------
+// Publishing
+
+// Note [Replacing a checkpoint]
+// A resumed run that redoes step S writes epoch_E_step_S again. The new
+// directory takes the old one's place without a moment where neither is at
+// the final path, for a reader (find_latest in another process) and across a
+// crash:
+//  1. Linux renameat2(RENAME_EXCHANGE) swaps the complete temporary and the
+//     old directory in one step; the old one, now under the temporary's name,
+//     is then removed. A crash in between leaves a temporary of a dead
+//     process, removed at the next start (recover_interrupted_writes).
+//  2. Where the file system refuses the exchange, the old directory is renamed
+//     to `<name>.replaced`, the new one to `<name>`, and `<name>.replaced` is
+//     removed. A reader may look in the gap between the two renames, but a
+//     crash there loses nothing: while `<name>` is absent, list_checkpoints()
+//     (and so find_latest) takes `<name>.replaced` as the checkpoint of its
+//     step, and the next Writer renames it back.
+
+namespace {
+
+// Moves the complete, synced directory `tmp` to `final_path` (Note [Replacing a checkpoint]).
+void publish(const std::string& parent, const std::string& tmp, const std::string& final_path) {
+  if (!path_exists(final_path)) {
+    rename_path(tmp, final_path);
+    fsync_directory(parent);
+    return;
+  }
+  if (!detail::test_no_exchange() && exchange_paths(tmp, final_path)) {
+    fsync_directory(parent);
+    detail::test_delay();
+    try {
+      remove_tree(tmp);  // the old checkpoint, under the temporary's name now
+    } catch (const std::exception&) {
+      // best effort: a leftover temporary is never loaded, and removed at the next start
+    }
+    return;
+  }
+  const std::string aside = final_path + detail::kReplacedSuffix;
+  remove_tree(aside);  // left by an interrupted replacement whose new directory is in place
+  rename_path(final_path, aside);
+  detail::test_delay();
+  try {
+    rename_path(tmp, final_path);
+  } catch (...) {
+    rename_path(aside, final_path);  // put the old one back before reporting
+    throw;
+  }
+  fsync_directory(parent);
+  try {
+    remove_tree(aside);
+  } catch (const std::exception&) {
+    // best effort: beside `<name>` it is never listed, and removed at the next start
+  }
+}
+
+}  // namespace
+
 WriteResult write_checkpoint_dir(const std::string& parent, const Snapshot& snapshot) {
   const auto t0 = std::chrono::steady_clock::now();
   WriteResult r;
@@ -107,9 +165,7 @@ WriteResult write_checkpoint_dir(const std::string& parent, const Snapshot& snap
     for (const auto& [rel, unused] : snapshot.tensor_files)
       if (rel.find('/') != std::string::npos) fsync_directory(tmp + "/" + rel.substr(0, rel.rfind('/')));
     fsync_directory(tmp);
-    remove_tree(r.path);  // an older checkpoint of the same step (a resumed run redoing it)
-    rename_path(tmp, r.path);
-    fsync_directory(parent);
+    publish(parent, tmp, r.path);
   } catch (const std::exception& e) {
     r.error = e.what();
     try {
@@ -123,16 +179,21 @@ WriteResult write_checkpoint_dir(const std::string& parent, const Snapshot& snap
 
 Writer::Writer(std::string dir, int64_t keep_last, bool async)
     : dir_(std::move(dir)), keep_last_(keep_last), async_(async) {
-  remove_stale_temporaries(dir_);
+  recover_interrupted_writes(dir_);
   if (async_) thread_ = std::thread([this] { loop(); });
 }
 
-void remove_stale_temporaries(const std::string& parent) {
+void recover_interrupted_writes(const std::string& parent) {
   DIR* d = ::opendir(parent.c_str());
   if (!d) return;
-  std::vector<std::string> stale;
+  std::vector<std::string> stale, replaced;
+  const std::string suffix = detail::kReplacedSuffix;
   while (dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
+    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      if (detail::step_of(name.substr(0, name.size() - suffix.size())) >= 0) replaced.push_back(parent + "/" + name);
+      continue;
+    }
     const auto at = name.rfind(".tmp-");
     if (name.empty() || name[0] != '.' || at == std::string::npos) continue;
     const long pid = std::atol(name.c_str() + at + 5);
@@ -141,6 +202,18 @@ void remove_stale_temporaries(const std::string& parent) {
     stale.push_back(parent + "/" + name);
   }
   ::closedir(d);
+  // A replacement cut short (Note [Replacing a checkpoint]): without its final
+  // directory, `<name>.replaced` is the checkpoint of its step; beside it, it is the
+  // old copy of a finished replacement.
+  for (const auto& aside : replaced) {
+    const std::string final_path = aside.substr(0, aside.size() - suffix.size());
+    if (!path_exists(final_path)) {
+      rename_path(aside, final_path);
+      fsync_directory(parent);
+    } else {
+      stale.push_back(aside);
+    }
+  }
   for (const auto& p : stale) {
     try {
       remove_tree(p);

@@ -3,12 +3,17 @@
 
 #include <fcntl.h>     // open
 #include <ftw.h>       // nftw
-#include <sys/stat.h>  // stat, mkdir
-#include <unistd.h>    // rmdir, unlink, fsync, truncate
+#include <sys/stat.h>     // stat, mkdir
+#include <sys/syscall.h>  // SYS_renameat2
+#include <unistd.h>    // rmdir, unlink, fsync, truncate, syscall
 
 #include <cerrno>   // errno
 #include <cstdio>   // std::rename
 #include <cstring>  // std::strerror
+
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE (1 << 1)  // linux/fs.h; glibc < 2.28 lacks it (and the renameat2 wrapper)
+#endif
 
 #include "loongforge/common/error.hpp"
 
@@ -77,6 +82,17 @@ void remove_tree(const std::string& path) {
 
 void rename_path(const std::string& from, const std::string& to) {
   if (std::rename(from.c_str(), to.c_str()) != 0) fail("rename to '" + to + "'", from);
+}
+
+bool exchange_paths(const std::string& a, const std::string& b) {
+#ifdef SYS_renameat2
+  // The raw system call: glibc gained a renameat2() wrapper only in 2.28.
+  if (::syscall(SYS_renameat2, AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) return true;
+  if (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) return false;
+  fail("exchange with '" + b + "'", a);
+#else
+  return false;
+#endif
 }
 
 void copy_tree(const std::string& from, const std::string& to) {

@@ -9,6 +9,9 @@
 //  - Writing: everything goes to `.<name>.tmp-<pid>`, each file and the
 //    directory are fsynced, then one rename publishes it. A directory without
 //    a valid MANIFEST.json is never loaded; stale temporaries are ignored.
+//    Replacing a checkpoint of the same step swaps old and new atomically, so
+//    the step always has a complete checkpoint at its path (Note [Replacing a
+//    checkpoint] in writer.cpp has the fallback and crash recovery).
 //  - Writer owns one background thread (async) that writes snapshots the
 //    trainer has already copied to host memory; a failed write (disk full,
 //    permissions) is reported through take_results() and never stops
@@ -92,9 +95,12 @@ struct WriteResult {
   std::string error;  // empty on success
 };
 
-// Removes `.<name>.tmp-<pid>` directories of processes that no longer run
-// (writes cut short by a crash). Writer's constructor calls it.
-void remove_stale_temporaries(const std::string& parent);
+// Finishes what a crash cut short under `parent`: removes `.<name>.tmp-<pid>`
+// directories of processes that no longer run, and completes an interrupted
+// replacement of a checkpoint (Note [Replacing a checkpoint] in writer.cpp:
+// `<name>.replaced` goes back to `<name>` when that is absent, else is
+// removed). Writer's constructor calls it. Throws Error when a rename fails.
+void recover_interrupted_writes(const std::string& parent);
 
 // Writes one snapshot as a checkpoint directory, atomically. Never throws:
 // failures come back in WriteResult::error with the temporary removed.
@@ -142,7 +148,9 @@ struct Report {
 // with its size and SHA-256, nothing required is missing.
 Report validate_checkpoint(const std::string& dir);
 
-// Complete checkpoints under `parent`, newest (highest step) first.
+// Checkpoint directories under `parent` (`epoch_E_step_S`, or
+// `epoch_E_step_S.replaced` while `epoch_E_step_S` is absent), newest
+// (highest step) first. They are not validated.
 std::vector<std::string> list_checkpoints(const std::string& parent);
 
 // The newest checkpoint under `parent` that validates; "" when none does.

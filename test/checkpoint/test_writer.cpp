@@ -1,0 +1,179 @@
+// Proves the writer's promises: replacing a checkpoint of the same step never
+// leaves the step without a complete checkpoint (a reader watches while it is
+// replaced, with RENAME_EXCHANGE), the fallback for file systems without it
+// survives a crash at its one unsafe moment, keep_last prunes the oldest, and
+// a failed write is reported by take_results without harming the checkpoints
+// already written or leaving a temporary behind.
+#include <dirent.h>  // opendir
+#include <stdlib.h>  // setenv, unsetenv
+#include <unistd.h>  // getpid
+
+#include <atomic>   // std::atomic
+#include <fstream>  // std::ifstream
+#include <string>
+#include <thread>  // std::thread
+#include <vector>
+
+#include <ATen/ATen.h>  // at::zeros
+
+#include "catch_compat.hpp"
+#include "loongforge/checkpoint/checkpoint.hpp"
+#include "loongforge/common/files.hpp"
+#include "snapshots.hpp"
+
+using namespace loongforge;
+using namespace loongforge::checkpoint;
+using lf_catch::Contains;
+
+namespace {
+
+// Sets an environment variable for one scope (the writer's test hooks).
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(std::string n, const char* value) : name(std::move(n)) { ::setenv(name.c_str(), value, 1); }
+  ~ScopedEnv() { ::unsetenv(name.c_str()); }
+};
+
+// Entries of `dir` that are not checkpoints: temporaries and old copies.
+std::vector<std::string> leftovers(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = ::opendir(dir.c_str());
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    if (name[0] == '.' || name.find(".replaced") != std::string::npos) out.push_back(name);
+  }
+  ::closedir(d);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: replacing a checkpoint of the same step never leaves the step without one") {
+  lf_test::ScratchDir parent;
+  const std::string final_path = parent.path + "/epoch_0_step_5";
+  Writer writer(parent.path, /*keep_last=*/3, /*async=*/true);
+  writer.submit(lf_test::make_snapshot(5, 0.0f));
+  writer.wait();
+  REQUIRE(validate_checkpoint(final_path).ok());
+
+  // The delay hook sleeps before each file and between the steps of a
+  // replacement, so the watcher gets many looks at every moment of it.
+  ScopedEnv delay("LOONGFORGE_TEST_CHECKPOINT_DELAY_MS", "15");
+  std::atomic<bool> done{false};
+  std::atomic<long> looks{0}, misses{0};
+  std::string first_miss;
+  std::thread watcher([&] {
+    while (!done.load()) {
+      // One open per look: whichever directory is at the path, its manifest
+      // must be there, parse and name step 5.
+      std::ifstream in(final_path + "/MANIFEST.json");
+      bool seen = false;
+      if (in) {
+        try {
+          nlohmann::json j;
+          in >> j;
+          seen = Manifest::from_json(j).step == 5;
+        } catch (const std::exception&) {
+        }
+      }
+      if (!seen && misses++ == 0) first_miss = "look " + std::to_string(looks.load());
+      ++looks;
+    }
+  });
+  constexpr int kReplacements = 6;
+  for (int i = 1; i <= kReplacements; ++i) {
+    writer.submit(lf_test::make_snapshot(5, static_cast<float>(i)));
+    writer.wait();
+    REQUIRE(lf_test::mark_of(final_path) == static_cast<float>(i));  // the new one is in place
+  }
+  done = true;
+  watcher.join();
+  INFO("first miss at " << first_miss);
+  REQUIRE(misses.load() == 0);
+  REQUIRE(looks.load() > 100);  // the watcher really watched
+  const auto results = writer.take_results();
+  REQUIRE(results.size() == kReplacements + 1);
+  for (const auto& r : results) REQUIRE(r.error.empty());
+  REQUIRE(validate_checkpoint(final_path).ok());
+  REQUIRE(list_checkpoints(parent.path) == std::vector<std::string>{final_path});
+  REQUIRE(leftovers(parent.path).empty());  // the old copies are gone
+}
+
+TEST_CASE("checkpoint: without RENAME_EXCHANGE a replacement still ends with the new checkpoint and nothing else") {
+  ScopedEnv no_exchange("LOONGFORGE_TEST_CHECKPOINT_NO_EXCHANGE", "1");
+  lf_test::ScratchDir parent;
+  const std::string final_path = parent.path + "/epoch_0_step_5";
+  Writer writer(parent.path, /*keep_last=*/3, /*async=*/false);
+  writer.submit(lf_test::make_snapshot(5, 1.0f));
+  writer.submit(lf_test::make_snapshot(5, 2.0f));
+  for (const auto& r : writer.take_results()) REQUIRE(r.error.empty());
+  REQUIRE(validate_checkpoint(final_path).ok());
+  REQUIRE(lf_test::mark_of(final_path) == 2.0f);
+  REQUIRE(leftovers(parent.path).empty());
+}
+
+TEST_CASE("checkpoint: a replacement cut short between its renames loses nothing and is finished at the next start") {
+  lf_test::ScratchDir parent;
+  const std::string s3 = write_checkpoint_dir(parent.path, lf_test::make_snapshot(3)).path;
+  const std::string s5 = write_checkpoint_dir(parent.path, lf_test::make_snapshot(5, 1.0f)).path;
+  // The crash left the old copy aside and the new one not yet in place.
+  rename_path(s5, s5 + ".replaced");
+  REQUIRE(list_checkpoints(parent.path) == std::vector<std::string>{s5 + ".replaced", s3});
+  REQUIRE(find_latest(parent.path) == s5 + ".replaced");
+
+  { Writer writer(parent.path, 3, false); }  // start-up recovery
+  REQUIRE(find_latest(parent.path) == s5);
+  REQUIRE(lf_test::mark_of(s5) == 1.0f);
+  REQUIRE(leftovers(parent.path).empty());
+
+  // A crash after the new one was in place: the old copy beside it is dropped
+  // (never listed), and the new one stays.
+  copy_tree(s5, s5 + ".replaced");
+  write_checkpoint_dir(parent.path, lf_test::make_snapshot(5, 2.0f));
+  REQUIRE(list_checkpoints(parent.path) == std::vector<std::string>{s5, s3});
+  { Writer writer(parent.path, 3, false); }
+  REQUIRE(lf_test::mark_of(s5) == 2.0f);
+  REQUIRE(leftovers(parent.path).empty());
+
+  // A temporary of a dead process (pid 0x7fffffff never runs) is removed; a live one's is kept.
+  make_dirs(parent.path + "/.epoch_0_step_9.tmp-2147483647");
+  make_dirs(parent.path + "/.epoch_0_step_9.tmp-" + std::to_string(::getpid()));
+  recover_interrupted_writes(parent.path);
+  REQUIRE_FALSE(path_exists(parent.path + "/.epoch_0_step_9.tmp-2147483647"));
+  REQUIRE(path_exists(parent.path + "/.epoch_0_step_9.tmp-" + std::to_string(::getpid())));
+}
+
+TEST_CASE("checkpoint: keep_last keeps the newest checkpoints and removes the older ones") {
+  lf_test::ScratchDir parent;
+  Writer writer(parent.path, /*keep_last=*/2, /*async=*/true);
+  for (int64_t step : {10, 20, 30, 40}) writer.submit(lf_test::make_snapshot(step));
+  writer.wait();
+  const auto results = writer.take_results();
+  REQUIRE(results.size() == 4);
+  REQUIRE(results[3].path == parent.path + "/epoch_0_step_40");
+  REQUIRE(results[3].step == 40);
+  REQUIRE(results[3].bytes > 0);
+  REQUIRE(list_checkpoints(parent.path) ==
+          std::vector<std::string>{parent.path + "/epoch_0_step_40", parent.path + "/epoch_0_step_30"});
+}
+
+TEST_CASE("checkpoint: a failed write is reported by take_results and leaves earlier checkpoints intact") {
+  lf_test::ScratchDir parent;
+  Writer writer(parent.path, /*keep_last=*/1, /*async=*/true);
+  writer.submit(lf_test::make_snapshot(10));
+  auto bad = lf_test::make_snapshot(20);
+  bad.tensor_files["model.safetensors"].emplace_back("broken", at::zeros({2}, at::kComplexFloat));
+  writer.submit(std::move(bad));
+  writer.wait();
+  const auto results = writer.take_results();
+  REQUIRE(results.size() == 2);
+  REQUIRE(results[0].error.empty());
+  REQUIRE(results[1].path == parent.path + "/epoch_0_step_20");
+  REQUIRE_THAT(results[1].error, Contains("tensor 'broken' has a dtype safetensors cannot store"));
+  REQUIRE(writer.take_results().empty());  // taken once
+  // keep_last=1 pruned nothing for the failed write; step 10 is whole, nothing half-written is left.
+  REQUIRE(find_latest(parent.path) == parent.path + "/epoch_0_step_10");
+  REQUIRE_FALSE(path_exists(parent.path + "/epoch_0_step_20"));
+  REQUIRE(leftovers(parent.path).empty());
+}

@@ -1,0 +1,205 @@
+// Proves the comm room's plain path: world_from_env() reads torchrun's and
+// Slurm's variables and refuses bad ones naming the variable; two ranks in one
+// process (two threads, Gloo over a TCPStore on a free port) sum with
+// all-reduce, GradientSync averages gradients (a parameter without a gradient
+// on one rank counts as zeros there and gets the average), and a rendezvous
+// nobody joins fails with a CommError naming the address and rank.
+#include <netinet/in.h>  // sockaddr_in
+#include <stdlib.h>      // setenv, unsetenv
+#include <sys/socket.h>  // socket, bind
+#include <unistd.h>      // close
+
+#include <exception>   // std::exception_ptr
+#include <functional>  // std::function
+#include <map>
+#include <string>
+#include <thread>  // std::thread
+#include <vector>
+
+#include <ATen/ATen.h>  // at::full, at::arange
+
+#include "catch_compat.hpp"
+#include "loongforge/comm/world.hpp"
+#include "loongforge/comm/world_info.hpp"
+#include "loongforge/common/error.hpp"
+
+using namespace loongforge;
+using namespace loongforge::comm;
+using lf_catch::Contains;
+
+namespace {
+
+// Clears every variable world_from_env() reads, then sets `vars`; restores on exit.
+struct Env {
+  static constexpr const char* kNames[] = {"RANK",        "WORLD_SIZE",   "LOCAL_RANK",   "MASTER_ADDR",
+                                           "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"};
+  explicit Env(const std::map<std::string, std::string>& vars) {
+    for (const char* n : kNames) ::unsetenv(n);
+    for (const auto& [k, v] : vars) ::setenv(k.c_str(), v.c_str(), 1);
+  }
+  ~Env() {
+    for (const char* n : kNames) ::unsetenv(n);
+  }
+};
+
+// A TCP port nobody listens on now (the kernel's choice for port 0).
+int64_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Runs `body(world)` for ranks 0 and 1 on two threads; rethrows a rank's
+// exception on the calling thread (Catch assertions stay on this thread).
+void two_ranks(const std::function<void(World&)>& body) {
+  const int64_t port = free_port();
+  std::exception_ptr errors[2];
+  std::vector<std::thread> ranks;
+  for (int64_t r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      try {
+        WorldInfo info;
+        info.rank = r;
+        info.world_size = 2;
+        info.master_port = port;
+        auto world = World::connect(info, /*timeout_ms=*/30000);
+        body(*world);
+        world->barrier();  // neither rank tears down while the other still talks
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+}  // namespace
+
+TEST_CASE("comm: without launcher variables the process is a one-rank world") {
+  Env env({});
+  const WorldInfo w = world_from_env();
+  REQUIRE(w.rank == 0);
+  REQUIRE(w.world_size == 1);
+  REQUIRE(w.local_rank == 0);
+  REQUIRE(w.master_addr == "127.0.0.1");
+  REQUIRE(w.master_port == 29500);
+  REQUIRE(w.source == "single process");
+}
+
+TEST_CASE("comm: torchrun variables give rank, world, local rank and the rendezvous address") {
+  Env env({{"WORLD_SIZE", "4"},
+           {"RANK", "2"},
+           {"LOCAL_RANK", "1"},
+           {"MASTER_ADDR", "10.1.2.3"},
+           {"MASTER_PORT", "29511"},
+           {"SLURM_NTASKS", "8"},
+           {"SLURM_PROCID", "7"}});  // torchrun wins
+  const WorldInfo w = world_from_env();
+  REQUIRE(w.rank == 2);
+  REQUIRE(w.world_size == 4);
+  REQUIRE(w.local_rank == 1);
+  REQUIRE(w.master_addr == "10.1.2.3");
+  REQUIRE(w.master_port == 29511);
+  REQUIRE(w.source == "torchrun environment");
+}
+
+TEST_CASE("comm: Slurm variables give rank, world and local rank") {
+  Env env({{"SLURM_NTASKS", "8"}, {"SLURM_PROCID", "5"}, {"SLURM_LOCALID", "1"}, {"MASTER_PORT", "29400"}});
+  const WorldInfo w = world_from_env();
+  REQUIRE(w.rank == 5);
+  REQUIRE(w.world_size == 8);
+  REQUIRE(w.local_rank == 1);
+  REQUIRE(w.master_port == 29400);
+  REQUIRE(w.source == "Slurm environment");
+}
+
+TEST_CASE("comm: bad launcher variables are refused naming the variable") {
+  const std::vector<std::pair<std::map<std::string, std::string>, std::string>> cases = {
+      {{{"WORLD_SIZE", "2"}, {"RANK", "one"}, {"MASTER_PORT", "1"}},
+       "environment variable RANK='one' is not a non-negative integer"},
+      {{{"WORLD_SIZE", "2"}, {"RANK", "-1"}, {"MASTER_PORT", "1"}},
+       "environment variable RANK='-1' is not a non-negative integer"},
+      {{{"WORLD_SIZE", "2x"}}, "environment variable WORLD_SIZE='2x' is not a non-negative integer"},
+      {{{"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}}, "WORLD_SIZE is set but RANK is not"},
+      {{{"WORLD_SIZE", "0"}, {"RANK", "0"}}, "world size 0"},
+      {{{"WORLD_SIZE", "4"}, {"RANK", "4"}, {"MASTER_PORT", "1"}},
+       "rank 4 is not below the world size 4 (torchrun environment)"},
+      {{{"SLURM_NTASKS", "2"}, {"SLURM_PROCID", "3"}, {"MASTER_PORT", "1"}},
+       "rank 3 is not below the world size 2 (Slurm environment)"},
+      {{{"SLURM_NTASKS", "2"}, {"SLURM_PROCID", "1"}}, "MASTER_PORT is not set"},
+      {{{"WORLD_SIZE", "2"}, {"RANK", "1"}, {"MASTER_PORT", "70000"}}, "MASTER_PORT=70000 is not a TCP port"},
+      {{{"MASTER_PORT", "0"}}, "MASTER_PORT=0 is not a TCP port"},
+  };
+  for (const auto& [vars, message] : cases) {
+    INFO(message);
+    Env env(vars);
+    REQUIRE_THROWS_AS(world_from_env(), ConfigError);
+    REQUIRE_THROWS_WITH(world_from_env(), Contains(message));
+  }
+}
+
+TEST_CASE("comm: all-reduce over two ranks sums the tensor in place on both") {
+  at::Tensor results[2][2];
+  two_ranks([&](World& world) {
+    const double k = static_cast<double>(world.rank() + 1);  // rank 0: 1, rank 1: 2
+    // Gloo reduces one tensor per call (a vector holds one tensor per device).
+    std::vector<at::Tensor> a = {at::full({3}, k, at::kFloat)};
+    std::vector<at::Tensor> b = {at::arange(4, at::kDouble) * k};
+    world.allreduce_sum(a);
+    world.allreduce_sum(b);
+    results[world.rank()][0] = a[0];
+    results[world.rank()][1] = b[0];
+  });
+  for (const auto& t : results) {
+    REQUIRE(at::equal(t[0], at::full({3}, 3.0f)));
+    REQUIRE(at::equal(t[1], at::tensor({0.0, 3.0, 6.0, 9.0}, at::kDouble)));
+  }
+}
+
+TEST_CASE("comm: GradientSync averages gradients over ranks, a missing gradient counting as zeros") {
+  struct Out {
+    at::Tensor w_grad, b_grad, only0_grad;
+    double loss = 0, bytes = 0;
+    std::string agreed;
+  } out[2];
+  two_ranks([&](World& world) {
+    const int64_t r = world.rank();
+    at::Tensor w = at::zeros({2, 3}).set_requires_grad(true);
+    at::Tensor b = at::zeros({3}).set_requires_grad(true);
+    at::Tensor only0 = at::zeros({2}).set_requires_grad(true);  // used by rank 0's batch only
+    w.mutable_grad() = at::arange(6, at::kFloat).reshape({2, 3}) * static_cast<float>(r + 1);
+    b.mutable_grad() = at::full({3}, r == 0 ? 1.0f : 3.0f);
+    if (r == 0) only0.mutable_grad() = at::tensor({4.0f, -8.0f});
+    GradientSync sync(world);
+    const SyncStats s = sync.average({w, b, only0});
+    out[r] = {w.grad(),     b.grad(),
+              only0.grad(), sync.mean(r == 0 ? 1.0 : 2.0),
+              s.bytes,      world.agree("run_dir", r == 0 ? "runs/a" : "ignored")};
+  });
+  for (const auto& o : out) {
+    REQUIRE(at::allclose(o.w_grad, at::arange(6, at::kFloat).reshape({2, 3}) * 1.5f));
+    REQUIRE(at::equal(o.b_grad, at::full({3}, 2.0f)));
+    REQUIRE(o.only0_grad.defined());
+    REQUIRE(at::equal(o.only0_grad, at::tensor({2.0f, -4.0f})));
+    REQUIRE(o.loss == 1.5);
+    REQUIRE(o.bytes == 11 * 4);  // one fp32 bucket of every parameter
+    REQUIRE(o.agreed == "runs/a");
+  }
+}
+
+TEST_CASE("comm: a rendezvous that no peer joins fails naming the address and the rank") {
+  WorldInfo info;
+  info.rank = 0;
+  info.world_size = 2;
+  info.master_port = free_port();
+  REQUIRE_THROWS_WITH(World::connect(info, /*timeout_ms=*/500),
+                      Contains("rank 0: rendezvous at 127.0.0.1:" + std::to_string(info.master_port) + " failed"));
+}
