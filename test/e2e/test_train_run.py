@@ -64,10 +64,25 @@ def test_a_second_run_with_the_same_name_gets_a_fresh_directory(tmp_path):
     assert (tmp_path / "n16-tiny-demo").is_dir() and (tmp_path / "n16-tiny-demo-2").is_dir()
 
 
-def test_a_missing_dataset_stops_with_a_message_naming_it(tmp_path):
+def test_a_missing_dataset_stops_with_a_message_naming_the_key_and_what_makes_it(tmp_path):
     r = train(tmp_path, "data.path=/nonexistent/ds", check=False)
     assert r.returncode == 1
-    assert "data_error: cannot read '/nonexistent/ds/loongforge_dataset.json'" in r.stderr
+    assert ("config_error: --set: data.path: '/nonexistent/ds' does not exist: write it with "
+            "`python3 scripts/convert_lerobot.py <lerobot dataset> /nonexistent/ds`") in r.stderr
+
+
+def test_a_dataset_folder_without_a_dataset_stops_with_a_message_naming_it(tmp_path):
+    r = train(tmp_path, f"data.path={tmp_path}", check=False)
+    assert r.returncode == 1
+    assert f"data_error: cannot read '{tmp_path}/loongforge_dataset.json'" in r.stderr
+
+
+def test_a_missing_model_file_names_the_key_and_the_config_line(tmp_path):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(f"model:\n  path: {tmp_path}/nope.pt\ndata:\n  path: {DATA}\n")
+    r = subprocess.run([TRAIN, "--config", str(cfg)], capture_output=True, text=True)
+    assert r.returncode == 1
+    assert f"{cfg}:2: model.path: '{tmp_path}/nope.pt' does not exist" in r.stderr
 
 
 def test_a_model_whose_views_do_not_match_the_dataset_is_refused(tmp_path):
