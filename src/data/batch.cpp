@@ -41,32 +41,50 @@ std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch) 
 }
 
 Sampler::Sampler(int64_t num_samples, uint64_t seed, bool shuffle, int64_t rank, int64_t world,
-                 int64_t micro_batch_size)
-    : n_(num_samples), rank_(rank), world_(world), batch_(micro_batch_size), seed_(seed), shuffle_(shuffle) {
-  per_rank_ = n_ / world_;
-  per_epoch_ = per_rank_ / batch_;
-  if (per_epoch_ < 1)
-    throw DataError("the dataset has " + std::to_string(n_) + " samples: too few for micro_batch_size " +
-                    std::to_string(batch_) + " x world size " + std::to_string(world_) +
-                    " (lower trainer.micro_batch_size)");
+                 int64_t micro_batch_size, int64_t accumulation)
+    : n_(num_samples),
+      rank_(rank),
+      world_(world),
+      batch_(micro_batch_size),
+      accumulation_(accumulation),
+      global_(micro_batch_size * accumulation * world),
+      seed_(seed),
+      shuffle_(shuffle) {
+  if (world_ < 1 || rank_ < 0 || rank_ >= world_ || batch_ < 1 || accumulation_ < 1)
+    throw DataError("sampler: rank " + std::to_string(rank_) + " of world " + std::to_string(world_) +
+                    ", micro_batch_size " + std::to_string(batch_) + ", accumulation " +
+                    std::to_string(accumulation_) + ": need 0 <= rank < world and sizes >= 1");
+  steps_per_epoch_ = n_ / global_;
+  if (steps_per_epoch_ < 1)
+    throw DataError("the dataset has " + std::to_string(n_) + " samples, fewer than one global batch G = B x K x W = " +
+                    std::to_string(batch_) + " x " + std::to_string(accumulation_) + " x " + std::to_string(world_) +
+                    " = " + std::to_string(global_) +
+                    " (trainer.micro_batch_size x trainer.gradient_accumulation_steps x world size): lower "
+                    "trainer.micro_batch_size or trainer.gradient_accumulation_steps, or use fewer ranks");
 }
 
-std::vector<int64_t> Sampler::micro_batch(int64_t m) {
-  const int64_t epoch = m / per_epoch_;
+std::vector<int64_t> Sampler::micro_batch(int64_t step, int64_t i) {
+  if (i < 0 || i >= accumulation_)
+    throw DataError("sampler: micro-batch " + std::to_string(i) + " of a step with gradient_accumulation_steps " +
+                    std::to_string(accumulation_));
+  const int64_t epoch = step / steps_per_epoch_;
   if (epoch != cached_epoch_) {
-    std::vector<int64_t> perm;
     if (shuffle_) {
-      perm = epoch_permutation(n_, seed_, epoch);
+      perm_ = epoch_permutation(n_, seed_, epoch);
     } else {
-      perm.resize(static_cast<size_t>(n_));
-      for (int64_t i = 0; i < n_; ++i) perm[i] = i;
+      perm_.resize(static_cast<size_t>(n_));
+      for (int64_t k = 0; k < n_; ++k) perm_[k] = k;
     }
-    rank_order_.resize(static_cast<size_t>(per_rank_));
-    for (int64_t k = 0; k < per_rank_; ++k) rank_order_[k] = perm[rank_ + k * world_];
     cached_epoch_ = epoch;
   }
-  const int64_t start = (m % per_epoch_) * batch_;
-  return std::vector<int64_t>(rank_order_.begin() + start, rank_order_.begin() + start + batch_);
+  const int64_t block = (step % steps_per_epoch_) * global_;
+  std::vector<int64_t> ids(static_cast<size_t>(batch_));
+  for (int64_t b = 0; b < batch_; ++b) ids[b] = perm_[block + i * batch_ * world_ + b * world_ + rank_];
+  return ids;
+}
+
+int64_t Sampler::stream_position(int64_t step, int64_t i, int64_t b) const {
+  return step * global_ + i * batch_ * world_ + b * world_ + rank_;
 }
 
 // ---------------------------------------------------------------------------
@@ -94,7 +112,7 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
     : ds_(dataset),
       opt_(options),
       sampler_(dataset.total_rows(), options.seed, options.shuffle, options.rank, options.world,
-               options.micro_batch_size) {
+               options.micro_batch_size, options.accumulation) {
   episode_start_.push_back(0);
   for (const auto& e : ds_.episodes()) episode_start_.push_back(episode_start_.back() + e.length);
 
@@ -180,7 +198,8 @@ const at::Tensor& BatchBuilder::frames(size_t episode, int camera) {
   return cache_[key];
 }
 
-void BatchBuilder::fill(int64_t slot, int64_t sample_id, Batch& b) {
+void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb) {
+  Batch& b = mb.tensors;
   const Location loc = locate(sample_id);
   const EpisodeInfo& ep = ds_.episodes()[loc.episode];
   const int64_t t = loc.row, L = ep.length, H = opt_.action_horizon;
@@ -200,6 +219,8 @@ void BatchBuilder::fill(int64_t slot, int64_t sample_id, Batch& b) {
                                    mean_std_);
       m_out[k * A + j] = 1.0f;
     }
+    if (action.width > 0) mb.action_tokens += 1;
+    mb.num_valid += action.width;
   }
 
   const int64_t task = ds_.array(loc.episode, task_col_).as<int64_t>()[t];
@@ -213,6 +234,7 @@ void BatchBuilder::fill(int64_t slot, int64_t sample_id, Batch& b) {
   for (int64_t k = 0; k < std::min<int64_t>(opt_.max_text_len, static_cast<int64_t>(ids.size())); ++k) {
     tok[k] = ids[k];
     tmask[k] = true;
+    mb.text_tokens += 1;
   }
 
   for (size_t v = 0; v < cameras_.size(); ++v) {
@@ -243,25 +265,30 @@ Batch empty_batch(const SampleOptions& o, int64_t B) {
 }  // namespace
 
 Batch BatchBuilder::sample(int64_t sample_id) {
-  Batch b = empty_batch(opt_, 1);
-  fill(0, sample_id, b);
-  return b;
+  MicroBatch mb{empty_batch(opt_, 1)};
+  fill(0, sample_id, mb);
+  return std::move(mb.tensors);
 }
 
-Batch BatchBuilder::micro_batch(int64_t m) {
-  const std::vector<int64_t> ids = sampler_.micro_batch(m);
+MicroBatch BatchBuilder::micro_batch(int64_t step, int64_t i) {
+  const std::vector<int64_t> ids = sampler_.micro_batch(step, i);
   const int64_t B = static_cast<int64_t>(ids.size());
-  Batch b = empty_batch(opt_, B);
-  for (int64_t i = 0; i < B; ++i) fill(i, ids[i], b);
+  MicroBatch mb{empty_batch(opt_, B)};
+  for (int64_t b = 0; b < B; ++b) fill(b, ids[b], mb);
 
-  // Flow-matching draws (s4).
-  const uint64_t fm_seed =
-      (opt_.seed * 1000003ull + static_cast<uint64_t>(m * opt_.world + opt_.rank)) & 0x7FFFFFFFFFFFFFFFull;
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(fm_seed);
-  const at::Tensor u = at::rand({B}, gen, at::kFloat);
-  b["fm_t"] = at::div(at::rsub(at::pow(u, 1.0 / 1.5), 0.999), 0.999);
-  b["fm_noise"] = at::randn({B, opt_.action_horizon, opt_.max_action_dim}, gen, at::kFloat);
-  return b;
+  // Flow-matching draws, one generator per sample at its stream position (s4).
+  at::Tensor fm_t = at::empty({B}, at::kFloat);                                            // (B,)
+  at::Tensor noise = at::empty({B, opt_.action_horizon, opt_.max_action_dim}, at::kFloat);  // (B, H, A)
+  for (int64_t b = 0; b < B; ++b) {
+    const auto p = static_cast<uint64_t>(sampler_.stream_position(step, i, b));
+    auto gen = at::make_generator<at::CPUGeneratorImpl>((opt_.seed * 1000003ull + p) & 0x7FFFFFFFFFFFFFFFull);
+    const at::Tensor u = at::rand({1}, gen, at::kFloat);                                    // (1,)
+    fm_t.narrow(0, b, 1).copy_(at::div(at::rsub(at::pow(u, 1.0 / 1.5), 0.999), 0.999));
+    noise[b].copy_(at::randn({opt_.action_horizon, opt_.max_action_dim}, gen, at::kFloat));  // (H, A)
+  }
+  mb.tensors["fm_t"] = fm_t;
+  mb.tensors["fm_noise"] = noise;
+  return mb;
 }
 
 }  // namespace loongforge::data

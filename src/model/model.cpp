@@ -107,6 +107,11 @@ Model Model::load(const std::string& path, c10::Device device) {
       pi.numel = p.at("numel").get<int64_t>();
       pi.role = parse_role(p.at("role").get<std::string>(), path, pi.name);
       pi.trainable = p.at("trainable").get<bool>();
+      if (!p.contains("decay"))
+        throw ModelError(path + ": params.json: parameter '" + pi.name +
+                         "' has no \"decay\" flag (exported by an older scripts/model): re-export with "
+                         "scripts/model/export.py");
+      pi.decay = p.at("decay").get<bool>();
       info.params.push_back(std::move(pi));
     }
   } catch (const nlohmann::json::exception& e) {

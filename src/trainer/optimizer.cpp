@@ -1,15 +1,22 @@
 // AdamW, the warmup schedule and gradient clipping (training-semantics s5).
 #include "loongforge/trainer/optimizer.hpp"
 
-#include <cmath>  // std::pow, std::sqrt, std::cos
+#include <cmath>   // std::pow, std::sqrt, std::cos
+#include <string>  // std::to_string
 
 #include <ATen/ATen.h>  // at::linalg_vector_norm, at::stack
 
+#include "loongforge/common/error.hpp"
+
 namespace loongforge::trainer {
 
-AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions options) : params_(std::move(params)), opt_(options) {
+AdamW::AdamW(std::vector<at::Tensor> params, const std::vector<bool>& decay, AdamWOptions options)
+    : params_(std::move(params)), opt_(options) {
+  if (decay.size() != params_.size())
+    throw TrainingError("AdamW: " + std::to_string(decay.size()) + " decay flags for " +
+                                std::to_string(params_.size()) + " parameters");
   state_.resize(params_.size());
-  for (size_t i = 0; i < params_.size(); ++i) state_[i].decay = params_[i].dim() >= 2;
+  for (size_t i = 0; i < params_.size(); ++i) state_[i].decay = decay[i];
 }
 
 void AdamW::step(double lr) {

@@ -173,6 +173,7 @@ int run(const config::Config& cfg, const comm::WorldInfo& world_info) {
   so.micro_batch_size = cfg.trainer.micro_batch_size;
   so.rank = rank;
   so.world = world_size;
+  so.accumulation = cfg.trainer.gradient_accumulation_steps;
   so.image_size = mc.at("image_size").get<int64_t>();
   so.num_views = mc.at("num_views").get<int64_t>();
   so.max_state_dim = mc.at("max_state_dim").get<int64_t>();
@@ -185,7 +186,10 @@ int run(const config::Config& cfg, const comm::WorldInfo& world_info) {
   AdamWOptions ao;
   ao.beta1 = cfg.optimizer.beta1, ao.beta2 = cfg.optimizer.beta2, ao.eps = cfg.optimizer.eps;
   ao.weight_decay = cfg.optimizer.weight_decay;
-  AdamW optimizer(net.trainable_parameters(), ao);
+  std::vector<bool> decay;  // params.json "decay" of each trainable parameter, in order
+  for (const auto& p : net.info().params)
+    if (p.trainable) decay.push_back(p.decay);
+  AdamW optimizer(net.trainable_parameters(), decay, ao);
   Schedule schedule;
   schedule.peak_lr = cfg.optimizer.lr;
   schedule.total_steps = cfg.trainer.max_steps;
@@ -225,8 +229,6 @@ int run(const config::Config& cfg, const comm::WorldInfo& world_info) {
   make_dirs(run_dir);
   const std::string ckpt_dir = cfg.checkpoint.dir.empty() ? run_dir + "/checkpoints" : cfg.checkpoint.dir;
   TrainerPosition pos;
-  pos.accumulation = cfg.trainer.gradient_accumulation_steps;
-  pos.micro_batches_per_epoch = builder.sampler().micro_batches_per_epoch();
   pos.run_id = sha256_hex(run_dir + std::to_string(std::chrono::system_clock::now().time_since_epoch().count()))
                    .substr(0, 16);
   if (!resume_dir.empty()) {
@@ -238,8 +240,8 @@ int run(const config::Config& cfg, const comm::WorldInfo& world_info) {
   if (leader) std::ofstream(run_dir + "/config.yaml") << config::print_config(cfg);
   LF_LOG(log, info) << "run " << run_dir << ": " << net.info().name << " on " << setup.device << " ("
                     << (setup.bf16 ? "bf16" : "fp32") << "), " << dataset.episodes().size() << " episodes / "
-                    << dataset.total_rows() << " samples, " << builder.sampler().micro_batches_per_epoch()
-                    << " micro-batches per epoch, steps " << pos.step + 1 << ".." << cfg.trainer.max_steps;
+                    << dataset.total_rows() << " samples, global batch " << builder.sampler().global_batch() << ", "
+                    << builder.sampler().steps_per_epoch() << " steps per epoch, steps " << pos.step + 1 << ".." << cfg.trainer.max_steps;
 
   // Rank 0 reports for the job (its loss is the mean over ranks).
   Progress progress(leader ? cfg.logging.progress : "off", cfg.logging.interval_steps, cfg.trainer.max_steps,
@@ -296,7 +298,7 @@ int run(const config::Config& cfg, const comm::WorldInfo& world_info) {
     if (reserver.joinable()) reserver.join();
     if (reserve_error) std::rethrow_exception(reserve_error);
     pos.step = steps_done;
-    pos.epoch = builder.sampler().epoch_of(steps_done * K);
+    pos.epoch = builder.sampler().epoch_of_step(steps_done);
     writer->wait();  // the writer may still read the buffers of the previous snapshot
     writer->submit(make_snapshot(cfg, net, optimizer, schedule, pos, world_size, snapshot_buffers));
     last_ckpt_time = Clock::now();
@@ -390,11 +392,11 @@ int run(const config::Config& cfg, const comm::WorldInfo& world_info) {
     int64_t tokens = 0;
     for (int64_t i = 0; i < K; ++i) {
       auto t0 = Clock::now();
-      data::Batch b = builder.micro_batch(s * K + i);
-      valid[static_cast<size_t>(i)] = b["action_mask"].sum().item<double>();  // read on the CPU, before the copy
+      data::MicroBatch mb = builder.micro_batch(s, i);
+      data::Batch b = std::move(mb.tensors);
+      valid[static_cast<size_t>(i)] = static_cast<double>(mb.num_valid);
       total_valid += valid[static_cast<size_t>(i)];
-      tokens += b["text_mask"].sum().item<int64_t>() + b["action_mask"].amax(2).sum().item<int64_t>() +
-                b["images"].size(0) * (so.num_views * tokens_per_view + 1);
+      tokens += mb.text_tokens + mb.action_tokens + b["images"].size(0) * (so.num_views * tokens_per_view + 1);
       mark("data_wait", s + 1, i, t0);
       t0 = Clock::now();
       for (auto& kv : b) kv.second = kv.second.to(setup.device, /*non_blocking=*/true);
@@ -402,11 +404,13 @@ int run(const config::Config& cfg, const comm::WorldInfo& world_info) {
       batches.push_back(std::move(b));
     }
     const double data_ms = ms_since(t_step);
+    // s5: V is the job's count of valid elements; w_i = V_i * W / V.
+    if (grad_sync) total_valid = grad_sync->sum(total_valid);
 
     double step_loss = 0;
     for (int64_t i = 0; i < K; ++i) {
-      const double w =
-          total_valid > 0 ? valid[static_cast<size_t>(i)] / total_valid : 1.0 / static_cast<double>(K);
+      const double w = total_valid > 0 ? valid[static_cast<size_t>(i)] * static_cast<double>(world_size) / total_valid
+                                       : 1.0 / static_cast<double>(K);
       at::Tensor loss;
       auto t0 = Clock::now();
       {

@@ -3,6 +3,7 @@
 
 #include <fstream>  // std::ifstream
 #include <mutex>    // std::lock_guard
+#include <string>   // std::stoll
 
 #include <ATen/ATen.h>                 // at::NoGradGuard
 #include <ATen/CPUGeneratorImpl.h>     // at::CPUGeneratorImpl
@@ -150,16 +151,14 @@ checkpoint::Snapshot make_snapshot(const config::Config& cfg, const model::Model
     std::lock_guard<std::mutex> lock(cpu_gen.mutex());
     cpu_rng = cpu_gen.get_state();
   }
-  const int64_t next_micro_batch = pos.step * pos.accumulation;
   const nlohmann::json state = {
       {"step", pos.step},
       {"epoch", pos.epoch},
       {"run_id", pos.run_id},
       {"seed", cfg.run.seed},
-      {"data", {{"next_micro_batch", next_micro_batch},
-                {"epoch", next_micro_batch / pos.micro_batches_per_epoch},
-                {"micro_batch_in_epoch", next_micro_batch % pos.micro_batches_per_epoch},
-                {"note", "sample order and flow-matching draws are pure functions of (seed, micro-batch, rank, world)"}}},
+      {"data", {{"step", pos.step},
+                {"epoch", pos.epoch},
+                {"note", "a step's samples and flow-matching draws are pure functions of (seed, global batch, step)"}}},
       {"rng", {{"cpu_default_generator", hex(cpu_rng)}}},
       {"optimizer_steps", opt_steps},
       {"model_path", cfg.model.path},
@@ -202,7 +201,12 @@ nlohmann::json resume_from(const std::string& dir, const config::Config& cfg, mo
   for (const auto& p : net.info().params) shapes.emplace_back(p.name, p.shape);
   diffs = checkpoint::compare_parameters(dir, shapes);
   const nlohmann::json now = compared_config(cfg);
+  // The split of the global batch G = B x K x W may change across a resume
+  // (docs/training-semantics.md s2); G itself may not.
+  const char* kBatchKey = "trainer.micro_batch_size";
+  const char* kAccumulationKey = "trainer.gradient_accumulation_steps";
   for (const auto& [key, value] : now.items()) {
+    if (key == kBatchKey || key == kAccumulationKey) continue;
     const auto saved = report.manifest.config.find(key);
     if (saved == report.manifest.config.end())
       diffs.push_back("config " + key + ": not recorded in the checkpoint");
@@ -210,13 +214,31 @@ nlohmann::json resume_from(const std::string& dir, const config::Config& cfg, mo
       diffs.push_back("config " + key + ": checkpoint " + saved->get<std::string>() + ", now " +
                       value.get<std::string>());
   }
-  // A different world size is fine: the optimizer state is replicated (the
-  // plain path shards nothing), and the sample order is a pure function of
-  // (seed, step, rank, world), so the new ranks continue at the saved step.
+  const auto& saved_cfg = report.manifest.config;
+  if (saved_cfg.contains(kBatchKey) && saved_cfg.contains(kAccumulationKey)) {
+    const int64_t b0 = std::stoll(saved_cfg.at(kBatchKey).get<std::string>());
+    const int64_t k0 = std::stoll(saved_cfg.at(kAccumulationKey).get<std::string>());
+    const int64_t w0 = report.manifest.world_size;
+    const int64_t b = cfg.trainer.micro_batch_size, k = cfg.trainer.gradient_accumulation_steps;
+    if (b0 * k0 * w0 != b * k * world_size) {
+      const int64_t fit = b0 * k0 * w0 % (b * world_size) == 0 ? b0 * k0 * w0 / (b * world_size) : 0;
+      diffs.push_back("global batch (trainer.micro_batch_size x trainer.gradient_accumulation_steps x world size): "
+                      "checkpoint " + std::to_string(b0) + " x " + std::to_string(k0) + " x " + std::to_string(w0) +
+                      " = " + std::to_string(b0 * k0 * w0) + ", now " + std::to_string(b) + " x " +
+                      std::to_string(k) + " x " + std::to_string(world_size) + " = " +
+                      std::to_string(b * k * world_size) +
+                      (fit > 0 ? " (set trainer.gradient_accumulation_steps=" + std::to_string(fit) + ")" : ""));
+    }
+  } else {
+    diffs.push_back(std::string("config ") + kBatchKey + " / " + kAccumulationKey + ": not recorded in the checkpoint");
+  }
+  // A different world size with the same global batch is fine: the optimizer
+  // state is replicated (the plain path shards nothing), and a step's samples
+  // and draws are a pure function of (seed, global batch, step).
   if (report.manifest.world_size != world_size)
     LF_LOG(logger("trainer"), info) << "resuming a checkpoint of " << report.manifest.world_size << " rank(s) on "
-                                    << world_size << ": replicated optimizer state, nothing to re-shard; from step "
-                                    << "there on, the data is split over the new world size";
+                                    << world_size << ": replicated optimizer state, same global batch, so every "
+                                    << "step takes the samples and draws it would have taken";
   if (diffs.empty() && report.manifest.model_hash != model_identity_hash(net))
     diffs.push_back("trainable parameters differ (freezing config of the model file)");
   if (!diffs.empty()) {

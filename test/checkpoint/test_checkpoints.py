@@ -179,7 +179,8 @@ def test_an_incompatible_checkpoint_is_refused_listing_every_difference(straight
     assert r.returncode == 1
     assert "does not match this run" in r.stderr
     assert "config optimizer.lr: checkpoint 3.0e-04, now 0.001" in r.stderr
-    assert "config trainer.micro_batch_size: checkpoint 2, now 4" in r.stderr
+    assert ("global batch (trainer.micro_batch_size x trainer.gradient_accumulation_steps x world size): "
+            "checkpoint 2 x 1 x 1 = 2, now 4 x 1 x 1 = 4") in r.stderr
 
 
 def test_a_full_disk_fails_the_write_but_not_the_training(tmp_path):

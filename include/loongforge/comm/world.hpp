@@ -70,6 +70,8 @@ class GradientSync {
   SyncStats average(const std::vector<at::Tensor>& params);
   // A scalar's mean over ranks (the logged loss).
   double mean(double value);
+  // A scalar's sum over ranks (the loss weights' count of valid elements).
+  double sum(double value);
 
  private:
   World& world_;

@@ -2,18 +2,27 @@
 // docs/training-semantics.md sections 1-4 define them.
 //
 // Contract:
-//  - Sampler: the order is a pure function of (seed, epoch, rank, world);
-//    micro-batch m of a rank is the same on every run and after a resume.
-//  - BatchBuilder::micro_batch(m) returns the model's batch (DESIGN.md s1
-//    keys, CPU tensors) for global micro-batch m, including the flow-matching
-//    draws fm_t / fm_noise, so both trainers compute the same numbers.
+//  - Sampler: optimizer step s takes the global batch of G = B x K x W
+//    samples perm_e[j*G .. (j+1)*G) (e = s / T, j = s % T, T = N / G steps
+//    per epoch); micro-batch i of rank r holds block positions
+//    q = i*B*W + b*W + r, b = 0..B-1. A pure function of (seed, G, step), so
+//    a run resumed with another split of G into B x K x W takes the same
+//    samples at every step.
+//  - BatchBuilder::micro_batch(s, i) returns the model's batch (DESIGN.md s1
+//    keys, CPU tensors) of micro-batch i of step s on this rank, including the
+//    flow-matching draws fm_t / fm_noise drawn PER SAMPLE from its stream
+//    position p = s*G + q (s4), and the counts the loss weights and metrics
+//    need (counted while filling: no tensor reads).
 //  - Decoded, resized frames are cached per episode (LRU bounded by bytes);
 //    a video is decoded sequentially once per cache miss, never per sample.
 //  - Synchronous and single-threaded: the ADFE engine wraps it later.
 //
 // Example:
-//   BatchBuilder builder(dataset, options);
-//   model::Batch b = builder.micro_batch(step * accumulation + i);
+//   BatchBuilder builder(dataset, options);   // options.accumulation = K
+//   for (int64_t i = 0; i < K; ++i) {
+//     MicroBatch mb = builder.micro_batch(step, i);
+//     ... model(mb.tensors), loss weight from mb.num_valid ...
+//   }
 #pragma once
 
 #include <cstdint>  // int64_t, uint64_t
@@ -33,20 +42,28 @@ using Batch = std::map<std::string, at::Tensor>;
 // SplitMix64 Fisher-Yates permutation of [0, n) for an epoch (s2).
 std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch);
 
+// Which samples each micro-batch of each optimizer step holds (s2). Throws
+// DataError when the dataset is smaller than one global batch B x K x W.
 class Sampler {
  public:
-  Sampler(int64_t num_samples, uint64_t seed, bool shuffle, int64_t rank, int64_t world, int64_t micro_batch_size);
-  int64_t micro_batches_per_epoch() const { return per_epoch_; }
-  int64_t epoch_of(int64_t m) const { return m / per_epoch_; }
-  // Sample ids of global micro-batch m of this rank.
-  std::vector<int64_t> micro_batch(int64_t m);
+  Sampler(int64_t num_samples, uint64_t seed, bool shuffle, int64_t rank, int64_t world, int64_t micro_batch_size,
+          int64_t accumulation);
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }             // T = N / G
+  int64_t epoch_of_step(int64_t step) const { return step / steps_per_epoch_; }
+  int64_t global_batch() const { return global_; }                         // G = B * K * W
+  // Sample ids of micro-batch i (0..K-1) of optimizer step `step` on this
+  // rank, slot order b = 0..B-1.
+  std::vector<int64_t> micro_batch(int64_t step, int64_t i);
+  // Stream position p = step*G + i*B*W + b*W + rank of slot b of micro-batch
+  // i of step `step` on this rank (the flow-matching draws' seed input, s4).
+  int64_t stream_position(int64_t step, int64_t i, int64_t b) const;
 
  private:
-  int64_t n_, rank_, world_, batch_, per_rank_, per_epoch_;
+  int64_t n_, rank_, world_, batch_, accumulation_, global_, steps_per_epoch_;
   uint64_t seed_;
   bool shuffle_;
   int64_t cached_epoch_ = -1;
-  std::vector<int64_t> rank_order_;  // this rank's samples of cached_epoch_
+  std::vector<int64_t> perm_;  // the permutation of cached_epoch_
 };
 
 struct SampleOptions {
@@ -59,6 +76,7 @@ struct SampleOptions {
   uint64_t seed = 42;
   int64_t micro_batch_size = 8;
   int64_t rank = 0, world = 1;
+  int64_t accumulation = 1;  // trainer.gradient_accumulation_steps (K)
   // From the model (config.json).
   int64_t image_size = 64;
   int64_t num_views = 1;
@@ -74,10 +92,19 @@ struct DataStats {
   double decode_ms = 0;
 };
 
+// One micro-batch with the counts the trainer needs, taken while filling.
+struct MicroBatch {
+  Batch tensors;              // CPU tensors, the model's batch (incl. fm_t, fm_noise)
+  int64_t num_valid = 0;      // valid action elements (== sum of action_mask)
+  int64_t text_tokens = 0;    // == sum of text_mask
+  int64_t action_tokens = 0;  // action rows with at least one valid element (== action_mask.amax(2).sum())
+};
+
 class BatchBuilder {
  public:
   BatchBuilder(const Dataset& dataset, SampleOptions options);
-  Batch micro_batch(int64_t m);
+  // Micro-batch i (0..K-1) of optimizer step `step` on this rank.
+  MicroBatch micro_batch(int64_t step, int64_t i);
   const Sampler& sampler() const { return sampler_; }
   const DataStats& stats() const { return stats_; }
 
@@ -90,7 +117,7 @@ class BatchBuilder {
     int64_t row;
   };
   Location locate(int64_t sample_id) const;
-  void fill(int64_t slot, int64_t sample_id, Batch& b);
+  void fill(int64_t slot, int64_t sample_id, MicroBatch& mb);  // also adds to mb's counts
   const at::Tensor& frames(size_t episode, int camera);  // (len, 3, S, S) float32
 
   const Dataset& ds_;

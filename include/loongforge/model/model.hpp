@@ -7,6 +7,8 @@
 //    params.json, flops.json, counts.json, batch_spec.json.
 //  - Model contract (DESIGN.md s1): forward(batch) returns at least "loss"
 //    (scalar mean over valid action elements) and "num_valid" (their count).
+//  - Weight decay comes from params.json too ("decay" per parameter, decided
+//    by scripts/model/n16.py); a file without it is refused (re-export).
 //  - Freezing comes from params.json: load() sets requires_grad on exactly the
 //    parameters marked trainable, so every trainer sees the export's freezing.
 //  - load() checks that params.json names, shapes and counts match the module
@@ -47,6 +49,7 @@ struct ParamInfo {
   int64_t numel = 0;
   ParamRole role = ParamRole::Small;
   bool trainable = false;
+  bool decay = false;  // takes weight decay (params.json "decay": dim >= 2, not a bias, not a norm weight)
 };
 
 struct ModelInfo {

@@ -3,7 +3,8 @@
 // torch.optim.AdamW's single-tensor path; this is the same op sequence).
 //
 // Contract:
-//  - Two groups: parameters with dim() >= 2 decay, the others do not.
+//  - Two groups: the parameters whose flag in `decay` is set (params.json
+//    "decay", decided by scripts/model/n16.py) decay, the others do not.
 //  - step(lr) updates every parameter that has a gradient, then sets
 //    gradients to undefined (set_to_none).
 //  - State (exp_avg, exp_avg_sq, step) lives next to each parameter, same
@@ -24,7 +25,8 @@ struct AdamWOptions {
 
 class AdamW {
  public:
-  AdamW(std::vector<at::Tensor> params, AdamWOptions options);
+  // decay[i]: whether params[i] takes weight decay (same length as params).
+  AdamW(std::vector<at::Tensor> params, const std::vector<bool>& decay, AdamWOptions options);
   void step(double lr);
   void zero_grad();
 

@@ -33,9 +33,7 @@ std::string model_identity_hash(const model::Model& net);
 
 struct TrainerPosition {
   int64_t step = 0;  // optimizer steps done
-  int64_t epoch = 0;
-  int64_t micro_batches_per_epoch = 1;
-  int64_t accumulation = 1;
+  int64_t epoch = 0;  // the epoch of the next step (Sampler::epoch_of_step(step))
   std::string run_id;
 };
 
