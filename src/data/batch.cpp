@@ -52,13 +52,13 @@ Sampler::Sampler(int64_t num_samples, uint64_t seed, bool shuffle, int64_t rank,
       shuffle_(shuffle) {
   if (world_ < 1 || rank_ < 0 || rank_ >= world_ || batch_ < 1 || accumulation_ < 1)
     throw DataError("sampler: rank " + std::to_string(rank_) + " of world " + std::to_string(world_) +
-                    ", micro_batch_size " + std::to_string(batch_) + ", accumulation " +
-                    std::to_string(accumulation_) + ": need 0 <= rank < world and sizes >= 1");
+                    ", micro_batch_size " + std::to_string(batch_) + ", accumulation " + std::to_string(accumulation_) +
+                    ": need 0 <= rank < world and sizes >= 1");
   steps_per_epoch_ = n_ / global_;
   if (steps_per_epoch_ < 1)
-    throw DataError("the dataset has " + std::to_string(n_) + " samples, fewer than one global batch G = B x K x W = " +
-                    std::to_string(batch_) + " x " + std::to_string(accumulation_) + " x " + std::to_string(world_) +
-                    " = " + std::to_string(global_) +
+    throw DataError("the dataset has " + std::to_string(n_) +
+                    " samples, fewer than one global batch G = B x K x W = " + std::to_string(batch_) + " x " +
+                    std::to_string(accumulation_) + " x " + std::to_string(world_) + " = " + std::to_string(global_) +
                     " (trainer.micro_batch_size x trainer.gradient_accumulation_steps x world size): lower "
                     "trainer.micro_batch_size or trainer.gradient_accumulation_steps, or use fewer ranks");
 }
@@ -277,12 +277,12 @@ MicroBatch BatchBuilder::micro_batch(int64_t step, int64_t i) {
   for (int64_t b = 0; b < B; ++b) fill(b, ids[b], mb);
 
   // Flow-matching draws, one generator per sample at its stream position (s4).
-  at::Tensor fm_t = at::empty({B}, at::kFloat);                                            // (B,)
+  at::Tensor fm_t = at::empty({B}, at::kFloat);                                             // (B,)
   at::Tensor noise = at::empty({B, opt_.action_horizon, opt_.max_action_dim}, at::kFloat);  // (B, H, A)
   for (int64_t b = 0; b < B; ++b) {
     const auto p = static_cast<uint64_t>(sampler_.stream_position(step, i, b));
     auto gen = at::make_generator<at::CPUGeneratorImpl>((opt_.seed * 1000003ull + p) & 0x7FFFFFFFFFFFFFFFull);
-    const at::Tensor u = at::rand({1}, gen, at::kFloat);                                    // (1,)
+    const at::Tensor u = at::rand({1}, gen, at::kFloat);  // (1,)
     fm_t.narrow(0, b, 1).copy_(at::div(at::rsub(at::pow(u, 1.0 / 1.5), 0.999), 0.999));
     noise[b].copy_(at::randn({opt_.action_horizon, opt_.max_action_dim}, gen, at::kFloat));  // (H, A)
   }

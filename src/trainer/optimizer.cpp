@@ -14,7 +14,7 @@ AdamW::AdamW(std::vector<at::Tensor> params, const std::vector<bool>& decay, Ada
     : params_(std::move(params)), opt_(options) {
   if (decay.size() != params_.size())
     throw TrainingError("AdamW: " + std::to_string(decay.size()) + " decay flags for " +
-                                std::to_string(params_.size()) + " parameters");
+                        std::to_string(params_.size()) + " parameters");
   state_.resize(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) state_[i].decay = decay[i];
 }

@@ -241,7 +241,8 @@ int run(const config::Config& cfg, const comm::WorldInfo& world_info) {
   LF_LOG(log, info) << "run " << run_dir << ": " << net.info().name << " on " << setup.device << " ("
                     << (setup.bf16 ? "bf16" : "fp32") << "), " << dataset.episodes().size() << " episodes / "
                     << dataset.total_rows() << " samples, global batch " << builder.sampler().global_batch() << ", "
-                    << builder.sampler().steps_per_epoch() << " steps per epoch, steps " << pos.step + 1 << ".." << cfg.trainer.max_steps;
+                    << builder.sampler().steps_per_epoch() << " steps per epoch, steps " << pos.step + 1 << ".."
+                    << cfg.trainer.max_steps;
 
   // Rank 0 reports for the job (its loss is the mean over ranks).
   Progress progress(leader ? cfg.logging.progress : "off", cfg.logging.interval_steps, cfg.trainer.max_steps,

@@ -156,9 +156,10 @@ checkpoint::Snapshot make_snapshot(const config::Config& cfg, const model::Model
       {"epoch", pos.epoch},
       {"run_id", pos.run_id},
       {"seed", cfg.run.seed},
-      {"data", {{"step", pos.step},
-                {"epoch", pos.epoch},
-                {"note", "a step's samples and flow-matching draws are pure functions of (seed, global batch, step)"}}},
+      {"data",
+       {{"step", pos.step},
+        {"epoch", pos.epoch},
+        {"note", "a step's samples and flow-matching draws are pure functions of (seed, global batch, step)"}}},
       {"rng", {{"cpu_default_generator", hex(cpu_rng)}}},
       {"optimizer_steps", opt_steps},
       {"model_path", cfg.model.path},
@@ -222,12 +223,13 @@ nlohmann::json resume_from(const std::string& dir, const config::Config& cfg, mo
     const int64_t b = cfg.trainer.micro_batch_size, k = cfg.trainer.gradient_accumulation_steps;
     if (b0 * k0 * w0 != b * k * world_size) {
       const int64_t fit = b0 * k0 * w0 % (b * world_size) == 0 ? b0 * k0 * w0 / (b * world_size) : 0;
-      diffs.push_back("global batch (trainer.micro_batch_size x trainer.gradient_accumulation_steps x world size): "
-                      "checkpoint " + std::to_string(b0) + " x " + std::to_string(k0) + " x " + std::to_string(w0) +
-                      " = " + std::to_string(b0 * k0 * w0) + ", now " + std::to_string(b) + " x " +
-                      std::to_string(k) + " x " + std::to_string(world_size) + " = " +
-                      std::to_string(b * k * world_size) +
-                      (fit > 0 ? " (set trainer.gradient_accumulation_steps=" + std::to_string(fit) + ")" : ""));
+      diffs.push_back(
+          "global batch (trainer.micro_batch_size x trainer.gradient_accumulation_steps x world size): "
+          "checkpoint " +
+          std::to_string(b0) + " x " + std::to_string(k0) + " x " + std::to_string(w0) + " = " +
+          std::to_string(b0 * k0 * w0) + ", now " + std::to_string(b) + " x " + std::to_string(k) + " x " +
+          std::to_string(world_size) + " = " + std::to_string(b * k * world_size) +
+          (fit > 0 ? " (set trainer.gradient_accumulation_steps=" + std::to_string(fit) + ")" : ""));
     }
   } else {
     diffs.push_back(std::string("config ") + kBatchKey + " / " + kAccumulationKey + ": not recorded in the checkpoint");

@@ -139,10 +139,11 @@ TEST_CASE("data: micro-batch i of rank r takes block positions i*B*W + b*W + r o
 }
 
 TEST_CASE("data: a dataset smaller than one global batch is refused naming N and G = B x K x W") {
-  REQUIRE_THROWS_WITH(Sampler(10, 42, true, 0, 2, 4, 2),
-                      Contains("the dataset has 10 samples, fewer than one global batch G = B x K x W = 4 x 2 x 2 = 16") &&
-                          Contains("lower trainer.micro_batch_size or trainer.gradient_accumulation_steps, or use "
-                                   "fewer ranks"));
+  REQUIRE_THROWS_WITH(
+      Sampler(10, 42, true, 0, 2, 4, 2),
+      Contains("the dataset has 10 samples, fewer than one global batch G = B x K x W = 4 x 2 x 2 = 16") &&
+          Contains("lower trainer.micro_batch_size or trainer.gradient_accumulation_steps, or use "
+                   "fewer ranks"));
 }
 
 TEST_CASE("data: every split of G = 8 into B x K x W gives each step the same samples with the same draws") {

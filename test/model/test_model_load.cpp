@@ -100,8 +100,10 @@ TEST_CASE("model: params.json decay flags: weights decay, biases (2-D ones too) 
 
 TEST_CASE("model: a file whose params.json has no decay flags is refused: re-export") {
   const std::string path = std::string(LOONGFORGE_TEST_MODELS) + "/no-decay.pt";
-  torch::jit::ExtraFilesMap extra = {{"loongforge/config.json", ""}, {"loongforge/params.json", ""},
-                                     {"loongforge/flops.json", ""},  {"loongforge/counts.json", ""},
+  torch::jit::ExtraFilesMap extra = {{"loongforge/config.json", ""},
+                                     {"loongforge/params.json", ""},
+                                     {"loongforge/flops.json", ""},
+                                     {"loongforge/counts.json", ""},
                                      {"loongforge/batch_spec.json", ""}};
   torch::jit::Module module = torch::jit::load(kTiny, c10::kCPU, extra);
   auto params = nlohmann::json::parse(extra.at("loongforge/params.json"));
