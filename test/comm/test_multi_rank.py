@@ -1,6 +1,7 @@
 """Several ranks on the CPU (Gloo, torchrun-style environment), end to end:
 a 2-rank run resumed after 40 steps ends bitwise equal to 100 straight steps
-(losses and parameters); a checkpoint resumes on a different world size;
+(losses and parameters); a checkpoint resumes on a different world size with
+the same global batch;
 cluster-wide control verbs sent to one rank (checkpoint-now, stop) and a
 SIGTERM to one rank are applied by every rank at the same step.
 """
@@ -83,7 +84,9 @@ def test_two_ranks_resumed_after_40_steps_equal_100_straight_steps_bitwise(tmp_p
 
 def test_a_two_rank_checkpoint_resumes_on_one_rank_and_back(tmp_path):
     wait_all(launch(tmp_path, 2, "trainer.steps_per_run=10", name="elastic", steps=30), tmp_path)
-    logs = wait_all(launch(tmp_path, 1, "checkpoint.resume=latest", "trainer.steps_per_run=10", name="elastic", steps=30), tmp_path)
+    # One rank keeps the global batch 4 x 1 x 2 = 8 as 4 x 2 x 1.
+    logs = wait_all(launch(tmp_path, 1, "checkpoint.resume=latest", "trainer.steps_per_run=10",
+                           "trainer.gradient_accumulation_steps=2", name="elastic", steps=30), tmp_path)
     assert "resuming a checkpoint of 2 rank(s) on 1" in logs
     logs = wait_all(launch(tmp_path, 2, "checkpoint.resume=latest", name="elastic", steps=30), tmp_path)
     assert "resuming a checkpoint of 1 rank(s) on 2" in logs

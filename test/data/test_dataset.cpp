@@ -11,6 +11,7 @@
 #include <fstream>     // std::fstream
 #include <map>         // std::map
 #include <tuple>       // std::tuple
+#include <vector>      // std::vector
 
 #include <ATen/ATen.h>  // at::Tensor
 
@@ -156,13 +157,14 @@ TEST_CASE("data: every split of G = 8 into B x K x W gives each step the same sa
       SampleOptions o = tiny_options();
       o.micro_batch_size = B, o.accumulation = K, o.world = W, o.rank = r;
       BatchBuilder builder(ds, o);
+      Sampler sampler(ds.total_rows(), o.seed, o.shuffle, r, W, B, K);  // the builder's order
       for (int64_t i = 0; i < K; ++i) {
         MicroBatch mb = builder.micro_batch(step, i);
-        const auto ids = builder.sampler().micro_batch(step, i);
+        const auto ids = sampler.micro_batch(step, i);
         for (int64_t b = 0; b < B; ++b) {
           REQUIRE(out.count(ids[b]) == 0);
-          out[ids[b]] = {builder.sampler().stream_position(step, i, b), mb.tensors["fm_t"][b].clone(),
-                         mb.tensors["fm_noise"][b].clone()};
+          out[ids[b]] = std::make_tuple(builder.sampler().stream_position(step, i, b),
+                                        mb.tensors["fm_t"][b].clone(), mb.tensors["fm_noise"][b].clone());
         }
       }
     }
@@ -172,7 +174,8 @@ TEST_CASE("data: every split of G = 8 into B x K x W gives each step the same sa
   for (int64_t step : {0, 263}) {  // 263 = step 1 of epoch 1 (T = 262)
     const Draws ref = step_draws(8, 1, 1, step);
     REQUIRE(ref.size() == 8);
-    for (auto split : {std::tuple<int64_t, int64_t, int64_t>{4, 2, 1}, {4, 1, 2}, {2, 2, 2}}) {
+    const std::vector<std::tuple<int64_t, int64_t, int64_t>> splits = {{4, 2, 1}, {4, 1, 2}, {2, 2, 2}};
+    for (const auto& split : splits) {
       const auto [B, K, W] = split;
       INFO("B x K x W = " << B << " x " << K << " x " << W << ", step " << step);
       const Draws got = step_draws(B, K, W, step);
@@ -200,7 +203,8 @@ TEST_CASE("data: a sample's draws come from a generator seeded with seed * 10000
   REQUIRE(builder.sampler().stream_position(3, 1, 2) == p);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(42ull * 1000003ull + static_cast<uint64_t>(p));
   const at::Tensor u = at::rand({1}, gen, at::kFloat);
-  REQUIRE(mb.tensors["fm_t"][2].item<float>() == ((0.999 - at::pow(u, 1.0 / 1.5)) / 0.999).item<float>());
+  REQUIRE(mb.tensors["fm_t"][2].item<float>() ==
+          at::div(at::rsub(at::pow(u, 1.0 / 1.5), 0.999), 0.999).item<float>());
   REQUIRE(at::equal(mb.tensors["fm_noise"][2], at::randn({16, 64}, gen, at::kFloat)));
 }
 
@@ -211,7 +215,7 @@ TEST_CASE("data: a micro-batch's counts equal the sums of its masks, also at an 
   BatchBuilder builder(ds, o);
   // G = 8: step 51 holds samples 408..415, the last rows of episode 0 (L = 416).
   MicroBatch mb = builder.micro_batch(51, 1);  // samples 412..415: 4, 3, 2, 1 action rows
-  REQUIRE(builder.sampler().micro_batch(51, 1) == std::vector<int64_t>{412, 413, 414, 415});
+  REQUIRE(Sampler(2096, 42, false, 0, 1, 4, 2).micro_batch(51, 1) == std::vector<int64_t>{412, 413, 414, 415});
   REQUIRE(mb.num_valid == (4 + 3 + 2 + 1) * 44);
   REQUIRE(mb.action_tokens == 4 + 3 + 2 + 1);
   REQUIRE(mb.num_valid == mb.tensors["action_mask"].sum().item<int64_t>());
