@@ -2,7 +2,8 @@
 
 Import with PYTHONPATH=scripts as `import model`.
 - model.config:    ModelConfig, CONFIGS, get_config, apply_overrides
-- model.n16:       N16Model (TorchScript-able), build_model, apply_freezing, param_role
+- model.n16:       N16Model (TorchScript-able), build_model, apply_freezing, param_role,
+                   decay_flags
 - model.batch:     batch_spec (the batch contract as data), example_batch
 - model.tokenizer: the deterministic task-text tokenizer (reimplemented in C++)
 - model.flops:     analytic FLOPs per sample (forward, backward)
@@ -10,9 +11,9 @@ Import with PYTHONPATH=scripts as `import model`.
 """
 
 from .config import CONFIGS, TOKENIZER_VOCAB, ModelConfig, apply_overrides, get_config
-from .n16 import N16Model, apply_freezing, build_model, is_trainable, param_role
+from .n16 import N16Model, apply_freezing, build_model, decay_flags, is_trainable, param_role
 
 __all__ = [
     "CONFIGS", "TOKENIZER_VOCAB", "ModelConfig", "apply_overrides", "get_config",
-    "N16Model", "apply_freezing", "build_model", "is_trainable", "param_role",
+    "N16Model", "apply_freezing", "build_model", "decay_flags", "is_trainable", "param_role",
 ]

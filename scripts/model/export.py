@@ -10,8 +10,9 @@ Contract
   config's freezing (requires_grad), `torch.jit.script`s it and saves it with
   these TorchScript extra files (JSON):
     loongforge/config.json      the ModelConfig (its "name" included)
-    loongforge/params.json      [{name, shape, numel, role, trainable}] in
-                                named_parameters() order (roles: n16.param_role)
+    loongforge/params.json      [{name, shape, numel, role, trainable, decay}] in
+                                named_parameters() order (roles: n16.param_role,
+                                weight decay: n16.decay_flags)
     loongforge/flops.json       {forward_per_sample, backward_per_sample,
                                  batch_shape, by_role} (flops.py)
     loongforge/counts.json      {total, trainable, by_role: {role: {total, trainable}}}
@@ -35,7 +36,7 @@ if __package__ in (None, ""):  # run as a file: make `import model` work
 from model.batch import batch_spec  # noqa: E402
 from model.config import apply_overrides, get_config  # noqa: E402
 from model.flops import flops_per_sample  # noqa: E402
-from model.n16 import build_model, param_role  # noqa: E402
+from model.n16 import build_model, decay_flags, param_role  # noqa: E402
 
 EXTRA_PREFIX = "loongforge/"
 
@@ -45,8 +46,9 @@ def silence_torchscript_deprecation() -> None:
 
 
 def param_table(model: torch.nn.Module) -> List[Dict]:
+    decay = decay_flags(model)
     return [{"name": n, "shape": list(p.shape), "numel": p.numel(), "role": param_role(n),
-             "trainable": p.requires_grad} for n, p in model.named_parameters()]
+             "trainable": p.requires_grad, "decay": decay[n]} for n, p in model.named_parameters()]
 
 
 def counts(params: List[Dict]) -> Dict:

@@ -22,8 +22,8 @@ Contract
   (even blocks cross-attend to VL tokens, odd blocks self-attend) ->
   per-embodiment action decoder -> predicted velocity.
 - Every module is constructible on the meta device and scriptable with
-  `torch.jit.script`. Nothing here touches the trainer; `apply_freezing` and
-  `param_role` are the only policies (see their docstrings).
+  `torch.jit.script`. Nothing here touches the trainer; `apply_freezing`,
+  `param_role` and `decay_flags` are the only policies (see their docstrings).
 - Mixed dtypes: the forward does no casting of its own; run frozen bf16 weights
   under autocast.
 """
@@ -548,6 +548,23 @@ def param_role(name: str) -> str:
     if child not in ROLE_OF_CHILD:
         raise KeyError(f"parameter '{name}' belongs to no known module family; extend ROLE_OF_CHILD")
     return ROLE_OF_CHILD[child]
+
+
+NORM_MODULES = (nn.LayerNorm, RMSNorm)
+
+
+def decay_flags(model: nn.Module) -> Dict[str, bool]:
+    """The weight-decay policy, per parameter name in named_parameters() order:
+    a parameter decays when it has dim >= 2, is not a bias (so the 2-D
+    per-embodiment bias (E, out) of CategorySpecificLinear does not decay) and
+    is not a norm layer's weight. export.py writes it into params.json
+    ("decay"); both trainers build their two AdamW groups from it
+    (docs/training-semantics.md s5)."""
+    norm_params = {f"{m_name}.{p_name}" if m_name else p_name
+                   for m_name, m in model.named_modules() if isinstance(m, NORM_MODULES)
+                   for p_name, _ in m.named_parameters(recurse=False)}
+    return {n: p.dim() >= 2 and n.rsplit(".", 1)[-1] != "bias" and n not in norm_params
+            for n, p in model.named_parameters()}
 
 
 def is_trainable(name: str, cfg: ModelConfig) -> bool:

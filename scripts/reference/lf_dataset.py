@@ -10,14 +10,18 @@ Contract
   Each episode record's CRC32 is checked the first time one of its arrays is
   touched (once per process). Errors are `DataError`s naming the file, the
   episode and what to do. Arrays are read-only views into the mapping.
-- `Sampler`: SplitMix64 Fisher-Yates epoch permutation in pure Python ints,
-  rank split, drop-last micro-batches (section 2).
+- `Sampler`: SplitMix64 Fisher-Yates epoch permutation in pure Python ints;
+  optimizer step s takes the global batch of G = B x K x W samples
+  perm_e[j*G .. (j+1)*G) (e = s // T, j = s % T, T = N // G), micro-batch i
+  of rank r holds block positions q = i*B*W + b*W + r (section 2).
 - `SampleBuilder(dataset, model_cfg, data_cfg)`: one sample (section 3) and
-  `micro_batch(m, rank, world)`: the full model batch of global micro-batch m,
-  including the flow-matching draws `fm_t`/`fm_noise` (section 4). `data_cfg`
-  is the effective trainer config as printed by
+  `micro_batch(step, i, rank, world)`: the full model batch of micro-batch i
+  of optimizer step `step` on a rank, including the flow-matching draws
+  `fm_t`/`fm_noise`, drawn per sample from its stream position (section 4).
+  `data_cfg` is the effective trainer config as printed by
   `loongforge-train --print-config` (a nested dict with at least `run.seed`,
-  `data.*` and `trainer.micro_batch_size`); Python defines no defaults.
+  `data.*`, `trainer.micro_batch_size` and
+  `trainer.gradient_accumulation_steps`); Python defines no defaults.
 - Video: each episode's video is decoded ONCE with the ffmpeg CLI to raw
   yuv420p frames and kept in a per-process LRU cache bounded in bytes; RGB is
   computed with the contract's integer BT.601 formula. Streams that are not
@@ -27,12 +31,12 @@ Contract
   C++ decoder is then approximate.
 - `SampleDataset` + `MicroBatchSampler` + `collate_samples`: the same samples
   for a torch DataLoader (workers decode); the caller adds the flow-matching
-  draws with `SampleBuilder.fm_draws(m, rank, world)` in the main process.
+  draws with `SampleBuilder.fm_draws(step, i, rank, world)` in the main process.
 
 Usage
     ds = LFDataset("build/datasets/robot_sim.PickNPlace.lf")
     sb = SampleBuilder(ds, model_cfg, effective_cfg)
-    batch = sb.micro_batch(0, rank=0, world=1)      # Dict[str, Tensor]
+    batch = sb.micro_batch(0, 0, rank=0, world=1)   # step 0, micro-batch 0: Dict[str, Tensor]
 """
 
 import bisect
@@ -47,7 +51,7 @@ import warnings
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -379,37 +383,43 @@ def epoch_permutation(n: int, seed: int, epoch: int, shuffle: bool = True) -> Li
     return perm
 
 
-def rank_split(perm: Sequence[int], rank: int, world: int) -> List[int]:
-    """perm[r + k*W] for k in [0, N // W)."""
-    per_rank = len(perm) // world
-    return [perm[rank + k * world] for k in range(per_rank)]
-
-
 class Sampler:
-    """Which samples global micro-batch m of a rank holds (training-semantics s2)."""
+    """Which samples micro-batch i of optimizer step s of a rank holds (training-semantics s2):
+    block position q = i*B*W + b*W + r of the step's global batch perm_e[j*G .. (j+1)*G)."""
 
-    def __init__(self, num_samples: int, seed: int, shuffle: bool, micro_batch_size: int, rank: int, world: int):
-        if world < 1 or not 0 <= rank < world:
-            raise ValueError(f"rank {rank} / world {world}: need 0 <= rank < world")
-        self.n, self.seed, self.shuffle, self.B, self.rank, self.world = (
-            num_samples, seed, shuffle, micro_batch_size, rank, world)
-        self.per_rank = num_samples // world
-        self.micro_batches_per_epoch = self.per_rank // micro_batch_size
-        if self.micro_batches_per_epoch < 1:
-            raise ValueError(f"dataset has {num_samples} samples: {self.per_rank} per rank for world size {world}, "
-                             f"fewer than trainer.micro_batch_size={micro_batch_size}; lower the micro-batch size "
-                             "or use fewer ranks")
-        self._epoch, self._list = -1, []
+    def __init__(self, num_samples: int, seed: int, shuffle: bool, rank: int, world: int, micro_batch_size: int,
+                 accumulation: int):
+        if world < 1 or not 0 <= rank < world or micro_batch_size < 1 or accumulation < 1:
+            raise DataError(f"sampler: rank {rank} of world {world}, micro_batch_size {micro_batch_size}, "
+                            f"accumulation {accumulation}: need 0 <= rank < world and sizes >= 1")
+        self.n, self.seed, self.shuffle = num_samples, seed, shuffle
+        self.rank, self.world, self.B, self.K = rank, world, micro_batch_size, accumulation
+        self.G = micro_batch_size * accumulation * world
+        self.steps_per_epoch = num_samples // self.G
+        if self.steps_per_epoch < 1:
+            raise DataError(f"the dataset has {num_samples} samples, fewer than one global batch G = B x K x W = "
+                            f"{micro_batch_size} x {accumulation} x {world} = {self.G} "
+                            "(trainer.micro_batch_size x trainer.gradient_accumulation_steps x world size): lower "
+                            "trainer.micro_batch_size or trainer.gradient_accumulation_steps, or use fewer ranks")
+        self._epoch, self._perm = -1, []
 
-    def rank_list(self, epoch: int) -> List[int]:
+    def epoch_of_step(self, step: int) -> int:
+        return step // self.steps_per_epoch
+
+    def micro_batch(self, step: int, i: int) -> List[int]:
+        """Sample ids of micro-batch i (0..K-1) of optimizer step `step`, slot order b = 0..B-1."""
+        if not 0 <= i < self.K:
+            raise DataError(f"sampler: micro-batch {i} of a step with gradient_accumulation_steps {self.K}")
+        epoch, j = divmod(step, self.steps_per_epoch)
         if epoch != self._epoch:
-            self._list = rank_split(epoch_permutation(self.n, self.seed, epoch, self.shuffle), self.rank, self.world)
+            self._perm = epoch_permutation(self.n, self.seed, epoch, self.shuffle)
             self._epoch = epoch
-        return self._list
+        block = j * self.G
+        return [self._perm[block + i * self.B * self.world + b * self.world + self.rank] for b in range(self.B)]
 
-    def micro_batch(self, m: int) -> List[int]:
-        epoch, k = divmod(m, self.micro_batches_per_epoch)
-        return self.rank_list(epoch)[k * self.B:(k + 1) * self.B]
+    def stream_position(self, step: int, i: int, b: int) -> int:
+        """p = step*G + q of slot b of micro-batch i (the flow-matching draws' seed input, section 4)."""
+        return step * self.G + i * self.B * self.world + b * self.world + self.rank
 
 
 # ---------------------------------------------------------------------------- section 3: video
@@ -651,6 +661,7 @@ class SampleBuilder:
         self.ds = dataset
         self.seed = int(_get(data_cfg, "run.seed"))
         self.B = int(_get(data_cfg, "trainer.micro_batch_size"))
+        self.K = int(_get(data_cfg, "trainer.gradient_accumulation_steps"))
         self.H = int(_get(data_cfg, "data.action_horizon"))
         self.L = int(_get(data_cfg, "data.max_text_len"))
         self.embodiment_id = int(_get(data_cfg, "data.embodiment_id"))
@@ -720,7 +731,7 @@ class SampleBuilder:
     def sampler(self, rank: int, world: int) -> Sampler:
         key = (rank, world)
         if key not in self._samplers:
-            self._samplers[key] = Sampler(self.ds.num_samples, self.seed, self.shuffle, self.B, rank, world)
+            self._samplers[key] = Sampler(self.ds.num_samples, self.seed, self.shuffle, rank, world, self.B, self.K)
         return self._samplers[key]
 
     # -- one sample
@@ -771,23 +782,28 @@ class SampleBuilder:
         return image_to_model([self.rgb_frame(e, c, t) for c in self.cameras], self.S)   # (V, 3, S, S)
 
     # -- batches
-    def fm_draws(self, m: int, rank: int, world: int, batch_size: Optional[int] = None) -> Dict[str, Tensor]:
-        """Section 4: fm_t (B,) and fm_noise (B, H, A) from a CPU generator seeded per micro-batch."""
-        B = self.B if batch_size is None else batch_size
+    def sample_draws(self, p: int) -> Tuple[Tensor, Tensor]:
+        """Section 4: the draws of the sample at stream position p -> fm_t (1,), fm_noise (H, A)."""
         g = torch.Generator(device="cpu")
-        g.manual_seed((self.seed * 1000003 + (m * world + rank)) % (1 << 63))
-        u = torch.rand(B, generator=g)                                                   # (B,)
-        fm_t = (0.999 - torch.pow(u, 0.6666666666666666)) / 0.999                       # (B,)
-        noise = torch.randn(B, self.H, self.max_action, generator=g)                     # (B, H, A)
-        return {"fm_t": fm_t, "fm_noise": noise}
+        g.manual_seed((self.seed * 1000003 + p) % (1 << 63))
+        u = torch.rand(1, generator=g)                                                   # (1,)
+        fm_t = (0.999 - torch.pow(u, 0.6666666666666666)) / 0.999                       # (1,)
+        noise = torch.randn(self.H, self.max_action, generator=g)                        # (H, A)
+        return fm_t, noise
 
-    def micro_batch_indices(self, m: int, rank: int, world: int) -> List[int]:
-        return self.sampler(rank, world).micro_batch(m)
+    def fm_draws(self, step: int, i: int, rank: int, world: int) -> Dict[str, Tensor]:
+        """fm_t (B,) and fm_noise (B, H, A) of micro-batch i of step `step` on a rank, one generator per sample."""
+        sampler = self.sampler(rank, world)
+        draws = [self.sample_draws(sampler.stream_position(step, i, b)) for b in range(self.B)]
+        return {"fm_t": torch.cat([t for t, _ in draws]), "fm_noise": torch.stack([n for _, n in draws])}
 
-    def micro_batch(self, m: int, rank: int = 0, world: int = 1) -> Dict[str, Tensor]:
-        """The full batch of global micro-batch m of this rank, incl. fm_t / fm_noise."""
-        batch = collate_samples([self.sample(i) for i in self.micro_batch_indices(m, rank, world)])
-        batch.update(self.fm_draws(m, rank, world))
+    def micro_batch_indices(self, step: int, i: int, rank: int, world: int) -> List[int]:
+        return self.sampler(rank, world).micro_batch(step, i)
+
+    def micro_batch(self, step: int, i: int, rank: int = 0, world: int = 1) -> Dict[str, Tensor]:
+        """The full batch of micro-batch i of optimizer step `step` on a rank, incl. fm_t / fm_noise."""
+        batch = collate_samples([self.sample(j) for j in self.micro_batch_indices(step, i, rank, world)])
+        batch.update(self.fm_draws(step, i, rank, world))
         return batch
 
 
@@ -813,15 +829,16 @@ class SampleDataset(torch.utils.data.Dataset):
 
 
 class MicroBatchSampler(torch.utils.data.Sampler):
-    """Yields the sample indices of global micro-batches start .. start+count-1 of one rank,
-    in order (pass as `batch_sampler=`)."""
+    """Yields the sample indices of micro-batches 0..K-1 of optimizer steps start .. start+count-1
+    of one rank, in order (pass as `batch_sampler=`)."""
 
     def __init__(self, builder: SampleBuilder, rank: int, world: int, start: int, count: int):
         self.builder, self.rank, self.world, self.start, self.count = builder, rank, world, start, count
 
     def __len__(self) -> int:
-        return self.count
+        return self.count * self.builder.K
 
     def __iter__(self):
-        for m in range(self.start, self.start + self.count):
-            yield self.builder.micro_batch_indices(m, self.rank, self.world)
+        for s in range(self.start, self.start + self.count):
+            for i in range(self.builder.K):
+                yield self.builder.micro_batch_indices(s, i, self.rank, self.world)

@@ -19,11 +19,11 @@ Contract
 - `--mode parity` (default): one process, fp32 (TF32 off on CUDA), on
   `run.device`; micro-batches from `SampleBuilder.micro_batch` in the exact
   order, and the optimizer step of docs/training-semantics.md section 5
-  written out op by op (forward all K micro-batches, weights num_valid_i / V as
-  Python floats, backward in order, step loss summed in double, clipping by
-  hand, HF-style schedule,
-  torch.optim.AdamW(foreach=False, fused=False) with the two groups,
-  set_to_none). A NaN/Inf loss or gradient norm stops the run naming the step
+  written out op by op (forward all K micro-batches, weights
+  num_valid_i * W / V as Python floats, backward in order, step loss summed in
+  double, clipping by hand, HF-style schedule,
+  torch.optim.AdamW(foreach=False, fused=False) with the two groups of
+  model.n16.decay_flags, set_to_none). A NaN/Inf loss or gradient norm stops the run naming the step
   (exit status 3); parameters are not updated. Measured: with one intra-op
   thread, losses and gradient norms are bit-identical to loongforge-train's
   (n16-tiny, 40 steps, K=2); with more threads both trainers differ run to run
@@ -33,8 +33,10 @@ Contract
   autocast when precision resolves to bf16 (auto = bf16 on CUDA) with frozen
   weights stored in bf16, DataLoader workers (`adfe.decode_threads`) decoding
   videos, pin_memory and prefetch on CUDA, fused AdamW on CUDA,
-  torch.nn.utils.clip_grad_norm_. Same samples in the same order (each rank its
-  split); section 5's weights use this rank's V and DDP averages over ranks.
+  torch.nn.utils.clip_grad_norm_. Same samples and draws at every step for any
+  split of the global batch B x K x W (section 2); section 5's weights use the
+  job's V (all-reduced before backward), w_i = V_i * W / V, and DDP averages
+  over ranks.
 - Writes RUN_DIR (default `<run.output_dir>/<run.name>-torch`; rank 0 only):
   `config.yaml` (the effective config), `metrics.jsonl` (one object per
   optimizer step, keys in METRIC_KEYS), `summary.json`; prints a progress line
@@ -65,10 +67,10 @@ for p in (str(REPO / "scripts"), str(HERE)):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from lf_dataset import (LFDataset, MicroBatchSampler, SampleBuilder, SampleDataset,  # noqa: E402
+from lf_dataset import (DataError, LFDataset, MicroBatchSampler, SampleBuilder, SampleDataset,  # noqa: E402
                         collate_samples)
 from model.config import ModelConfig  # noqa: E402
-from model.n16 import build_model  # noqa: E402
+from model.n16 import build_model, decay_flags  # noqa: E402
 
 warnings.filterwarnings("ignore", message=r".*torch\.jit\.\w+` is deprecated", category=DeprecationWarning)
 
@@ -145,6 +147,11 @@ def load_model(path: str) -> Tuple[torch.nn.Module, ModelConfig, Dict]:
     named = dict(model.named_parameters())
     if [p["name"] for p in params] != list(named):
         raise ValueError(f"model.path '{path}': params.json does not list the model's parameters in order")
+    decay = decay_flags(model)
+    for p in params:
+        if p.get("decay") != decay[p["name"]]:
+            raise ValueError(f"model.path '{path}': params.json gives {p['name']} decay {p.get('decay')}, "
+                             f"model.n16.decay_flags says {decay[p['name']]}; re-export with scripts/model/export.py")
     for p in params:
         if list(named[p["name"]].shape) != p["shape"]:
             raise ValueError(f"model.path '{path}': {p['name']} has shape {list(named[p['name']].shape)}, "
@@ -180,10 +187,12 @@ def lr_at(s: int, cfg: Dict) -> float:
 
 
 def make_optimizer(model: torch.nn.Module, cfg: Dict, fused: bool) -> torch.optim.Optimizer:
-    """AdamW, two groups: trainable dim >= 2 decay, the rest not (named_parameters order)."""
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in trainable if p.dim() >= 2]
-    no_decay = [p for p in trainable if p.dim() < 2]
+    """AdamW, two groups from model.n16.decay_flags (dim >= 2, not a bias, not a norm weight:
+    decay; the rest not), trainable parameters in named_parameters order."""
+    flags = decay_flags(model)
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    decay = [p for n, p in trainable if flags[n]]
+    no_decay = [p for n, p in trainable if not flags[n]]
     wd = float(cfg_get(cfg, "optimizer.weight_decay"))
     betas = (float(cfg_get(cfg, "optimizer.beta1")), float(cfg_get(cfg, "optimizer.beta2")))
     groups = [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
@@ -353,15 +362,20 @@ def sync(device: torch.device) -> None:
 # ---------------------------------------------------------------------------- parity mode
 
 
+def loss_weights(nv: List[float], V: float, world: int) -> List[float]:
+    """Section 5: w_i = V_i * W / V (Python floats), 1/K each when V == 0; V is the job's total."""
+    K = len(nv)
+    return [n * world / V for n in nv] if V != 0 else [1.0 / K] * K
+
+
 def parity_step(model, batches: List[Dict[str, Tensor]]) -> Tuple[float, float]:
-    """Section 5 forward/backward: forward all K, then backward(loss_i * w_i) in order.
+    """Section 5 forward/backward on one rank: forward all K, then backward(loss_i * w_i) in order.
     -> (step_loss, V), step_loss = sum_i loss_i * w_i accumulated in double, in order
     (as loongforge-train: step_loss += loss.item<double>() * w)."""
     outs = [model(b) for b in batches]
     nv = [float(o["num_valid"]) for o in outs]
     V = sum(nv)
-    K = len(outs)
-    w = [n / V for n in nv] if V != 0 else [1.0 / K] * K
+    w = loss_weights(nv, V, 1)
     step_loss = 0.0
     for o, wi in zip(outs, w):
         (o["loss"] * wi).backward()
@@ -379,7 +393,7 @@ def run_parity(cfg: Dict, cfg_text: str, run_dir: Path) -> Dict:
     model, mcfg, info = load_model(cfg_get(cfg, "model.path"))
     model.to(device).train()
     builder = SampleBuilder(LFDataset(cfg_get(cfg, "data.path")), mcfg, cfg)
-    builder.sampler(0, 1)   # refuses a dataset smaller than one micro-batch before any work
+    builder.sampler(0, 1)   # refuses a dataset smaller than one global batch before any work
     opt = make_optimizer(model, cfg, fused=False)
     trainable = [p for p in model.parameters() if p.requires_grad]
     T = int(cfg_get(cfg, "trainer.max_steps"))
@@ -398,7 +412,7 @@ def parity_train_step(s: int, cfg: Dict, model, mcfg: ModelConfig, builder: Samp
     """Optimizer step s (0-based) exactly as section 5 -> its metrics record."""
     K = int(cfg_get(cfg, "trainer.gradient_accumulation_steps"))
     t0 = time.perf_counter()
-    batches = [to_device(builder.micro_batch(s * K + i, 0, 1), device) for i in range(K)]
+    batches = [to_device(builder.micro_batch(s, i, 0, 1), device) for i in range(K)]
     t1 = time.perf_counter()
     lr = lr_at(s, cfg)
     step_loss, V = parity_step(model, batches)
@@ -466,7 +480,7 @@ class Baseline:
         self.workers = int(cfg_get(cfg, "adfe.decode_threads"))
         self.loader = torch.utils.data.DataLoader(
             SampleDataset(self.builder),
-            batch_sampler=MicroBatchSampler(self.builder, self.rank, self.world, 0, self.T * self.K),
+            batch_sampler=MicroBatchSampler(self.builder, self.rank, self.world, 0, self.T),
             collate_fn=collate_samples, num_workers=self.workers, pin_memory=self.device.type == "cuda",
             persistent_workers=self.workers > 0,
             prefetch_factor=int(cfg_get(cfg, "adfe.prefetch_factor")) if self.workers > 0 else None)
@@ -479,12 +493,17 @@ class Baseline:
         batches = []
         for i in range(K):
             b = next(self.it)
-            b.update(self.builder.fm_draws(s * K + i, self.rank, self.world))
+            b.update(self.builder.fm_draws(s, i, self.rank, self.world))
             batches.append(b)
         t1 = time.perf_counter()
         nv = [float(b["action_mask"].sum()) for b in batches]   # = the model's num_valid, known before forward
-        V = sum(nv)
-        w = [n / V for n in nv] if V != 0 else [1.0 / K] * K
+        V_rank = sum(nv)
+        V = V_rank
+        if self.world > 1:   # the job's count of valid elements, before any backward
+            v = torch.tensor([V_rank], dtype=torch.float64, device=device)
+            self.dist.all_reduce(v)
+            V = float(v.item())
+        w = loss_weights(nv, V, self.world)
         step_loss = torch.zeros((), dtype=torch.float64, device=device)   # sum of loss_i * w_i in double
         for i, b in enumerate(batches):
             sync_ctx = self.ddp.no_sync() if self.ddp is not None and i < K - 1 else contextlib.nullcontext()
@@ -500,9 +519,9 @@ class Baseline:
         else:
             total = torch.nn.utils.get_total_norm([p.grad for p in self.trainable if p.grad is not None])
         tokens = sum(effective_tokens(b, self.mcfg) for b in batches)
-        stats = torch.stack([step_loss.cpu(), torch.tensor(V, dtype=torch.float64),
+        stats = torch.stack([step_loss.cpu(), torch.tensor(V_rank, dtype=torch.float64),
                              torch.tensor(float(tokens), dtype=torch.float64)])   # (3,)
-        if self.world > 1:   # loss: mean over ranks; num_valid and tokens: sums
+        if self.world > 1:   # loss: sum over ranks / W; num_valid and tokens: sums
             stats = stats.to(device)
             self.dist.all_reduce(stats)
             stats = stats.cpu()
@@ -584,7 +603,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except NonFiniteError as e:
         print(f"train_torch: error: {e}", file=sys.stderr)
         return 3
-    except (ValueError, FileNotFoundError, KeyError) as e:
+    except (ValueError, FileNotFoundError, KeyError, DataError) as e:
         print(f"train_torch: error: {e}", file=sys.stderr)
         return 2
     return 0

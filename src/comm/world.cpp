@@ -181,10 +181,4 @@ SyncStats GradientSync::average(const std::vector<at::Tensor>& params) {
   return s;
 }
 
-double GradientSync::mean(double value) {
-  std::vector<at::Tensor> t = {at::full({1}, value, at::TensorOptions().dtype(at::kDouble))};
-  world_.allreduce_sum(t);
-  return t[0].item<double>() / static_cast<double>(world_.size());
-}
-
 }  // namespace loongforge::comm

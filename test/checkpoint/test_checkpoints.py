@@ -180,6 +180,7 @@ def test_an_incompatible_checkpoint_is_refused_listing_every_difference(straight
     assert "does not match this run" in r.stderr
     assert "config optimizer.lr: checkpoint 3.0e-04, now 0.001" in r.stderr
     assert "config trainer.micro_batch_size: checkpoint 2, now 4" in r.stderr
+    assert "global batch: checkpoint 2, now 4" in r.stderr
 
 
 def test_a_full_disk_fails_the_write_but_not_the_training(tmp_path):

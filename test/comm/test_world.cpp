@@ -19,6 +19,7 @@
 #include <ATen/ATen.h>  // at::full, at::arange
 
 #include "catch_compat.hpp"
+#include "loongforge/comm/reducer.hpp"
 #include "loongforge/comm/world.hpp"
 #include "loongforge/comm/world_info.hpp"
 #include "loongforge/common/error.hpp"
@@ -169,6 +170,7 @@ TEST_CASE("comm: GradientSync averages gradients over ranks, a missing gradient 
     at::Tensor w_grad, b_grad, only0_grad;
     double loss = 0, bytes = 0;
     std::string agreed;
+    int64_t valid = 0;
   } out[2];
   two_ranks([&](World& world) {
     const int64_t r = world.rank();
@@ -180,16 +182,20 @@ TEST_CASE("comm: GradientSync averages gradients over ranks, a missing gradient 
     if (r == 0) only0.mutable_grad() = at::tensor({4.0f, -8.0f});
     GradientSync sync(world);
     const SyncStats s = sync.average({w, b, only0});
-    out[r] = {w.grad(),     b.grad(),
-              only0.grad(), sync.mean(r == 0 ? 1.0 : 2.0),
-              s.bytes,      world.agree("run_dir", r == 0 ? "runs/a" : "ignored")};
+    // The trainer's seam over the same world: the loss and the valid counts are sums over ranks.
+    auto reducer = make_plain_reducer(&world);
+    const double loss = reducer->sum_scalar(at::scalar_tensor(r == 0 ? 1.0 : 2.0, at::kDouble)).item<double>();
+    const int64_t valid = reducer->sum_counts(r == 0 ? 5 : 7);
+    out[r] = {w.grad(), b.grad(), only0.grad(), loss, s.bytes, world.agree("run_dir", r == 0 ? "runs/a" : "ignored"),
+              valid};
   });
   for (const auto& o : out) {
     REQUIRE(at::allclose(o.w_grad, at::arange(6, at::kFloat).reshape({2, 3}) * 1.5f));
     REQUIRE(at::equal(o.b_grad, at::full({3}, 2.0f)));
     REQUIRE(o.only0_grad.defined());
     REQUIRE(at::equal(o.only0_grad, at::tensor({2.0f, -4.0f})));
-    REQUIRE(o.loss == 1.5);
+    REQUIRE(o.loss == 3.0);
+    REQUIRE(o.valid == 12);
     REQUIRE(o.bytes == 11 * 4);  // one fp32 bucket of every parameter
     REQUIRE(o.agreed == "runs/a");
   }

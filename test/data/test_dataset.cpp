@@ -1,11 +1,17 @@
 // Proves the synchronous data path: the C++ shard reader finds what the
 // converter wrote and refuses corrupt shards; the sample order is the
-// documented SplitMix64 permutation; samples are built as
+// documented SplitMix64 permutation, cut into global batches of B x K x W
+// with block position q = i*B*W + b*W + r; a step's samples and each sample's
+// flow-matching draws are the same for every split of G = 8 into B x K x W;
+// the counts a micro-batch carries equal its tensors' sums; samples are built as
 // docs/training-semantics.md says (episode-end padding and masks, min-max
 // normalization, task tokens); and the frame paired with row t is the one the
 // timestamps say, checked against an independent decode by the ffmpeg CLI.
 #include <cstdio>      // popen
 #include <fstream>     // std::fstream
+#include <map>         // std::map
+#include <tuple>       // std::tuple
+#include <vector>      // std::vector
 
 #include <ATen/ATen.h>  // at::Tensor
 
@@ -97,17 +103,128 @@ TEST_CASE("data: the epoch permutation is a deterministic SplitMix64 Fisher-Yate
   REQUIRE(epoch_permutation(3, 0, 0) == std::vector<int64_t>{2, 0, 1});
 }
 
-TEST_CASE("data: rank splits are disjoint and micro-batches follow the rank's order") {
-  Sampler r0(2096, 42, true, 0, 2, 8), r1(2096, 42, true, 1, 2, 8);
-  REQUIRE(r0.micro_batches_per_epoch() == 1048 / 8);
+TEST_CASE("data: with K = 1 a step's global batch is split over the ranks interleaved") {
+  Sampler r0(2096, 42, true, 0, 2, 8, 1), r1(2096, 42, true, 1, 2, 8, 1);
+  REQUIRE(r0.steps_per_epoch() == 2096 / 16);
   const auto perm = epoch_permutation(2096, 42, 0);
-  const auto b0 = r0.micro_batch(0), b1 = r1.micro_batch(0);
+  const auto b0 = r0.micro_batch(0, 0), b1 = r1.micro_batch(0, 0);
   for (int k = 0; k < 8; ++k) {
     REQUIRE(b0[k] == perm[2 * k]);
     REQUIRE(b1[k] == perm[2 * k + 1]);
   }
-  // Micro-batch 131 is the first of epoch 1.
-  REQUIRE(r0.micro_batch(131)[0] == epoch_permutation(2096, 42, 1)[0]);
+  // Step 131 is the first of epoch 1.
+  REQUIRE(r0.epoch_of_step(130) == 0);
+  REQUIRE(r0.epoch_of_step(131) == 1);
+  REQUIRE(r0.micro_batch(131, 0)[0] == epoch_permutation(2096, 42, 1)[0]);
+}
+
+TEST_CASE("data: micro-batch i of rank r takes block positions i*B*W + b*W + r of its step") {
+  // B = 4, K = 3, W = 2: G = 24, T = 2096 / 24 = 87 steps per epoch.
+  const auto e0 = epoch_permutation(2096, 42, 0), e1 = epoch_permutation(2096, 42, 1);
+  for (int64_t r = 0; r < 2; ++r) {
+    Sampler s(2096, 42, true, r, 2, 4, 3);
+    REQUIRE(s.steps_per_epoch() == 87);
+    REQUIRE(s.global_batch() == 24);
+    const auto ids = s.micro_batch(5, 2);
+    REQUIRE(ids.size() == 4);
+    for (int64_t b = 0; b < 4; ++b) {
+      REQUIRE(ids[b] == e0[5 * 24 + 2 * 8 + b * 2 + r]);
+      REQUIRE(s.stream_position(5, 2, b) == 5 * 24 + 2 * 8 + b * 2 + r);
+    }
+    REQUIRE(s.micro_batch(87, 1)[3] == e1[8 + 3 * 2 + r]);  // step 87 opens epoch 1
+    REQUIRE(s.stream_position(87, 1, 3) == 87 * 24 + 8 + 3 * 2 + r);
+  }
+  // Without shuffling the blocks are consecutive sample ids.
+  Sampler plain(2096, 42, false, 1, 2, 4, 3);
+  REQUIRE(plain.micro_batch(1, 0) == std::vector<int64_t>{25, 27, 29, 31});
+}
+
+TEST_CASE("data: a dataset smaller than one global batch is refused naming N and G = B x K x W") {
+  REQUIRE_THROWS_WITH(
+      Sampler(10, 42, true, 0, 2, 4, 2),
+      Contains("the dataset has 10 samples, fewer than one global batch G = B x K x W = 4 x 2 x 2 = 16") &&
+          Contains("lower trainer.micro_batch_size or trainer.gradient_accumulation_steps, or use "
+                   "fewer ranks"));
+}
+
+TEST_CASE("data: every split of G = 8 into B x K x W gives each step the same samples with the same draws") {
+  const Dataset ds = Dataset::open(kData);
+  // sample id -> (stream position, fm_t, fm_noise) over all ranks and micro-batches of a step.
+  using Draws = std::map<int64_t, std::tuple<int64_t, at::Tensor, at::Tensor>>;
+  auto step_draws = [&](int64_t B, int64_t K, int64_t W, int64_t step) {
+    Draws out;
+    for (int64_t r = 0; r < W; ++r) {
+      SampleOptions o = tiny_options();
+      o.micro_batch_size = B, o.accumulation = K, o.world = W, o.rank = r;
+      BatchBuilder builder(ds, o);
+      Sampler sampler(ds.total_rows(), o.seed, o.shuffle, r, W, B, K);  // the builder's order
+      for (int64_t i = 0; i < K; ++i) {
+        MicroBatch mb = builder.micro_batch(step, i);
+        const auto ids = sampler.micro_batch(step, i);
+        for (int64_t b = 0; b < B; ++b) {
+          REQUIRE(out.count(ids[b]) == 0);
+          out[ids[b]] = std::make_tuple(builder.sampler().stream_position(step, i, b),
+                                        mb.tensors["fm_t"][b].clone(), mb.tensors["fm_noise"][b].clone());
+        }
+      }
+    }
+    return out;
+  };
+  const auto perm1 = epoch_permutation(2096, 42, 1);
+  for (int64_t step : {0, 263}) {  // 263 = step 1 of epoch 1 (T = 262)
+    const Draws ref = step_draws(8, 1, 1, step);
+    REQUIRE(ref.size() == 8);
+    const std::vector<std::tuple<int64_t, int64_t, int64_t>> splits = {{4, 2, 1}, {4, 1, 2}, {2, 2, 2}};
+    for (const auto& split : splits) {
+      const auto [B, K, W] = split;
+      INFO("B x K x W = " << B << " x " << K << " x " << W << ", step " << step);
+      const Draws got = step_draws(B, K, W, step);
+      REQUIRE(got.size() == ref.size());
+      for (const auto& [id, d] : ref) {
+        REQUIRE(got.count(id) == 1);
+        const auto& g = got.at(id);
+        REQUIRE(std::get<0>(g) == std::get<0>(d));
+        REQUIRE(at::equal(std::get<1>(g), std::get<1>(d)));
+        REQUIRE(at::equal(std::get<2>(g), std::get<2>(d)));
+      }
+    }
+    if (step == 263)
+      for (int64_t q = 0; q < 8; ++q) REQUIRE(ref.count(perm1[8 + q]) == 1);
+  }
+}
+
+TEST_CASE("data: a sample's draws come from a generator seeded with seed * 1000003 + its stream position") {
+  const Dataset ds = Dataset::open(kData);
+  SampleOptions o = tiny_options();
+  o.accumulation = 2, o.world = 2, o.rank = 1;
+  BatchBuilder builder(ds, o);
+  MicroBatch mb = builder.micro_batch(3, 1);
+  const int64_t p = 3 * 16 + 1 * 8 + 2 * 2 + 1;  // slot b = 2
+  REQUIRE(builder.sampler().stream_position(3, 1, 2) == p);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(42ull * 1000003ull + static_cast<uint64_t>(p));
+  const at::Tensor u = at::rand({1}, gen, at::kFloat);
+  REQUIRE(mb.tensors["fm_t"][2].item<float>() ==
+          at::div(at::rsub(at::pow(u, 1.0 / 1.5), 0.999), 0.999).item<float>());
+  REQUIRE(at::equal(mb.tensors["fm_noise"][2], at::randn({16, 64}, gen, at::kFloat)));
+}
+
+TEST_CASE("data: a micro-batch's counts equal the sums of its masks, also at an episode end") {
+  const Dataset ds = Dataset::open(kData);
+  SampleOptions o = tiny_options();
+  o.shuffle = false, o.accumulation = 2;
+  BatchBuilder builder(ds, o);
+  // G = 8: step 51 holds samples 408..415, the last rows of episode 0 (L = 416).
+  MicroBatch mb = builder.micro_batch(51, 1);  // samples 412..415: 4, 3, 2, 1 action rows
+  REQUIRE(Sampler(2096, 42, false, 0, 1, 4, 2).micro_batch(51, 1) == std::vector<int64_t>{412, 413, 414, 415});
+  REQUIRE(mb.num_valid == (4 + 3 + 2 + 1) * 44);
+  REQUIRE(mb.action_tokens == 4 + 3 + 2 + 1);
+  REQUIRE(mb.num_valid == mb.tensors["action_mask"].sum().item<int64_t>());
+  REQUIRE(mb.action_tokens == mb.tensors["action_mask"].amax(2).sum().item<int64_t>());
+  REQUIRE(mb.text_tokens == mb.tensors["text_mask"].sum().item<int64_t>());
+  REQUIRE(mb.text_tokens > 0);
+  MicroBatch full = builder.micro_batch(0, 0);
+  REQUIRE(full.num_valid == 4 * 16 * 44);
+  REQUIRE(full.action_tokens == 4 * 16);
 }
 
 TEST_CASE("data: actions past the episode end are zero and masked, real ones min-max normalized") {
@@ -197,7 +314,7 @@ TEST_CASE("data: row t shows the video frame its timestamp names, as an independ
 TEST_CASE("data: a micro-batch carries every model input and deterministic flow-matching draws") {
   const Dataset ds = Dataset::open(kData);
   BatchBuilder a(ds, tiny_options()), b(ds, tiny_options());
-  Batch x = a.micro_batch(3), y = b.micro_batch(3);
+  Batch x = a.micro_batch(3, 0).tensors, y = b.micro_batch(3, 0).tensors;
   for (const char* key : {"images", "state", "actions", "action_mask", "text_tokens", "text_mask", "embodiment_id",
                           "fm_t", "fm_noise"})
     REQUIRE(x.count(key) == 1);
@@ -205,7 +322,7 @@ TEST_CASE("data: a micro-batch carries every model input and deterministic flow-
   REQUIRE(at::equal(x["fm_noise"], y["fm_noise"]));
   REQUIRE(at::equal(x["images"], y["images"]));
   REQUIRE(x["fm_t"].max().item<float>() <= 1.0f);
-  REQUIRE_FALSE(at::equal(x["fm_noise"], a.micro_batch(4)["fm_noise"]));
+  REQUIRE_FALSE(at::equal(x["fm_noise"], a.micro_batch(4, 0).tensors["fm_noise"]));
 }
 
 TEST_CASE("data: a truncated video is reported with the file") {

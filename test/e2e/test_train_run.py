@@ -45,7 +45,8 @@ def test_a_short_run_shows_progress_writes_metrics_a_checkpoint_and_a_summary(tm
     ckpts = sorted(p.name for p in (run / "checkpoints").iterdir())
     assert ckpts == ["epoch_0_step_10", "epoch_0_step_20"]
     state = json.loads((run / "checkpoints/epoch_0_step_20/trainer_state.json").read_text())
-    assert state["step"] == 20 and state["data"]["next_micro_batch"] == 20
+    assert state["step"] == 20
+    assert state["data"]["step_in_epoch"] == 20 % state["data"]["steps_per_epoch"]
 
     from safetensors.torch import load_file
     import torch

@@ -1,7 +1,7 @@
 # Proves export.py writes a TorchScript file the native trainer can use on its
 # own: torch.jit.load with the loongforge/* extra files gives back the config,
 # a parameter table that matches the loaded module's named_parameters (names,
-# shapes, trainability), counts that add up, positive FLOPs and a batch spec
+# shapes, trainability, weight decay as model.n16.decay_flags decides it), counts that add up, positive FLOPs and a batch spec
 # from which a batch can be built that the loaded module accepts.
 import json
 import subprocess
@@ -80,6 +80,25 @@ def test_export_round_trip_of_n16_tiny_carries_consistent_metadata(tmp_path):
     torch.manual_seed(3)  # same seed, same weights as the eager build
     eager = model.build_model(cfg)
     assert all(torch.equal(a, b) for (_, a), (_, b) in zip(eager.named_parameters(), loaded))
+    assert [p["decay"] for p in params] == list(model.decay_flags(eager).values())
+
+
+def test_decay_flags_decay_weights_but_not_biases_2d_ones_included_nor_norm_weights():
+    m = model.build_model(model.get_config("n16-tiny"), device=torch.device("meta"))
+    flags = model.decay_flags(m)
+    shapes = {n: tuple(p.shape) for n, p in m.named_parameters()}
+    assert list(flags) == list(shapes)
+    E = model.get_config("n16-tiny").num_embodiments
+    # CategorySpecificLinear: weight (E, in, out) decays, bias (E, out) does not.
+    assert shapes["embodiment.state_encoder.layer1.weight"][0] == E and flags["embodiment.state_encoder.layer1.weight"]
+    assert shapes["embodiment.state_encoder.layer1.bias"] == (E, 128)
+    assert not flags["embodiment.state_encoder.layer1.bias"]
+    assert not flags["action_head.vl_norm.weight"] and not flags["action_head.vl_norm.bias"]   # LayerNorm
+    assert not flags["llm.norm.weight"]                                                        # RMSNorm
+    assert flags["action_head.pos_embed"] and flags["llm.embed_tokens.weight"]
+    # Every 2-D+ parameter that does not decay is a bias; every 1-D one does not decay.
+    assert all(n.endswith(".bias") for n, f in flags.items() if not f and len(shapes[n]) >= 2)
+    assert not any(f for n, f in flags.items() if len(shapes[n]) < 2)
 
 
 def test_export_rejects_an_unknown_override_with_a_message_naming_the_key(tmp_path, capsys):

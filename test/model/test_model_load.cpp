@@ -1,8 +1,11 @@
 // Proves the model room: an exported n16-tiny file loads with its extra files,
 // its metadata matches the module, forward+backward runs on the CPU, gradients
-// land on exactly the parameters the freezing config marks trainable, and bad
-// model files are refused with messages naming the file.
+// land on exactly the parameters the freezing config marks trainable, the
+// weight-decay flags come from params.json (a 2-D per-embodiment bias and
+// norm weights do not decay, weights do), and bad model files (one without
+// decay flags included) are refused with messages naming the file.
 #include <fstream>  // std::ofstream
+#include <map>      // std::map
 #include <set>      // std::set
 
 #include <torch/torch.h>  // torch::manual_seed
@@ -79,6 +82,37 @@ TEST_CASE("model: the same batch gives the same loss (fm_t and fm_noise come fro
 TEST_CASE("model: a missing model file says how to export one") {
   REQUIRE_THROWS_WITH(Model::load("/nonexistent/model.pt", c10::kCPU),
                       Contains("cannot read model file '/nonexistent/model.pt': export one with"));
+}
+
+TEST_CASE("model: params.json decay flags: weights decay, biases (2-D ones too) and norm weights do not") {
+  const Model m = Model::load(kTiny, c10::kCPU);
+  std::map<std::string, const ParamInfo*> by_name;
+  for (const auto& p : m.info().params) by_name[p.name] = &p;
+  const ParamInfo& bias = *by_name.at("embodiment.state_encoder.layer1.bias");      // (E, out)
+  const ParamInfo& weight = *by_name.at("embodiment.state_encoder.layer1.weight");  // (E, in, out)
+  REQUIRE(bias.shape.size() == 2);
+  REQUIRE_FALSE(bias.decay);
+  REQUIRE(weight.shape.size() == 3);
+  REQUIRE(weight.decay);
+  REQUIRE_FALSE(by_name.at("action_head.vl_norm.weight")->decay);  // LayerNorm
+  REQUIRE_FALSE(by_name.at("llm.norm.weight")->decay);             // RMSNorm
+}
+
+TEST_CASE("model: a file whose params.json has no decay flags is refused: re-export") {
+  const std::string path = std::string(LOONGFORGE_TEST_MODELS) + "/no-decay.pt";
+  torch::jit::ExtraFilesMap extra = {{"loongforge/config.json", ""},
+                                     {"loongforge/params.json", ""},
+                                     {"loongforge/flops.json", ""},
+                                     {"loongforge/counts.json", ""},
+                                     {"loongforge/batch_spec.json", ""}};
+  torch::jit::Module module = torch::jit::load(kTiny, c10::kCPU, extra);
+  auto params = nlohmann::json::parse(extra.at("loongforge/params.json"));
+  for (auto& p : params) p.erase("decay");
+  extra["loongforge/params.json"] = params.dump();
+  module.save(path, extra);
+  REQUIRE_THROWS_WITH(Model::load(path, c10::kCPU),
+                      Contains(path + ": params.json: parameter 'vision.pos_embed' has no \"decay\" flag") &&
+                          Contains("re-export with scripts/model/export.py"));
 }
 
 TEST_CASE("model: a file that is not TorchScript is refused with its path") {

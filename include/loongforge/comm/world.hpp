@@ -68,8 +68,6 @@ class GradientSync {
  public:
   explicit GradientSync(World& world) : world_(world) {}
   SyncStats average(const std::vector<at::Tensor>& params);
-  // A scalar's mean over ranks (the logged loss).
-  double mean(double value);
 
  private:
   World& world_;

@@ -48,9 +48,9 @@ class Sampler {
  public:
   Sampler(int64_t num_samples, uint64_t seed, bool shuffle, int64_t rank, int64_t world, int64_t micro_batch_size,
           int64_t accumulation);
-  int64_t steps_per_epoch() const { return steps_per_epoch_; }             // T = N / G
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }  // T = N / G
   int64_t epoch_of_step(int64_t step) const { return step / steps_per_epoch_; }
-  int64_t global_batch() const { return global_; }                         // G = B * K * W
+  int64_t global_batch() const { return global_; }  // G = B * K * W
   // Sample ids of micro-batch i (0..K-1) of optimizer step `step` on this
   // rank, slot order b = 0..B-1.
   std::vector<int64_t> micro_batch(int64_t step, int64_t i);
