@@ -196,8 +196,12 @@ def test_sigkill_on_observed_progress_always_resumes_from_the_newest_complete_ch
         w = Watched(cmd, env)
         tally["killed_at_steps"].append(w.kill_when(target, ckpts, RUN_DEADLINE_S))
         tally["kills"] += 1
-        tally["kills_inside_a_write"] += len(list(ckpts.glob(f".*.tmp-{w.proc.pid}")))  # left by this kill
+        inside = len(list(ckpts.glob(f".*.tmp-{w.proc.pid}")))  # the temporary this kill left behind
+        tally["kills_inside_a_write"] += inside
         started("".join(w.stderr), expected)
+        print(f"kill {i + 1}/{KILLS}: resumed at step {resume_step}, aimed at {target}, killed after step "
+              f"{tally['killed_at_steps'][-1]}{', inside a write' if inside else ''} "
+              f"({time.monotonic() - t0:.0f} s)", flush=True)
     killing_s = time.monotonic() - t0
 
     expected = newest_complete(ckpts)
