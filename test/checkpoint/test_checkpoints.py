@@ -191,7 +191,8 @@ def test_sigkill_on_observed_progress_always_resumes_from_the_newest_complete_ch
         elif i % 2:
             target = ("write", None)  # the next checkpoint this run writes (step 100 at the latest)
         else:
-            target = ("step", min(99, resume_step + rng.randint(1, 9)))
+            # past the next checkpoint, so that each such kill moves the resume point on by 5 steps
+            target = ("step", min(99, resume_step + 5 + rng.randint(1, 4)))
         tally["aimed_at_a_" + target[0]] += 1
         w = Watched(cmd, env)
         tally["killed_at_steps"].append(w.kill_when(target, ckpts, RUN_DEADLINE_S))
