@@ -1,9 +1,12 @@
 """Checkpoints never lose work (docs/checkpoints.md):
 - a run stopped after 40 steps and resumed for 60 more matches 100 straight
   steps bit for bit (losses and final parameters; CPU, fp32, one rank);
-- SIGKILL at 20 random moments, many inside checkpoint writes, each followed
-  by --resume latest: every resume starts from the newest complete checkpoint
-  (never a partial one) and the run ends with the uninterrupted parameters;
+- SIGKILL on observed progress (after a chosen step, or while a checkpoint
+  write is in flight; LOONGFORGE_SIGKILL_KILLS times, 10 in the suite, 20
+  under ctest -L long), each followed by --resume latest: every resume starts
+  from the newest complete checkpoint (never a partial one), all but the first
+  run resume from a checkpoint, several kills land inside a write, and the
+  run ends with the uninterrupted parameters and losses;
 - a flipped byte, a truncated file, a missing file and a manifest from another
   run are each refused with a message naming the file; --resume latest skips
   them for the newest intact checkpoint;
@@ -13,16 +16,18 @@
 - model.safetensors loads into the Python model of scripts/model by name.
 
 Environment (ctest): LOONGFORGE_TRAIN, LOONGFORGE_CLI, LOONGFORGE_TEST_DATASET,
-LOONGFORGE_TEST_MODELS.
+LOONGFORGE_TEST_MODELS, LOONGFORGE_SIGKILL_KILLS (default 10).
 """
 import json
 import os
+import queue
 import random
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -97,36 +102,121 @@ def test_40_steps_then_resume_for_60_equals_100_straight_steps_bit_for_bit(strai
     assert (tmp_path / "r" / opt).read_bytes() == (straight / opt).read_bytes()
 
 
-def test_sigkill_at_20_random_moments_always_resumes_from_the_newest_complete_checkpoint(straight, tmp_path):
+class Watched:
+    """A training run whose output is read as it happens (stdout lines into a
+    queue, stderr kept whole), so a test can act on what the run has done."""
+
+    def __init__(self, cmd, env):
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self.stdout = queue.Queue()
+        self.stderr = []
+        self._readers = [threading.Thread(target=self._read, args=(self.proc.stdout, self.stdout.put)),
+                         threading.Thread(target=self._read, args=(self.proc.stderr, self.stderr.append))]
+        for t in self._readers:
+            t.start()
+
+    @staticmethod
+    def _read(stream, put):
+        for line in stream:
+            put(line)
+
+    def kill_when(self, target, ckpts, deadline_s):
+        """SIGKILLs the run once `target` is observed: ("step", N) after the
+        progress line of step N or later, ("write", None) while one of this
+        run's checkpoint writes is in flight (its temporary directory
+        .<name>.tmp-<pid> exists). Returns the last step seen."""
+        kind, step = target
+        in_flight = f".*.tmp-{self.proc.pid}"
+        seen = 0
+        deadline = time.monotonic() + deadline_s
+        while True:
+            if kind == "write" and any(ckpts.glob(in_flight)):
+                break
+            try:
+                m = re.match(r"step (\d+)/", self.stdout.get(timeout=0.002))
+                seen = int(m.group(1)) if m else seen
+                if kind == "step" and seen >= step:
+                    break
+            except queue.Empty:
+                pass
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the run ended (exit {self.proc.returncode}) before its kill target {target}, "
+                                     f"last step {seen}: {''.join(self.stderr)[-2000:]}")
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                raise AssertionError(f"kill target {target} not reached in {deadline_s} s (last step {seen})")
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        for t in self._readers:
+            t.join()
+        return seen
+
+
+KILLS = int(os.environ.get("LOONGFORGE_SIGKILL_KILLS", "10"))  # ctest: 10; 20 under the long label
+MIN_KILLS_INSIDE_A_WRITE = max(4, KILLS // 4)
+RUN_DEADLINE_S = 120  # one killed run: a target not reached by then fails the test instead of hanging it
+
+
+def test_sigkill_on_observed_progress_always_resumes_from_the_newest_complete_checkpoint(straight, tmp_path):
+    """KILLS runs of 100 steps are SIGKILLed, each followed by --resume latest;
+    half of them after a chosen step, half while a checkpoint write is in
+    flight. The targets are observed in the run's output and checkpoint
+    folder, not guessed from the clock, so a slow machine only makes it slower."""
     rng = random.Random(1234)
     env = dict(os.environ, LOONGFORGE_TEST_CHECKPOINT_DELAY_MS="60")  # widen the write window
     run = tmp_path / "k"
     ckpts = run / "checkpoints"
-    tally = {"kills": 0, "resumed_from_checkpoint": 0, "fresh_starts": 0, "kills_inside_a_write": 0}
-    for i in range(20):
-        expected = newest_complete(ckpts) if ckpts.exists() else None
-        if i > 0:  # the previous kill interrupted a write iff it left a temporary behind
-            tally["kills_inside_a_write"] += len(list(ckpts.glob(".*tmp*"))) if ckpts.exists() else 0
-        p = subprocess.Popen(command(tmp_path, "k", "trainer.max_steps=100", "checkpoint.resume=latest"),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        time.sleep(rng.uniform(1.0, 5.0))
-        p.send_signal(signal.SIGKILL)
-        _, err = p.communicate()
-        tally["kills"] += 1
+    cmd = command(tmp_path, "k", "trainer.max_steps=100", "checkpoint.resume=latest", "logging.interval_steps=1")
+    tally = {"kills": 0, "aimed_at_a_step": 0, "aimed_at_a_write": 0, "kills_inside_a_write": 0,
+             "fresh_starts": 0, "resumed_from_checkpoint": 0, "killed_at_steps": []}
+
+    def started(err, expected):
+        """Checks where a run started against the newest complete checkpoint
+        found (independently) before it started."""
         m = re.search(r"resumed from (\S+) at step (\d+)", err)
         if expected is None:
-            assert m is None
+            assert m is None, err[-2000:]
             tally["fresh_starts"] += 1
-        elif m:  # (a kill can land before the resume line is logged)
-            assert Path(m.group(1)) == expected[1], (i, m.group(1), expected)
+        else:
+            assert m, f"no resume line although {expected[1]} is complete: {err[-2000:]}"
+            assert Path(m.group(1)) == expected[1], (m.group(1), expected)
             tally["resumed_from_checkpoint"] += 1
-    tally["kills_inside_a_write"] += len(list(ckpts.glob(".*tmp*")))
+
+    t0 = time.monotonic()
+    for i in range(KILLS):
+        expected = newest_complete(ckpts) if ckpts.exists() else None
+        resume_step = expected[0] if expected else 0
+        if i == 0:  # past the first checkpoint (step 5), so that the next run has one to resume from
+            target = ("step", rng.randint(7, 9))
+        elif i % 2:
+            target = ("write", None)  # the next checkpoint this run writes (step 100 at the latest)
+        else:
+            # past the next checkpoint, so that each such kill moves the resume point on by 5 steps
+            target = ("step", min(99, resume_step + 5 + rng.randint(1, 4)))
+        tally["aimed_at_a_" + target[0]] += 1
+        w = Watched(cmd, env)
+        tally["killed_at_steps"].append(w.kill_when(target, ckpts, RUN_DEADLINE_S))
+        tally["kills"] += 1
+        inside = len(list(ckpts.glob(f".*.tmp-{w.proc.pid}")))  # the temporary this kill left behind
+        tally["kills_inside_a_write"] += inside
+        started("".join(w.stderr), expected)
+        print(f"kill {i + 1}/{KILLS}: resumed at step {resume_step}, aimed at {target}, killed after step "
+              f"{tally['killed_at_steps'][-1]}{', inside a write' if inside else ''} "
+              f"({time.monotonic() - t0:.0f} s)", flush=True)
+    killing_s = time.monotonic() - t0
+
+    expected = newest_complete(ckpts)
     last = train(tmp_path, "k", "trainer.max_steps=100", "checkpoint.resume=latest", env=env)
+    started(last.stderr, expected)
+    tally["seconds"] = round(killing_s, 1)
+    print("crash tally:", json.dumps(tally))
+    Path(os.environ.get("LOONGFORGE_TEST_MODELS", "/tmp")).joinpath("crash-tally.json").write_text(json.dumps(tally))
     assert not list(ckpts.glob(".*tmp*")), "stale temporaries are removed when a run starts"
     assert final_weights(run, 100) == final_weights(straight, 100)
     assert losses(run) == losses(straight)
-    print("crash tally:", json.dumps(tally))
-    Path(os.environ.get("LOONGFORGE_TEST_MODELS", "/tmp")).joinpath("crash-tally.json").write_text(json.dumps(tally))
+    assert tally["fresh_starts"] <= 2, tally  # the first run, and at most one more (a kill inside the first write)
+    assert tally["resumed_from_checkpoint"] >= KILLS - 1, tally  # most kills resume from a checkpoint
+    assert tally["kills_inside_a_write"] >= MIN_KILLS_INSIDE_A_WRITE, tally
 
 
 @pytest.fixture
