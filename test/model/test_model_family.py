@@ -79,13 +79,15 @@ def assert_scripted_matches_eager(cfg: model.ModelConfig, batch_size: int, tol: 
     assert torch.isfinite(eager["pred_velocity"]).all()
 
 
-@pytest.mark.parametrize("name", ["n16-tiny", "n16-1b"])
+# The large configs take minutes on 2 cores: full forms only (ctest -L long).
+@pytest.mark.parametrize("name", ["n16-tiny", pytest.param("n16-1b", marks=pytest.mark.long)])
 def test_scripted_forward_equals_eager_forward_on_the_full_model(name):
     cfg = model.get_config(name)
     assert_scripted_matches_eager(cfg, batch_size=2 if name == "n16-tiny" else 1, tol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["n16-3b", "n16-12b"])
+@pytest.mark.parametrize("name", [pytest.param("n16-3b", marks=pytest.mark.long),
+                                  pytest.param("n16-12b", marks=pytest.mark.long)])
 def test_scripted_forward_equals_eager_forward_on_a_depth_reduced_copy(name):
     assert_scripted_matches_eager(depth_reduced(model.get_config(name)), batch_size=1, tol=1e-5)
 
