@@ -1,4 +1,4 @@
-# Finds every external dependency. Two supported columns (DESIGN.md s8):
+# Finds every external dependency. Two supported columns (docs/architecture.md s8):
 # Debian 12 (CLI11 2.1, spdlog 1.10, yaml-cpp 0.7, Catch2 2.13) and Ubuntu 24.04
 # (CLI11 2.4, spdlog 1.12, yaml-cpp 0.8, Catch2 3.4). Nothing is vendored.
 

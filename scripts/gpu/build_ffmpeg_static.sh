@@ -13,7 +13,7 @@ work=$HOME/.cache/loongforge/ffmpeg-src
 mkdir -p "$work"
 if ! ls "$work"/ffmpeg-*/configure >/dev/null 2>&1; then
   if ! grep -rqs "deb-src" /etc/apt/sources.list.d/ /etc/apt/sources.list; then
-    # A deb-src entry with the same URI and keyring as the binary one (DESIGN.md s9).
+    # A deb-src entry with the same URI and keyring as the binary one (docs/architecture.md s9).
     cat > /etc/apt/sources.list.d/loongforge-src.sources <<'SRC'
 Types: deb-src
 URIs: http://deb.debian.org/debian

@@ -75,7 +75,7 @@ from model.n16 import build_model, decay_flags  # noqa: E402
 warnings.filterwarnings("ignore", message=r".*torch\.jit\.\w+` is deprecated", category=DeprecationWarning)
 
 DEFAULT_BINARY = REPO / "build" / "src" / "daemon" / "loongforge-train"
-PEAK_FLOPS_H200_BF16 = 989e12   # DESIGN.md s10: MFU is against dense bf16 peak
+PEAK_FLOPS_H200_BF16 = 989e12   # docs/architecture.md s10: MFU is against dense bf16 peak
 METRIC_KEYS = ["step", "loss", "lr", "grad_norm", "num_valid", "samples_per_s", "tokens_per_s", "mfu",
                "data_wait_ms", "step_ms", "peak_mem_mb"]
 

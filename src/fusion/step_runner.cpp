@@ -13,7 +13,7 @@ namespace loongforge::fusion {
 
 namespace {
 
-// Turns bf16 autocast on for a scope (CUDA; DESIGN.md s9).
+// Turns bf16 autocast on for a scope (CUDA; docs/architecture.md s9).
 struct AutocastScope {
   bool on;
   explicit AutocastScope(bool enable) : on(enable) {

@@ -184,14 +184,14 @@ std::map<std::string, at::Tensor> Model::forward(const Batch& batch) {
     throw ModelError(info_.path + ": forward failed: " + e.what_without_backtrace());
   }
   if (!result.isGenericDict())
-    throw ModelError(info_.path + ": forward must return Dict[str, Tensor] (DESIGN.md s1), got " +
+    throw ModelError(info_.path + ": forward must return Dict[str, Tensor] (docs/architecture.md s1), got " +
                      result.tagKind());
   std::map<std::string, at::Tensor> out;
   for (const auto& kv : result.toGenericDict()) out.emplace(kv.key().toStringRef(), kv.value().toTensor());
   for (const char* key : {"loss", "num_valid"})
     if (!out.count(key))
       throw ModelError(info_.path + ": forward's result has no '" + std::string(key) +
-                       "' (model contract, DESIGN.md s1)");
+                       "' (model contract, docs/architecture.md s1)");
   return out;
 }
 

@@ -1,5 +1,5 @@
 // src/trainer/control_plane.hpp — what loongforge-train exposes on its
-// control socket (DESIGN.md s5) and how the trainer thread applies it.
+// control socket (docs/architecture.md s5) and how the trainer thread applies it.
 //
 // Contract:
 //  - ControlPlane registers every verb with a control::Server and starts it

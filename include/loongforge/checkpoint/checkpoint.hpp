@@ -1,6 +1,6 @@
 // loongforge/checkpoint/checkpoint.hpp — checkpoints that never lose work.
 //
-// Contract (DESIGN.md s6, docs/checkpoints.md):
+// Contract (docs/architecture.md s6, docs/checkpoints.md):
 //  - A checkpoint is `<dir>/epoch_E_step_S/` holding model.safetensors,
 //    optimizer/rank_RRRRR.safetensors, scheduler.json, trainer_state.json,
 //    loongforge_state/ (each engine's part, when it exists) and MANIFEST.json

@@ -1,5 +1,5 @@
 // loongforge/comm/reducer.hpp — the gradient-communication seam of the
-// trainer. GCTS (DESIGN.md s4: bucketed, overlapped, sharded) replaces the
+// trainer. GCTS (docs/architecture.md s4: bucketed, overlapped, sharded) replaces the
 // plain implementation here; the trainer's step does not change.
 //
 // Contract:

@@ -8,7 +8,7 @@
 //    q = i*B*W + b*W + r, b = 0..B-1. A pure function of (seed, G, step), so
 //    a run resumed with another split of G into B x K x W takes the same
 //    samples at every step.
-//  - BatchBuilder::micro_batch(s, i) returns the model's batch (DESIGN.md s1
+//  - BatchBuilder::micro_batch(s, i) returns the model's batch (docs/architecture.md s1
 //    keys, CPU tensors) of micro-batch i of step s on this rank, including the
 //    flow-matching draws fm_t / fm_noise drawn PER SAMPLE from its stream
 //    position p = s*G + q (s4), and the counts the loss weights and metrics

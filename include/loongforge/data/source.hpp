@@ -1,5 +1,5 @@
 // loongforge/data/source.hpp — the data seam of the trainer: where the
-// micro-batches of a step come from, ready on the device. ADFE (DESIGN.md s4)
+// micro-batches of a step come from, ready on the device. ADFE (docs/architecture.md s4)
 // replaces the plain implementation here; nothing else changes.
 //
 // Contract:

@@ -1,7 +1,7 @@
 // loongforge/fusion/step_runner.hpp — the compute seam of the trainer: the
 // forward and backward passes of one optimizer step's micro-batches. DMF
 // (micro-batch fusion) and the fast step (fused kernels, CUDA graphs) replace
-// the plain implementation here (DESIGN.md s4).
+// the plain implementation here (docs/architecture.md s4).
 //
 // Contract:
 //  - run() takes the step's K micro-batches (on the device) and their loss

@@ -1,5 +1,5 @@
 // loongforge/memory/memory.hpp — the memory room: which allocator serves the
-// device, and what it reports. MLA (pooled lifetimes, DESIGN.md s4) will live
+// device, and what it reports. MLA (pooled lifetimes, docs/architecture.md s4) will live
 // here; today the room is its plain implementation: PyTorch's CUDA caching
 // allocator, untouched.
 //

@@ -5,7 +5,7 @@
 //    another loader can replace TorchScript later) and the metadata written by
 //    scripts/model/export.py as extra files: loongforge/config.json,
 //    params.json, flops.json, counts.json, batch_spec.json.
-//  - Model contract (DESIGN.md s1): forward(batch) returns at least "loss"
+//  - Model contract (docs/architecture.md s1): forward(batch) returns at least "loss"
 //    (scalar mean over valid action elements) and "num_valid" (their count).
 //  - Weight decay comes from params.json too ("decay" per parameter, decided
 //    by scripts/model/n16.py); a file without it is refused (re-export).
@@ -14,7 +14,7 @@
 //  - load() checks that params.json names, shapes and counts match the module
 //    and throws ModelError naming the file and the first mismatches.
 //  - TorchScript's graph-executor optimization is switched off process-wide
-//    on load: autocast around a scripted forward needs it (DESIGN.md s9), and
+//    on load: autocast around a scripted forward needs it (docs/architecture.md s9), and
 //    without it every op runs its eager kernel and eager autograd formula, so
 //    the C++ trainer matches the eager reference trainer bit for bit.
 //  - Not thread-safe: one trainer thread owns a Model.
@@ -82,7 +82,7 @@ class Model {
 
   void train(bool on = true);
   // Casts frozen (non-trainable) parameters to `dtype` (bf16 mode keeps
-  // trainable weights fp32 and frozen ones bf16, DESIGN.md s1).
+  // trainable weights fp32 and frozen ones bf16, docs/architecture.md s1).
   void cast_frozen(c10::ScalarType dtype);
   // Runs forward; throws ModelError if the result lacks "loss" or "num_valid".
   std::map<std::string, at::Tensor> forward(const Batch& batch);
