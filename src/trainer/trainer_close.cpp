@@ -3,6 +3,8 @@
 #include <algorithm>  // std::min
 #include <cstdio>     // std::printf, std::snprintf
 #include <fstream>    // std::ofstream
+#include <string>     // std::string
+#include <vector>     // std::vector
 
 #include <c10/util/Exception.h>  // c10::Error, c10::OutOfMemoryError
 
@@ -22,13 +24,49 @@ int Trainer::run() {
       step();
       step_boundary();
     }
+  } catch (const Error&) {
+    throw;  // ours: already names what to do
   } catch (const c10::OutOfMemoryError& e) {
     fail_in_step(e, /*out_of_memory=*/true);
-  } catch (const c10::Error& e) {
-    fail_in_step(e, /*out_of_memory=*/false);
+  } catch (const std::exception& e) {
+    // libtorch errors inside a TorchScript forward arrive re-wrapped by the
+    // interpreter (a std::runtime_error holding the TorchScript traceback).
+    const std::string what = e.what();
+    fail_in_step(e, what.find("out of memory") != std::string::npos ||
+                        what.find("can't allocate memory") != std::string::npos);
   }
   return close();
 }
+
+namespace {
+std::string trim(const std::string& s) {
+  const auto a = s.find_first_not_of(' ');
+  return a == std::string::npos ? "" : s.substr(a, s.find_last_not_of(' ') - a + 1);
+}
+
+// libtorch's message without its C++ backtrace, and for an error re-wrapped
+// by the TorchScript interpreter, its last line ("RuntimeError: CUDA out of
+// memory. ...") plus the innermost model source line.
+std::string short_libtorch_message(const std::string& what) {
+  std::string msg = what;
+  if (const auto cut = msg.find("\nException raised from"); cut != std::string::npos) msg.resize(cut);
+  if (msg.find("TorchScript interpreter") == std::string::npos) return msg;
+  std::vector<std::string> lines;
+  for (size_t start = 0; start <= msg.size();) {
+    const size_t end = std::min(msg.find('\n', start), msg.size());
+    lines.push_back(msg.substr(start, end - start));
+    start = end + 1;
+  }
+  std::string error, where;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const auto colon = lines[i].find("Error: ");
+    if (colon != std::string::npos && lines[i].find(' ') > colon) error = lines[i];
+    if (lines[i].rfind("  File \"", 0) == 0 && i + 1 < lines.size()) where = trim(lines[i]) + ": " + trim(lines[i + 1]);
+  }
+  if (error.empty()) return msg;
+  return error + (where.empty() ? "" : " (in the model's forward: " + where + ")");
+}
+}  // namespace
 
 int Trainer::close() {
   const auto& log = logger("trainer");
@@ -99,9 +137,7 @@ void Trainer::fail_in_step(const std::exception& e, bool out_of_memory) {
   std::string msg = "step " + std::to_string(step) + ", phase " + phase +
                     (where.micro >= 0 ? " (micro-batch " + std::to_string(where.micro) + ")" : "") + " on rank " +
                     std::to_string(world_info_.rank) + " (" + device_.str() + "): " +
-                    (out_of_memory ? "out of memory" : "libtorch error") + ": " + e.what();
-  // Keep the first lines of libtorch's message (it appends a C++ backtrace).
-  if (const auto cut = msg.find("\nException raised from"); cut != std::string::npos) msg.resize(cut);
+                    (out_of_memory ? "out of memory" : "libtorch error") + ": " + short_libtorch_message(e.what());
   const memory::Stats mem = memory::stats(device_);
   char figures[256];
   std::snprintf(figures, sizeof(figures),
