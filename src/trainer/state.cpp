@@ -257,6 +257,11 @@ int64_t check_resume(const std::string& dir, const config::Config& cfg, int64_t 
   const int64_t saved_world = manifest.world_size;
   const int64_t global = global_batch_of(manifest, dir);
   const int64_t b = cfg.trainer.micro_batch_size;
+  // Only a change of world size is absorbed here; any other difference
+  // (micro-batch size, accumulation on the same world size) is for
+  // resume_from() to list with the rest.
+  if (saved_world == world_size || saved_int(manifest, "trainer.micro_batch_size", dir) != b)
+    return cfg.trainer.gradient_accumulation_steps;
   if (global % (b * world_size) != 0) {
     std::string fits;
     for (int64_t w = 1; w <= global / b; ++w)
@@ -268,13 +273,15 @@ int64_t check_resume(const std::string& dir, const config::Config& cfg, int64_t 
                           " rank(s), or start a new run");
   }
   const int64_t k = global / (b * world_size);
-  if (note && k != cfg.trainer.gradient_accumulation_steps)
-    *note = "resuming a checkpoint of " + std::to_string(saved_world) + " rank(s) on " + std::to_string(world_size) +
-            ": trainer.gradient_accumulation_steps " + std::to_string(cfg.trainer.gradient_accumulation_steps) +
-            " -> " + std::to_string(k) + " keeps its global batch of " + std::to_string(global) + " samples";
-  else if (note && saved_world != world_size)
-    *note = "resuming a checkpoint of " + std::to_string(saved_world) + " rank(s) on " + std::to_string(world_size) +
-            ": the global batch of " + std::to_string(global) + " samples is kept";
+  if (note) {
+    *note = "resuming a checkpoint of " + std::to_string(saved_world) + " rank(s) on " + std::to_string(world_size) + ": ";
+    if (k != cfg.trainer.gradient_accumulation_steps)
+      *note += "trainer.gradient_accumulation_steps " + std::to_string(cfg.trainer.gradient_accumulation_steps) +
+               " -> " + std::to_string(k) + " keeps its global batch of " + std::to_string(global) + " samples";
+    else
+      *note += "its global batch of " + std::to_string(global) + " samples is kept (accumulation " +
+               std::to_string(k) + ")";
+  }
   return k;
 }
 
