@@ -68,7 +68,8 @@ def test_a_second_run_with_the_same_name_gets_a_fresh_directory(tmp_path):
 def test_a_missing_dataset_stops_with_a_message_naming_the_key_and_what_makes_it(tmp_path):
     r = train(tmp_path, "data.path=/nonexistent/ds", check=False)
     assert r.returncode == 1
-    assert ("config_error: --set: data.path: '/nonexistent/ds' does not exist: write it with "
+    assert "config_error: invalid configuration:" in r.stderr
+    assert ("--set: data.path: '/nonexistent/ds' does not exist: write it with "
             "`python3 scripts/convert_lerobot.py <lerobot dataset> /nonexistent/ds`") in r.stderr
 
 
