@@ -11,3 +11,23 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 exec > >(tee -a "$OUT/$1.log") 2>&1
 t0=$(date +%s)
 stamp() { echo "== [$(( $(date +%s) - t0 ))s] $*"; }
+
+# Builds build-gpu/, runs the GPU tests and exports n16-1b to /dev/shm/n16-1b.pt.
+build_test_export() {
+  stamp "environment"; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+  stamp "build"; bash scripts/gpu/build.sh || exit 1
+  stamp "gpu tests"; (cd build-gpu && ctest -L gpu --output-on-failure 2>&1 | tail -15)
+  stamp "export n16-1b"
+  PYTHONPATH=scripts python3 scripts/model/export.py --config n16-1b --out /dev/shm/n16-1b.pt | tail -2 || exit 1
+}
+
+# wait_for_step SOCKET N: waits for the trainer behind SOCKET to serve, then
+# (at most 5 minutes) until it has done N steps; sets $step.
+wait_for_step() {
+  for _ in $(seq 600); do [ -S "$1" ] && break; sleep 0.2; done
+  for _ in $(seq 300); do
+    step=$(build-gpu/cli/loongforge status --socket "$1" --json 2>/dev/null |
+           python3 -c 'import json,sys; print(json.load(sys.stdin).get("step",0))')
+    [ "${step:-0}" -ge "$2" ] && break; sleep 1
+  done
+}

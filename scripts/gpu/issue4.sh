@@ -6,11 +6,7 @@
 # profile, trace, status and logs to $OUT.
 # Carry: .gpu-carry (scripts/gpu/prepare_carry.sh).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" issue4
-stamp "environment"; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-stamp "build"; bash scripts/gpu/build.sh || exit 1
-stamp "gpu tests"; (cd build-gpu && ctest -L gpu --output-on-failure 2>&1 | tail -15)
-stamp "export n16-1b"
-PYTHONPATH=scripts python3 scripts/model/export.py --config n16-1b --out /dev/shm/n16-1b.pt | tail -2 || exit 1
+build_test_export
 CLI=build-gpu/cli/loongforge
 SOCK=/tmp/lf-ctl/n16-1b.sock
 stamp "train n16-1b in the background"
@@ -18,13 +14,8 @@ build-gpu/src/daemon/loongforge-train --config configs/bench/n16-1b-h200.yaml --
   --set run.output_dir=/tmp/runs --set trainer.max_steps=100000 --set logging.progress=lines \
   --set logging.interval_steps=20 --set checkpoint.keep_last=1 --set control.socket=$SOCK > "$OUT/n16-1b-train.log" 2>&1 &
 pid=$!
-for _ in $(seq 600); do [ -S $SOCK ] && break; sleep 0.2; done
-$CLI status --socket $SOCK
 # Let it warm up (first video decodes, allocator growth) before profiling.
-for _ in $(seq 300); do
-  step=$($CLI status --socket $SOCK --json | python3 -c 'import json,sys; print(json.load(sys.stdin).get("step",0))')
-  [ "${step:-0}" -ge 30 ] && break; sleep 1
-done
+wait_for_step $SOCK 30
 stamp "status at step $step"
 $CLI status --socket $SOCK; $CLI status --socket $SOCK --json > "$OUT/n16-1b-status.json"
 stamp "profile-step 10 s"

@@ -9,11 +9,7 @@
 #     and that the process exits 1 instead of aborting.
 # Carry: .gpu-carry (scripts/gpu/prepare_carry.sh).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" issue9
-stamp "environment"; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; git log --oneline -1
-stamp "build"; bash scripts/gpu/build.sh || exit 1
-stamp "gpu tests"; (cd build-gpu && ctest -L gpu --output-on-failure 2>&1 | tail -15)
-stamp "export n16-1b"
-PYTHONPATH=scripts python3 scripts/model/export.py --config n16-1b --out /dev/shm/n16-1b.pt | tail -2 || exit 1
+build_test_export
 CLI=build-gpu/cli/loongforge
 SOCK=/tmp/lf-ctl/n16-1b.sock
 stamp "train n16-1b, 300 steps"
@@ -21,11 +17,7 @@ build-gpu/src/daemon/loongforge-train --config configs/bench/n16-1b-h200.yaml --
   --set run.output_dir=/tmp/runs --set logging.progress=lines --set logging.interval_steps=50 \
   --set control.socket=$SOCK > "$OUT/n16-1b-train.log" 2>&1 &
 pid=$!
-for _ in $(seq 600); do [ -S $SOCK ] && break; sleep 0.2; done
-for _ in $(seq 300); do
-  step=$($CLI status --socket $SOCK --json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin).get("step",0))')
-  [ "${step:-0}" -ge 60 ] && break; sleep 1
-done
+wait_for_step $SOCK 60
 stamp "profile-step 8 s at step $step"
 $CLI profile-step --socket $SOCK --duration 8 --output "$OUT/n16-1b-profile.json" | tail -14
 $CLI status --socket $SOCK
