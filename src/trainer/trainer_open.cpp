@@ -182,7 +182,12 @@ void Trainer::open() {
   std::vector<OptimizedParam> trainable;
   for (const auto& p : net_->parameters())
     if (p.info->trainable) trainable.push_back({p.info->name, p.tensor, p.info->decay});
-  optimizer_ = std::make_unique<AdamW>(trainable, ao);
+  const bool fused = cfg_.optimizer.implementation == "fused" ||
+                     (cfg_.optimizer.implementation == "auto" && device_.is_cuda());
+  if (fused)
+    optimizer_ = std::make_unique<FusedAdamW>(trainable, ao);
+  else
+    optimizer_ = std::make_unique<AdamW>(trainable, ao);
   schedule_.peak_lr = cfg_.optimizer.lr;
   schedule_.total_steps = cfg_.trainer.max_steps;
   schedule_.warmup_steps = cfg_.schedule.warmup_steps > 0
@@ -212,7 +217,8 @@ void Trainer::open() {
                     << (bf16_ ? "bf16" : "fp32") << "), " << dataset_->episodes().size() << " episodes / "
                     << dataset_->total_rows() << " samples, global batch " << pos_.global_batch << " ("
                     << cfg_.trainer.micro_batch_size << " x " << cfg_.trainer.gradient_accumulation_steps << " x "
-                    << world_size << " ranks), " << pos_.steps_per_epoch << " steps per epoch, steps "
+                    << world_size << " ranks), " << pos_.steps_per_epoch << " steps per epoch, AdamW "
+                    << (fused ? "fused" : "plain") << ", steps "
                     << pos_.step + 1 << ".." << last_step_;
 
   // Rank 0 reports for the job (its loss is the one of the whole job).

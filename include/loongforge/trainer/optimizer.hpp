@@ -22,6 +22,13 @@
 //
 // AdamW: two groups from params.json's per-parameter `decay` flag (weights
 // decay; biases, norms and 1-D parameters do not).
+//
+// FusedAdamW: the same update through ATen's multi-tensor kernels
+// (`_fused_adamw_`, one launch per group and dtype; `_foreach_norm` and
+// `_foreach_mul_` for clipping), with the learning rate and the step counters
+// as device tensors. A non-finite gradient norm skips the update on the
+// device (found_inf), so nothing needs to be read back first. Equal to AdamW
+// within float rounding (test/trainer/test_optimizer.cpp), not bit for bit.
 #pragma once
 
 #include <cstdint>  // int64_t
@@ -80,6 +87,27 @@ class AdamW final : public Optimizer {
   std::vector<std::string> names_;
   std::vector<at::Tensor> params_;
   std::vector<State> state_;
+  AdamWOptions opt_;
+};
+
+class FusedAdamW final : public Optimizer {
+ public:
+  FusedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions options);
+  const std::vector<at::Tensor>& params() const override { return params_; }
+  at::Tensor clip_grad_norm(double max_norm) override;
+  void step(double lr) override;
+  void zero_grad() override;
+  NamedTensorList state_tensors() const override;
+  nlohmann::json state_json() const override;
+  void load_state(const std::map<std::string, at::Tensor>& tensors, const nlohmann::json& json) override;
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<at::Tensor> params_, exp_avg_, exp_avg_sq_;
+  std::vector<at::Tensor> steps_;  // float32 scalars on the parameters' device (as torch.optim keeps them)
+  std::vector<bool> decay_;
+  at::Tensor lr_;         // float32 scalar on the device, refilled each step
+  at::Tensor found_inf_;  // float32 scalar: 1 when the last clip_grad_norm saw a non-finite norm
   AdamWOptions opt_;
 };
 
