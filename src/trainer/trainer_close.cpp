@@ -149,7 +149,8 @@ void Trainer::fail_in_step(const std::exception& e, bool out_of_memory) {
     msg += "\nTo fit: lower trainer.micro_batch_size (now " + std::to_string(cfg_.trainer.micro_batch_size) +
            ") and raise trainer.gradient_accumulation_steps (now " +
            std::to_string(cfg_.trainer.gradient_accumulation_steps) +
-           ") to keep the global batch; or use precision.mode=bf16, or a smaller model.";
+           ") to keep the global batch" + (bf16_ ? std::string(", or use a smaller model.")
+                                                : std::string("; or use precision.mode=bf16, or a smaller model."));
   // The parameters and optimizer state are those after step - 1 as long as the
   // update has not started: keep them.
   const bool intact = phase != "optimizer";
