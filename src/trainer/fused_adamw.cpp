@@ -9,6 +9,12 @@ namespace loongforge::trainer {
 FusedAdamW::FusedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions options) : opt_(options) {
   at::NoGradGuard no_grad;
   for (const auto& p : params) {
+    const auto& first = params.front();
+    if (p.tensor.device() != first.tensor.device() || p.tensor.scalar_type() != first.tensor.scalar_type())
+      throw ConfigError("optimizer.implementation=fused needs every trainable parameter on one device in one dtype: '" +
+                        first.name + "' is " + first.tensor.toString() + " on " + first.tensor.device().str() + ", '" +
+                        p.name + "' is " + p.tensor.toString() + " on " + p.tensor.device().str() +
+                        "; use optimizer.implementation=plain");
     names_.push_back(p.name);
     params_.push_back(p.tensor);
     exp_avg_.push_back(at::zeros_like(p.tensor, at::MemoryFormat::Preserve));

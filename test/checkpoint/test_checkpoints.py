@@ -44,7 +44,7 @@ def command(out, name, *sets):
     cmd = [TRAIN, "--config", str(REPO / "configs/n16-tiny.yaml")]
     base = [f"model.path={MODEL}", f"data.path={DATA}", f"run.output_dir={out}", f"run.name={name}",
             "run.deterministic=true", "logging.progress=lines", "trainer.micro_batch_size=2", "data.shuffle=false",
-            "checkpoint.interval_steps=5", "checkpoint.keep_last=100"]
+            "checkpoint.interval_steps=5", "checkpoint.keep_last=3"]
     for s in base + list(sets):
         cmd += ["--set", s]
     return cmd
@@ -263,7 +263,7 @@ def test_a_manifest_from_another_run_is_refused(damaged, tmp_path):
 
 
 def test_an_incompatible_checkpoint_is_refused_listing_every_difference(straight, tmp_path):
-    ckpt = straight / "checkpoints/epoch_0_step_50"
+    ckpt = straight / "checkpoints/epoch_0_step_90"
     r = train(tmp_path, "x", "trainer.max_steps=100", f"checkpoint.resume={ckpt}", "optimizer.lr=0.001",
               "trainer.micro_batch_size=4", check=False)
     assert r.returncode == 1

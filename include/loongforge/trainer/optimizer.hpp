@@ -27,8 +27,11 @@
 // (`_fused_adamw_`, one launch per group and dtype; `_foreach_norm` and
 // `_foreach_mul_` for clipping), with the learning rate and the step counters
 // as device tensors. A non-finite gradient norm skips the update on the
-// device (found_inf), so nothing needs to be read back first. Equal to AdamW
-// within float rounding (test/trainer/test_optimizer.cpp), not bit for bit.
+// device (found_inf, as recorded by the step's clip_grad_norm(), which must
+// come first: the trainer always calls it), so nothing needs to be read back
+// first. All parameters on one device in one dtype (ConfigError otherwise).
+// Equal to AdamW within float rounding (test/trainer/test_optimizer.cpp), not
+// bit for bit.
 #pragma once
 
 #include <cstdint>  // int64_t
