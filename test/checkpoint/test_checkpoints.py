@@ -122,7 +122,8 @@ class Watched:
 
     def kill_when(self, target, ckpts, deadline_s):
         """SIGKILLs the run once `target` is observed: ("step", N) after the
-        progress line of step N or later, ("write", None) while one of this
+        progress line of step N or later with no write of this run in
+        flight, ("write", None) while one of this
         run's checkpoint writes is in flight (its temporary directory
         .<name>.tmp-<pid> exists). Returns the last step seen."""
         kind, step = target
@@ -130,13 +131,17 @@ class Watched:
         seen = 0
         deadline = time.monotonic() + deadline_s
         while True:
-            if kind == "write" and any(ckpts.glob(in_flight)):
+            writing = any(ckpts.glob(in_flight))
+            if kind == "write" and writing:
+                break
+            # A step kill waits until no write of this run is in flight, so the
+            # checkpoint the run passed is complete and the next run resumes
+            # from it (on a fast machine the kill otherwise lands in that write).
+            if kind == "step" and seen >= step and not writing:
                 break
             try:
                 m = re.match(r"step (\d+)/", self.stdout.get(timeout=0.002))
                 seen = int(m.group(1)) if m else seen
-                if kind == "step" and seen >= step:
-                    break
             except queue.Empty:
                 pass
             if self.proc.poll() is not None:
