@@ -6,8 +6,8 @@
 
 namespace loongforge::trainer {
 
-FusedAdamW::FusedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions options) : opt_(options) {
-  at::NoGradGuard no_grad;
+FusedAdamW::FusedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions options)
+    : AdamWBase(params, options) {
   for (const auto& p : params) {
     const auto& first = params.front();
     if (p.tensor.device() != first.tensor.device() || p.tensor.scalar_type() != first.tensor.scalar_type())
@@ -15,12 +15,7 @@ FusedAdamW::FusedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions o
                         first.name + "' is " + first.tensor.toString() + " on " + first.tensor.device().str() + ", '" +
                         p.name + "' is " + p.tensor.toString() + " on " + p.tensor.device().str() +
                         "; use optimizer.implementation=plain");
-    names_.push_back(p.name);
-    params_.push_back(p.tensor);
-    exp_avg_.push_back(at::zeros_like(p.tensor, at::MemoryFormat::Preserve));
-    exp_avg_sq_.push_back(at::zeros_like(p.tensor, at::MemoryFormat::Preserve));
     steps_.push_back(at::zeros({}, p.tensor.options().dtype(at::kFloat)));
-    decay_.push_back(p.decay);
   }
   const auto scalar = params.empty() ? at::TensorOptions().dtype(at::kFloat)
                                      : params.front().tensor.options().dtype(at::kFloat);
@@ -63,44 +58,15 @@ void FusedAdamW::step(double lr) {
   zero_grad();
 }
 
-void FusedAdamW::zero_grad() {
-  for (auto& p : params_) p.mutable_grad() = at::Tensor();
-}
-
-NamedTensorList FusedAdamW::state_tensors() const {
-  NamedTensorList out;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    out.emplace_back(names_[i] + ".exp_avg", exp_avg_[i]);
-    out.emplace_back(names_[i] + ".exp_avg_sq", exp_avg_sq_[i]);
-  }
+std::vector<int64_t> FusedAdamW::step_counts() const {
+  std::vector<int64_t> out;
+  if (steps_.empty()) return out;
+  const at::Tensor all = at::stack(steps_).to(at::kCPU);  // one copy for every counter
+  const float* v = all.data_ptr<float>();
+  for (int64_t i = 0; i < all.numel(); ++i) out.push_back(static_cast<int64_t>(v[i]));
   return out;
 }
 
-nlohmann::json FusedAdamW::state_json() const {
-  // The step counters are read here only, when a checkpoint is written.
-  const at::Tensor all = at::stack(steps_).to(at::kCPU);
-  nlohmann::json steps = nlohmann::json::object();
-  for (size_t i = 0; i < params_.size(); ++i) steps[names_[i]] = static_cast<int64_t>(all[i].item<float>());
-  return {{"optimizer", "adamw"}, {"steps", steps}};
-}
-
-void FusedAdamW::load_state(const std::map<std::string, at::Tensor>& tensors, const nlohmann::json& json) {
-  at::NoGradGuard no_grad;
-  const nlohmann::json& steps = json.at("steps");
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const int64_t n = steps.value(names_[i], int64_t{0});
-    steps_[i].fill_(static_cast<double>(n));
-    const auto a = tensors.find(names_[i] + ".exp_avg"), b = tensors.find(names_[i] + ".exp_avg_sq");
-    if (a == tensors.end() || b == tensors.end()) {
-      if (n != 0)
-        throw CheckpointError("optimizer state of '" + names_[i] + "' is missing but its step count is " +
-                              std::to_string(n));
-      exp_avg_[i].zero_(), exp_avg_sq_[i].zero_();
-      continue;
-    }
-    exp_avg_[i].copy_(a->second);
-    exp_avg_sq_[i].copy_(b->second);
-  }
-}
+void FusedAdamW::set_step_count(size_t i, int64_t n) { steps_[i].fill_(static_cast<double>(n)); }
 
 }  // namespace loongforge::trainer

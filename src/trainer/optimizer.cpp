@@ -9,18 +9,60 @@
 
 namespace loongforge::trainer {
 
-AdamW::AdamW(const std::vector<OptimizedParam>& params, AdamWOptions options) : opt_(options) {
+AdamWBase::AdamWBase(const std::vector<OptimizedParam>& params, AdamWOptions options) : opt_(options) {
   at::NoGradGuard no_grad;
   for (const auto& p : params) {
     names_.push_back(p.name);
     params_.push_back(p.tensor);
-    State s;
-    s.decay = p.decay;
-    s.exp_avg = at::zeros_like(p.tensor, at::MemoryFormat::Preserve);
-    s.exp_avg_sq = at::zeros_like(p.tensor, at::MemoryFormat::Preserve);
-    state_.push_back(std::move(s));
+    exp_avg_.push_back(at::zeros_like(p.tensor, at::MemoryFormat::Preserve));
+    exp_avg_sq_.push_back(at::zeros_like(p.tensor, at::MemoryFormat::Preserve));
+    decay_.push_back(p.decay);
   }
 }
+
+void AdamWBase::zero_grad() {
+  for (auto& p : params_) p.mutable_grad() = at::Tensor();
+}
+
+NamedTensorList AdamWBase::state_tensors() const {
+  NamedTensorList out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    out.emplace_back(names_[i] + ".exp_avg", exp_avg_[i]);
+    out.emplace_back(names_[i] + ".exp_avg_sq", exp_avg_sq_[i]);
+  }
+  return out;
+}
+
+nlohmann::json AdamWBase::state_json() const {
+  const std::vector<int64_t> counts = step_counts();
+  nlohmann::json steps = nlohmann::json::object();
+  for (size_t i = 0; i < params_.size(); ++i) steps[names_[i]] = counts[i];
+  return {{"optimizer", "adamw"}, {"steps", steps}};
+}
+
+void AdamWBase::load_state(const std::map<std::string, at::Tensor>& tensors, const nlohmann::json& json) {
+  at::NoGradGuard no_grad;
+  const nlohmann::json& steps = json.at("steps");
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const int64_t n = steps.value(names_[i], int64_t{0});
+    set_step_count(i, n);
+    const auto a = tensors.find(names_[i] + ".exp_avg"), b = tensors.find(names_[i] + ".exp_avg_sq");
+    if (a == tensors.end() || b == tensors.end()) {
+      // Checkpoints written before the state was allocated up front leave out
+      // the parameters that had not been updated yet.
+      if (n != 0)
+        throw CheckpointError("optimizer state of '" + names_[i] + "' is missing but its step count is " +
+                              std::to_string(n));
+      exp_avg_[i].zero_(), exp_avg_sq_[i].zero_();
+      continue;
+    }
+    exp_avg_[i].copy_(a->second);
+    exp_avg_sq_[i].copy_(b->second);
+  }
+}
+
+AdamW::AdamW(const std::vector<OptimizedParam>& params, AdamWOptions options)
+    : AdamWBase(params, options), steps_(params.size(), 0) {}
 
 void AdamW::step(double lr) {
   at::NoGradGuard no_grad;
@@ -28,61 +70,20 @@ void AdamW::step(double lr) {
     at::Tensor& p = params_[i];
     const at::Tensor& g = p.grad();
     if (!g.defined()) continue;
-    State& s = state_[i];
-    s.step += 1;
-    const double wd = s.decay ? opt_.weight_decay : 0.0;
+    steps_[i] += 1;
+    const double wd = decay_[i] ? opt_.weight_decay : 0.0;
     p.mul_(1 - lr * wd);
-    s.exp_avg.lerp_(g, 1 - opt_.beta1);
-    s.exp_avg_sq.mul_(opt_.beta2).addcmul_(g, g, 1 - opt_.beta2);
-    const double bc1 = 1 - std::pow(opt_.beta1, static_cast<double>(s.step));
-    const double bc2 = 1 - std::pow(opt_.beta2, static_cast<double>(s.step));
-    const at::Tensor denom = (s.exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(opt_.eps);
-    p.addcdiv_(s.exp_avg, denom, -(lr / bc1));
+    exp_avg_[i].lerp_(g, 1 - opt_.beta1);
+    exp_avg_sq_[i].mul_(opt_.beta2).addcmul_(g, g, 1 - opt_.beta2);
+    const double bc1 = 1 - std::pow(opt_.beta1, static_cast<double>(steps_[i]));
+    const double bc2 = 1 - std::pow(opt_.beta2, static_cast<double>(steps_[i]));
+    const at::Tensor denom = (exp_avg_sq_[i].sqrt() / std::sqrt(bc2)).add_(opt_.eps);
+    p.addcdiv_(exp_avg_[i], denom, -(lr / bc1));
   }
   zero_grad();
 }
 
-void AdamW::zero_grad() {
-  for (auto& p : params_) p.mutable_grad() = at::Tensor();
-}
-
 at::Tensor AdamW::clip_grad_norm(double max_norm) { return trainer::clip_grad_norm(params_, max_norm); }
-
-NamedTensorList AdamW::state_tensors() const {
-  NamedTensorList out;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    out.emplace_back(names_[i] + ".exp_avg", state_[i].exp_avg);
-    out.emplace_back(names_[i] + ".exp_avg_sq", state_[i].exp_avg_sq);
-  }
-  return out;
-}
-
-nlohmann::json AdamW::state_json() const {
-  nlohmann::json steps = nlohmann::json::object();
-  for (size_t i = 0; i < params_.size(); ++i) steps[names_[i]] = state_[i].step;
-  return {{"optimizer", "adamw"}, {"steps", steps}};
-}
-
-void AdamW::load_state(const std::map<std::string, at::Tensor>& tensors, const nlohmann::json& json) {
-  at::NoGradGuard no_grad;
-  const nlohmann::json& steps = json.at("steps");
-  for (size_t i = 0; i < params_.size(); ++i) {
-    State& s = state_[i];
-    s.step = steps.value(names_[i], int64_t{0});
-    const auto a = tensors.find(names_[i] + ".exp_avg"), b = tensors.find(names_[i] + ".exp_avg_sq");
-    if (a == tensors.end() || b == tensors.end()) {
-      // Checkpoints written before the state was allocated up front leave out
-      // the parameters that had not been updated yet.
-      if (s.step != 0)
-        throw CheckpointError("optimizer state of '" + names_[i] + "' is missing but its step count is " +
-                              std::to_string(s.step));
-      s.exp_avg.zero_(), s.exp_avg_sq.zero_();
-      continue;
-    }
-    s.exp_avg.copy_(a->second);
-    s.exp_avg_sq.copy_(b->second);
-  }
-}
 
 double Schedule::lr_at(int64_t s) const {
   if (s < warmup_steps) return peak_lr * static_cast<double>(s) / static_cast<double>(std::max<int64_t>(1, warmup_steps));

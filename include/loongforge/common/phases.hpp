@@ -32,13 +32,6 @@ class PhaseRecorder {
   virtual void end_phase(const char* name, int64_t step, int64_t micro, Clock::time_point t0) = 0;
 };
 
-// Records nothing (tests, tools).
-class NoPhases final : public PhaseRecorder {
- public:
-  bool recording() const override { return false; }
-  void end_phase(const char*, int64_t, int64_t, Clock::time_point) override {}
-};
-
 // The phase an exception last left on this thread (name nullptr: none).
 struct FailedPhase {
   const char* name = nullptr;

@@ -70,48 +70,51 @@ struct OptimizedParam {
   bool decay = true;
 };
 
-class AdamW final : public Optimizer {
+// What both AdamW implementations share: the parameters, their moments, the
+// decay groups and the checkpoint format (so state moves between them).
+class AdamWBase : public Optimizer {
  public:
-  AdamW(const std::vector<OptimizedParam>& params, AdamWOptions options);
   const std::vector<at::Tensor>& params() const override { return params_; }
-  at::Tensor clip_grad_norm(double max_norm) override;
-  void step(double lr) override;
   void zero_grad() override;
   NamedTensorList state_tensors() const override;
   nlohmann::json state_json() const override;
   void load_state(const std::map<std::string, at::Tensor>& tensors, const nlohmann::json& json) override;
 
- private:
-  struct State {
-    at::Tensor exp_avg, exp_avg_sq;
-    int64_t step = 0;
-    bool decay = true;
-  };
+ protected:
+  AdamWBase(const std::vector<OptimizedParam>& params, AdamWOptions options);
+  virtual std::vector<int64_t> step_counts() const = 0;  // updates taken, per parameter
+  virtual void set_step_count(size_t i, int64_t n) = 0;
+
   std::vector<std::string> names_;
-  std::vector<at::Tensor> params_;
-  std::vector<State> state_;
+  std::vector<at::Tensor> params_, exp_avg_, exp_avg_sq_;
+  std::vector<bool> decay_;
   AdamWOptions opt_;
 };
 
-class FusedAdamW final : public Optimizer {
+class AdamW final : public AdamWBase {
  public:
-  FusedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions options);
-  const std::vector<at::Tensor>& params() const override { return params_; }
+  AdamW(const std::vector<OptimizedParam>& params, AdamWOptions options);
   at::Tensor clip_grad_norm(double max_norm) override;
   void step(double lr) override;
-  void zero_grad() override;
-  NamedTensorList state_tensors() const override;
-  nlohmann::json state_json() const override;
-  void load_state(const std::map<std::string, at::Tensor>& tensors, const nlohmann::json& json) override;
 
  private:
-  std::vector<std::string> names_;
-  std::vector<at::Tensor> params_, exp_avg_, exp_avg_sq_;
+  std::vector<int64_t> step_counts() const override { return steps_; }
+  void set_step_count(size_t i, int64_t n) override { steps_[i] = n; }
+  std::vector<int64_t> steps_;
+};
+
+class FusedAdamW final : public AdamWBase {
+ public:
+  FusedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions options);
+  at::Tensor clip_grad_norm(double max_norm) override;
+  void step(double lr) override;
+
+ private:
+  std::vector<int64_t> step_counts() const override;  // reads the device counters (checkpoints only)
+  void set_step_count(size_t i, int64_t n) override;
   std::vector<at::Tensor> steps_;  // float32 scalars on the parameters' device (as torch.optim keeps them)
-  std::vector<bool> decay_;
   at::Tensor lr_;         // float32 scalar on the device, refilled each step
   at::Tensor found_inf_;  // float32 scalar: 1 when the last clip_grad_norm saw a non-finite norm
-  AdamWOptions opt_;
 };
 
 // The learning rate of 0-based step s (HF get_*_schedule_with_warmup).

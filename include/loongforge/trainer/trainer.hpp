@@ -78,9 +78,7 @@ class Trainer {
   int close();
 
   const std::string& run_dir() const { return run_dir_; }
-  int64_t steps_done() const { return steps_done_; }
   const std::vector<StepRecord>& history() const { return progress_->history(); }
-  const config::Config& config() const { return cfg_; }  // after open(): the effective values
 
  private:
   using Clock = std::chrono::steady_clock;
