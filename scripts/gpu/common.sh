@@ -16,7 +16,7 @@ stamp() { echo "== [$(( $(date +%s) - t0 ))s] $*"; }
 build_test_export() {
   stamp "environment"; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
   stamp "build"; bash scripts/gpu/build.sh || exit 1
-  stamp "gpu tests"; (cd build-gpu && ctest -L gpu --output-on-failure 2>&1 | tail -15)
+  stamp "gpu tests"; (cd build-gpu && ctest -L gpu --output-on-failure 2>&1 | tail -${GPU_TEST_LINES:-15})
   stamp "export n16-1b"
   PYTHONPATH=scripts python3 scripts/model/export.py --config n16-1b --out /dev/shm/n16-1b.pt | tail -2 || exit 1
 }

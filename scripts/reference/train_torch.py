@@ -2,7 +2,7 @@
 
 Usage
     PYTHONPATH=scripts python scripts/reference/train_torch.py --config configs/n16-tiny.yaml \
-        [--set trainer.max_steps=5 ...] [--mode parity|baseline] [--threads N] \
+        [--set trainer.max_steps=5 ...] [--mode parity|baseline|optimized] [--threads N] \
         [--loongforge-train build/src/daemon/loongforge-train] [--out RUN_DIR]
     (or --effective-config FILE instead of --config/--set: a saved `--print-config` output,
      for machines without the loongforge-train binary)
@@ -37,6 +37,11 @@ Contract
   split of the global batch B x K x W (section 2); section 5's weights use the
   job's V (all-reduced before backward), w_i = V_i * W / V, and DDP averages
   over ranks.
+- `--mode optimized`: the strongest Python baseline: baseline mode plus
+  `torch.compile(mode="reduce-overhead", dynamic=False)` of the model
+  (Inductor kernels, forward and backward replayed as CUDA graphs), fused
+  AdamW and the same prefetching DataLoader. Compilation happens in the first
+  steps, which metrics.jsonl includes (compare steady-state steps).
 - Writes RUN_DIR (default `<run.output_dir>/<run.name>-torch`; rank 0 only):
   `config.yaml` (the effective config), `metrics.jsonl` (one object per
   optimizer step, keys in METRIC_KEYS), `summary.json`; prints a progress line
@@ -442,7 +447,7 @@ def dist_env() -> Tuple[int, int, int]:
 class Baseline:
     """Everything one rank of the baseline holds: DDP model, loader, optimizer."""
 
-    def __init__(self, cfg: Dict):
+    def __init__(self, cfg: Dict, optimized: bool = False):
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -469,6 +474,9 @@ class Baseline:
         if self.world > 1:
             self.ddp = DDP(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         self.net = self.ddp if self.ddp is not None else model
+        self.optimized = optimized
+        if optimized:
+            self.net = torch.compile(self.net, mode="reduce-overhead", dynamic=False)
         self.autocast = (lambda: torch.autocast(self.device.type, dtype=torch.bfloat16)) if bf16 \
             else contextlib.nullcontext
         self.fps = flops_per_sample(info)
@@ -508,6 +516,8 @@ class Baseline:
         for i, b in enumerate(batches):
             sync_ctx = self.ddp.no_sync() if self.ddp is not None and i < K - 1 else contextlib.nullcontext()
             with sync_ctx:
+                if self.optimized:
+                    torch.compiler.cudagraph_mark_step_begin()
                 with self.autocast():
                     out = self.net(to_device(b, device))
                 scaled = out["loss"].float() * w[i]
@@ -543,12 +553,13 @@ class Baseline:
             self.dist.destroy_process_group()
 
 
-def run_baseline(cfg: Dict, cfg_text: str, run_dir: Path) -> Dict:
-    bl = Baseline(cfg)
+def run_baseline(cfg: Dict, cfg_text: str, run_dir: Path, optimized: bool = False) -> Dict:
+    bl = Baseline(cfg, optimized)
     try:
         log = RunLog(run_dir if bl.rank == 0 else None, bl.T, int(cfg_get(cfg, "logging.interval_steps")),
                      cfg_text)
-        extra = {"mode": "baseline", "device": str(bl.device), "precision": bl.precision,
+        extra = {"mode": "optimized" if optimized else "baseline", "device": str(bl.device),
+                 "precision": bl.precision,
                  "threads": torch.get_num_threads(), "world_size": bl.world, "decode_workers": bl.workers}
         with log.stop_on_nonfinite(extra):
             for s in range(bl.T):
@@ -570,7 +581,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                           "the binary (--set does not apply to it)")
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config key (repeatable), passed to loongforge-train --print-config")
-    ap.add_argument("--mode", choices=["parity", "baseline"], default="parity")
+    ap.add_argument("--mode", choices=["parity", "baseline", "optimized"], default="parity")
     ap.add_argument("--loongforge-train", default=str(DEFAULT_BINARY), help="loongforge-train binary")
     ap.add_argument("--out", default=None, help="run directory (default <run.output_dir>/<run.name>-torch)")
     ap.add_argument("--deterministic", action="store_true",
@@ -599,7 +610,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.mode == "parity":
             run_parity(cfg, text, run_dir)
         else:
-            run_baseline(cfg, text, run_dir)
+            run_baseline(cfg, text, run_dir, optimized=args.mode == "optimized")
     except NonFiniteError as e:
         print(f"train_torch: error: {e}", file=sys.stderr)
         return 3

@@ -24,7 +24,10 @@ class SyncSource final : public BatchSource {
     r.num_valid = mb.num_valid;
     r.tokens = mb.text_tokens + mb.action_tokens + batch_size_ * image_tokens_per_sample_;
     Phase p(phases, "h2d", step + 1, micro);
-    for (auto& [key, t] : mb.tensors) r.tensors.emplace(key, t.to(device_, /*non_blocking=*/true));
+    // Through page-locked memory, so the copy is asynchronous (from pageable
+    // memory the host would wait for it).
+    for (auto& [key, t] : mb.tensors)
+      r.tensors.emplace(key, device_.is_cuda() ? t.pin_memory().to(device_, /*non_blocking=*/true) : t);
     return r;
   }
   const Sampler& sampler() const override { return builder_.sampler(); }

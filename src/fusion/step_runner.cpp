@@ -5,52 +5,61 @@
 #include <cstdlib>  // std::getenv
 #include <string>   // std::string
 
-#include <ATen/ATen.h>           // at::zeros
+#include <ATen/ATen.h>           // at::Tensor
 #include <ATen/autocast_mode.h>  // at::autocast::set_autocast_enabled
 #include <c10/util/Exception.h>  // c10::OutOfMemoryError
 
+#include "runner_common.hpp"
+
 namespace loongforge::fusion {
 
+// Shared runner pieces (runner_common.hpp).
+AutocastScope::AutocastScope(bool enable) : on(enable) {
+  if (on) {
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+  }
+}
+
+AutocastScope::~AutocastScope() {
+  if (on) {
+    at::autocast::set_autocast_enabled(at::kCUDA, false);
+    at::autocast::clear_cache();
+  }
+}
+
+Fault::Fault() {
+  const char* v = std::getenv("LOONGFORGE_TEST_FAULT");
+  if (!v) return;
+  const std::string s = v;
+  const auto at = s.find('@');
+  if (at == std::string::npos) return;
+  phase = s.substr(0, at);
+  step = std::stoll(s.substr(at + 1));
+}
+
+void Fault::maybe_raise(const char* where, int64_t step_1based) const {
+  if (step_1based == step && phase == where)
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "injected by LOONGFORGE_TEST_FAULT: out of memory in ", where,
+                     " at step ", step_1based);
+}
+
+at::Tensor eager_micro_step(model::Model& net, bool bf16, const Fault& fault, const model::Batch& batch, double w,
+                            int64_t step, int64_t micro, PhaseRecorder& phases) {
+  at::Tensor loss;
+  {
+    Phase p(phases, "forward", step + 1, micro);
+    fault.maybe_raise("forward", step + 1);
+    AutocastScope autocast(bf16);
+    loss = net.forward(batch).at("loss");
+  }
+  Phase p(phases, "backward", step + 1, micro);
+  fault.maybe_raise("backward", step + 1);
+  (loss * w).backward();
+  return loss.detach().to(at::kDouble) * w;
+}
+
 namespace {
-
-// Turns bf16 autocast on for a scope (CUDA; docs/architecture.md s9).
-struct AutocastScope {
-  bool on;
-  explicit AutocastScope(bool enable) : on(enable) {
-    if (on) {
-      at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-      at::autocast::set_autocast_enabled(at::kCUDA, true);
-    }
-  }
-  ~AutocastScope() {
-    if (on) {
-      at::autocast::set_autocast_enabled(at::kCUDA, false);
-      at::autocast::clear_cache();
-    }
-  }
-};
-
-// Test hook: LOONGFORGE_TEST_FAULT=<phase>@<step> (phase forward|backward,
-// 1-based step) raises libtorch's out-of-memory error there, so the failure
-// path (message, final checkpoint, exit status) is testable without a GPU.
-struct Fault {
-  std::string phase;
-  int64_t step = -1;
-  Fault() {
-    const char* v = std::getenv("LOONGFORGE_TEST_FAULT");
-    if (!v) return;
-    const std::string s = v;
-    const auto at = s.find('@');
-    if (at == std::string::npos) return;
-    phase = s.substr(0, at);
-    step = std::stoll(s.substr(at + 1));
-  }
-  void maybe_raise(const char* where, int64_t step_1based) const {
-    if (step_1based == step && phase == where)
-      TORCH_CHECK_WITH(OutOfMemoryError, false, "injected by LOONGFORGE_TEST_FAULT: out of memory in ", where,
-                       " at step ", step_1based);
-  }
-};
 
 class PlainRunner final : public StepRunner {
  public:
@@ -60,18 +69,8 @@ class PlainRunner final : public StepRunner {
                  PhaseRecorder& phases) override {
     at::Tensor total;  // sum_i w_i * loss_i, float64, on the loss's device
     for (size_t i = 0; i < batches.size(); ++i) {
-      const auto micro = static_cast<int64_t>(i);
-      at::Tensor loss;
-      {
-        Phase p(phases, "forward", step + 1, micro);
-        fault_.maybe_raise("forward", step + 1);
-        AutocastScope autocast(bf16_);
-        loss = net_.forward(batches[i].tensors).at("loss");
-      }
-      Phase p(phases, "backward", step + 1, micro);
-      fault_.maybe_raise("backward", step + 1);
-      (loss * weights[i]).backward();
-      const at::Tensor part = loss.detach().to(at::kDouble) * weights[i];
+      const at::Tensor part = eager_micro_step(net_, bf16_, fault_, batches[i].tensors, weights[i], step,
+                                               static_cast<int64_t>(i), phases);
       total = total.defined() ? total + part : part;
     }
     return total;

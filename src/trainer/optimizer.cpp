@@ -21,7 +21,14 @@ AdamWBase::AdamWBase(const std::vector<OptimizedParam>& params, AdamWOptions opt
 }
 
 void AdamWBase::zero_grad() {
-  for (auto& p : params_) p.mutable_grad() = at::Tensor();
+  if (!keep_grads_) {
+    for (auto& p : params_) p.mutable_grad() = at::Tensor();
+    return;
+  }
+  std::vector<at::Tensor> grads;
+  for (auto& p : params_)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (!grads.empty()) at::_foreach_zero_(grads);  // in place: the CUDA graphs write these tensors
 }
 
 NamedTensorList AdamWBase::state_tensors() const {

@@ -38,36 +38,6 @@ int Trainer::run() {
   return close();
 }
 
-namespace {
-std::string trim(const std::string& s) {
-  const auto a = s.find_first_not_of(' ');
-  return a == std::string::npos ? "" : s.substr(a, s.find_last_not_of(' ') - a + 1);
-}
-
-// libtorch's message without its C++ backtrace, and for an error re-wrapped
-// by the TorchScript interpreter, its last line ("RuntimeError: CUDA out of
-// memory. ...") plus the innermost model source line.
-std::string short_libtorch_message(const std::string& what) {
-  std::string msg = what;
-  if (const auto cut = msg.find("\nException raised from"); cut != std::string::npos) msg.resize(cut);
-  if (msg.find("TorchScript interpreter") == std::string::npos) return msg;
-  std::vector<std::string> lines;
-  for (size_t start = 0; start <= msg.size();) {
-    const size_t end = std::min(msg.find('\n', start), msg.size());
-    lines.push_back(msg.substr(start, end - start));
-    start = end + 1;
-  }
-  std::string error, where;
-  for (size_t i = 0; i < lines.size(); ++i) {
-    const auto colon = lines[i].find("Error: ");
-    if (colon != std::string::npos && lines[i].find(' ') > colon) error = lines[i];
-    if (lines[i].rfind("  File \"", 0) == 0 && i + 1 < lines.size()) where = trim(lines[i]) + ": " + trim(lines[i + 1]);
-  }
-  if (error.empty()) return msg;
-  return error + (where.empty() ? "" : " (in the model's forward: " + where + ")");
-}
-}  // namespace
-
 int Trainer::close() {
   const auto& log = logger("trainer");
   const int64_t s = steps_done_;

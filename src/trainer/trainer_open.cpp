@@ -174,7 +174,10 @@ void Trainer::open() {
   if (bf16_) net_->cast_frozen(at::kBFloat16);
   net_->train();
   open_data();
-  runner_ = fusion::make_plain_runner(*net_, bf16_ && device_.is_cuda());
+  const bool graphs = cfg_.trainer.cuda_graphs == "on" || (cfg_.trainer.cuda_graphs == "auto" && device_.is_cuda());
+  runner_ = graphs ? fusion::make_graph_runner(*net_, bf16_ && device_.is_cuda(), cfg_.trainer.cuda_graphs == "on",
+                                               device_)
+                   : fusion::make_plain_runner(*net_, bf16_ && device_.is_cuda());
 
   AdamWOptions ao;
   ao.beta1 = cfg_.optimizer.beta1, ao.beta2 = cfg_.optimizer.beta2, ao.eps = cfg_.optimizer.eps;
@@ -188,6 +191,9 @@ void Trainer::open() {
     optimizer_ = std::make_unique<FusedAdamW>(trainable, ao);
   else
     optimizer_ = std::make_unique<AdamW>(trainable, ao);
+  optimizer_->keep_gradients(graphs);
+  if (device_.is_cuda() && optimizer_->skips_nonfinite_on_device() && world_info_.world_size == 1)
+    readback_ = std::make_unique<Readback>(device_);
   schedule_.peak_lr = cfg_.optimizer.lr;
   schedule_.total_steps = cfg_.trainer.max_steps;
   schedule_.warmup_steps = cfg_.schedule.warmup_steps > 0

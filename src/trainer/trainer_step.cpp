@@ -18,6 +18,26 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
+// Stops on a non-finite loss or gradient norm of step `step` (1-based) when
+// trainer.stop_on_nonfinite, else warns; the update of that step is (or was,
+// on the device) skipped.
+void Trainer::check_finite(int64_t step, double loss, double norm, bool read_late) {
+  if (std::isfinite(loss) && std::isfinite(norm)) return;
+  const std::string what = !std::isfinite(loss) ? "loss is " + std::to_string(loss)
+                                                 : "gradient norm is " + std::to_string(norm);
+  const std::string late = read_late ? " (values are read one step late on the fast path: step " +
+                                           std::to_string(step + 1) + " has run too)"
+                                     : "";
+  // The fast path skips an update on the device when the gradient norm is non-finite.
+  const std::string updated = !read_late || !std::isfinite(norm) ? "parameters were not updated by it"
+                                                                  : "its update was applied (only the loss was non-finite)";
+  if (cfg_.trainer.stop_on_nonfinite)
+    throw TrainingError("step " + std::to_string(step) + ": " + what + "; " + updated + late +
+                        ". Lower optimizer.lr, check the data, or set trainer.stop_on_nonfinite=false to skip such "
+                        "steps" + (last_ckpt_.empty() ? "" : " (newest checkpoint: " + last_ckpt_ + ")"));
+  LF_LOG(logger("trainer"), warn) << "step " << step << ": " << what << "; " << updated << late;
+}
+
 bool Trainer::more() const { return steps_done_ < last_step_ && !control_stop_; }
 
 void Trainer::step() {
@@ -56,28 +76,26 @@ void Trainer::step() {
     comm_ms = ms_since(t0);
   }
 
-  double step_loss = 0, grad_norm = 0, lr = schedule_.lr_at(s);
-  {
+  double step_loss = 0, grad_norm = 0;
+  const double lr = schedule_.lr_at(s);
+  if (readback_) {
+    // The fast path: no host synchronisation. A non-finite norm skips the
+    // update on the device; loss and norm are read at the next boundary.
+    Phase p(*control_, "optimizer", s + 1);
+    const at::Tensor norm = optimizer_->clip_grad_norm(cfg_.trainer.grad_clip_norm);
+    optimizer_->step(lr);
+    readback_->post(loss, norm);
+  } else {
     Phase p(*control_, "optimizer", s + 1);
     const at::Tensor norm = optimizer_->clip_grad_norm(cfg_.trainer.grad_clip_norm);
     // The plain path reads both now: the non-finite check precedes the update.
     step_loss = loss.item<double>();
     grad_norm = norm.item<double>();
-    const bool finite = std::isfinite(step_loss) && std::isfinite(grad_norm);
-    if (!finite && cfg_.trainer.stop_on_nonfinite) {
-      throw TrainingError("step " + std::to_string(s + 1) + ": " +
-                          (!std::isfinite(step_loss) ? "loss is " + std::to_string(step_loss)
-                                                     : "gradient norm is " + std::to_string(grad_norm)) +
-                          "; parameters were not updated. Lower optimizer.lr, check the data, or set "
-                          "trainer.stop_on_nonfinite=false to skip such steps" +
-                          (last_ckpt_.empty() ? "" : " (newest checkpoint: " + last_ckpt_ + ")"));
-    }
-    if (finite) {
+    check_finite(s + 1, step_loss, grad_norm, /*read_late=*/false);
+    if (std::isfinite(step_loss) && std::isfinite(grad_norm))
       optimizer_->step(lr);
-    } else {
+    else
       optimizer_->zero_grad();  // stop_on_nonfinite=false: skip this update
-      LF_LOG(logger("trainer"), warn) << "step " << s + 1 << ": non-finite loss or gradient norm; update skipped";
-    }
   }
 
   StepRecord& r = record_;
@@ -116,10 +134,31 @@ void Trainer::step_boundary() {
     if ((by_steps || by_time || actions.checkpoint) && s < last_step_ && !control_stop_)
       record_.checkpoint_stall_ms = save(s);
   }
-  progress_->record(record_);
+  // The records whose values are known go out: on the fast path the previous
+  // step's (its values are ready, or nearly: waiting for them lets this step
+  // run on the device meanwhile) and this one's only when the run ends here.
+  const StepRecord* newest = &record_;
+  StepRecord late;
+  if (!readback_) {
+    progress_->record(record_);
+  } else {
+    newest = nullptr;
+    if (auto prev = readback_->take_previous()) progress_->record(late = complete(std::move(*prev))), newest = &late;
+    readback_->hold(record_);
+    if (!more() || stop_requested())
+      progress_->record(late = complete(std::move(*readback_->take_current()))), newest = &late;
+  }
   collect_writes();
-  publish("training", &record_);
+  if (newest) publish("training", newest);
   control_->step_done(s, record_.step_ms + ms_since(t_step_end), memory::to_json(memory::stats(device_)));
+}
+
+// A held record with its loss and gradient norm read back (waits for them).
+StepRecord Trainer::complete(Readback::Held held) {
+  const auto [loss, norm] = held.values();
+  held.record.loss = loss, held.record.grad_norm = norm;
+  check_finite(held.record.step, loss, norm, /*read_late=*/true);
+  return held.record;
 }
 
 // Copies the state to host memory (the stall) and hands it to the writer.
@@ -190,6 +229,8 @@ void Trainer::publish(const char* phase, const StepRecord* r) {
                {"data_wait_ms", r->data_wait_ms},
                {"peak_mem_mb", r->peak_mem_mb},
                {"eta_s", eta}});
+    const nlohmann::json runner = runner_->status();
+    if (!runner.is_null()) st["step_runner"] = runner;
     const nlohmann::json comm = reducer_->comm_status();
     if (!comm.is_null()) st["comm"] = comm;
   }

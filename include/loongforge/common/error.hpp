@@ -47,4 +47,9 @@ LOONGFORGE_DEFINE_ERROR(TrainingError, "training_error");      // NaN/Inf, diver
 // "context: " prepended to its message.
 [[noreturn]] void rethrow_with_context(const std::exception& e, const std::string& context);
 
+// libtorch's message without its C++ backtrace; for an error re-wrapped by the
+// TorchScript interpreter, its last line ("RuntimeError: CUDA out of memory.
+// ...") plus the innermost model source line.
+std::string short_libtorch_message(const std::string& what);
+
 }  // namespace loongforge

@@ -13,7 +13,17 @@
 //    trainer: micro-batch by micro-batch, forward then backward.
 //  - Phases "forward" and "backward" (per micro-batch) go to the
 //    PhaseRecorder.
+//  - status() describes the runner for `loongforge status` (null: nothing
+//    to say).
 //  - Trainer thread only. engine() is DMF's record (common/engine.hpp).
+//
+// The graph runner (make_graph_runner, graph_runner.cpp) captures one
+// micro-batch's forward + backward as a CUDA graph per input signature after
+// kWarmupCalls eager calls and replays it; it needs the optimizer to keep the
+// gradient tensors allocated (Optimizer::keep_gradients). Its phase is
+// "forward_backward" (one replay cannot be split). required: a capture
+// failure throws ConfigError; otherwise it is logged and counted, and that
+// signature runs eagerly.
 //
 // Example:
 //   auto runner = make_plain_runner(net, /*bf16_autocast=*/device.is_cuda());
@@ -25,6 +35,8 @@
 #include <vector>   // std::vector
 
 #include <ATen/core/Tensor.h>  // at::Tensor
+#include <c10/core/Device.h>     // c10::Device
+#include <nlohmann/json.hpp>     // nlohmann::json
 
 #include "loongforge/common/engine.hpp"
 #include "loongforge/common/phases.hpp"
@@ -41,11 +53,16 @@ class StepRunner {
   virtual ~StepRunner() = default;
   virtual at::Tensor run(std::vector<data::ReadyBatch>& batches, const std::vector<double>& weights, int64_t step,
                          PhaseRecorder& phases) = 0;
+  virtual nlohmann::json status() const { return nullptr; }
 };
 
 // One forward and one backward per micro-batch, through the TorchScript
 // module; bf16_autocast: the forward runs under CUDA bf16 autocast.
 std::unique_ptr<StepRunner> make_plain_runner(model::Model& net, bool bf16_autocast);
+
+// CUDA graphs (see above); throws ConfigError on a CPU device or a build without CUDA.
+std::unique_ptr<StepRunner> make_graph_runner(model::Model& net, bool bf16_autocast, bool required,
+                                              c10::Device device);
 
 Engine engine(const config::Config& cfg);
 

@@ -13,6 +13,8 @@
 //    most max_norm when max_norm > 0. It reads nothing back to the host.
 //  - step(lr) updates every parameter that has a gradient, then sets the
 //    gradients to undefined (set_to_none); zero_grad() only does the latter.
+//    After keep_gradients(true) both zero the gradient tensors in place
+//    instead (the CUDA-graph StepRunner accumulates into those very tensors).
 //  - state_tensors() names every state tensor ("<param>.exp_avg", ...) on the
 //    device, stable in order and shape for the whole run (allocated at
 //    construction), so checkpoint buffers can be reserved once;
@@ -54,6 +56,10 @@ class Optimizer {
   virtual at::Tensor clip_grad_norm(double max_norm) = 0;
   virtual void step(double lr) = 0;
   virtual void zero_grad() = 0;
+  virtual void keep_gradients(bool keep) = 0;
+  // True when step() skips the update on the device after clip_grad_norm()
+  // saw a non-finite norm, so the caller need not read the norm first.
+  virtual bool skips_nonfinite_on_device() const { return false; }
   virtual NamedTensorList state_tensors() const = 0;
   virtual nlohmann::json state_json() const = 0;
   virtual void load_state(const std::map<std::string, at::Tensor>& tensors, const nlohmann::json& json) = 0;
@@ -76,6 +82,7 @@ class AdamWBase : public Optimizer {
  public:
   const std::vector<at::Tensor>& params() const override { return params_; }
   void zero_grad() override;
+  void keep_gradients(bool keep) override { keep_grads_ = keep; }
   NamedTensorList state_tensors() const override;
   nlohmann::json state_json() const override;
   void load_state(const std::map<std::string, at::Tensor>& tensors, const nlohmann::json& json) override;
@@ -89,6 +96,7 @@ class AdamWBase : public Optimizer {
   std::vector<at::Tensor> params_, exp_avg_, exp_avg_sq_;
   std::vector<bool> decay_;
   AdamWOptions opt_;
+  bool keep_grads_ = false;
 };
 
 class AdamW final : public AdamWBase {
@@ -108,6 +116,7 @@ class FusedAdamW final : public AdamWBase {
   FusedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions options);
   at::Tensor clip_grad_norm(double max_norm) override;
   void step(double lr) override;
+  bool skips_nonfinite_on_device() const override { return true; }
 
  private:
   std::vector<int64_t> step_counts() const override;  // reads the device counters (checkpoints only)

@@ -51,6 +51,7 @@
 #include "loongforge/model/model.hpp"
 #include "loongforge/trainer/optimizer.hpp"
 #include "loongforge/trainer/progress.hpp"
+#include "loongforge/trainer/readback.hpp"
 #include "loongforge/trainer/state.hpp"
 
 namespace loongforge::trainer {
@@ -90,6 +91,8 @@ class Trainer {
   void collect_writes();
   void publish(const char* phase, const StepRecord* r);
   [[noreturn]] void fail_in_step(const std::exception& e, bool out_of_memory);
+  void check_finite(int64_t step, double loss, double norm, bool read_late);
+  StepRecord complete(Readback::Held held);
   std::string agree(const std::string& key, const std::string& value);
 
   config::Config cfg_;
@@ -126,6 +129,9 @@ class Trainer {
   double flops_per_sample_ = 0;
   int64_t tokens_per_view_ = 0;
   StepRecord record_;  // the step just taken, reported at its boundary
+  // Set on the fast path (CUDA, an optimizer that skips non-finite updates on
+  // the device): the step reads nothing back; records go out one boundary late.
+  std::unique_ptr<Readback> readback_;
 };
 
 }  // namespace loongforge::trainer

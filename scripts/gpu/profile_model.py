@@ -1,0 +1,176 @@
+"""Where the time of one training micro-step goes (issue #11): forward + backward
+of an exported model file on the GPU, eager Python and TorchScript, in the
+trainers' bf16 layout (trainable weights fp32, frozen ones bf16, autocast).
+
+Usage (GPU machine):
+    PYTHONPATH=scripts python3 scripts/gpu/profile_model.py --model /dev/shm/n16-1b.pt \
+        [--batch 32] [--iters 20] [--trace OUT.json] [--top 30]
+
+Prints
+- ms per forward+backward (median of --iters, CUDA events) for the eager model
+  built from the file's config (what the reference trainer runs) and for the
+  TorchScript module itself (what loongforge-train runs);
+- a per-region split of the eager forward (vision+LM under the frozen layout,
+  action head + embodiment MLPs) and the backward;
+- the top kernels/ops by device time from torch.profiler over 3 iterations, and
+  the number of kernel launches per iteration.
+Nothing here is a benchmark of a trainer: no data loading, no optimizer.
+"""
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from model.batch import example_batch  # noqa: E402
+from model.config import ModelConfig  # noqa: E402
+from model.n16 import build_model  # noqa: E402
+
+
+def load(path: str, device: torch.device):
+    extra = {"loongforge/config.json": "", "loongforge/params.json": ""}
+    scripted = torch.jit.load(path, map_location="cpu", _extra_files=extra)
+    cfg = ModelConfig.from_json(extra["loongforge/config.json"])
+    trainable = {p["name"]: p["trainable"] for p in json.loads(extra["loongforge/params.json"])}
+    eager = build_model(cfg)
+    eager.load_state_dict(scripted.state_dict())
+    for m in (eager, scripted):
+        for n, p in m.named_parameters():
+            p.requires_grad_(trainable[n])
+            if not trainable[n]:
+                p.data = p.data.to(torch.bfloat16)
+        m.to(device).train()
+    return cfg, eager, scripted
+
+
+def fwd_bwd(model, batch):
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out = model(batch)
+    out["loss"].float().backward()
+    return out
+
+
+def zero(model):
+    for p in model.parameters():
+        p.grad = None
+
+
+def timed(fn, iters: int) -> float:
+    ms = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        ms.append(a.elapsed_time(b))
+    return statistics.median(ms)
+
+
+def regions(model, batch, iters: int):
+    """Eager forward split: encode_vl (vision + LM), the rest, then backward."""
+    res = {"encode_vl": [], "head": [], "backward": []}
+    for _ in range(iters):
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        zero(model)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            ev[0].record()
+            vl, vl_mask = model.encode_vl(batch)
+            ev[1].record()
+            actions = batch["actions"]
+            ids = batch["embodiment_id"]
+            t = batch["fm_t"]
+            noise = batch["fm_noise"]
+            t3 = t.view(-1, 1, 1)
+            noisy = (1.0 - t3) * noise + t3 * actions
+            timestep = torch.floor(t * model.num_buckets)
+            emb = model.embodiment
+            st = emb.state_encoder(batch["state"].unsqueeze(1), ids)
+            at = emb.action_encoder(noisy, timestep, ids)
+            feats = model.action_head(vl, vl_mask, st, at, timestep)
+            pred = emb.action_decoder(feats, ids)
+            loss = (((pred - (actions - noise).to(pred.dtype)) ** 2) * batch["action_mask"]).sum()
+            ev[2].record()
+        loss.float().backward()
+        ev[3].record()
+        torch.cuda.synchronize()
+        res["encode_vl"].append(ev[0].elapsed_time(ev[1]))
+        res["head"].append(ev[1].elapsed_time(ev[2]))
+        res["backward"].append(ev[2].elapsed_time(ev[3]))
+    return {k: statistics.median(v) for k, v in res.items()}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--trace", default="")
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    cfg, eager, scripted = load(args.model, dev)
+    batch = {k: v.to(dev) for k, v in example_batch(cfg, args.batch, seed=0).items()}
+    print(f"config {cfg.name}, batch {args.batch}, torch {torch.__version__}, {torch.cuda.get_device_name()}")
+
+    for name, m in (("eager", eager), ("torchscript", scripted)):
+        for _ in range(5):
+            zero(m)
+            fwd_bwd(m, batch)
+        torch.cuda.synchronize()
+
+        def it(m=m):
+            zero(m)
+            fwd_bwd(m, batch)
+        print(f"{name:12s} forward+backward {timed(it, args.iters):8.2f} ms (median of {args.iters})")
+    # The TorchScript module's forward+backward captured as one CUDA graph (as
+    # loongforge-train's graph runner does): device time without launch gaps.
+    m = scripted
+    for p in m.parameters():
+        if p.requires_grad:
+            p.grad = torch.zeros_like(p)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fwd_bwd(m, batch)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fwd_bwd(m, batch)
+    print(f"{'cuda graph':12s} forward+backward {timed(graph.replay, args.iters):8.2f} ms (TorchScript module, "
+          f"one replay; median of {args.iters})")
+    for p in m.parameters():
+        p.grad = None
+    del graph
+    r = regions(eager, batch, args.iters)
+    print("eager regions (ms, median): " + ", ".join(f"{k} {v:.2f}" for k, v in r.items()))
+
+    from torch.profiler import ProfilerActivity, profile
+    for name, m in (("eager", eager), ("torchscript", scripted)):
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                zero(m)
+                fwd_bwd(m, batch)
+            torch.cuda.synchronize()
+        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        total = sum(e.device_time for e in kernels) / 3 / 1000.0
+        print(f"\n== {name}: {len(kernels) / 3:.0f} device events per iteration, {total:.2f} ms device time")
+        by = {}
+        for e in kernels:
+            k = e.name[:90]
+            n, t = by.get(k, (0, 0.0))
+            by[k] = (n + 1, t + e.device_time / 1000.0 / 3)
+        for k, (n, t) in sorted(by.items(), key=lambda kv: -kv[1][1])[: args.top]:
+            print(f"{t:8.2f} ms {t / total * 100:5.1f}%  x{n / 3:5.0f}  {k}")
+        print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=args.top, max_name_column_width=60))
+        if args.trace and name == "eager":
+            prof.export_chrome_trace(args.trace)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

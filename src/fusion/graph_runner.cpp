@@ -1,0 +1,183 @@
+// The CUDA-graph StepRunner (step_runner.hpp): forward + backward of one
+// micro-batch captured once per input signature and replayed.
+//
+// How a micro-batch runs (everything on one side stream, which the caller's
+// stream waits for at the end of run()):
+//  - its signature is the batch's keys, shapes and dtypes; the first
+//    kWarmupCalls micro-batches of a signature run eagerly (as the plain
+//    runner does), so lazy initialisation (cuBLAS handles and workspaces,
+//    autocast, the allocator's blocks) happens outside any capture;
+//  - then the micro-batch's forward, the backward of w * loss and
+//    loss * w in float64 are captured into a CUDAGraph whose inputs are
+//    static copies of the batch and of w; capture only records, so the
+//    graph is replayed at once for this micro-batch;
+//  - from then on: copy the batch into the static inputs, fill w, replay.
+// Gradients: backward accumulates in place into the parameters' existing
+// .grad tensors (autograd does `grad += new` when a gradient exists and grad
+// mode is off), so the optimizer must keep them allocated and zero them in
+// place (Optimizer::keep_gradients). The warm-up calls create them.
+// Every graph allocates from one memory pool shared with PyTorch's caching
+// allocator (at::cuda::graph_pool_handle()).
+// A capture that fails (an op that synchronises or is not capturable) either
+// throws (required) or is logged once, counted, and that signature runs
+// eagerly from then on.
+#include "loongforge/fusion/step_runner.hpp"
+
+#include <map>      // std::map
+#include <sstream>  // std::ostringstream
+#include <string>   // std::string
+
+#include <ATen/ATen.h>  // at::Tensor
+
+#include "loongforge/common/error.hpp"
+#include "loongforge/common/log.hpp"
+#include "runner_common.hpp"
+
+#if LOONGFORGE_WITH_CUDA_KERNELS
+#include <ATen/cuda/CUDAEvent.h>       // at::cuda::CUDAEvent
+#include <ATen/cuda/CUDAGraph.h>       // at::cuda::CUDAGraph
+#include <c10/cuda/CUDAGuard.h>        // c10::cuda::CUDAStreamGuard
+#include <c10/cuda/CUDAStream.h>       // c10::cuda::getStreamFromPool
+#endif
+
+namespace loongforge::fusion {
+
+#if LOONGFORGE_WITH_CUDA_KERNELS
+namespace {
+
+constexpr int64_t kWarmupCalls = 3;
+
+std::string signature(const model::Batch& b) {
+  std::ostringstream s;
+  for (const auto& [key, t] : b) s << key << ':' << t.sizes() << ':' << t.scalar_type() << ';';
+  return s.str();
+}
+
+struct Captured {
+  int64_t calls = 0;
+  bool eager_only = false;             // its capture failed (not required)
+  std::unique_ptr<at::cuda::CUDAGraph> graph;
+  model::Batch inputs;                 // static copies of the batch
+  at::Tensor w32, w64;                 // the loss weight, float32 (backward) and float64 (the step loss)
+  at::Tensor part;                     // loss * w, float64, written by each replay
+};
+
+class GraphRunner final : public StepRunner {
+ public:
+  GraphRunner(model::Model& net, bool bf16, bool required, c10::Device device)
+      : net_(net), bf16_(bf16), required_(required),
+        side_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())),
+        pool_(at::cuda::graph_pool_handle()) {}
+
+  at::Tensor run(std::vector<data::ReadyBatch>& batches, const std::vector<double>& weights, int64_t step,
+                 PhaseRecorder& phases) override {
+    const c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(side_.device_index());
+    at::cuda::CUDAEvent inputs_ready;
+    inputs_ready.record(caller);
+    inputs_ready.block(side_);
+    at::Tensor total;
+    {
+      c10::cuda::CUDAStreamGuard on_side(side_);
+      for (size_t i = 0; i < batches.size(); ++i) {
+        const auto micro = static_cast<int64_t>(i);
+        Captured& c = graphs_[signature(batches[i].tensors)];
+        const at::Tensor part = micro_step(c, batches[i].tensors, weights[i], step, micro, phases);
+        total = total.defined() ? total + part : part.clone();
+      }
+    }
+    at::cuda::CUDAEvent done;
+    done.record(side_);
+    done.block(caller);
+    return total;
+  }
+
+  nlohmann::json status() const override {
+    int64_t live = 0, eager = 0;
+    for (const auto& [sig, c] : graphs_) live += c.graph ? 1 : 0, eager += c.eager_only ? 1 : 0;
+    return {{"cuda_graphs", true},  {"graphs", live},      {"captures", captures_},
+            {"replays", replays_},  {"eager_signatures", eager}, {"capture_failures", failures_}};
+  }
+
+ private:
+  at::Tensor micro_step(Captured& c, const model::Batch& batch, double w, int64_t step, int64_t micro,
+                        PhaseRecorder& phases) {
+    if (c.graph) {
+      Phase p(phases, "forward_backward", step + 1, micro);
+      fault_.maybe_raise("forward", step + 1);
+      for (auto& [key, t] : c.inputs) t.copy_(batch.at(key), /*non_blocking=*/true);
+      c.w32.fill_(w), c.w64.fill_(w);
+      c.graph->replay();
+      ++replays_;
+      return c.part;
+    }
+    if (c.eager_only || ++c.calls <= kWarmupCalls) return eager_micro_step(net_, bf16_, fault_, batch, w, step, micro, phases);
+    capture(c, batch, step);
+    if (!c.graph) return eager_micro_step(net_, bf16_, fault_, batch, w, step, micro, phases);
+    return micro_step(c, batch, w, step, micro, phases);
+  }
+
+  void capture(Captured& c, const model::Batch& batch, int64_t step) {
+    const auto& log = logger("fusion");
+    for (const auto& [key, t] : batch) c.inputs[key] = t.clone();
+    c.w32 = at::zeros({}, batch.begin()->second.options().dtype(at::kFloat));
+    c.w64 = at::zeros({}, c.w32.options().dtype(at::kDouble));
+    auto graph = std::make_unique<at::cuda::CUDAGraph>();
+    try {
+      side_.synchronize();  // warm-up work done; nothing else in flight on the capture stream
+      graph->capture_begin(pool_);
+      try {
+        AutocastScope autocast(bf16_);
+        const at::Tensor loss = net_.forward(c.inputs).at("loss");
+        (loss * c.w32).backward();
+        c.part = loss.detach().to(at::kDouble) * c.w64;
+      } catch (...) {
+        graph->capture_end();  // leaves the stream usable; the graph is discarded
+        throw;
+      }
+      graph->capture_end();
+    } catch (const std::exception& e) {
+      ++failures_;
+      const std::string why = short_libtorch_message(e.what());
+      if (required_)
+        throw ConfigError("step " + std::to_string(step + 1) + ": capturing forward+backward as a CUDA graph failed: " +
+                          why + "; set trainer.cuda_graphs=off (or auto, which falls back to eager kernels)");
+      LF_LOG(log, warn) << "step " << step + 1 << ": CUDA graph capture failed (" << why
+                        << "); this input shape runs eagerly from now on (trainer.cuda_graphs=auto)";
+      c.eager_only = true;
+      c.inputs.clear();
+      return;
+    }
+    ++captures_;
+    c.graph = std::move(graph);
+    LF_LOG(log, info) << "step " << step + 1 << ": captured forward+backward as CUDA graph " << captures_
+                      << " (batch of " << batch.begin()->second.size(0) << ")";
+  }
+
+  model::Model& net_;
+  bool bf16_, required_;
+  c10::cuda::CUDAStream side_;
+  at::cuda::MempoolId_t pool_;
+  std::map<std::string, Captured> graphs_;
+  int64_t captures_ = 0, replays_ = 0, failures_ = 0;
+  Fault fault_;
+};
+
+}  // namespace
+
+std::unique_ptr<StepRunner> make_graph_runner(model::Model& net, bool bf16_autocast, bool required,
+                                              c10::Device device) {
+  if (!device.is_cuda())
+    throw ConfigError("trainer.cuda_graphs=on needs run.device=cuda (the run is on " + device.str() + ")");
+  return std::make_unique<GraphRunner>(net, bf16_autocast, required, device);
+}
+
+#else
+
+std::unique_ptr<StepRunner> make_graph_runner(model::Model&, bool, bool, c10::Device) {
+  throw ConfigError("trainer.cuda_graphs=on: this build has no CUDA (configure with -DLOONGFORGE_CUDA=ON on a "
+                    "machine with nvcc and a CUDA libtorch), or set trainer.cuda_graphs=off");
+}
+
+#endif
+
+}  // namespace loongforge::fusion
