@@ -8,7 +8,7 @@
 #   ref-opt    the reference PyTorch trainer, optimized mode (torch.compile
 #              reduce-overhead: Inductor kernels + CUDA graphs, fused AdamW, DataLoader)
 # after the GPU tests (ctest -L gpu). Prints a table of median samples/s over
-# steps 51..STEPS (lf-graphs leaves out the profiled steps 60..120).
+# steps 51..STEPS (lf-graphs leaves out steps 55..100, around its profile-step).
 # Carry: .gpu-carry (scripts/gpu/prepare_carry.sh). STEPS (default 200); RUNS
 # (default "lf-eager lf-graphs ref-base ref-opt").
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" issue11
@@ -31,7 +31,7 @@ for run in $runs; do
       pid=$!
       wait_for_step $SOCK 60
       build-gpu/cli/loongforge status --socket $SOCK --json > "$OUT/$run-status.json"
-      build-gpu/cli/loongforge profile-step --socket $SOCK --duration 6 --output "$OUT/$run-profile.json" | tail -12
+      build-gpu/cli/loongforge profile-step --socket $SOCK --duration 2 --output "$OUT/$run-profile.json" | tail -12
       wait $pid; echo "exit $?" ;;
     ref-base|ref-opt)
       mode=baseline; [ $run = ref-opt ] && mode=optimized
@@ -54,7 +54,7 @@ for name in sys.argv[2:]:
     if not f.exists():
         print(f"{name}: no metrics"); continue
     recs = [json.loads(l) for l in f.read_text().splitlines() if l.strip()]
-    tail = [r for r in recs if r["step"] > 50 and not (60 <= r["step"] <= 120 and name == "lf-graphs")]
+    tail = [r for r in recs if r["step"] > 50 and not (55 <= r["step"] <= 100 and name == "lf-graphs")]
     rows[name] = (statistics.median(r["samples_per_s"] for r in tail), statistics.median(r["step_ms"] for r in tail),
                   statistics.median(r["mfu"] for r in tail), max(r.get("peak_mem_mb", 0) for r in recs), len(tail),
                   statistics.median(r["data_wait_ms"] for r in tail))

@@ -9,6 +9,9 @@ bash "$repo/scripts/gpu/build_ffmpeg_static.sh"
 mkdir -p "$carry/datasets"
 rm -rf "$carry/ffmpeg" && cp -r "$HOME/.cache/loongforge/ffmpeg-static" "$carry/ffmpeg"
 rm -rf "$carry/ffmpeg/share"
+# The raw dataset too: the GPU tests' fixtures convert it as the CPU tests do.
+src=${LOONGFORGE_DATASETS:-$repo/../shared/datasets}/robot_sim.PickNPlace
+rm -rf "$carry/datasets/robot_sim.PickNPlace" && cp -r "$src" "$carry/datasets/robot_sim.PickNPlace"
 if [ ! -f "$carry/datasets/robot_sim.PickNPlace.lf/loongforge_dataset.json" ]; then
   PYTHONPATH=$repo/scripts "$python" "$repo/scripts/convert_lerobot.py" \
     "${LOONGFORGE_DATASETS:-$repo/../shared/datasets}/robot_sim.PickNPlace" "$carry/datasets/robot_sim.PickNPlace.lf"

@@ -7,7 +7,7 @@
 namespace loongforge::trainer {
 
 void Readback::post(const at::Tensor& loss, const at::Tensor& norm) {
-  Held h{StepRecord{}, at::empty({2}, at::TensorOptions().dtype(at::kDouble).pinned_memory(true)),
+  Held h{StepRecord{}, {}, at::empty({2}, at::TensorOptions().dtype(at::kDouble).pinned_memory(true)),
          c10::Event(device_.type())};
   h.host.copy_(at::stack({loss.to(at::kDouble).reshape({}), norm.to(at::kDouble).reshape({})}),
                /*non_blocking=*/true);

@@ -105,13 +105,11 @@ void Trainer::step() {
   r.lr = lr;
   r.grad_norm = grad_norm;
   r.num_valid = static_cast<double>(local_valid);
-  r.step_ms = ms_since(t_step);
   r.data_wait_ms = data_ms;
   r.exposed_comm_ms = comm_ms;
-  const double samples = static_cast<double>(k * cfg_.trainer.micro_batch_size);
-  r.samples_per_s = samples / (r.step_ms / 1000.0);
-  r.tokens_per_s = static_cast<double>(tokens) / (r.step_ms / 1000.0);
-  r.mfu = device_.is_cuda() ? flops_per_sample_ * r.samples_per_s / 989e12 : 0.0;
+  r.tokens = tokens;
+  set_step_time(r, ms_since(t_step));  // the fast path corrects it once the step's values are back
+  step_started_ = t_step;
   const memory::Stats mem = memory::stats(device_);
   r.peak_mem_mb = device_.is_cuda() ? mem.peak_device_mb : mem.peak_host_mb;
   steps_done_ = s + 1;
@@ -143,20 +141,39 @@ void Trainer::step_boundary() {
     progress_->record(record_);
   } else {
     newest = nullptr;
-    if (auto prev = readback_->take_previous()) progress_->record(late = complete(std::move(*prev))), newest = &late;
-    readback_->hold(record_);
-    if (!more() || stop_requested())
-      progress_->record(late = complete(std::move(*readback_->take_current()))), newest = &late;
+    if (auto prev = readback_->take_previous())
+      progress_->record(late = complete(std::move(*prev), step_started_)), newest = &late;
+    readback_->hold(record_, step_started_);
+    if (!more() || stop_requested()) {
+      auto cur = readback_->take_current();
+      cur->values();  // the last step: its period ends when its work is done
+      progress_->record(late = complete(std::move(*cur), Clock::now())), newest = &late;
+    }
   }
   collect_writes();
   if (newest) publish("training", newest);
   control_->step_done(s, record_.step_ms + ms_since(t_step_end), memory::to_json(memory::stats(device_)));
 }
 
+// Step time and the rates derived from it.
+void Trainer::set_step_time(StepRecord& r, double step_ms) const {
+  r.step_ms = step_ms;
+  const double samples = static_cast<double>(cfg_.trainer.gradient_accumulation_steps * cfg_.trainer.micro_batch_size);
+  r.samples_per_s = samples / (r.step_ms / 1000.0);
+  r.tokens_per_s = static_cast<double>(r.tokens) / (r.step_ms / 1000.0);
+  r.mfu = device_.is_cuda() ? flops_per_sample_ * r.samples_per_s / 989e12 : 0.0;
+}
+
 // A held record with its loss and gradient norm read back (waits for them).
-StepRecord Trainer::complete(Readback::Held held) {
+// On the fast path step() only queues work, so a step's time is the period
+// from its start to the start of the next one (or to its values' arrival,
+// for the last), less its checkpoint stall: in steady state the host waits
+// one step behind the device, so this is the device's pace.
+StepRecord Trainer::complete(Readback::Held held, Clock::time_point next_start) {
   const auto [loss, norm] = held.values();
   held.record.loss = loss, held.record.grad_norm = norm;
+  const double period = std::chrono::duration<double, std::milli>(next_start - held.started).count();
+  set_step_time(held.record, std::max(period - held.record.checkpoint_stall_ms, 1e-3));
   check_finite(held.record.step, loss, norm, /*read_late=*/true);
   return held.record;
 }

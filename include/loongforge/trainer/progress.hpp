@@ -26,6 +26,7 @@ struct StepRecord {
   double data_wait_ms = 0, step_ms = 0, peak_mem_mb = 0;
   double checkpoint_stall_ms = 0;  // snapshot copy + waiting for the previous write
   double exposed_comm_ms = 0;      // gradient communication not hidden behind compute
+  int64_t tokens = 0;              // tokens of the step (tokens_per_s = tokens / step time)
 };
 
 // The scalars of a record, by their TensorBoard tag (also the metrics.jsonl

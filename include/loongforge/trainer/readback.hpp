@@ -4,13 +4,15 @@
 // Contract:
 //  - post(loss, norm) enqueues, on the current stream of their device, a copy
 //    of the two device scalars into pinned host memory and records an event;
-//    it never waits. hold(record) attaches the step's record to the newest post.
+//    it never waits. hold(record, started) attaches the step's record and
+//    start time to the newest post.
 //  - take_previous() hands out the oldest held step once a newer one was
 //    posted; take_current() hands out the newest. Held::values() waits for
 //    that step's copy only (not for later work) and returns (loss, norm).
 //  - Trainer thread only.
 #pragma once
 
+#include <chrono>    // std::chrono::steady_clock
 #include <deque>     // std::deque
 #include <optional>  // std::optional
 #include <utility>   // std::pair
@@ -27,6 +29,7 @@ class Readback {
  public:
   struct Held {
     StepRecord record;
+    std::chrono::steady_clock::time_point started;
     at::Tensor host;  // float64 (2,), pinned: loss, norm
     c10::Event done;
     std::pair<double, double> values();
@@ -34,7 +37,10 @@ class Readback {
 
   explicit Readback(c10::Device device) : device_(device) {}
   void post(const at::Tensor& loss, const at::Tensor& norm);
-  void hold(const StepRecord& record) { held_.back().record = record; }
+  void hold(const StepRecord& record, std::chrono::steady_clock::time_point started) {
+    held_.back().record = record;
+    held_.back().started = started;
+  }
   std::optional<Held> take_previous();
   std::optional<Held> take_current();
 

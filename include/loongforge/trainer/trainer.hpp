@@ -92,7 +92,8 @@ class Trainer {
   void publish(const char* phase, const StepRecord* r);
   [[noreturn]] void fail_in_step(const std::exception& e, bool out_of_memory);
   void check_finite(int64_t step, double loss, double norm, bool read_late);
-  StepRecord complete(Readback::Held held);
+  StepRecord complete(Readback::Held held, Clock::time_point next_start);
+  void set_step_time(StepRecord& r, double step_ms) const;
   std::string agree(const std::string& key, const std::string& value);
 
   config::Config cfg_;
@@ -132,6 +133,7 @@ class Trainer {
   // Set on the fast path (CUDA, an optimizer that skips non-finite updates on
   // the device): the step reads nothing back; records go out one boundary late.
   std::unique_ptr<Readback> readback_;
+  Clock::time_point step_started_;  // start of the step just taken
 };
 
 }  // namespace loongforge::trainer
