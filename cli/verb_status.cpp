@@ -51,6 +51,12 @@ int status_run() {
                     e.value("state", std::string("?")).c_str());
       std::printf("\n");
     }
+    if (s.contains("data")) {
+      const auto& d = s["data"];
+      std::printf("  data        on_bad_video=%s: %lld bad video(s), %lld sample(s) skipped (this rank)\n",
+                  d.value("on_bad_video", std::string("?")).c_str(), d.value("videos_bad", 0LL),
+                  d.value("samples_skipped", 0LL));
+    }
     const std::string ckpt = s.value("last_checkpoint", std::string());
     std::printf("  checkpoint  %s", ckpt.empty() ? "(none yet)" : ckpt.c_str());
     if (s.value("checkpoint_writes_failed", 0LL) > 0) std::printf("  [%lld FAILED writes]", s.value("checkpoint_writes_failed", 0LL));

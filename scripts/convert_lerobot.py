@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""Convert a LeRobot v2.x dataset (Isaac-GR00T flavour) into LoongForge shards.
+"""Convert a LeRobot dataset (v2.0/v2.1, Isaac-GR00T flavour, or v3.0) into LoongForge shards.
 
-    convert_lerobot.py SRC DST [--episodes 0,3] [--embodiment-tag gr1] ...
+    convert_lerobot.py SRC DST [--episodes 0,3] [--embodiment-tag gr1] [--tokenizer tokenizer.json] ...
 
 DST gets (byte layout: docs/shard-format.md):
     loongforge_dataset.json   metadata: features, modality groups, cameras,
                               stats, tasks with token ids, episode table
     shard-00000.lfshard ...   numeric columns as flat little-endian arrays,
                               64-byte aligned, CRC32 per record, an index
-    videos/...                the camera mp4s, copied byte for byte
+    videos/...                the camera mp4s, copied byte for byte; from a v3.0
+                              dataset, each episode's packets cut out of the shared
+                              video by stream copy (Note [LeRobot v3.0] in
+                              lerobot_convert/source.py)
 
 Videos are never re-encoded; there is no --reencode option. A video with an
 unsupported codec stops the conversion with the ffmpeg command to fix it.
@@ -57,11 +60,14 @@ kDtypeNames = {v: k for k, v in sh.kDtypeCodes.items()}
 
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="convert_lerobot.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("src", type=Path, help="LeRobot v2.x dataset root (holds meta/, data/, videos/)")
+    p.add_argument("src", type=Path, help="LeRobot v2.x or v3.0 dataset root (holds meta/, data/, videos/)")
     p.add_argument("dst", type=Path, help="output folder; must not exist unless --overwrite")
     p.add_argument("--episodes", default="", help="comma-separated episode indices to convert (default: all)")
     p.add_argument("--embodiment-tag", default="", help="GR00T embodiment tag (default: from info.json robot_type "
                    f"{kEmbodimentByRobotType}, else '{kDefaultEmbodiment}')")
+    p.add_argument("--tokenizer", type=Path, default=None,
+                   help="a Hugging Face tokenizer.json (the checkpoint's own) to tokenize the task texts with; "
+                   "default: the word hash of scripts/model/tokenizer.py. Export the model with the same file")
     p.add_argument("--max-text-tokens", type=int, default=kDefaultMaxTextTokens,
                    help="max_len passed to the tokenizer for each task text")
     p.add_argument("--max-shard-bytes", type=int, default=kDefaultMaxShardBytes,
@@ -105,23 +111,30 @@ def load_tokenizer():
     return module, path
 
 
-def tokenize_tasks(meta, max_len, con):
+def tokenize_tasks(meta, max_len, con, tokenizer_path=None):
+    """Token ids of every task text: the word hash of scripts/model/tokenizer.py, or the Hugging Face
+    tokenizer.json given with --tokenizer (docs/shard-format.md s2, "tokenizer")."""
     module, path = load_tokenizer()
+    if tokenizer_path is not None and not Path(tokenizer_path).is_file():
+        fail(f"--tokenizer {tokenizer_path}", "is not a file",
+             "pass the tokenizer.json of the checkpoint the model was exported from")
+    try:
+        enc, record = module.load(tokenizer_path)
+    except (ValueError, RuntimeError) as e:
+        fail(f"--tokenizer {tokenizer_path}", str(e), "pass a Hugging Face tokenizer.json file")
     tasks = []
     for i in sorted(meta.tasks):
         text = meta.tasks[i]
-        ids, length = module.encode(text, max_len)
+        ids, length = enc(text, max_len)
         ids = [int(x) for x in list(ids)[:int(length)]]
-        full, full_len = module.encode(text, max(4 * max_len, 1024))
+        full, full_len = enc(text, max(4 * max_len, 1024))
         if int(full_len) > int(length):
             con.warn(f"task {i} ({text!r}) needs {int(full_len)} tokens and was truncated to {max_len}; "
                      "raise --max-text-tokens")
         tasks.append({"task_index": i, "text": text, "token_ids": ids, "token_count": len(ids)})
-    info = {"module": "scripts/model/tokenizer.py", "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-            "max_len": max_len}
-    for attr, key in (("TOKENIZER_VOCAB", "vocab_size"), ("PAD", "pad_id"), ("BOS", "bos_id"), ("EOS", "eos_id")):
-        if hasattr(module, attr):
-            info[key] = int(getattr(module, attr))
+    info = dict(record, max_len=max_len)
+    if record["kind"] == module.WORD_HASH:
+        info["module"] = "scripts/model/tokenizer.py"
     return info, tasks
 
 
@@ -206,7 +219,7 @@ def select_episodes(meta, spec):
     listed = [int(e["episode_index"]) for e in meta.episodes]
     if len(set(listed)) != len(listed):
         dup = next(e for e in listed if listed.count(e) > 1)
-        fail(str(meta.root / "meta/episodes.jsonl"), f"lists episode {dup} twice", "keep one line per episode")
+        fail(str(meta.root / meta.episodes_file), f"lists episode {dup} twice", "keep one line per episode")
     if not spec:
         return listed
     try:
@@ -217,7 +230,7 @@ def select_episodes(meta, spec):
         fail("--episodes", f"{spec!r} names an episode twice", "list each episode once")
     for ep in wanted:
         if ep not in listed:
-            fail("--episodes", f"episode {ep} is not in {meta.root / 'meta/episodes.jsonl'}",
+            fail("--episodes", f"episode {ep} is not in {meta.root / meta.episodes_file}",
                  f"choose among {listed[:10]}{'...' if len(listed) > 10 else ''}")
     return wanted
 
@@ -229,6 +242,9 @@ def convert(args, con):
     episodes = select_episodes(meta, args.episodes)
     jsonl = {int(e["episode_index"]): e for e in meta.episodes}
     text_to_task = {t: i for i, t in meta.tasks.items()}
+    if meta.modality_source != "meta/modality.json":
+        con.warn(f"{src / 'meta/modality.json'} is missing; using the {meta.modality_source} "
+                 "(add a GR00T modality.json to choose state/action slices and cameras)")
     source.resolve_cameras(meta, episodes, con.warn)
     if dst.resolve() == src.resolve() or src.resolve() in dst.resolve().parents:
         fail(str(dst), "is inside the source dataset", "write the output somewhere outside SRC")
@@ -237,7 +253,7 @@ def convert(args, con):
     first_parquet = meta.parquet_path(episodes[0])
     columns = source.plan_columns(meta, pq.read_schema(first_parquet), first_parquet, con.warn)
     stats = copy_stats(meta, columns)
-    tok_info, tasks = tokenize_tasks(meta, args.max_text_tokens, con)
+    tok_info, tasks = tokenize_tasks(meta, args.max_text_tokens, con, args.tokenizer)
     con.info(f"converting {len(episodes)} episodes of {src} ({meta.info.get('codebase_version')}, "
              f"{meta.fps:g} fps, cameras: {', '.join(c.key for c in meta.cameras) or 'none'})")
 
@@ -285,6 +301,7 @@ def _dataset_doc(meta, args, columns, stats, tok_info, tasks, result):
         "shard_format_version": sh.kFormatVersion,
         "created_by": "scripts/convert_lerobot.py",
         "source": {"path": str(meta.root.resolve()), "codebase_version": meta.info.get("codebase_version"),
+                   "modality": meta.modality_source,
                    "robot_type": meta.info.get("robot_type"), "episodes_in_source": len(meta.episodes)},
         "fps": meta.fps,
         "embodiment_tag": emb,
@@ -318,7 +335,14 @@ def _write(meta, args, con, columns, episodes, jsonl, text_to_task, tmp, pool):
         for ep in episodes[submitted:end]:
             for cam in meta.cameras:
                 path = meta.video_path(ep, cam.key)
-                futures[(ep, cam.key)] = pool.submit(video.probe_video, path, meta.where(ep, path))
+                span = meta.video_range(ep, cam.key)
+                if span is None:  # v2.x: the episode's own file, copied below
+                    futures[(ep, cam.key)] = pool.submit(video.probe_video, path, meta.where(ep, path))
+                else:  # v3.0: its time range of a shared file, cut into DST (Note [LeRobot v3.0])
+                    out = tmp / meta.output_video_rel(ep, cam.key)
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    futures[(ep, cam.key)] = pool.submit(video.cut_episode, path, out, span[0], span[1], meta.fps,
+                                                         meta.where(ep, path))
         submitted = max(submitted, min(end, len(episodes)))
 
     shard_files, ep_entries, f32_error, offsets = [], [], {}, []
@@ -333,7 +357,7 @@ def _write(meta, args, con, columns, episodes, jsonl, text_to_task, tmp, pool):
         vids, notes = [], []
         for cam in meta.cameras:
             probe = futures.pop((ep, cam.key)).result()
-            where = meta.where(ep, probe.path)
+            where = meta.where(ep, meta.video_path(ep, cam.key))
             if (probe.height, probe.width) != (cam.height, cam.width):
                 fail(where, f"video is {probe.width}x{probe.height} (width x height) but meta/info.json "
                      f"features['{cam.key}'].shape says height {cam.height}, width {cam.width}",
@@ -345,37 +369,42 @@ def _write(meta, args, con, columns, episodes, jsonl, text_to_task, tmp, pool):
                              f"{probe.codec}; recording {probe.codec}")
             elif codecs[cam.key] != probe.codec:
                 con.warn(f"{where}: codec {probe.codec} differs from the first episode's {codecs[cam.key]}")
-            al = video.align(data.timestamps, probe.pts_s, meta.fps, meta.where(ep, parquet_path), probe.path,
+            shown = probe.path if meta.version == 2 else (
+                f"{meta.video_path(ep, cam.key)} [{meta.video_range(ep, cam.key)[0]:.6f}, "
+                f"{meta.video_range(ep, cam.key)[1]:.6f}) s")
+            al = video.align(data.timestamps, probe.pts_s, meta.fps, meta.where(ep, parquet_path), shown,
                              parquet_path)
             arrays["video_frame:" + cam.key] = al.frame_of_row
             arrays["video_pts:" + cam.key] = probe.pts_s
-            rel = probe.path.relative_to(meta.root)
+            rel = meta.output_video_rel(ep, cam.key)
             out = tmp / rel
-            out.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(probe.path, out)
+            if meta.version == 2:
+                out.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(probe.path, out)
             size = out.stat().st_size
+            digest = _sha256_file(out)  # of the copy: what the trainer will read and check
             video_bytes += size
             if al.offset_reported:
                 offsets.append(al.offset_s)
                 notes.append(f"{cam.key}: timestamps - pts = constant offset {al.offset_s:+.6f} s, corrected")
             vids.append({"camera_id": cam.camera_id, "key": cam.key, "file": str(rel), "bytes": size,
-                         "codec": probe.codec, "time_base": probe.time_base, "frame_count": len(probe.pts_s),
+                         "sha256": digest, "codec": probe.codec, "time_base": probe.time_base, "frame_count": len(probe.pts_s),
                          "first_pts_s": float(probe.pts_s[0]), "timestamp_offset_s": al.offset_s,
                          "offset_corrected": al.offset_reported, "max_residual_s": al.max_residual_s})
         listed = jsonl[ep]
         if "length" in listed and int(listed["length"]) != data.rows:
-            fail(meta.where(ep, parquet_path), f"parquet has {data.rows} rows but meta/episodes.jsonl says length "
-                 f"{listed['length']}", "regenerate meta/episodes.jsonl or re-export the episode")
+            fail(meta.where(ep, parquet_path), f"parquet has {data.rows} rows but {meta.episodes_file} says length "
+                 f"{listed['length']}", f"regenerate {meta.episodes_file} or re-export the episode")
         listed_tasks = []
         for text in listed.get("tasks", []):
             if text not in text_to_task:
-                fail(meta.where(ep, meta.root / "meta/episodes.jsonl"), f"task {text!r} is not in meta/tasks.jsonl",
-                     "add it to meta/tasks.jsonl or fix the episode's tasks")
+                fail(meta.where(ep, meta.root / meta.episodes_file), f"task {text!r} is not in {meta.tasks_file}",
+                     f"add it to {meta.tasks_file} or fix the episode's tasks")
             listed_tasks.append(text_to_task[text])
         task_indices = data.task_indices_used or sorted(set(listed_tasks))
         if listed_tasks and sorted(set(listed_tasks)) != task_indices:
             con.warn(f"{meta.where(ep, parquet_path)}: parquet refers to tasks {task_indices} but "
-                     f"meta/episodes.jsonl lists {sorted(set(listed_tasks))}; using the parquet's")
+                     f"{meta.episodes_file} lists {sorted(set(listed_tasks))}; using the parquet's")
         for k, (a, r) in data.f32_error.items():
             pa_, pr = f32_error.get(k, (0.0, 0.0))
             f32_error[k] = (max(a, pa_), max(r, pr))
@@ -399,6 +428,14 @@ def _write(meta, args, con, columns, episodes, jsonl, text_to_task, tmp, pool):
     if writer is not None:
         shard_files.append(_close(writer))
     return shard_files, ep_entries, f32_error, offsets, video_bytes, codecs
+
+
+def _sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _close(writer):

@@ -5,7 +5,8 @@
 #   bash scripts/setup.sh --demo     # ... then train n16-tiny on the bundled dataset (CPU)
 #
 # CPU machine (Debian 12, network to Debian and PyPI): installs missing Debian
-# packages, makes a venv with scripts/requirements.txt under
+# packages, makes a venv with scripts/requirements.txt (and the test-only
+# scripts/requirements-test.txt: the upstream GR00T oracle) under
 # ~/.cache/loongforge, builds with ccache (cache also there).
 # GPU machine (no network, torch preinstalled): uses the system python3's
 # torch and the installed libraries; installs nothing. Detects, never assumes.
@@ -82,6 +83,16 @@ else
     step "venv up to date ($venv)"
   fi
   python=$venv/bin/python
+  # Test-only packages (the upstream GR00T oracle), constrained by the pins above.
+  test_stamp=$venv/.requirements-test.sha256
+  test_want=$(cat "$repo/scripts/requirements.txt" "$repo/scripts/requirements-test.txt" | sha256sum | cut -d' ' -f1)
+  if [ "$(cat "$test_stamp" 2>/dev/null)" != "$test_want" ]; then
+    step "installing scripts/requirements-test.txt into the venv (test oracle: diffusers, transformers)"
+    PIP_CACHE_DIR=$cache/pip "$venv/bin/pip" install -q --disable-pip-version-check \
+      -r "$repo/scripts/requirements-test.txt" -c "$repo/scripts/requirements.txt"
+    echo "$test_want" > "$test_stamp"
+    did+=("installed Python test requirements")
+  fi
 fi
 "$python" -c "import torch, numpy, pyarrow, safetensors" 2>/dev/null \
   || step "note: $python lacks numpy/pyarrow/safetensors; the dataset converter and some tests will be skipped or fail"

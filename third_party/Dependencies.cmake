@@ -91,7 +91,14 @@ if(LOONGFORGE_FFMPEG_ROOT)
     endif()
     target_link_libraries(loongforge_ffmpeg INTERFACE ${LOONGFORGE_FFMPEG_ROOT}/lib/lib${lib}.a)
   endforeach()
-  target_link_libraries(loongforge_ffmpeg INTERFACE m atomic Threads::Threads)
+  # AV1 through libdav1d, built into the same prefix by the script (after
+  # libavcodec, which uses it).
+  if(NOT EXISTS ${LOONGFORGE_FFMPEG_ROOT}/lib/libdav1d.a)
+    message(FATAL_ERROR "LOONGFORGE_FFMPEG_ROOT=${LOONGFORGE_FFMPEG_ROOT} lacks lib/libdav1d.a (AV1): "
+                        "rebuild it with scripts/gpu/build_ffmpeg_static.sh")
+  endif()
+  target_link_libraries(loongforge_ffmpeg INTERFACE ${LOONGFORGE_FFMPEG_ROOT}/lib/libdav1d.a)
+  target_link_libraries(loongforge_ffmpeg INTERFACE m atomic dl Threads::Threads)
   add_library(PkgConfig::FFMPEG ALIAS loongforge_ffmpeg)
   set(LOONGFORGE_WITH_FFMPEG ON)
 else()

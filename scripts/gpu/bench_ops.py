@@ -12,25 +12,14 @@ the same thing, and the max abs difference of its output from the first way.
 - RMSNorm written out (today) vs F.rms_norm.
 """
 import argparse
-import statistics
 
 import torch
 import torch.nn.functional as F
+from cuda_timing import median_ms  # noqa: E402 -- scripts/gpu/ is the script's own folder
 
 
 def bench(fn, iters=50):
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    ms = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        ms.append(a.elapsed_time(b))
-    return statistics.median(ms)
+    return median_ms(fn, iters, warmup=5)
 
 
 def fb(f, *inputs):

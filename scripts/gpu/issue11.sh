@@ -7,6 +7,8 @@
 #   ref-base   the reference PyTorch trainer, baseline mode (eager, fused AdamW, DataLoader)
 #   ref-opt    the reference PyTorch trainer, optimized mode (torch.compile
 #              reduce-overhead: Inductor kernels + CUDA graphs, fused AdamW, DataLoader)
+#   lf-compiled loongforge-train, trainer.compiled_step: an AOTInductor package of the
+#              micro-step compiled here first (scripts/compile_step.py, minutes)
 # after the GPU tests (ctest -L gpu). Prints a table of median samples/s over
 # steps 51..STEPS (lf-graphs leaves out steps 55..100, around its profile-step).
 # Carry: .gpu-carry (scripts/gpu/prepare_carry.sh). STEPS (default 200); RUNS
@@ -15,7 +17,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh" issue11
 build_test_export
 cfg=configs/bench/n16-1b-h200.yaml
 steps=${STEPS:-200}
-runs=${RUNS:-lf-eager lf-graphs ref-base ref-opt}
+runs=${RUNS:-lf-eager lf-graphs ref-base ref-opt lf-compiled}
 common=(--config $cfg --set model.path=/dev/shm/n16-1b.pt --set trainer.max_steps=$steps
         --set run.output_dir=/tmp/runs --set logging.progress=lines --set logging.interval_steps=50)
 for run in $runs; do
@@ -33,6 +35,11 @@ for run in $runs; do
       build-gpu/cli/loongforge status --socket $SOCK --json > "$OUT/$run-status.json"
       build-gpu/cli/loongforge profile-step --socket $SOCK --duration 2 --output "$OUT/$run-profile.json" | tail -12
       wait $pid; echo "exit $?" ;;
+    lf-compiled)
+      PYTHONPATH=scripts python3 scripts/compile_step.py /dev/shm/n16-1b.pt --batch-size 32 --device cuda \
+        --precision bf16 --out /dev/shm/n16-1b-step.pt2 2>&1 | grep -v Warning | tail -3
+      build-gpu/src/daemon/loongforge-train "${common[@]}" --set run.name=$run \
+        --set trainer.compiled_step=/dev/shm/n16-1b-step.pt2 > "$OUT/$run.log" 2>&1; echo "exit $?" ;;
     ref-base|ref-opt)
       mode=baseline; [ $run = ref-opt ] && mode=optimized
       PYTHONPATH=scripts python3 scripts/reference/train_torch.py --config $cfg --set model.path=/dev/shm/n16-1b.pt \

@@ -12,8 +12,10 @@ rm -rf "$carry/ffmpeg/share"
 # The raw dataset too: the GPU tests' fixtures convert it as the CPU tests do.
 src=${LOONGFORGE_DATASETS:-$repo/../shared/datasets}/robot_sim.PickNPlace
 rm -rf "$carry/datasets/robot_sim.PickNPlace" && cp -r "$src" "$carry/datasets/robot_sim.PickNPlace"
-if [ ! -f "$carry/datasets/robot_sim.PickNPlace.lf/loongforge_dataset.json" ]; then
-  PYTHONPATH=$repo/scripts "$python" "$repo/scripts/convert_lerobot.py" \
-    "${LOONGFORGE_DATASETS:-$repo/../shared/datasets}/robot_sim.PickNPlace" "$carry/datasets/robot_sim.PickNPlace.lf"
+# (Re)convert when missing or written before video hashes were recorded (the trainer refuses those).
+ds=$carry/datasets/robot_sim.PickNPlace.lf
+if ! "$python" -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if all('sha256' in v for e in d['episodes'] for v in e['videos']) else 1)" \
+    "$ds/loongforge_dataset.json" 2>/dev/null; then
+  PYTHONPATH=$repo/scripts "$python" "$repo/scripts/convert_lerobot.py" --overwrite "$src" "$ds"
 fi
 du -sh "$carry"

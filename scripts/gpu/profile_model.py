@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from model.batch import example_batch  # noqa: E402
 from model.config import ModelConfig  # noqa: E402
 from model.n16 import build_model  # noqa: E402
+from cuda_timing import median_ms  # noqa: E402 -- scripts/gpu/ is the script's own folder
 
 
 def load(path: str, device: torch.device):
@@ -59,15 +60,7 @@ def zero(model):
 
 
 def timed(fn, iters: int) -> float:
-    ms = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        ms.append(a.elapsed_time(b))
-    return statistics.median(ms)
+    return median_ms(fn, iters)
 
 
 def regions(model, batch, iters: int):

@@ -1,7 +1,7 @@
 """Helpers for scripts/convert_lerobot.py, split by the phase of a conversion.
 
-  source.py   read and validate a LeRobot v2.x dataset (meta/*.json, parquet)
-  video.py    probe camera videos with ffprobe and align rows to frames
+  source.py   read and validate a LeRobot v2.x or v3.0 dataset (meta/, parquet)
+  video.py    probe camera videos with ffprobe, align rows to frames, cut v3.0 episodes
   shard.py    write LoongForge binary shards (layout: docs/shard-format.md)
 
 Every check raises ConvertError with a message that says what is wrong,

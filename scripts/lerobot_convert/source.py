@@ -1,6 +1,6 @@
-"""Read and validate a LeRobot v2.x dataset (Isaac-GR00T flavour).
+"""Read and validate a LeRobot dataset: v2.0/v2.1 (Isaac-GR00T flavour) or v3.0.
 
-Layout read here (paths relative to the dataset root):
+v2.x layout read here (paths relative to the dataset root):
     meta/info.json        fps, features (dtype, shape), data_path, video_path
     meta/modality.json    state/action slices, video and annotation keys
     meta/tasks.jsonl      task_index -> text
@@ -8,6 +8,21 @@ Layout read here (paths relative to the dataset root):
     meta/stats.json       per-key mean/std/min/max/q01/q99
     data/chunk-XXX/episode_XXXXXX.parquet     one row per frame
     videos/chunk-XXX/<video_key>/episode_XXXXXX.mp4
+
+v3.0 layout (Note [LeRobot v3.0]):
+    meta/info.json        fps, features, data_path and video_path templates
+                          ({chunk_index}, {file_index}, {video_key})
+    meta/tasks.parquet    columns task_index, task
+    meta/episodes/chunk-XXX/file-XXX.parquet   one row per episode: length,
+                          tasks, data/chunk_index, data/file_index,
+                          dataset_from_index, dataset_to_index and per camera
+                          videos/<key>/chunk_index, file_index, from_timestamp,
+                          to_timestamp (plus per-episode stats, not read)
+    meta/stats.json       aggregated stats
+    meta/modality.json    optional (GR00T flavour); without it a default is used
+    data/chunk-XXX/file-XXX.parquet            rows of several episodes
+    videos/<key>/chunk-XXX/file-XXX.mp4        frames of several episodes, one
+                          after the other; an episode is a time range
 
 Which columns are stored and how (docs/shard-format.md, "Columns"):
     modality state/action keys  float -> float32 (rounded to nearest; error measured)
@@ -30,9 +45,31 @@ from . import fail
 from .shard import (Column, kDtypeCodes, kDtypeFloat32, kDtypeFloat64, kDtypeInt64,
                     kDtypeUint8, kFlagLossyFloat32, kFlagSynthesized, kRowsPerVideoFrame)
 
+kV2VideoPath = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
 kStatKeys = ("mean", "std", "min", "max", "q01", "q99")
 kMetaFiles = ("meta/info.json", "meta/modality.json", "meta/tasks.jsonl", "meta/episodes.jsonl",
               "meta/stats.json")
+kMetaFilesV3 = ("meta/info.json", "meta/tasks.parquet", "meta/episodes", "meta/stats.json")
+kV3EpisodeColumns = ("episode_index", "length", "tasks", "data/chunk_index", "data/file_index",
+                     "dataset_from_index", "dataset_to_index")
+kV3VideoColumns = ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
+
+# Note [LeRobot v3.0]
+# A v3.0 dataset (LeRobot's current format) stores many episodes per parquet
+# file and per mp4 file. meta/episodes/*.parquet says where each episode is:
+# its rows are the rows of data file (data/chunk_index, data/file_index) whose
+# episode_index column is the episode (dataset_from_index..dataset_to_index
+# count them), and its frames for camera K are those of video file
+# (videos/K/chunk_index, videos/K/file_index) whose presentation time lies in
+# [from_timestamp, to_timestamp). The parquet timestamps stay relative to the
+# episode, as in v2.x. The converter gives every episode its own video (the
+# shard format keeps one video per episode and camera, with its SHA-256 and
+# frame count): video.cut_episode copies the range's packets into a new mp4
+# without re-encoding, so the decoded frames are those of the source. The
+# per-episode files are named as a v2.x dataset would name them
+# (videos/chunk-XXX/<key>/episode_XXXXXX.mp4), so v2.x and v3.0 copies of one
+# dataset convert to the same folder layout. Without meta/modality.json (plain
+# LeRobot datasets have none) the default modality of default_modality() is used.
 
 
 # ---------------------------------------------------------------------------
@@ -65,6 +102,10 @@ class Meta:
     video_refs: dict  # modality video group -> feature key
     cameras: list = field(default_factory=list)
     skipped_features: list = field(default_factory=list)  # {"name", "reason"}
+    version: int = 2  # LeRobot codebase major version: 2 or 3
+    v3_episodes: dict = field(default_factory=dict)  # v3.0: episode_index -> meta/episodes row
+    modality_source: str = "meta/modality.json"
+    _table_cache: tuple = (None, None)  # v3.0: (path, table) of the last data file read
 
     def where(self, ep=None, path=None):
         parts = []
@@ -78,11 +119,42 @@ class Meta:
         return ep // int(self.info.get("chunks_size", 1000))
 
     def parquet_path(self, ep):
+        if self.version == 3:
+            e = self.v3_episodes[ep]
+            return self.root / self.info["data_path"].format(chunk_index=int(e["data/chunk_index"]),
+                                                             file_index=int(e["data/file_index"]))
         return self.root / self.info["data_path"].format(episode_chunk=self.chunk(ep), episode_index=ep)
 
     def video_path(self, ep, key):
+        """The source video file holding episode ep's frames of camera key."""
+        if self.version == 3:
+            e = self.v3_episodes[ep]
+            return self.root / self.info["video_path"].format(
+                video_key=key, chunk_index=int(e[f"videos/{key}/chunk_index"]),
+                file_index=int(e[f"videos/{key}/file_index"]))
         return self.root / self.info["video_path"].format(episode_chunk=self.chunk(ep), video_key=key,
                                                           episode_index=ep)
+
+    @property
+    def episodes_file(self):
+        return "meta/episodes/*.parquet" if self.version == 3 else "meta/episodes.jsonl"
+
+    @property
+    def tasks_file(self):
+        return "meta/tasks.parquet" if self.version == 3 else "meta/tasks.jsonl"
+
+    def video_range(self, ep, key):
+        """v3.0: (from_timestamp, to_timestamp) of the episode inside video_path; v2.x: None (whole file)."""
+        if self.version != 3:
+            return None
+        e = self.v3_episodes[ep]
+        return float(e[f"videos/{key}/from_timestamp"]), float(e[f"videos/{key}/to_timestamp"])
+
+    def output_video_rel(self, ep, key):
+        """Where the episode's video goes in DST, relative to it (docs/shard-format.md s1)."""
+        if self.version == 3:
+            return Path(kV2VideoPath.format(episode_chunk=self.chunk(ep), video_key=key, episode_index=ep))
+        return self.video_path(ep, key).relative_to(self.root)
 
     def feature_width(self, key):
         shape = self.info["features"][key].get("shape", [1])
@@ -107,21 +179,46 @@ def _read_jsonl(path):
     return rows
 
 
+def default_modality(info):
+    """The modality used for a v3.0 dataset without meta/modality.json: the whole
+    observation.state and action features as one group each, every video feature
+    as a camera named after its key (observation.images.X -> X), no annotations
+    (the task comes from the task_index column)."""
+    features = info["features"]
+    mod = {"state": {}, "action": {}, "video": {}, "annotation": {}}
+    for group, key in (("state", "observation.state"), ("action", "action")):
+        if key in features:
+            width = int(np.prod(features[key].get("shape", [1])))
+            mod[group][group] = {"start": 0, "end": width, "original_key": key}
+    for key, feat in features.items():
+        if feat.get("dtype") == "video":
+            mod["video"][key.rsplit(".", 1)[-1]] = {"original_key": key}
+    return mod
+
+
 def load_meta(root):
     root = Path(root)
     if not root.is_dir():
         fail(str(root), "is not a directory", "pass the root of a LeRobot dataset (the folder holding meta/)")
-    for rel in kMetaFiles:
-        if not (root / rel).is_file():
-            fail(str(root / rel), "is missing; a LeRobot v2.x dataset for GR00T needs " + ", ".join(kMetaFiles),
+    info_path = root / "meta/info.json"
+    if not info_path.is_file():
+        fail(str(info_path), "is missing; every LeRobot dataset has one",
+             "copy the complete dataset (meta/ included)")
+    info = _read_json(info_path)
+    version = str(info.get("codebase_version", "?"))
+    if version.startswith("v2."):
+        major, needed = 2, kMetaFiles
+    elif version.startswith("v3."):
+        major, needed = 3, kMetaFilesV3
+    else:
+        fail(str(info_path), f"codebase_version is {version!r}; this converter reads LeRobot v2.0, v2.1 and v3.0",
+             "convert the dataset to LeRobot v3.0 (or v2.1) with LeRobot's tools")
+    for rel in needed:
+        if not (root / rel).exists():
+            kind = "LeRobot v2.x dataset for GR00T" if major == 2 else "LeRobot v3.0 dataset"
+            fail(str(root / rel), f"is missing; a {kind} needs " + ", ".join(needed),
                  "copy the complete dataset (meta/ included); stats.json can be regenerated with "
                  "LeRobot's or GR00T's stats tools")
-    info = _read_json(root / "meta/info.json")
-    info_path = root / "meta/info.json"
-    version = str(info.get("codebase_version", "?"))
-    if not version.startswith("v2."):
-        fail(str(info_path), f"codebase_version is {version!r}; this converter reads LeRobot v2.x only",
-             "convert the dataset to LeRobot v2.1 with LeRobot's tools, or use a v2.x copy")
     for k in ("fps", "features", "data_path", "video_path"):
         if k not in info:
             fail(str(info_path), f"has no '{k}' entry", "regenerate info.json with LeRobot")
@@ -130,7 +227,12 @@ def load_meta(root):
         fail(str(info_path), f"fps is {info['fps']!r}", "set fps to the recording frame rate")
 
     modality_path = root / "meta/modality.json"
-    modality = _read_json(modality_path)
+    if modality_path.is_file():
+        modality, modality_source = _read_json(modality_path), "meta/modality.json"
+    else:  # v3.0 only (v2.x requires it, checked above)
+        modality = default_modality(info)
+        modality_source = ("default: no meta/modality.json; state = observation.state, action = action, "
+                           "every video feature a camera")
     features = info["features"]
 
     def resolve(group, default):
@@ -162,18 +264,83 @@ def load_meta(root):
                  "as a video feature", f"add '{key}' (dtype video) to info.json features or remove video.{name}")
         video_refs[name] = key
 
-    tasks = {}
-    for row in _read_jsonl(root / "meta/tasks.jsonl"):
-        i = int(row["task_index"])
-        if i in tasks:
-            fail(str(root / "meta/tasks.jsonl"), f"task_index {i} appears twice", "give each task one line")
-        tasks[i] = str(row["task"])
-    episodes = _read_jsonl(root / "meta/episodes.jsonl")
-    if not episodes:
-        fail(str(root / "meta/episodes.jsonl"), "lists no episodes", "regenerate it with LeRobot")
+    if major == 2:
+        tasks = {}
+        for row in _read_jsonl(root / "meta/tasks.jsonl"):
+            i = int(row["task_index"])
+            if i in tasks:
+                fail(str(root / "meta/tasks.jsonl"), f"task_index {i} appears twice", "give each task one line")
+            tasks[i] = str(row["task"])
+        episodes = _read_jsonl(root / "meta/episodes.jsonl")
+        if not episodes:
+            fail(str(root / "meta/episodes.jsonl"), "lists no episodes", "regenerate it with LeRobot")
+        v3_episodes = {}
+    else:
+        tasks = _read_tasks_v3(root / "meta/tasks.parquet")
+        episodes, v3_episodes = _read_episodes_v3(root, info)
     stats = _read_json(root / "meta/stats.json")
-    return Meta(root, info, modality, tasks, episodes, stats, fps, state_keys, action_keys, annotation_keys,
-                video_refs)
+    meta = Meta(root, info, modality, tasks, episodes, stats, fps, state_keys, action_keys, annotation_keys,
+                video_refs, version=major, v3_episodes=v3_episodes, modality_source=modality_source)
+    return meta
+
+
+def _read_parquet(path, columns=None):
+    try:
+        return pq.read_table(path, columns=columns)
+    except Exception as e:  # pyarrow raises several types for damaged or incomplete files
+        fail(str(path), f"cannot read the parquet file ({e})", "re-copy the file or regenerate it with LeRobot")
+
+
+def _read_tasks_v3(path):
+    table = _read_parquet(path)
+    for col in ("task_index", "task"):
+        if col not in table.column_names:
+            fail(str(path), f"has no '{col}' column (columns: {table.column_names})",
+                 "regenerate meta/tasks.parquet with LeRobot (columns task_index and task)")
+    tasks = {}
+    for i, text in zip(table.column("task_index").to_pylist(), table.column("task").to_pylist()):
+        if i in tasks:
+            fail(str(path), f"task_index {i} appears twice", "give each task one row")
+        tasks[int(i)] = str(text)
+    return tasks
+
+
+def _read_episodes_v3(root, info):
+    """meta/episodes/*/*.parquet -> (rows like episodes.jsonl's, {episode_index: full row})."""
+    files = sorted((root / "meta/episodes").glob("*/*.parquet"))
+    if not files:
+        fail(str(root / "meta/episodes"), "holds no chunk-XXX/file-XXX.parquet files",
+             "copy meta/episodes/ of the dataset completely, or regenerate it with LeRobot")
+    video_keys = [k for k, f in info["features"].items() if f.get("dtype") == "video"]
+    rows, by_ep = [], {}
+    for path in files:
+        names = pq.read_schema(path).names
+        wanted = [*kV3EpisodeColumns, *(f"videos/{k}/{c}" for k in video_keys for c in kV3VideoColumns)]
+        missing = [c for c in wanted if c not in names]
+        if missing:
+            fail(str(path), f"lacks the column(s) {missing}",
+                 "regenerate meta/episodes with LeRobot v3.0 (a video feature of meta/info.json needs "
+                 "videos/<key>/chunk_index, file_index, from_timestamp and to_timestamp)")
+        table = _read_parquet(path, columns=wanted)
+        for r in table.to_pylist():
+            ep = int(r["episode_index"])
+            if ep in by_ep:
+                fail(str(path), f"lists episode {ep} twice", "keep one row per episode in meta/episodes")
+            by_ep[ep] = r
+            rows.append({"episode_index": ep, "tasks": list(r["tasks"] or []), "length": int(r["length"]),
+                         "_where": str(path)})
+            span = int(r["dataset_to_index"]) - int(r["dataset_from_index"])
+            if span != int(r["length"]):
+                fail(f"episode {ep} ({path})", f"dataset_from_index..dataset_to_index spans {span} rows but length "
+                     f"is {r['length']}", "regenerate meta/episodes with LeRobot")
+            for k in video_keys:
+                a, b = r[f"videos/{k}/from_timestamp"], r[f"videos/{k}/to_timestamp"]
+                if a is None or b is None or not 0 <= a < b:
+                    fail(f"episode {ep} ({path})", f"camera '{k}' has the time range [{a}, {b})",
+                         "regenerate meta/episodes with LeRobot (from_timestamp < to_timestamp)")
+    if not rows:
+        fail(str(root / "meta/episodes"), "lists no episodes", "regenerate it with LeRobot")
+    return rows, by_ep
 
 
 def resolve_cameras(meta, episode_indices, warn):
@@ -360,13 +527,39 @@ def _column_values(meta, ep, path, table, col):
     return np_arr
 
 
+def _episode_table(meta, ep, path, where):
+    """The parquet rows of episode ep: the whole file (v2.x), or its rows of a shared file (v3.0)."""
+    cached_path, table = meta._table_cache
+    if cached_path != path:
+        try:
+            table = pq.read_table(path)
+        except Exception as e:  # pyarrow raises several types for damaged files
+            fail(where, f"cannot read the parquet file ({e})", "re-copy or re-export the episode's parquet file")
+        meta._table_cache = (path, table) if meta.version == 3 else (None, None)
+    if meta.version != 3:
+        return table
+    e = meta.v3_episodes[ep]
+    if "episode_index" not in table.column_names:
+        fail(where, "the v3.0 data file has no episode_index column", "regenerate the data files with LeRobot")
+    rows = table.filter(pc.equal(table.column("episode_index"), ep))
+    want = int(e["dataset_to_index"]) - int(e["dataset_from_index"])
+    if rows.num_rows != want:
+        fail(where, f"data file has {rows.num_rows} rows of episode {ep} but meta/episodes says {want} "
+             f"(dataset_from_index {e['dataset_from_index']} .. dataset_to_index {e['dataset_to_index']})",
+             "regenerate meta/episodes with LeRobot, or restore the data file")
+    if "index" in rows.column_names:
+        idx = rows.column("index").to_numpy()
+        if idx[0] != int(e["dataset_from_index"]) or np.any(np.diff(idx) != 1):
+            fail(where, f"the rows of episode {ep} have index {idx[0]}.. but meta/episodes says they start at "
+                 f"dataset_from_index {e['dataset_from_index']} and run contiguously",
+                 "regenerate meta/episodes with LeRobot, or restore the data file")
+    return rows
+
+
 def read_episode(meta, ep, columns):
     path = meta.parquet_path(ep)
     where = meta.where(ep, path)
-    try:
-        table = pq.read_table(path)
-    except Exception as e:  # pyarrow raises several types for damaged files
-        fail(where, f"cannot read the parquet file ({e})", "re-copy or re-export the episode's parquet file")
+    table = _episode_table(meta, ep, path, where)
     if table.num_rows == 0:
         fail(where, "parquet file has no rows", "drop the episode from meta/episodes.jsonl or re-export it")
     arrays, f32_error = {}, {}
@@ -429,7 +622,7 @@ def read_episode(meta, ep, columns):
             vals = np.unique(np.asarray(arrays[key]).reshape(rows))
             unknown = [int(v) for v in vals if int(v) not in meta.tasks]
             if unknown:
-                fail(where, f"column '{key}' refers to task index {unknown[0]}, which meta/tasks.jsonl does not list",
-                     "add the task to meta/tasks.jsonl or fix the column")
+                fail(where, f"column '{key}' refers to task index {unknown[0]}, which {meta.tasks_file} does not "
+                     "list", f"add the task to {meta.tasks_file} or fix the column")
             used.update(int(v) for v in vals)
     return EpisodeData(ep, rows, arrays, ts, sorted(used), f32_error)

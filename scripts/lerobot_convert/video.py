@@ -20,6 +20,7 @@ pts is not 0) is corrected and reported.
 
 import json
 import subprocess
+import threading
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -144,3 +145,105 @@ def align(ts, pts_s, fps, where, video_path, parquet_path):
              f"{nearest[b]} of video {video_path}, not frame {b}: the video's frame times are irregular",
              "re-encode the video at a constant frame rate matching info.json fps")
     return Alignment(nearest, offset, float(abs(residual[worst])), abs(offset) >= kOffsetReportS)
+
+
+# ---------------------------------------------------------------------------
+# LeRobot v3.0: one episode's time range of a shared video, as its own file
+
+
+@dataclass
+class Packet:
+    pts: int
+    dts: int
+    key: bool
+    size: int
+    digest: str  # ffprobe's MD5 of the packet data
+
+
+_packets_lock = threading.Lock()
+_packets_cache = {}  # source path -> (time_base Fraction, [Packet] in decode order)
+
+
+def _packets(path, where):
+    """Packets of the first video stream in decode order, with their data hashes (no decoding)."""
+    stream = probe_stream(path, where)
+    tb = Fraction(stream.get("time_base", "0/1"))
+    info = _ffprobe(["-select_streams", "v:0", "-show_data_hash", "MD5", "-show_entries",
+                     "packet=pts,dts,flags,size,data_hash"], where, path)
+    out = []
+    for i, p in enumerate(info.get("packets", [])):
+        if p.get("pts") is None:
+            fail(where, f"video {path}: packet {i} has no pts", "remux the video (e.g. `ffmpeg -i IN -c copy OUT.mp4`)")
+        dts = p.get("dts")
+        out.append(Packet(int(p["pts"]), int(dts) if dts is not None else int(p["pts"]), "K" in p.get("flags", ""),
+                          int(p.get("size", 0)), p.get("data_hash", "")))
+    return tb, out
+
+
+def source_packets(path, where):
+    """_packets(path), computed once per file (episodes of a v3.0 dataset share their video files)."""
+    with _packets_lock:
+        entry = _packets_cache.get(path)
+        if entry is None:
+            entry = _packets_cache[path] = {"lock": threading.Lock(), "value": None}
+    with entry["lock"]:
+        if entry["value"] is None:
+            entry["value"] = _packets(path, where)
+        return entry["value"]
+
+
+def cut_episode(src, out, from_s, to_s, fps, where):
+    """Copy the frames of src whose presentation time lies in [from_s, to_s) into out, without re-encoding
+    (Note [LeRobot v3.0] in source.py), and check that out holds exactly those packets; -> probe_video(out).
+
+    A frame belongs to the range when from_s - 1/(2 fps) <= pts < to_s - 1/(2 fps): LeRobot's
+    from/to timestamps are frame times, so half a frame period absorbs their rounding. The range must
+    start at a keyframe and be contiguous in decode order (each episode of a LeRobot v3.0 video is
+    encoded on its own and appended, so it is); otherwise stream copy cannot cut it and the conversion
+    stops rather than re-encode."""
+    stream = probe_stream(src, where)
+    codec = stream.get("codec_name", "?")
+    if codec not in kAcceptedCodecs:
+        fail(where, f"video {src} uses codec '{codec}', which LoongForge does not decode "
+             f"(accepted: {', '.join(kAcceptedCodecs)})", kFixCodec)
+    tb, packets = source_packets(src, where)
+    if tb == 0 or not packets:
+        fail(where, f"video {src} has no packets or no time base", "re-copy the video file")
+    half = Fraction(1, 2) / Fraction(fps).limit_denominator(1 << 20)
+    lo, hi = (Fraction(from_s).limit_denominator(1 << 30) - half) / tb, \
+        (Fraction(to_s).limit_denominator(1 << 30) - half) / tb
+    chosen = [i for i, p in enumerate(packets) if lo <= p.pts < hi]
+    last_s = float(max(p.pts for p in packets) * tb)
+    if not chosen or to_s - 1.0 / fps > last_s + 0.5 / fps:
+        fail(where, f"the episode's time range [{from_s:.6f}, {to_s:.6f}) s lies outside video {src} "
+             f"({len(packets)} frames, the last at {last_s:.6f} s)",
+             "regenerate meta/episodes with LeRobot (videos/<key>/from_timestamp and to_timestamp), or restore "
+             "the complete video file")
+    first, last = chosen[0], chosen[-1]
+    if last - first + 1 != len(chosen):
+        fail(where, f"the frames of [{from_s:.6f}, {to_s:.6f}) s in video {src} are interleaved in decode order "
+             "with frames outside the range, so the range cannot be cut without re-encoding",
+             f"re-encode the video so each episode starts a closed GOP; {kFixCodec}")
+    if not packets[first].key:
+        fail(where, f"the episode's time range [{from_s:.6f}, {to_s:.6f}) s in video {src} does not start at a "
+             f"keyframe (its first frame, pts {float(packets[first].pts * tb):.6f} s, is not one), so it "
+             "cannot be cut without re-encoding",
+             f"re-encode the video with a keyframe at every episode start; {kFixCodec}")
+    start_s = packets[first].pts * tb
+    cmd = ["ffmpeg", "-v", "error", "-nostdin", "-y", "-ss", f"{float(start_s):.9f}", "-i", str(src),
+           "-map", "0:v:0", "-frames:v", str(len(chosen)), "-c", "copy", "-f", "mp4", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        fail(where, f"ffmpeg could not cut [{from_s:.6f}, {to_s:.6f}) s out of video {src}: "
+             f"{r.stderr.strip() or 'exit code %d' % r.returncode}",
+             "check the video plays (re-copy it); the command was: " + " ".join(cmd))
+    out_tb, got = _packets(out, where)
+    want = [packets[i] for i in chosen]
+    same = len(got) == len(want) and out_tb == tb and all(
+        (g.pts - got[0].pts, g.dts - got[0].dts, g.key, g.size, g.digest) ==
+        (w.pts - want[0].pts, w.dts - want[0].dts, w.key, w.size, w.digest) for g, w in zip(got, want))
+    if not same:
+        fail(where, f"cutting [{from_s:.6f}, {to_s:.6f}) s out of video {src} with `{' '.join(cmd)}` gave "
+             f"{len(got)} packets (time base {out_tb}) that are not the {len(want)} source packets "
+             f"(time base {tb}) of the range", "report this converter bug with the video")
+    return probe_video(out, where)

@@ -4,6 +4,9 @@ Import with PYTHONPATH=scripts as `import model`.
 - model.config:    ModelConfig, CONFIGS, get_config, apply_overrides
 - model.n16:       N16Model (TorchScript-able), build_model, apply_freezing, param_role,
                    decay_flags
+- model.gr00t_head: the upstream-exact GR00T N1.6/N1.7 action head (Gr00tHead, HEAD_CONFIGS)
+- model.backbones: the upstream-exact GR00T N1.6 (Eagle) and N1.7 (Qwen3-VL) backbones
+- model.gr00t:     the GR00T models (n16 / eagle / qwen3vl backbone + that head, for gr00t-* configs)
 - model.batch:     batch_spec (the batch contract as data), example_batch
 - model.tokenizer: the deterministic task-text tokenizer (reimplemented in C++)
 - model.flops:     analytic FLOPs per sample (forward, backward)

@@ -5,9 +5,10 @@ Contract
 - `ModelConfig` is a flat dataclass of ints/floats/bools/str; `to_json()` and
   `from_json()` round-trip it exactly (the exported TorchScript file carries it as
   `loongforge/config.json`).
-- `CONFIGS` holds the four named configs; `get_config(name, **overrides)` returns
-  a validated copy; `apply_overrides(cfg, ["key=value", ...])` parses `--set`
-  strings using each field's declared type.
+- `CONFIGS` holds the named configs (four n16-*, five gr00t-*: see below);
+  `get_config(name, **overrides)` returns a validated copy;
+  `apply_overrides(cfg, ["key=value", ...])` parses `--set` strings using each
+  field's declared type.
 - `validate()` raises ValueError naming the offending field and what to change.
 
 Sizing notes (parameter counts are printed by `export.py` and pinned by
@@ -41,6 +42,7 @@ import json
 from dataclasses import dataclass, fields
 from typing import Dict, List
 
+from .gr00t_head import HEAD_CONFIGS, head_config_for  # the upstream-exact GR00T head's presets
 from .tokenizer import TOKENIZER_VOCAB  # the tokenizer's id space, fixed for every config
 
 
@@ -56,6 +58,15 @@ class ModelConfig:
     vit_heads: int = 4
     vit_ffn: int = 512
     pixel_shuffle: int = 2        # merge pixel_shuffle^2 neighbouring patches into one token
+    # "n16": the model/n16.py backbone (ViT, connector, LM); "eagle": GR00T N1.6's exact backbone
+    # (SigLIP-2 + Eagle pixel unshuffle and mlp1 + Qwen3 LM); "qwen3vl": GR00T N1.7's exact backbone
+    # (Qwen3-VL ViT with deepstack + Qwen3-VL text with multimodal RoPE). The exact ones need a
+    # gr00t_head (model/backbones.py, model/gr00t.py).
+    backbone: str = "n16"
+    vit_pos_grid: int = 0         # eagle / qwen3vl: side of the learned position table (16: SigLIP-2 256 rows; 48: Qwen3-VL 2304)
+    vit_temporal_patch: int = 2   # qwen3vl: frames per Conv3d patch (a still image is repeated)
+    vit_rope_theta: float = 10000.0  # qwen3vl: the ViT's 2-D rotary base
+    deepstack_layers: str = ""    # qwen3vl: ViT layers whose merged features join the first LM layers, "5,11,17"
 
     # ---- language model: Qwen3-style causal decoder used as a feature encoder
     llm_layers: int = 2
@@ -67,6 +78,7 @@ class ModelConfig:
     vocab_size: int = TOKENIZER_VOCAB
     rope_theta: float = 1000000.0
     rms_eps: float = 1e-6
+    mrope_section: str = ""       # qwen3vl: rotary frequencies per (t, h, w), interleaved, "24,20,20"
 
     # ---- action head: DiT with alternating cross/self attention and AdaLN
     dit_layers: int = 4
@@ -76,6 +88,13 @@ class ModelConfig:
     timestep_dim: int = 256       # sinusoidal features fed to the timestep MLP
     num_timestep_buckets: int = 1000
     max_action_horizon: int = 64  # rows of the learned action position embedding
+    # "" = the n16 action head above; else a gr00t_head.HEAD_CONFIGS name: the upstream-exact
+    # GR00T N1.6/N1.7 head (model/gr00t.py), whose shapes come from that entry (the dit_* and
+    # timestep_dim fields above are then unused; backbone width, state/action dims, horizon,
+    # embodiment slots and the flow-matching fields come from this config).
+    gr00t_head: str = ""
+    gr00t_dropout: float = -1.0        # >= 0: the head's attention/feed-forward dropout instead of the preset's
+    gr00t_state_dropout: float = -1.0  # >= 0: the head's state dropout instead of the preset's
 
     # ---- per-embodiment MLPs (category-specific linears)
     num_embodiments: int = 32
@@ -161,6 +180,30 @@ class ModelConfig:
         need(self.num_embodiments >= 1, "num_embodiments", "must be >= 1")
         need(self.timestep_dim % 2 == 0, "timestep_dim", "must be even")
         need(self.dit_width % 2 == 0, "dit_width", "must be even (sinusoidal action-encoder features)")
+        need(self.backbone in ("n16", "eagle", "qwen3vl"), "backbone", "must be n16, eagle or qwen3vl")
+        if self.backbone != "n16":
+            need(bool(self.gr00t_head), "backbone", "the exact GR00T backbones need a gr00t_head")
+            need(self.vit_pos_grid >= 1, "vit_pos_grid", "must be >= 1 (side of the learned position table)")
+        if self.backbone == "qwen3vl":
+            need((self.vit_width // self.vit_heads) % 4 == 0, "vit_heads",
+                 "vit_width / vit_heads must be a multiple of 4 (2-D rotary)")
+            need(self.vit_temporal_patch >= 1, "vit_temporal_patch", "must be >= 1")
+            try:
+                deep = [int(x) for x in self.deepstack_layers.split(",") if x.strip()]
+                sec = [int(x) for x in self.mrope_section.split(",") if x.strip()]
+            except ValueError:
+                deep, sec = [-1], []
+            need(deep == sorted(set(deep)) and all(0 <= d < self.vit_layers for d in deep), "deepstack_layers",
+                 f"must be ascending ViT layer indexes in [0, {self.vit_layers}), comma-separated")
+            need(len(sec) == 3 and sum(sec) == self.llm_head_dim // 2 and sec[1] <= sec[0] and sec[2] <= sec[0],
+                 "mrope_section", f"must be three comma-separated counts (t, h, w) summing to llm_head_dim/2 "
+                 f"({self.llm_head_dim // 2})")
+        if self.gr00t_head:
+            need(self.gr00t_head in HEAD_CONFIGS, "gr00t_head", f"must be '' or one of {sorted(HEAD_CONFIGS)}")
+            try:
+                head_config_for(self)
+            except ValueError as e:
+                raise ValueError(f"model config '{self.name}': gr00t_head={self.gr00t_head!r}: {e}") from None
         return self
 
     # ------------------------------------------------------------------ JSON
@@ -241,6 +284,36 @@ CONFIGS: Dict[str, ModelConfig] = {
         embodiment_hidden=2048, series_hidden=256,
     ),
 }
+
+# GR00T-named configs: the upstream-exact action head (gr00t_head.py).
+# gr00t-tiny: n16-tiny's backbone (CPU parity tests). gr00t-n1.6-3b: GR00T N1.6's exact backbone
+# (model/backbones.py "eagle": SigLIP-2 so400m 27 x 1152 patch 14 at 224 px, 16 x 16 position
+# table, 2 x 2 pixel unshuffle + mlp1, Qwen3-1.7B truncated to select_layer 16, final norm kept),
+# N1.6's head with Isaac-GR00T's code defaults (horizon 16, dims 29, top 4 LM layers train).
+# gr00t-n1.7-3b: GR00T N1.7's exact backbone ("qwen3vl": Cosmos-Reason2-2B = Qwen3-VL-2B, ViT 24 x
+# 1024 patch 16 at 256 px with 48 x 48 position table and deepstack at 5/11/17, text 2048 wide
+# 16 q / 8 kv heads truncated at select_layer 16, rope theta 5e6, mrope 24/20/20), lerobot's N1.7
+# head defaults (horizon 40, dims 132, backbone frozen). The *-tiny variants have the same
+# structure at CPU-test sizes.
+_EAGLE_3B = dict(backbone="eagle", image_size=224, patch_size=14, vit_layers=27, vit_width=1152, vit_heads=16,
+                 vit_ffn=4304, vit_pos_grid=16, llm_layers=16, llm_width=2048, llm_heads=16, llm_kv_heads=8,
+                 llm_head_dim=128, llm_ffn=6144, vocab_size=151936, rope_theta=1000000.0, series_hidden=256)
+_QWEN3VL_3B = dict(backbone="qwen3vl", image_size=256, patch_size=16, vit_layers=24, vit_width=1024, vit_heads=16,
+                   vit_ffn=4096, vit_pos_grid=48, vit_temporal_patch=2, deepstack_layers="5,11,17",
+                   llm_layers=16, llm_width=2048, llm_heads=16, llm_kv_heads=8, llm_head_dim=128, llm_ffn=6144,
+                   vocab_size=151936, rope_theta=5000000.0, mrope_section="24,20,20", series_hidden=256)
+CONFIGS.update({
+    "gr00t-tiny": ModelConfig(name="gr00t-tiny", tune_top_llm_layers=1, gr00t_head="gr00t-tiny"),
+    "gr00t-n1.6-tiny": ModelConfig(name="gr00t-n1.6-tiny", backbone="eagle", vit_pos_grid=6, tune_top_llm_layers=1,
+                                   gr00t_head="gr00t-tiny"),
+    "gr00t-n1.7-tiny": ModelConfig(name="gr00t-n1.7-tiny", backbone="qwen3vl", vit_layers=3, vit_width=64,
+                                   vit_heads=2, vit_ffn=128, vit_pos_grid=6, deepstack_layers="0,2",
+                                   mrope_section="6,5,5", tune_top_llm_layers=1, gr00t_head="gr00t-tiny"),
+    "gr00t-n1.6-3b": ModelConfig(name="gr00t-n1.6-3b", gr00t_head="gr00t-n1.6-3b", max_state_dim=29,
+                                 max_action_dim=29, action_horizon=16, **_EAGLE_3B),
+    "gr00t-n1.7-3b": ModelConfig(name="gr00t-n1.7-3b", gr00t_head="gr00t-n1.7-3b", max_state_dim=132,
+                                 max_action_dim=132, action_horizon=40, tune_top_llm_layers=0, **_QWEN3VL_3B),
+})
 
 
 def get_config(name: str, **overrides) -> ModelConfig:

@@ -2,7 +2,7 @@
 
 Usage:
     PYTHONPATH=scripts python -m model.export --config n16-tiny --out n16-tiny.pt \
-        [--seed 0] [--set key=value ...]
+        [--seed 0] [--set key=value ...] [--tokenizer tokenizer.json]
     (or: python scripts/model/export.py ...)
 
 Contract
@@ -16,7 +16,11 @@ Contract
     loongforge/flops.json       {forward_per_sample, backward_per_sample,
                                  batch_shape, by_role} (flops.py)
     loongforge/counts.json      {total, trainable, by_role: {role: {total, trainable}}}
-    loongforge/batch_spec.json  batch.py's batch_spec
+    loongforge/batch_spec.json  batch.py's batch_spec, plus "tokenizer": the
+                                record (kind, file, sha256, vocab_size) of the
+                                tokenizer whose ids the model reads: the word hash
+                                of tokenizer.py, or --tokenizer's tokenizer.json.
+                                The trainer refuses a dataset tokenized otherwise.
 - Prints a short summary. Everything is fp32; n16-3b and n16-12b need about
   12 GB and 46 GB of host memory.
 """
@@ -34,9 +38,10 @@ if __package__ in (None, ""):  # run as a file: make `import model` work
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from model.batch import batch_spec  # noqa: E402
-from model.config import apply_overrides, get_config  # noqa: E402
+from model.config import CONFIGS, apply_overrides, get_config  # noqa: E402
 from model.flops import flops_per_sample  # noqa: E402
 from model.n16 import build_model, decay_flags, param_role  # noqa: E402
+from model import tokenizer as tokenizers_  # noqa: E402
 
 EXTRA_PREFIX = "loongforge/"
 
@@ -62,25 +67,39 @@ def counts(params: List[Dict]) -> Dict:
             "by_role": by_role}
 
 
-def extra_files(cfg, model: torch.nn.Module) -> Dict[str, str]:
+def tokenizer_record(cfg, tokenizer_path=None) -> Dict:
+    """The tokenizer the model is built for; its ids must fit the text embedding."""
+    _, record = tokenizers_.load(tokenizer_path)
+    if record["vocab_size"] > cfg.vocab_size:
+        raise ValueError(f"--tokenizer {tokenizer_path}: its vocabulary has {record['vocab_size']} ids but the "
+                         f"model's vocab_size is {cfg.vocab_size}; pass --set vocab_size={record['vocab_size']} "
+                         "(or more)")
+    return record
+
+
+def extra_files(cfg, model: torch.nn.Module, tokenizer_path=None) -> Dict[str, str]:
     params = param_table(model)
+    spec = batch_spec(cfg)
+    spec["tokenizer"] = tokenizer_record(cfg, tokenizer_path)
     files = {
         "config.json": cfg.to_dict(),
         "params.json": params,
         "flops.json": flops_per_sample(cfg),
         "counts.json": counts(params),
-        "batch_spec.json": batch_spec(cfg),
+        "batch_spec.json": spec,
     }
     return {EXTRA_PREFIX + k: json.dumps(v, indent=1) for k, v in files.items()}
 
 
-def export(config: str, out: str, seed: int = 0, overrides: List[str] = ()) -> Dict[str, str]:
+def export(config: str, out: str, seed: int = 0, overrides: List[str] = (), tokenizer: str = None) -> Dict[str, str]:
     """Builds, scripts and saves; returns the extra files written."""
     silence_torchscript_deprecation()
     cfg = apply_overrides(get_config(config), list(overrides))
+    if tokenizer is not None and not os.path.isfile(tokenizer):
+        raise ValueError(f"--tokenizer {tokenizer}: no such file; pass the checkpoint's tokenizer.json")
     torch.manual_seed(seed)
     model = build_model(cfg)
-    files = extra_files(cfg, model)
+    files = extra_files(cfg, model, tokenizer)
     scripted = torch.jit.script(model)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)  # like any writer of outputs
     torch.jit.save(scripted, out, _extra_files=files)
@@ -89,14 +108,17 @@ def export(config: str, out: str, seed: int = 0, overrides: List[str] = ()) -> D
 
 def main(argv: List[str] = None) -> int:
     ap = argparse.ArgumentParser(description="Export an N1.6-style model to TorchScript.")
-    ap.add_argument("--config", required=True, help="n16-tiny, n16-1b, n16-3b or n16-12b")
+    ap.add_argument("--config", required=True, help="a named config: " + ", ".join(CONFIGS))
     ap.add_argument("--out", required=True, help="output .pt file")
     ap.add_argument("--seed", type=int, default=0, help="torch.manual_seed before building")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="override a ModelConfig field (repeatable), e.g. --set use_imu=true")
+    ap.add_argument("--tokenizer", default=None, metavar="TOKENIZER_JSON",
+                    help="the Hugging Face tokenizer.json the model reads ids of (convert the dataset with the "
+                    "same file); default: the word hash of scripts/model/tokenizer.py")
     args = ap.parse_args(argv)
     try:
-        files = export(args.config, args.out, args.seed, args.overrides)
+        files = export(args.config, args.out, args.seed, args.overrides, args.tokenizer)
     except ValueError as e:
         print(f"export: {e}", file=sys.stderr)
         return 2

@@ -1,4 +1,6 @@
-"""Analytic FLOPs per sample of an N16Model, forward and backward, from its config.
+"""Analytic FLOPs per sample of an N16Model (or a GR00T model of model/gr00t.py: the n16,
+N1.6 Eagle or N1.7 Qwen3-VL backbone's ops, then the upstream-exact head's), forward and
+backward, from its config.
 
 Contract
 - `flops_per_sample(cfg) -> {"forward_per_sample", "backward_per_sample",
@@ -38,6 +40,7 @@ from dataclasses import dataclass
 from typing import Dict, List
 
 from .config import ModelConfig
+from .gr00t_head import head_config_for
 from .n16 import is_trainable
 
 
@@ -90,21 +93,12 @@ def ops(cfg: ModelConfig) -> List[Op]:
     V, H, L = cfg.num_views, cfg.action_horizon, cfg.max_text_len
     A, Ds = cfg.max_action_dim, cfg.max_state_dim
 
-    # ---- vision: per view P patches, T tokens after the pixel shuffle
-    P, T, w, f = cfg.patches_per_view, cfg.tokens_per_view, cfg.vit_width, cfg.vit_ffn
-    tv = cfg.tune_visual
-    up = g.weight("vision.patch_embed", "vision", V * mm(P, 3 * cfg.patch_size ** 2, w), False, tv)
-    for i in range(cfg.vit_layers):
-        b = f"vision.blocks.{i}"
-        x_up = up
-        qkv_up = g.weight(b, "vision", V * mm(P, w, 3 * w), x_up, tv)
-        att_up = g.attention(b, "vision", V * 2 * mm(P, w, P), qkv_up)           # scores + values
-        up = g.weight(b, "vision", V * mm(P, w, w), att_up, tv)                   # o
-        up = g.mlp(b, "vision", [V * mm(P, w, f), V * mm(P, f, w)], up, tv)
+    # ---- vision: per view P patches, T tokens after the pixel shuffle / spatial merge
     C = cfg.llm_width
-    s2 = cfg.pixel_shuffle ** 2
-    # The connector's LayerNorm has a trainable affine, so fc1's input needs a gradient.
-    vision_up = g.mlp("connector", "vision", [V * mm(T, s2 * w, C), V * mm(T, C, C)], True, True)
+    if cfg.backbone == "qwen3vl":
+        vision_up, deep_up = _qwen3vl_vision_ops(g, cfg)
+    else:
+        vision_up, deep_up = _vit_ops(g, cfg), []
 
     # ---- optional series encoders (conv1 k=3, conv2 k=3 stride 2, linear per token)
     def series(block: str, t_len: int, c_in: int, n_tok: int) -> bool:
@@ -124,11 +118,17 @@ def ops(cfg: ModelConfig) -> List[Op]:
     for i in range(cfg.llm_layers):
         b = f"llm.layers.{i}"
         tr = is_trainable(f"{b}.x", cfg)
-        qkv_up = g.weight(b, "llm", mm(S, C, hq * d) + 2 * mm(S, C, hkv * d), up, tr)
+        # a trainable layer's input RMSNorm weight needs the q/k/v input gradient even with nothing upstream
+        qkv_up = g.weight(b, "llm", mm(S, C, hq * d) + 2 * mm(S, C, hkv * d), up or tr, tr)
         att_up = g.attention(b, "llm", 2 * hq * mm(S, d, S), qkv_up)
         up = g.weight(b, "llm", mm(S, hq * d, C), att_up, tr)
         up = g.weight(b, "llm", 2 * mm(S, C, fl), up, tr)                          # gate, up
         up = g.weight(b, "llm", mm(S, fl, C), up, tr)                              # down
+        if i < len(deep_up) and i < cfg.llm_layers - 1:                            # deepstack added after layer i
+            up = up or deep_up[i]
+    if cfg.gr00t_head:
+        _gr00t_head_ops(g, cfg, S)
+        return g.ops
     # vl_norm (trainable affine) precedes vl_proj, so its input needs a gradient regardless.
     ctx_up = g.weight("action_head.vl_proj", "action", mm(S, C, cfg.dit_width), True, True)
 
@@ -154,6 +154,78 @@ def ops(cfg: ModelConfig) -> List[Op]:
     g.weight("action_head.proj_out", "action", mm(H, w, hid), True, True)
     g.mlp("embodiment.action_decoder", "embodiment", [mm(H, hid, hid), mm(H, hid, A)], True, True)
     return g.ops
+
+
+def _vit_ops(g: Graph, cfg: ModelConfig) -> bool:
+    """n16's ViT + connector, or N1.6's SigLIP-2 + mlp1 ("eagle"); returns `up` of the image tokens."""
+    V, P, T, w, f = cfg.num_views, cfg.patches_per_view, cfg.tokens_per_view, cfg.vit_width, cfg.vit_ffn
+    tv = cfg.tune_visual
+    up = g.weight("vision.patch_embed", "vision", V * mm(P, 3 * cfg.patch_size ** 2, w), False, tv)
+    for i in range(cfg.vit_layers):
+        b = f"vision.blocks.{i}"
+        qkv_up = g.weight(b, "vision", V * mm(P, w, 3 * w), up, tv)
+        att_up = g.attention(b, "vision", V * 2 * mm(P, w, P), qkv_up)           # scores + values
+        up = g.weight(b, "vision", V * mm(P, w, w), att_up, tv)                   # o
+        up = g.mlp(b, "vision", [V * mm(P, w, f), V * mm(P, f, w)], up, tv)
+    C, s2 = cfg.llm_width, cfg.pixel_shuffle ** 2
+    if cfg.backbone == "eagle":  # mlp1 belongs to vision and trains with it (its LayerNorm affine too)
+        return g.mlp("vision.mlp1", "vision", [V * mm(T, s2 * w, C), V * mm(T, C, C)], up or tv, tv)
+    # The connector's LayerNorm has a trainable affine, so fc1's input needs a gradient.
+    return g.mlp("connector", "vision", [V * mm(T, s2 * w, C), V * mm(T, C, C)], True, True)
+
+
+def _qwen3vl_vision_ops(g: Graph, cfg: ModelConfig):
+    """N1.7's Qwen3-VL ViT: patch convolution (one frame, the summed temporal weight), blocks, the
+    merger and the deepstack mergers. Returns (`up` of the merged tokens, [`up` of each deepstack
+    feature]); a deepstack feature the LM never adds (after its last layer) gets no backward."""
+    V, P, T, w, f = cfg.num_views, cfg.patches_per_view, cfg.tokens_per_view, cfg.vit_width, cfg.vit_ffn
+    tv, C, m4 = cfg.tune_visual, cfg.llm_width, cfg.vit_width * cfg.pixel_shuffle ** 2
+    deep = [int(x) for x in cfg.deepstack_layers.split(",") if x.strip()]
+    up = g.weight("vision.patch_embed", "vision", V * mm(P, 3 * cfg.patch_size ** 2, w), False, tv)
+    deep_up = []
+    for i in range(cfg.vit_layers):
+        b = f"vision.blocks.{i}"
+        qkv_up = g.weight(b, "vision", V * mm(P, w, 3 * w), up, tv)
+        att_up = g.attention(b, "vision", V * 2 * mm(P, w, P), qkv_up)
+        up = g.weight(b, "vision", V * mm(P, w, w), att_up, tv)                   # proj
+        up = g.mlp(b, "vision", [V * mm(P, w, f), V * mm(P, f, w)], up, tv)
+        if i in deep:
+            j = len(deep_up)
+            used = j < cfg.llm_layers - 1
+            deep_up.append(g.mlp(f"vision.deepstack_mergers.{j}", "vision", [V * mm(T, m4, m4), V * mm(T, m4, C)],
+                                 (up or tv) and used, tv and used))
+    return g.mlp("vision.merger", "vision", [V * mm(T, m4, m4), V * mm(T, m4, C)], up or tv, tv), deep_up
+
+
+def _gr00t_head_ops(g: Graph, cfg: ModelConfig, S: int) -> None:
+    """The upstream-exact head of model/gr00t_head.py over S VL tokens (every op trains)."""
+    h = head_config_for(cfg)
+    H, A, Ds = cfg.action_horizon, cfg.max_action_dim, cfg.max_state_dim
+    C, w, hid, N = h.backbone_width, h.dit_width, h.hidden_size, 1 + cfg.action_horizon
+    # vl_self_attention: vlln's trainable affine precedes it, so its input needs a gradient regardless.
+    for i in range(h.vl_layers):
+        b = f"action_head.vl_self_attention.{i}"
+        g.weight(b, "action", 3 * mm(S, C, C), True, True)                     # q, k, v
+        g.attention(b, "action", 2 * mm(S, C, S), True)                         # scores + values
+        g.mlp(b, "action", [mm(S, C, C), mm(S, C, 4 * C), mm(S, 4 * C, C)], True, True)  # o, FF
+    temb_up = g.mlp("action_head.timestep_encoder", "action",
+                    [mm(1, h.timestep_dim, w), mm(1, w, w)], False, True)
+    g.mlp("embodiment.state_encoder", "embodiment", [mm(1, Ds, hid), mm(1, hid, w)], False, True)
+    g.mlp("embodiment.action_encoder", "embodiment", [mm(H, A, w), mm(H, 2 * w, w), mm(H, w, w)], False, True)
+    for i in range(h.dit_layers):
+        b = f"action_head.blocks.{i}"
+        g.weight(b, "action", mm(1, w, 2 * w), temb_up, True)                  # AdaLN before attention only
+        if i % 2 == 0:   # cross-attention: q on N tokens, k/v from the backbone width on all S tokens
+            g.weight(b, "action", mm(N, w, w), True, True)
+            g.weight(b, "action", 2 * mm(S, C, w), True, True)
+            g.attention(b, "action", 2 * mm(N, w, S), True)
+        else:
+            g.weight(b, "action", 3 * mm(N, w, w), True, True)
+            g.attention(b, "action", 2 * mm(N, w, N), True)
+        g.mlp(b, "action", [mm(N, w, w), mm(N, w, 4 * w), mm(N, 4 * w, w)], True, True)  # o, FF
+    g.weight("action_head.proj_out", "action", mm(1, w, 2 * w), temb_up, True)
+    g.weight("action_head.proj_out", "action", mm(N, w, hid), True, True)      # every token, as upstream
+    g.mlp("embodiment.action_decoder", "embodiment", [mm(N, hid, hid), mm(N, hid, A)], True, True)
 
 
 def batch_shape(cfg: ModelConfig) -> Dict[str, int]:

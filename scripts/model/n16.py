@@ -572,7 +572,8 @@ def is_trainable(name: str, cfg: ModelConfig) -> bool:
     - vision.*: tune_visual;
     - llm.embed_tokens: tune_llm;
     - llm.layers.i: tune_llm or i >= llm_layers - tune_top_llm_layers;
-    - llm.norm (final norm): tune_llm or tune_top_llm_layers > 0;
+    - llm.norm (final norm): tune_llm, or tune_top_llm_layers > 0 on the n16 backbone (the exact
+      GR00T backbones train it only with tune_llm, as upstream does);
     - everything else (connector, action head, embodiment MLPs, imu/audio): always."""
     parts = name.split(".")
     if parts[0] == "vision":
@@ -582,8 +583,8 @@ def is_trainable(name: str, cfg: ModelConfig) -> bool:
             return True
         if parts[1] == "layers":
             return int(parts[2]) >= cfg.llm_layers - cfg.tune_top_llm_layers
-        if parts[1] == "norm":
-            return cfg.tune_top_llm_layers > 0
+        if parts[1] == "norm":  # upstream GR00T freezes the whole LM, its final norm included
+            return cfg.tune_top_llm_layers > 0 and cfg.backbone == "n16"
         return False
     return True
 
@@ -593,12 +594,17 @@ def apply_freezing(model: nn.Module, cfg: ModelConfig) -> None:
         p.requires_grad_(is_trainable(name, cfg))
 
 
-def build_model(cfg: ModelConfig, device: Optional[torch.device] = None) -> N16Model:
-    """N16Model with freezing applied; device=torch.device("meta") builds without memory."""
+def build_model(cfg: ModelConfig, device: Optional[torch.device] = None) -> nn.Module:
+    """N16Model (or, when cfg.gr00t_head is set, model/gr00t.py's model for cfg.backbone: same children names,
+    batch and result) with freezing applied; device=torch.device("meta") builds without memory."""
+    cls = N16Model
+    if cfg.gr00t_head:
+        from .gr00t import gr00t_model_class  # gr00t.py imports this module
+        cls = gr00t_model_class(cfg)
     if device is None:
-        model = N16Model(cfg)
+        model = cls(cfg)
     else:
         with device:
-            model = N16Model(cfg)
+            model = cls(cfg)
     apply_freezing(model, cfg)
     return model

@@ -21,9 +21,22 @@ Special ids: PAD = 0, BOS = 1, EOS = 2, UNK = 3 (reserved; this algorithm never
 emits it). Word ids lie in [4, 8192), so they fit every config's vocabulary.
 
 Golden pairs (max_len 8) are pinned in test/model/test_tokenizer.py.
+
+The word hash is the default of the small configs (n16-tiny's demo and its
+CPU parity tests). A checkpoint's own Hugging Face `tokenizer.json` is used
+instead through `HFTokenizer` (the `tokenizers` library): the dataset
+converter takes it with `--tokenizer PATH` and stores its ids, and the export
+takes the same option and records which tokenizer the model was built for.
+`record()` of either is the identity both sides write (kind, file, sha256,
+vocab_size); the trainer refuses a dataset whose record's kind differs from
+the model's, or whose tokenizer.json has another sha256 (Note [Tokenizer
+match] in src/data/batch.cpp; the word hash is this fixed algorithm, so its
+records match by kind and its sha256, of this file, is informational).
 """
 
-from typing import List, Tuple
+import hashlib
+from pathlib import Path
+from typing import Dict, List, Tuple
 
 TOKENIZER_VOCAB = 8192
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
@@ -71,3 +84,65 @@ def encode(text: str, max_len: int) -> Tuple[List[int], int]:
     seq = [BOS] + ids + [EOS]
     length = len(seq)
     return seq + [PAD] * (max_len - length), length
+
+
+# ---------------------------------------------------------------------------
+# Which tokenizer: the word hash above, or a Hugging Face tokenizer.json
+
+WORD_HASH = "word_hash"
+HF_TOKENIZER_JSON = "hf_tokenizer_json"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def word_hash_record() -> Dict:
+    """The identity of the word hash: this file's SHA-256 (the algorithm is this file)."""
+    return {"kind": WORD_HASH, "file": "scripts/model/tokenizer.py", "sha256": _sha256(Path(__file__)),
+            "vocab_size": TOKENIZER_VOCAB, "pad_id": PAD, "bos_id": BOS, "eos_id": EOS}
+
+
+class HFTokenizer:
+    """A Hugging Face `tokenizer.json` through the `tokenizers` library.
+
+    encode(text, max_len) -> (ids padded with 0 to max_len, length): the ids of
+    `Tokenizer.encode(text)` (its post-processor's special tokens included, if it
+    adds any), the first max_len of them when longer. The pad value 0 is never
+    read: text_mask marks the real ids."""
+
+    def __init__(self, path):
+        try:
+            from tokenizers import Tokenizer
+        except ImportError as e:
+            raise RuntimeError(f"reading {path} needs the `tokenizers` package ({e}); "
+                               "pip install -r scripts/requirements.txt") from e
+        self.path = Path(path)
+        try:
+            self.tok = Tokenizer.from_file(str(self.path))
+        except Exception as e:  # tokenizers raises a bare Exception for unreadable files
+            raise ValueError(f"{self.path}: not a Hugging Face tokenizer.json ({e}); pass the tokenizer.json "
+                             "file of the checkpoint (not tokenizer_config.json or a folder)") from e
+        self.tok.no_truncation()
+        self.tok.no_padding()
+
+    def record(self) -> Dict:
+        return {"kind": HF_TOKENIZER_JSON, "file": str(self.path.resolve()), "sha256": _sha256(self.path),
+                "vocab_size": self.tok.get_vocab_size(with_added_tokens=True)}
+
+    def full_length(self, text: str) -> int:
+        return len(self.tok.encode(text).ids)
+
+    def encode(self, text: str, max_len: int) -> Tuple[List[int], int]:
+        if max_len < 1:
+            raise ValueError(f"tokenizer max_len={max_len}: must be >= 1")
+        ids = self.tok.encode(text).ids[:max_len]
+        return ids + [0] * (max_len - len(ids)), len(ids)
+
+
+def load(path=None):
+    """-> (encode(text, max_len), record): the word hash when path is None, else HFTokenizer(path)."""
+    if path is None:
+        return encode, word_hash_record()
+    t = HFTokenizer(path)
+    return t.encode, t.record()

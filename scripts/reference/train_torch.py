@@ -13,9 +13,13 @@ Contract
   (defaults are defined once, in C++). Relative paths in it are taken from the
   current directory, as loongforge-train takes them.
 - The model is the exported TorchScript file `model.path`: its
-  loongforge/config.json builds the EAGER `model.n16.N16Model`, the scripted
-  module's state_dict is loaded into it (names must match exactly) and
-  requires_grad comes from loongforge/params.json `trainable`. No dropout exists.
+  loongforge/config.json builds the EAGER model (`model.n16.build_model`:
+  N16Model, or Gr00tModel for gr00t-* configs), the scripted module's
+  state_dict is loaded into it (names must match exactly) and requires_grad
+  comes from loongforge/params.json `trainable`. n16-* models have no dropout;
+  gr00t-* models have dropout in training unless exported with
+  gr00t_dropout=0 and gr00t_state_dropout=0, and its masks are not the ones
+  loongforge-train draws (docs/models.md s3).
 - `--mode parity` (default): one process, fp32 (TF32 off on CUDA), on
   `run.device`; micro-batches from `SampleBuilder.micro_batch` in the exact
   order, and the optimizer step of docs/training-semantics.md section 5

@@ -9,6 +9,9 @@
 
 #include <chrono>   // std::chrono::steady_clock
 #include <cstdio>   // std::snprintf
+#include <fstream>  // std::ifstream
+#include <functional>  // std::function
+#include <thread>   // std::this_thread
 
 #include "io.hpp"
 #include "loongforge/checkpoint/checkpoint.hpp"
@@ -110,7 +113,93 @@ void publish(const std::string& parent, const std::string& tmp, const std::strin
 
 }  // namespace
 
+// Note [Peer files]
+// With a sharded optimizer every rank holds state that rank 0 does not. Rank
+// r > 0 writes its files into `<parent>/.<name>.peers/` (a name that
+// list_checkpoints never takes): each file to a temporary, fsynced, renamed
+// to `<rel with / as __>`, then a sidecar `<that>.json` with its size and
+// SHA-256 (or the error that stopped it) the same way, so a sidecar means a
+// complete file. Rank 0's write, before its manifest, waits for every
+// sidecar it expects, renames the files into its temporary directory (same
+// file system) and lists them; then it publishes as usual and removes the
+// staging directory. A rank that failed, or a sidecar that does not come
+// within peer_timeout_s, fails rank 0's write (reported like a full disk;
+// earlier checkpoints stay). Staging directories left by a crash are removed
+// by recover_interrupted_writes() at the next start, before any rank writes.
+
+namespace {
+
+std::string peer_dir(const std::string& parent, const std::string& name) { return parent + "/." + name + ".peers"; }
+
+std::string peer_name(const std::string& rel) {
+  std::string s = rel;
+  for (size_t i = 0; (i = s.find('/', i)) != std::string::npos;) s.replace(i, 1, "__");
+  return s;
+}
+
+WriteResult write_peer_files(const std::string& parent, const Snapshot& snapshot) {
+  const auto t0 = std::chrono::steady_clock::now();
+  WriteResult r;
+  r.step = snapshot.manifest.step;
+  const std::string dir = peer_dir(parent, snapshot.name);
+  for (const auto& [rel, tensors] : snapshot.tensor_files) {
+    const std::string final_path = dir + "/" + peer_name(rel);
+    const std::string tmp = final_path + ".tmp-" + std::to_string(::getpid());
+    nlohmann::json side;
+    try {
+      make_dirs(dir);
+      uint64_t bytes = 0;
+      const std::string sha = write_safetensors(tmp, tensors, {}, &bytes);
+      rename_path(tmp, final_path);
+      side = {{"bytes", bytes}, {"sha256", sha}};
+      r.bytes += bytes;
+    } catch (const std::exception& e) {
+      side = {{"error", e.what()}};
+      r.error = e.what();
+    }
+    try {
+      detail::write_text_synced(final_path + ".json.tmp", side.dump() + "\n");
+      rename_path(final_path + ".json.tmp", final_path + ".json");
+      fsync_directory(dir);
+    } catch (const std::exception& e) {
+      if (r.error.empty()) r.error = e.what();
+    }
+  }
+  r.path = dir;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+// Waits for the peers' files of `snapshot` and moves them into `tmp`.
+void collect_peer_files(const std::string& parent, const Snapshot& snapshot, const std::string& tmp,
+                        const std::function<void(const std::string&, uint64_t, std::string)>& record) {
+  const std::string dir = peer_dir(parent, snapshot.name);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(snapshot.peer_timeout_s);
+  for (const auto& rel : snapshot.peer_files) {
+    const std::string staged = dir + "/" + peer_name(rel);
+    while (!path_exists(staged + ".json")) {
+      if (std::chrono::steady_clock::now() > deadline)
+        throw CheckpointError(staged + ": another rank's file did not arrive within " +
+                              std::to_string(static_cast<int64_t>(snapshot.peer_timeout_s)) +
+                              " s (did that rank fail or lag? its log says why)");
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    std::ifstream in(staged + ".json");
+    nlohmann::json side;
+    in >> side;
+    if (side.contains("error"))
+      throw CheckpointError(staged + ": the rank writing it failed: " + side.at("error").get<std::string>());
+    const auto slash = rel.rfind('/');
+    if (slash != std::string::npos) make_dirs(tmp + "/" + rel.substr(0, slash));
+    rename_path(staged, tmp + "/" + rel);
+    record(rel, side.at("bytes").get<uint64_t>(), side.at("sha256").get<std::string>());
+  }
+}
+
+}  // namespace
+
 WriteResult write_checkpoint_dir(const std::string& parent, const Snapshot& snapshot) {
+  if (snapshot.peer) return write_peer_files(parent, snapshot);
   const auto t0 = std::chrono::steady_clock::now();
   WriteResult r;
   r.path = parent + "/" + snapshot.name;
@@ -159,6 +248,7 @@ WriteResult write_checkpoint_dir(const std::string& parent, const Snapshot& snap
       if (slash != std::string::npos) make_dirs(tmp + "/" + rel.substr(0, slash));
       record(rel, text.size(), detail::write_text_synced(tmp + "/" + rel, text));
     }
+    if (!snapshot.peer_files.empty()) collect_peer_files(parent, snapshot, tmp, record);
     // The manifest is written last: a directory with a valid manifest is complete.
     detail::test_delay();
     detail::write_text_synced(tmp + "/" + kManifest, manifest.to_json().dump(2) + "\n");
@@ -166,6 +256,13 @@ WriteResult write_checkpoint_dir(const std::string& parent, const Snapshot& snap
       if (rel.find('/') != std::string::npos) fsync_directory(tmp + "/" + rel.substr(0, rel.rfind('/')));
     fsync_directory(tmp);
     publish(parent, tmp, r.path);
+    if (!snapshot.peer_files.empty()) {
+      try {
+        remove_tree(peer_dir(parent, snapshot.name));
+      } catch (const std::exception&) {
+        // best effort: removed at the next start
+      }
+    }
   } catch (const std::exception& e) {
     r.error = e.what();
     try {
@@ -177,9 +274,9 @@ WriteResult write_checkpoint_dir(const std::string& parent, const Snapshot& snap
   return r;
 }
 
-Writer::Writer(std::string dir, int64_t keep_last, bool async)
-    : dir_(std::move(dir)), keep_last_(keep_last), async_(async) {
-  recover_interrupted_writes(dir_);
+Writer::Writer(std::string dir, int64_t keep_last, bool async, bool leader)
+    : dir_(std::move(dir)), keep_last_(keep_last), async_(async), leader_(leader) {
+  if (leader_) recover_interrupted_writes(dir_);
   if (async_) thread_ = std::thread([this] { loop(); });
 }
 
@@ -192,6 +289,12 @@ void recover_interrupted_writes(const std::string& parent) {
     const std::string name = e->d_name;
     if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
       if (detail::step_of(name.substr(0, name.size() - suffix.size())) >= 0) replaced.push_back(parent + "/" + name);
+      continue;
+    }
+    const std::string peers = ".peers";  // Note [Peer files]: nobody writes before the leader's start
+    if (name.size() > peers.size() && name[0] == '.' &&
+        name.compare(name.size() - peers.size(), peers.size(), peers) == 0) {
+      stale.push_back(parent + "/" + name);
       continue;
     }
     const auto at = name.rfind(".tmp-");
@@ -234,7 +337,7 @@ Writer::~Writer() {
 }
 
 void Writer::finish(WriteResult r) {
-  if (r.error.empty()) {
+  if (r.error.empty() && leader_) {
     // keep_last: drop the oldest complete checkpoints (never the new one).
     const auto all = list_checkpoints(dir_);
     for (size_t i = static_cast<size_t>(keep_last_); i < all.size(); ++i) {

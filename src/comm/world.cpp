@@ -1,20 +1,16 @@
 // Ranks, rendezvous and the plain gradient all-reduce (world.hpp).
 #include "loongforge/comm/world.hpp"
 
+#include <netdb.h>  // getaddrinfo
+
 #include <chrono>   // std::chrono
 #include <cstdlib>  // std::getenv, std::strtoll
 
-#include <ATen/ATen.h>  // at::cat, at::empty
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#if LOONGFORGE_WITH_GLOO
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>  // needs gloo's headers (Debian libgloo-dev)
-using ProcessGroup = c10d::ProcessGroupGloo;
-#else
+#include <ATen/ATen.h>  // at::empty
 #include <torch/csrc/distributed/c10d/Backend.hpp>
-using ProcessGroup = c10d::Backend;
-#endif
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "backends.hpp"
 #include "loongforge/common/error.hpp"
 #include "loongforge/common/log.hpp"
 
@@ -39,41 +35,103 @@ bool env_int(const char* name, int64_t& out) {
 
 WorldInfo world_from_env() {
   WorldInfo w;
+  int64_t unused = 0;
   if (env_int("WORLD_SIZE", w.world_size)) {
     w.source = "torchrun environment";
     if (!env_int("RANK", w.rank) && w.world_size > 1) throw ConfigError("WORLD_SIZE is set but RANK is not (set both, as torchrun does)");
     env_int("LOCAL_RANK", w.local_rank);
   } else if (env_int("SLURM_NTASKS", w.world_size)) {
     w.source = "Slurm environment";
-    env_int("SLURM_PROCID", w.rank);
+    if (!env_int("SLURM_PROCID", w.rank) && w.world_size > 1)
+      throw ConfigError("SLURM_NTASKS is set but SLURM_PROCID is not (start the ranks with srun, which sets both)");
     env_int("SLURM_LOCALID", w.local_rank);
+  } else if (env_int("RANK", unused)) {
+    throw ConfigError("RANK is set but WORLD_SIZE is not (set both, as torchrun does, or neither for one process)");
   }
   if (w.world_size < 1) throw ConfigError("world size 0 (WORLD_SIZE/SLURM_NTASKS must be >= 1)");
   if (w.rank >= w.world_size)
     throw ConfigError("rank " + std::to_string(w.rank) + " is not below the world size " + std::to_string(w.world_size) +
                       " (" + w.source + ")");
+  // torchrun numbers ranks node by node, so a local rank never exceeds the
+  // global one (Slurm's distributions may interleave nodes: not checked there).
+  if (w.source == "torchrun environment" && w.local_rank > w.rank)
+    throw ConfigError("LOCAL_RANK=" + std::to_string(w.local_rank) + " is above RANK=" + std::to_string(w.rank) +
+                      " (torchrun environment): local ranks count from 0 on each node and never exceed the global "
+                      "rank; check the launcher");
+  int64_t local_world = 0;
+  if (env_int("LOCAL_WORLD_SIZE", local_world) && w.source == "torchrun environment" &&
+      (w.local_rank >= local_world || local_world > w.world_size))
+    throw ConfigError("LOCAL_WORLD_SIZE=" + std::to_string(local_world) + " does not fit LOCAL_RANK=" +
+                      std::to_string(w.local_rank) + " and WORLD_SIZE=" + std::to_string(w.world_size) +
+                      " (LOCAL_RANK < LOCAL_WORLD_SIZE <= WORLD_SIZE)");
   if (const char* a = std::getenv("MASTER_ADDR"); a && *a) w.master_addr = a;
   if (!env_int("MASTER_PORT", w.master_port) && w.world_size > 1)
     throw ConfigError("MASTER_PORT is not set: every rank needs MASTER_ADDR and MASTER_PORT of rank 0's rendezvous store");
   if (w.master_port < 1 || w.master_port > 65535) throw ConfigError("MASTER_PORT=" + std::to_string(w.master_port) + " is not a TCP port");
+  if (w.world_size > 1) {
+    // An unresolvable address would otherwise surface as a rendezvous timeout minutes later.
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    const int rc = getaddrinfo(w.master_addr.c_str(), nullptr, &hints, &res);
+    if (res) freeaddrinfo(res);
+    if (rc != 0)
+      throw ConfigError("MASTER_ADDR='" + w.master_addr + "' does not resolve (" + gai_strerror(rc) +
+                        "): set it to rank 0's host name or IP address");
+  }
   return w;
 }
 
 // ---------------------------------------------------------------------------
 // World
 
+const char* backend_name(Backend b) { return b == Backend::Nccl ? "nccl" : "gloo"; }
+
+bool backend_built(Backend b) {
+  return b == Backend::Nccl ? LOONGFORGE_WITH_NCCL != 0 : LOONGFORGE_WITH_GLOO != 0;
+}
+
+void Pending::wait() {
+  if (!work_) return;
+  auto* w = static_cast<c10::intrusive_ptr<c10d::Work>*>(work_.get());
+  try {
+    (*w)->wait();
+  } catch (const std::exception& e) {
+    work_.reset();
+    throw CommError("rank " + std::to_string(rank_) + ": " + what_ + " failed (a peer died or hung?): " + e.what());
+  }
+  work_.reset();
+}
+
+#if LOONGFORGE_WITH_GLOO  // used by the Gloo device choice only
+namespace {
+std::shared_ptr<void> hold(c10::intrusive_ptr<c10d::Work> w) {
+  return std::shared_ptr<void>(new c10::intrusive_ptr<c10d::Work>(std::move(w)),
+                               [](void* p) { delete static_cast<c10::intrusive_ptr<c10d::Work>*>(p); });
+}
+}  // namespace
+#endif
+
 struct World::Impl {
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<ProcessGroup> pg;
+  c10::intrusive_ptr<c10d::Backend> pg;
 };
 
 World::World(WorldInfo info) : info_(std::move(info)), impl_(std::make_unique<Impl>()) {}
 World::~World() = default;
 
-std::unique_ptr<World> World::connect(const WorldInfo& info, int64_t timeout_ms) {
+std::unique_ptr<World> World::connect(const WorldInfo& info, int64_t timeout_ms, Backend backend, c10::Device device) {
   std::unique_ptr<World> w(new World(info));
+  w->backend_ = backend;
+  w->device_ = backend == Backend::Gloo ? c10::Device(c10::kCPU) : device;
   const auto timeout = std::chrono::milliseconds(timeout_ms);
   const std::string where = info.master_addr + ":" + std::to_string(info.master_port);
+  // Fail before waiting minutes for peers when the backend is not in this binary.
+  if (!backend_built(backend)) {
+    std::string unused;
+    if (backend == Backend::Gloo) detail::open_gloo(nullptr, info, timeout, &unused);
+    detail::open_nccl(nullptr, info, timeout, device, &unused);
+  }
   try {
     c10d::TCPStoreOptions so;
     so.port = static_cast<uint16_t>(info.master_port);
@@ -87,23 +145,11 @@ std::unique_ptr<World> World::connect(const WorldInfo& info, int64_t timeout_ms)
                     " (check MASTER_ADDR/MASTER_PORT, that the port is free on rank 0, and that all " +
                     std::to_string(info.world_size) + " ranks started)");
   }
-#if !LOONGFORGE_WITH_GLOO
-  throw CommError("this build has no Gloo (its headers, Debian/Ubuntu package libgloo-dev, were missing at build "
-                  "time): multi-rank training is unavailable; install libgloo-dev and rebuild, or run one process");
-#endif
-  try {
-#if LOONGFORGE_WITH_GLOO
-    auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
-    opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("gloo", w->impl_->store);
-    w->impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, static_cast<int>(info.rank),
-                                                               static_cast<int>(info.world_size), opts);
-#endif
-  } catch (const std::exception& e) {
-    throw CommError("rank " + std::to_string(info.rank) + ": opening the Gloo process group failed: " + e.what());
-  }
+  std::string on;
+  w->impl_->pg = backend == Backend::Gloo ? detail::open_gloo(w->impl_->store, info, timeout, &on)
+                                          : detail::open_nccl(w->impl_->store, info, timeout, device, &on);
   LF_LOG(logger("comm"), info) << "rank " << info.rank << " of " << info.world_size << " joined (" << info.source
-                               << ", rendezvous " << where << ", Gloo)";
+                               << ", rendezvous " << where << ", " << on << ")";
   return w;
 }
 
@@ -114,6 +160,33 @@ void World::allreduce_sum(std::vector<at::Tensor>& tensors) {
     impl_->pg->allreduce(tensors)->wait();
   } catch (const std::exception& e) {
     throw CommError("rank " + std::to_string(info_.rank) + ": all-reduce failed (a peer died or hung?): " + e.what());
+  }
+}
+
+Pending World::allreduce_sum_async(at::Tensor tensor) {
+  std::vector<at::Tensor> t = {std::move(tensor)};
+  try {
+    return Pending(hold(impl_->pg->allreduce(t)), "all-reduce", info_.rank);
+  } catch (const std::exception& e) {
+    throw CommError("rank " + std::to_string(info_.rank) + ": all-reduce failed: " + e.what());
+  }
+}
+
+Pending World::reduce_scatter_sum_async(at::Tensor output, std::vector<at::Tensor> inputs) {
+  std::vector<at::Tensor> out = {std::move(output)};
+  std::vector<std::vector<at::Tensor>> in = {std::move(inputs)};
+  try {
+    return Pending(hold(impl_->pg->reduce_scatter(out, in)), "reduce-scatter", info_.rank);
+  } catch (const std::exception& e) {
+    throw CommError("rank " + std::to_string(info_.rank) + ": reduce-scatter failed: " + e.what());
+  }
+}
+
+Pending World::all_gather_async(at::Tensor output, at::Tensor input) {
+  try {
+    return Pending(hold(impl_->pg->_allgather_base(output, input)), "all-gather", info_.rank);
+  } catch (const std::exception& e) {
+    throw CommError("rank " + std::to_string(info_.rank) + ": all-gather failed: " + e.what());
   }
 }
 

@@ -2,11 +2,14 @@
 // (docs/training-semantics.md sections 1-4, implemented line by line).
 #include "loongforge/data/batch.hpp"
 
-#include <algorithm>  // std::upper_bound, std::min
+#include <algorithm>  // std::upper_bound, std::min, std::find
 #include <chrono>     // std::chrono::steady_clock
+#include <cmath>      // std::fabs
+#include <cstdio>     // std::snprintf
 
 #include <ATen/ATen.h>  // at::adaptive_avg_pool2d, at::rand, at::randn
 
+#include "loongforge/common/log.hpp"
 #include "loongforge/data/video.hpp"
 
 namespace loongforge::data {
@@ -106,7 +109,37 @@ inline float normalize(float x, double a, double b, bool mean_std) {
   if (d < 1e-8) return 0.0f;
   return static_cast<float>(((2.0 * (static_cast<double>(x) - a)) / d) - 1.0);
 }
+// Note [Tokenizer match]
+// The token ids in the dataset index rows of the model's text embedding, so they
+// must come from the tokenizer the model was exported for: the same kind and,
+// for a Hugging Face tokenizer.json, the same SHA-256 of that file. The word
+// hash is one fixed algorithm (pinned by test/model/test_tokenizer.py's golden
+// ids), so its records match by kind alone and editing tokenizer.py's comments
+// does not invalidate converted datasets. An export without the record predates
+// it and was built for the word hash.
+void check_tokenizer_match(const Dataset& ds, const SampleOptions& opt) {
+  const TokenizerInfo& d = ds.tokenizer();
+  const TokenizerInfo& m = opt.model_tokenizer;
+  const std::string where = ds.dir() + "/loongforge_dataset.json";
+  auto describe = [](const TokenizerInfo& t) {
+    return t.kind + " '" + t.file + "' (sha256 " + t.sha256.substr(0, 16) + "...)";
+  };
+  if (m.kind.empty()) {
+    if (d.kind == "word_hash") return;
+    throw DataError(where + ": task texts were tokenized with " + describe(d) + " but the model " + opt.model_path +
+                    " records no tokenizer (it was exported for the word hash); re-export the model with "
+                    "`scripts/model/export.py ... --tokenizer " + d.file + "`");
+  }
+  if (m.kind == d.kind && (m.kind == "word_hash" || m.sha256 == d.sha256)) return;
+  const std::string fix_data = m.kind == "word_hash" ? std::string("without --tokenizer") : "with --tokenizer " + m.file;
+  const std::string fix_model = d.kind == "word_hash" ? std::string("without --tokenizer") : "with --tokenizer " + d.file;
+  throw DataError(where + ": tokenizer mismatch: task texts were tokenized with " + describe(d) + " but the model " +
+                  opt.model_path + " was exported for " + describe(m) +
+                  "; re-convert the dataset (scripts/convert_lerobot.py SRC DST " + fix_data +
+                  ") or re-export the model (scripts/model/export.py " + fix_model + ")");
+}
 }  // namespace
+
 
 BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
     : ds_(dataset),
@@ -145,9 +178,21 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
     if (cam.modality_name.empty()) continue;
     const int col = ds_.column_by_name("video_frame:" + cam.key);
     if (col < 0) throw DataError(ds_.dir() + ": no video_frame column for camera '" + cam.key + "'");
+    const int pts_col = ds_.column_by_name("video_pts:" + cam.key);
+    if (pts_col < 0) throw DataError(ds_.dir() + ": no video_pts column for camera '" + cam.key + "'");
     cameras_.push_back(cam.id);
     frame_cols_.push_back(col);
+    pts_cols_.push_back(pts_col);
   }
+  timestamp_col_ = ds_.column_by_role("timestamp");
+  if (!cameras_.empty() && timestamp_col_ < 0)
+    throw DataError(ds_.dir() + ": the dataset has cameras but no timestamp column; re-run scripts/convert_lerobot.py");
+  if (timestamp_col_ >= 0 && ds_.columns()[timestamp_col_].dtype != DType::Float64 &&
+      ds_.columns()[timestamp_col_].dtype != DType::Float32)
+    throw DataError(ds_.dir() + ": the timestamp column is not float32 or float64; re-run scripts/convert_lerobot.py");
+  if (opt_.on_bad_video != "error" && opt_.on_bad_video != "skip")
+    throw DataError("data.on_bad_video is '" + opt_.on_bad_video + "'; expected error or skip");
+  check_tokenizer_match(ds_, opt_);
   if (static_cast<int64_t>(cameras_.size()) != opt_.num_views)
     throw DataError(ds_.dir() + ": the dataset has " + std::to_string(cameras_.size()) +
                     " camera(s) used by modality.json but the model expects num_views = " +
@@ -161,17 +206,68 @@ BatchBuilder::Location BatchBuilder::locate(int64_t sample_id) const {
   return {e, sample_id - episode_start_[e]};
 }
 
-const at::Tensor& BatchBuilder::frames(size_t episode, int camera) {
+// Note [Bad videos]
+// A video that fails a check of Note [Checked video] (src/data/video.cpp), or
+// whose frame timestamps do not match its rows' timestamps, is bad. With
+// data.on_bad_video = error (the default) the builder throws a DataError
+// naming the shard, episode, camera, video file, frame and cause; the trainer
+// then writes a checkpoint of the last good step and stops. With skip, the
+// video is remembered as bad (one warning with its cause, counted in
+// DataStats::videos_bad, never decoded again by this builder) and every
+// sample that needs it keeps its slot in the micro-batch with zero images and
+// an all-zero action mask: it adds nothing to the loss or the gradients
+// (their weights count valid elements only, training-semantics s5), each one
+// is logged and counted (DataStats::samples_skipped), and no other sample
+// takes its place, so the order of every other sample stays the pure
+// function of docs/training-semantics.md s2.
+
+const at::Tensor* BatchBuilder::frames(size_t episode, int camera, std::string* cause) {
   const int64_t key = static_cast<int64_t>(episode) * 1024 + camera;
+  if (auto bad = bad_.find(key); bad != bad_.end()) {
+    *cause = bad->second;
+    return nullptr;
+  }
   auto hit = cache_.find(key);
   if (hit != cache_.end()) {
     lru_.remove(key);
     lru_.push_front(key);
-    return hit->second;
+    return &hit->second;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string& path = ds_.episodes()[episode].video_paths.at(camera);
-  RgbFrames rgb = decode_video_rgb(path);
+  const EpisodeInfo& ep = ds_.episodes()[episode];
+  const std::string& path = ep.video_paths.at(camera);
+  const VideoInfo& info = ep.videos.at(camera);
+  const CameraInfo& cam = ds_.cameras().at(camera);
+  VideoCheck check;
+  check.bytes = info.bytes;
+  check.sha256 = info.sha256;
+  check.frame_count = info.frame_count;
+  check.width = cam.width;
+  check.height = cam.height;
+  const size_t v = static_cast<size_t>(std::find(cameras_.begin(), cameras_.end(), camera) - cameras_.begin());
+  const ArrayView pts = ds_.array(episode, pts_cols_.at(v));
+  if (pts.rows != info.frame_count)
+    throw DataError(ds_.dir() + "/" + ep.shard_file + ": episode " + std::to_string(ep.index) + ": video_pts:" +
+                    cam.key + " has " + std::to_string(pts.rows) + " rows but loongforge_dataset.json records " +
+                    std::to_string(info.frame_count) + " frames; re-run scripts/convert_lerobot.py");
+  check.pts_s = pts.as<double>();
+  RgbFrames rgb;
+  try {
+    rgb = decode_video_checked(path, check);
+  } catch (const BadVideoError& e) {
+    const std::string where = "shard " + ep.shard_file + ", episode " + std::to_string(ep.index) + ", camera '" +
+                              cam.key + "', video " + e.path() +
+                              (e.frame() >= 0 ? ", frame " + std::to_string(e.frame()) : std::string()) + ": " +
+                              e.cause();
+    if (opt_.on_bad_video == "error")
+      throw DataError("bad video (data.on_bad_video=error): " + where +
+                      "; or set data.on_bad_video=skip to train without its samples");
+    bad_[key] = where;
+    stats_.videos_bad += 1;
+    LF_LOG(logger("data"), warn) << "bad video, its samples are skipped (data.on_bad_video=skip): " << where;
+    *cause = where;
+    return nullptr;
+  }
   const int64_t S = opt_.image_size;
   const auto u8 = at::from_blob(rgb.pixels.data(), {rgb.count, rgb.height, rgb.width, 3}, at::kByte);
   at::Tensor out = at::empty({rgb.count, 3, S, S}, at::kFloat);
@@ -195,7 +291,7 @@ const at::Tensor& BatchBuilder::frames(size_t episode, int camera) {
     cache_bytes_ -= cache_[old].numel() * 4;
     cache_.erase(old);
   }
-  return cache_[key];
+  return &cache_[key];
 }
 
 void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb) {
@@ -203,6 +299,47 @@ void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb) {
   const Location loc = locate(sample_id);
   const EpisodeInfo& ep = ds_.episodes()[loc.episode];
   const int64_t t = loc.row, L = ep.length, H = opt_.action_horizon;
+
+  // The frames first: a sample whose video is bad is skipped (Note [Bad videos]).
+  std::string skip_cause;
+  for (size_t v = 0; v < cameras_.size() && skip_cause.empty(); ++v) {
+    const int64_t f = ds_.array(loc.episode, frame_cols_[v]).as<int64_t>()[t];
+    const at::Tensor* fr = frames(loc.episode, cameras_[v], &skip_cause);
+    if (fr == nullptr) break;
+    const VideoInfo& info = ep.videos[cameras_[v]];
+    if (f < 0 || f >= fr->size(0))
+      throw DataError(ds_.dir() + "/" + ep.shard_file + ": episode " + std::to_string(ep.index) + " row " +
+                      std::to_string(t) + " needs frame " + std::to_string(f) + " of " + ep.video_paths[cameras_[v]] +
+                      " but the video has " + std::to_string(fr->size(0)) + " frames; re-run scripts/convert_lerobot.py");
+    // The frame's timestamp (decoded, checked equal to video_pts) against the row's.
+    const ArrayView stamps = ds_.array(loc.episode, timestamp_col_);  // float64, or float32 when the parquet had that
+    const double ts = (stamps.dtype == DType::Float32 ? static_cast<double>(stamps.as<float>()[t])
+                                                      : stamps.as<double>()[t]) -
+                      info.timestamp_offset_s;
+    const double pts = ds_.array(loc.episode, pts_cols_[v]).as<double>()[f];
+    if (!(std::fabs(ts - pts) < ds_.alignment_tolerance_s() + 1e-6)) {
+      char what[512];
+      std::snprintf(what, sizeof(what),
+                    "shard %s, episode %lld, camera '%s', video %s, frame %lld: row %lld's timestamp %.6f s "
+                    "(offset-corrected) is %.6f s from the frame's %.6f s, more than the %.6f s tolerance",
+                    ep.shard_file.c_str(), static_cast<long long>(ep.index), ds_.cameras()[cameras_[v]].key.c_str(),
+                    ep.video_paths[cameras_[v]].c_str(), static_cast<long long>(f), static_cast<long long>(t), ts,
+                    ts - pts, pts, ds_.alignment_tolerance_s());
+      if (opt_.on_bad_video == "error")
+        throw DataError(std::string("bad video (data.on_bad_video=error): ") + what +
+                        "; re-run scripts/convert_lerobot.py on the source dataset, or set data.on_bad_video=skip "
+                        "to train without its samples");
+      skip_cause = what;
+      break;
+    }
+    b["images"][slot][static_cast<int64_t>(v)].copy_((*fr)[f]);  // now: a later decode may evict fr
+  }
+  const bool skipped = !skip_cause.empty();
+  if (skipped) {
+    stats_.samples_skipped += 1;
+    LF_LOG(logger("data"), info) << "sample " << sample_id << " (episode " << ep.index << ", row " << t
+                                 << ") skipped, its action mask zeroed: " << skip_cause;
+  }
 
   const ArrayView state = ds_.array(loc.episode, state_col_);
   float* s_out = b["state"][slot].data_ptr<float>();
@@ -213,7 +350,7 @@ void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb) {
   float* a_out = b["actions"][slot].data_ptr<float>();
   float* m_out = b["action_mask"][slot].data_ptr<float>();
   const int64_t A = opt_.max_action_dim;
-  for (int64_t k = 0; k < H && t + k < L; ++k) {
+  for (int64_t k = 0; k < H && t + k < L && !skipped; ++k) {
     for (int64_t j = 0; j < action.width; ++j) {
       a_out[k * A + j] = normalize(action.as<float>()[(t + k) * action.width + j], action_a_[j], action_b_[j],
                                    mean_std_);
@@ -237,15 +374,7 @@ void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb) {
     mb.text_tokens += 1;
   }
 
-  for (size_t v = 0; v < cameras_.size(); ++v) {
-    const int64_t f = ds_.array(loc.episode, frame_cols_[v]).as<int64_t>()[t];
-    const at::Tensor& fr = frames(loc.episode, cameras_[v]);
-    if (f < 0 || f >= fr.size(0))
-      throw DataError(ep.video_paths[cameras_[v]] + ": row " + std::to_string(t) + " needs frame " +
-                      std::to_string(f) + " but the video decodes to " + std::to_string(fr.size(0)) +
-                      " frames (truncated video?)");
-    b["images"][slot][static_cast<int64_t>(v)].copy_(fr[f]);
-  }
+  if (skipped) b["images"][slot].zero_();
   b["embodiment_id"][slot].fill_(opt_.embodiment_id);
 }
 

@@ -127,6 +127,7 @@ Dataset Dataset::open(const std::string& dir) {
       throw DataError(json_path + ": format " + j.at("format").dump() + " version " + j.at("format_version").dump() +
                       " is not loongforge-dataset version 1; re-convert with this build's scripts/convert_lerobot.py");
     ds.fps_ = j.at("fps").get<double>();
+    ds.tolerance_s_ = j.at("alignment").at("tolerance_s").get<double>();
     for (const auto& c : j.at("columns")) {
       ColumnInfo ci;
       ci.id = c.at("column_id").get<int>();
@@ -162,19 +163,39 @@ Dataset Dataset::open(const std::string& dir) {
       s.min = get("min"), s.max = get("max"), s.mean = get("mean"), s.std = get("std");
       ds.stats_[kv.key()] = s;
     }
+    {
+      // A dataset converted before "kind" was recorded used the word hash.
+      const auto& t = j.at("tokenizer");
+      ds.tokenizer_.kind = t.value("kind", std::string("word_hash"));
+      ds.tokenizer_.sha256 = t.value("sha256", std::string());
+      ds.tokenizer_.file = t.value("file", t.value("module", std::string()));
+    }
     for (const auto& e : j.at("episodes")) {
       EpisodeInfo ei;
       ei.index = e.at("episode_index").get<int64_t>();
       ei.length = e.at("length").get<int64_t>();
       ei.shard_id = e.at("shard_id").get<int>();
+      ei.shard_file = e.at("shard").get<std::string>();
       ei.record_offset = e.at("record_offset").get<uint64_t>();
       ei.record_bytes = e.at("record_bytes").get<uint64_t>();
       ei.record_crc32 = e.at("record_crc32").get<uint32_t>();
       ei.video_paths.assign(ds.cameras_.size(), "");
+      ei.videos.assign(ds.cameras_.size(), VideoInfo{});
       for (const auto& v : e.at("videos")) {
         const int cam = v.at("camera_id").get<int>();
-        if (cam >= 0 && cam < static_cast<int>(ei.video_paths.size()))
-          ei.video_paths[cam] = dir + "/" + v.at("file").get<std::string>();
+        if (cam < 0 || cam >= static_cast<int>(ei.video_paths.size())) continue;
+        VideoInfo& vi = ei.videos[cam];
+        vi.file = v.at("file").get<std::string>();
+        if (!v.contains("sha256"))
+          throw DataError(json_path + ": episode " + std::to_string(ei.index) + " video '" + vi.file +
+                          "' has no sha256: the dataset was converted by an older scripts/convert_lerobot.py, "
+                          "before video sizes and hashes were recorded; re-run scripts/convert_lerobot.py "
+                          "SRC " + dir + " --overwrite");
+        vi.bytes = v.at("bytes").get<uint64_t>();
+        vi.sha256 = v.at("sha256").get<std::string>();
+        vi.frame_count = v.at("frame_count").get<int64_t>();
+        vi.timestamp_offset_s = v.at("timestamp_offset_s").get<double>();
+        ei.video_paths[cam] = dir + "/" + vi.file;
       }
       ds.total_rows_ += ei.length;
       ds.episodes_.push_back(std::move(ei));

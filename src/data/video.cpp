@@ -1,18 +1,48 @@
-// FFmpeg decode of a whole video to RGB frames. The only file of the data
-// room that includes FFmpeg headers.
+// FFmpeg decode of a whole video to RGB frames, with the checks of
+// Note [Checked video]. The only file of the data room that includes FFmpeg
+// headers.
+//
+// Note [Checked video]
+// A training sample must never show a frame other than the one its row
+// names, and a damaged video must never train silently. FFmpeg's decoders
+// conceal errors by default (a damaged macroblock is patched from its
+// neighbours and the frame is output as if nothing happened), so:
+//  - before decoding, the file's size and SHA-256 must equal the dataset
+//    index's (catches flipped bytes and a video swapped for another one);
+//  - decoding runs with err_recognition = CRCCHECK | BITSTREAM | BUFFER |
+//    EXPLODE (the decoder returns an error instead of concealing) and with
+//    AV_CODEC_FLAG_OUTPUT_CORRUPT (h264 would otherwise drop frames it cannot
+//    reconstruct, silently shifting every later frame); a frame that still
+//    comes out with decode_error_flags or AV_FRAME_FLAG_CORRUPT is an error;
+//  - the resolution must equal the dataset's cameras[] entry;
+//  - frame i's pts * time_base must equal the shard's video_pts[i] (the
+//    converter computed it the same way from ffprobe's frames), and the
+//    decoded frame count must equal the index's frame_count.
+// The index checks run first, so the decoder-level checks only see files the
+// converter accepted: they catch a source video that was already damaged
+// (or an index edited by hand). The batch builder applies data.on_bad_video.
 #include "loongforge/data/video.hpp"
 
 #include <algorithm>  // std::clamp
+#include <cmath>      // std::fabs
+#include <cstdarg>    // va_list
+#include <cstdio>     // std::snprintf
+#include <cstring>    // std::memcpy
+#include <fstream>    // std::ifstream
 #include <memory>     // std::unique_ptr
+#include <mutex>      // std::once_flag
 
 extern "C" {
 #include <libavcodec/avcodec.h>    // AVCodecContext, avcodec_send_packet
 #include <libavformat/avformat.h>  // AVFormatContext, av_read_frame
+#include <libavformat/avio.h>      // avio_alloc_context
 #include <libavutil/imgutils.h>    // av_image_fill_arrays
+#include <libavutil/log.h>         // av_log_set_callback, av_log_format_line2
 #include <libswscale/swscale.h>    // sws_scale
 }
 
-#include "loongforge/common/error.hpp"
+#include "loongforge/common/log.hpp"
+#include "loongforge/common/sha256.hpp"
 
 namespace loongforge::data {
 
@@ -39,6 +69,67 @@ struct PacketFree {
 struct SwsFree {
   void operator()(SwsContext* s) const { sws_freeContext(s); }
 };
+struct AvioFree {
+  void operator()(AVIOContext* c) const {
+    av_freep(&c->buffer);
+    avio_context_free(&c);
+  }
+};
+
+// A file already read into memory, served to libavformat through custom I/O.
+struct MemoryFile {
+  const uint8_t* data = nullptr;
+  int64_t size = 0, pos = 0;
+};
+
+int memory_read(void* opaque, uint8_t* buf, int n) {
+  auto* m = static_cast<MemoryFile*>(opaque);
+  const int64_t left = m->size - m->pos;
+  if (left <= 0) return AVERROR_EOF;
+  const int take = static_cast<int>(std::min<int64_t>(n, left));
+  std::memcpy(buf, m->data + m->pos, static_cast<size_t>(take));
+  m->pos += take;
+  return take;
+}
+
+int64_t memory_seek(void* opaque, int64_t offset, int whence) {
+  auto* m = static_cast<MemoryFile*>(opaque);
+  if (whence & AVSEEK_SIZE) return m->size;
+  int64_t to = offset;
+  switch (whence & ~AVSEEK_FORCE) {
+    case SEEK_SET: to = offset; break;
+    case SEEK_CUR: to = m->pos + offset; break;
+    case SEEK_END: to = m->size + offset; break;
+    default: return AVERROR(EINVAL);
+  }
+  if (to < 0 || to > m->size) return AVERROR(EINVAL);
+  m->pos = to;
+  return to;
+}
+
+// FFmpeg's log lines on the "data" logger: its errors and warnings at error
+// and warn; its info and verbose lines (a decoder's version banner each time
+// one opens, concealment statistics) at debug, since the checks of Note
+// [Checked video] report what matters with the file and frame; its debug and
+// trace lines at trace. av_log may hand over a line in pieces; each thread
+// assembles its own.
+void ffmpeg_log(void* avcl, int level, const char* fmt, va_list vl) {
+  if (level > av_log_get_level()) return;
+  thread_local std::string pending;
+  thread_local int print_prefix = 1;
+  char piece[1024];
+  av_log_format_line2(avcl, level, fmt, vl, piece, sizeof(piece), &print_prefix);
+  pending += piece;
+  if (pending.empty() || pending.back() != '\n') return;
+  while (!pending.empty() && (pending.back() == '\n' || pending.back() == '\r')) pending.pop_back();
+  const LogLevel ours = level <= AV_LOG_ERROR     ? LogLevel::error
+                        : level <= AV_LOG_WARNING ? LogLevel::warn
+                        : level <= AV_LOG_VERBOSE ? LogLevel::debug
+                                                  : LogLevel::trace;
+  const Logger& log = logger("data");
+  if (!pending.empty() && log.enabled(ours)) log.write(ours, "ffmpeg: " + pending);
+  pending.clear();
+}
 
 inline uint8_t clamp_u8(int v) { return static_cast<uint8_t>(std::clamp(v, 0, 255)); }
 
@@ -60,28 +151,81 @@ void yuv420p_to_rgb(const uint8_t* y, int y_stride, const uint8_t* u, int u_stri
   }
 }
 
-RgbFrames decode_video_rgb(const std::string& path, int64_t max_frames) {
-  auto fail = [&](const std::string& what) { return DataError(path + ": " + what); };
-  AVFormatContext* raw_fmt = nullptr;
-  int rc = avformat_open_input(&raw_fmt, path.c_str(), nullptr, nullptr);
-  if (rc < 0) throw fail("cannot open video (" + av_error(rc) + "); check the dataset's videos/ folder");
+BadVideoError::BadVideoError(std::string path, int64_t frame, std::string cause)
+    : DataError(path + (frame >= 0 ? ": frame " + std::to_string(frame) : std::string()) + ": " + cause),
+      path_(std::move(path)),
+      frame_(frame),
+      cause_(std::move(cause)) {}
+
+void install_ffmpeg_log() {
+  static std::once_flag once;
+  std::call_once(once, [] { av_log_set_callback(ffmpeg_log); });
+  // FFmpeg formats only what the "data" logger prints now (its level can change).
+  const Logger& log = logger("data");
+  av_log_set_level(log.enabled(LogLevel::trace)   ? AV_LOG_TRACE
+                   : log.enabled(LogLevel::debug) ? AV_LOG_VERBOSE
+                                                  : AV_LOG_WARNING);
+}
+
+namespace {
+
+// The decode shared by both entry points. `memory` (may be null: read the
+// file by path) holds the whole file; `check` (may be null) the index's facts.
+RgbFrames decode(const std::string& path, const MemoryFile* memory, const VideoCheck* check, int64_t max_frames) {
+  install_ffmpeg_log();
+  auto fail = [&](int64_t frame, const std::string& what) { return BadVideoError(path, frame, what); };
+  MemoryFile reader;
+  std::unique_ptr<AVIOContext, AvioFree> avio;
+  AVFormatContext* raw_fmt = avformat_alloc_context();
+  if (raw_fmt == nullptr) throw fail(-1, "out of memory allocating a demuxer");
+  raw_fmt->error_recognition = AV_EF_EXPLODE;
+  if (memory != nullptr) {
+    reader = *memory;
+    constexpr int kIoBytes = 1 << 16;
+    auto* buf = static_cast<uint8_t*>(av_malloc(kIoBytes));
+    avio.reset(buf ? avio_alloc_context(buf, kIoBytes, 0, &reader, memory_read, nullptr, memory_seek) : nullptr);
+    if (!avio) {
+      av_free(buf);
+      avformat_free_context(raw_fmt);
+      throw fail(-1, "out of memory allocating the reader");
+    }
+    raw_fmt->pb = avio.get();
+    raw_fmt->flags |= AVFMT_FLAG_CUSTOM_IO;
+  }
+  int rc = avformat_open_input(&raw_fmt, path.c_str(), nullptr, nullptr);  // frees raw_fmt on failure
+  if (rc < 0) throw fail(-1, "cannot open video (" + av_error(rc) + "); check the dataset's videos/ folder");
   std::unique_ptr<AVFormatContext, FormatCloser> fmt(raw_fmt);
   if ((rc = avformat_find_stream_info(fmt.get(), nullptr)) < 0)
-    throw fail("cannot read stream info (" + av_error(rc) + "): truncated or not a video file?");
+    throw fail(-1, "cannot read stream info (" + av_error(rc) + "): truncated or not a video file?");
   const AVCodec* codec = nullptr;
   const int stream = av_find_best_stream(fmt.get(), AVMEDIA_TYPE_VIDEO, -1, -1, &codec, 0);
-  if (stream < 0) throw fail("has no video stream");
+  if (stream < 0) throw fail(-1, "has no video stream");
+  const AVStream* st = fmt->streams[stream];
   if (codec == nullptr)
-    throw fail("no decoder for codec '" + std::string(avcodec_get_name(fmt->streams[stream]->codecpar->codec_id)) +
-               "' in this FFmpeg build");
+    throw fail(-1, "no decoder for codec '" + std::string(avcodec_get_name(st->codecpar->codec_id)) +
+                       "' in this FFmpeg build");
   std::unique_ptr<AVCodecContext, CodecCloser> dec(avcodec_alloc_context3(codec));
-  avcodec_parameters_to_context(dec.get(), fmt->streams[stream]->codecpar);
+  avcodec_parameters_to_context(dec.get(), st->codecpar);
   dec->thread_count = 1;  // callers parallelize across videos
-  if ((rc = avcodec_open2(dec.get(), codec, nullptr)) < 0) throw fail("cannot open decoder (" + av_error(rc) + ")");
+  // Note [Checked video]: errors instead of concealment, and no silent drops.
+  dec->err_recognition = AV_EF_CRCCHECK | AV_EF_BITSTREAM | AV_EF_BUFFER | AV_EF_EXPLODE;
+  dec->flags |= AV_CODEC_FLAG_OUTPUT_CORRUPT;
+  if ((rc = avcodec_open2(dec.get(), codec, nullptr)) < 0) throw fail(-1, "cannot open decoder (" + av_error(rc) + ")");
 
   RgbFrames out;
   out.width = dec->width;
   out.height = dec->height;
+  out.codec = avcodec_get_name(st->codecpar->codec_id);
+  out.decoder = codec->name;
+  auto check_size = [&](int64_t frame, int64_t w, int64_t h) {
+    if (check != nullptr && (w != check->width || h != check->height))
+      throw fail(frame, "video is " + std::to_string(w) + "x" + std::to_string(h) +
+                            " (width x height) but the dataset's cameras[] entry says " +
+                            std::to_string(check->width) + "x" + std::to_string(check->height) +
+                            "; the file is not the one converted: re-run scripts/convert_lerobot.py");
+  };
+  check_size(-1, out.width, out.height);
+  const double time_base = static_cast<double>(st->time_base.num) / static_cast<double>(st->time_base.den);
   const size_t frame_bytes = static_cast<size_t>(out.width * out.height * 3);
   std::unique_ptr<AVFrame, FrameFree> frame(av_frame_alloc());
   std::unique_ptr<AVPacket, PacketFree> packet(av_packet_alloc());
@@ -89,10 +233,36 @@ RgbFrames decode_video_rgb(const std::string& path, int64_t max_frames) {
 
   auto take = [&](AVFrame* f) {
     if (max_frames >= 0 && out.count >= max_frames) return;
-    if (f->width != out.width || f->height != out.height)
-      throw fail("frame " + std::to_string(out.count) + " changes size mid-stream");
+    const int64_t i = out.count;
+    if (f->decode_error_flags != 0 || (f->flags & AV_FRAME_FLAG_CORRUPT) != 0) {
+      char flags[96];
+      std::snprintf(flags, sizeof(flags), "decode_error_flags 0x%x%s", static_cast<unsigned>(f->decode_error_flags),
+                    (f->flags & AV_FRAME_FLAG_CORRUPT) != 0 ? ", AV_FRAME_FLAG_CORRUPT" : "");
+      throw fail(i, std::string("the decoder marked the frame damaged (") + flags +
+                        "): the bitstream is corrupt; re-copy or re-encode the video, then re-run "
+                        "scripts/convert_lerobot.py");
+    }
+    check_size(i, f->width, f->height);
+    if (f->width != out.width || f->height != out.height) throw fail(i, "the frame size changes mid-stream");
+    const int64_t pts = f->pts != AV_NOPTS_VALUE ? f->pts : f->best_effort_timestamp;
+    if (pts == AV_NOPTS_VALUE) throw fail(i, "the decoded frame has no timestamp");
+    const double pts_s = static_cast<double>(pts) * time_base;
+    if (check != nullptr) {
+      if (i >= check->frame_count)
+        throw fail(i, "the video has more frames than the " + std::to_string(check->frame_count) +
+                          " the dataset index records; the file is not the one converted: re-run "
+                          "scripts/convert_lerobot.py");
+      if (check->pts_s != nullptr && !(std::fabs(pts_s - check->pts_s[i]) <= check->pts_tolerance_s)) {
+        char what[256];
+        std::snprintf(what, sizeof(what),
+                      "decoded timestamp %.6f s differs from the %.6f s the shard's video_pts records for this "
+                      "frame; the file is not the one converted: re-run scripts/convert_lerobot.py",
+                      pts_s, check->pts_s[i]);
+        throw fail(i, what);
+      }
+    }
     out.pixels.resize(out.pixels.size() + frame_bytes);
-    uint8_t* dst = out.pixels.data() + out.count * frame_bytes;
+    uint8_t* dst = out.pixels.data() + i * frame_bytes;
     if (f->format == AV_PIX_FMT_YUV420P) {
       yuv420p_to_rgb(f->data[0], f->linesize[0], f->data[1], f->linesize[1], f->data[2], f->linesize[2], out.width,
                      out.height, dst);
@@ -101,11 +271,12 @@ RgbFrames decode_video_rgb(const std::string& path, int64_t max_frames) {
       if (!sws)
         sws.reset(sws_getContext(f->width, f->height, static_cast<AVPixelFormat>(f->format), f->width, f->height,
                                  AV_PIX_FMT_RGB24, SWS_BILINEAR | SWS_ACCURATE_RND, nullptr, nullptr, nullptr));
-      if (!sws) throw fail("cannot convert pixel format " + std::to_string(f->format) + " to RGB");
+      if (!sws) throw fail(i, "cannot convert pixel format " + std::to_string(f->format) + " to RGB");
       uint8_t* planes[4] = {dst, nullptr, nullptr, nullptr};
       int strides[4] = {static_cast<int>(out.width * 3), 0, 0, 0};
       sws_scale(sws.get(), f->data, f->linesize, 0, f->height, planes, strides);
     }
+    out.pts_s.push_back(pts_s);
     ++out.count;
   };
   auto drain = [&]() {
@@ -114,23 +285,63 @@ RgbFrames decode_video_rgb(const std::string& path, int64_t max_frames) {
       av_frame_unref(frame.get());
     }
     if (rc != AVERROR(EAGAIN) && rc != AVERROR_EOF)
-      throw fail("decode error after frame " + std::to_string(out.count) + " (" + av_error(rc) + ")");
+      throw fail(out.count, "decoder error after " + std::to_string(out.count) + " good frame(s) (" + av_error(rc) +
+                                "): the bitstream is corrupt; re-copy or re-encode the video");
   };
   while ((rc = av_read_frame(fmt.get(), packet.get())) >= 0) {
     if (packet->stream_index == stream) {
+      if ((packet->flags & AV_PKT_FLAG_CORRUPT) != 0)
+        throw fail(out.count, "the demuxer marked a packet corrupt after " + std::to_string(out.count) +
+                                  " good frame(s)");
       const int sent = avcodec_send_packet(dec.get(), packet.get());
       av_packet_unref(packet.get());
-      if (sent < 0) throw fail("corrupt packet after frame " + std::to_string(out.count) + " (" + av_error(sent) + ")");
+      if (sent < 0)
+        throw fail(out.count, "decoder error after " + std::to_string(out.count) + " good frame(s) (" +
+                                  av_error(sent) + "): the bitstream is corrupt; re-copy or re-encode the video");
       drain();
       if (max_frames >= 0 && out.count >= max_frames) return out;
     } else {
       av_packet_unref(packet.get());
     }
   }
-  if (rc != AVERROR_EOF) throw fail("read error after frame " + std::to_string(out.count) + " (" + av_error(rc) + ")");
+  if (rc != AVERROR_EOF)
+    throw fail(out.count, "read error after " + std::to_string(out.count) + " frame(s) (" + av_error(rc) + ")");
   avcodec_send_packet(dec.get(), nullptr);  // flush delayed frames
   drain();
+  if (check != nullptr && out.count != check->frame_count)
+    throw fail(out.count, "decoded " + std::to_string(out.count) + " frames but the dataset index records " +
+                              std::to_string(check->frame_count) +
+                              "; the file is truncated or not the one converted: re-run scripts/convert_lerobot.py");
   return out;
+}
+
+}  // namespace
+
+RgbFrames decode_video_rgb(const std::string& path, int64_t max_frames) {
+  return decode(path, nullptr, nullptr, max_frames);
+}
+
+RgbFrames decode_video_checked(const std::string& path, const VideoCheck& check) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw BadVideoError(path, -1, "cannot open the video file; check the dataset's videos/ folder");
+  const auto size = static_cast<int64_t>(in.tellg());
+  if (size < 0 || static_cast<uint64_t>(size) != check.bytes)
+    throw BadVideoError(path, -1, "the file has " + std::to_string(size) + " bytes but the dataset index records " +
+                                      std::to_string(check.bytes) +
+                                      " (replaced or truncated); re-run scripts/convert_lerobot.py");
+  std::string bytes(static_cast<size_t>(size), '\0');
+  in.seekg(0);
+  if (!in.read(bytes.data(), size)) throw BadVideoError(path, -1, "read error");
+  const std::string digest = sha256_hex(bytes);
+  if (digest != check.sha256)
+    throw BadVideoError(path, -1, "SHA-256 " + digest.substr(0, 16) + "... differs from the dataset index's " +
+                                      check.sha256.substr(0, 16) +
+                                      "... (the file was modified or swapped after conversion); restore it or "
+                                      "re-run scripts/convert_lerobot.py");
+  MemoryFile memory;
+  memory.data = reinterpret_cast<const uint8_t*>(bytes.data());
+  memory.size = size;
+  return decode(path, &memory, &check, -1);
 }
 
 }  // namespace loongforge::data

@@ -1,5 +1,6 @@
 // Loading the exported TorchScript model, checking its metadata, running it.
 // Everything that touches torch::jit lives in this file.
+#include "loongforge/common/sha256.hpp"
 #include "loongforge/model/model.hpp"
 
 #include <fstream>  // std::ifstream
@@ -90,6 +91,8 @@ Model Model::load(const std::string& path, c10::Device device) {
   ModelInfo info;
   info.path = path;
   info.config = parse_json(extra["loongforge/config.json"], path, "config.json");
+  info.architecture_hash =
+      sha256_hex(extra["loongforge/config.json"] + std::string(1, '\0') + extra["loongforge/params.json"]);
   info.batch_spec = parse_json(extra["loongforge/batch_spec.json"], path, "batch_spec.json");
   const auto flops = parse_json(extra["loongforge/flops.json"], path, "flops.json");
   const auto counts = parse_json(extra["loongforge/counts.json"], path, "counts.json");

@@ -101,6 +101,10 @@ ControlPlane::ControlPlane(const config::Config& cfg, Identity id, std::unique_p
                            const std::vector<Engine>& engines)
     : id_(std::move(id)), bus_(std::move(bus)) {
   status_ = {{"phase", "starting"}};
+  // Every rank applies cluster-wide engine verbs, with or without a socket.
+  for (const Engine& e : engines)
+    for (const EngineVerb& v : e.verbs)
+      if (v.cluster) cluster_verbs_[v.name] = &v;
   if (!cfg.control.enable) return;
   control::ServerOptions so;
   so.socket_path = cfg.control.socket;
@@ -136,9 +140,12 @@ void admit(const Engine& e, const EngineVerb& v, const json& args) {
     throw control::VerbError(code::kEngineOff, v.name + " needs the " + e.title +
                                                    " engine, which is not in this build yet (it arrives with " +
                                                    e.arrives_with + "); training runs on the plain path");
-  if (!e.enabled || !v.run)
+  if (!e.enabled)
     throw control::VerbError(code::kEngineOff, v.name + " needs the " + e.title + " engine, which is off in this run (" +
                                                    e.name + ".enable=false)");
+  if (!v.run)
+    throw control::VerbError(code::kEngineOff, v.name + " is not in this build yet: the " + e.title +
+                                                   " engine is, without this verb");
 }
 }  // namespace
 
@@ -147,7 +154,7 @@ void ControlPlane::register_verbs(const std::vector<Engine>& engines) {
     std::lock_guard<std::mutex> lock(status_mu_);
     json s = status_;
     s["pid"] = static_cast<int64_t>(::getpid());
-    s["socket"] = socket_path_;
+    s["socket"] = server_->path();  // set before the server listens (socket_path_ is assigned after start())
     const control::ServerStats st = server_->stats();
     s["control"] = {{"connections", st.connections},
                     {"requests", st.requests},
@@ -205,6 +212,12 @@ void ControlPlane::register_verbs(const std::vector<Engine>& engines) {
           admit(e, v, args);
           return v.run(args);
         });
+      } else if (v.cluster) {
+        // Checked here, applied by every rank at the same step (Note [Cluster-wide verbs]).
+        server_->on_task(v.name, [this, &e, &v, cluster_verb](const json& args, control::Reply reply) {
+          admit(e, v, args);
+          cluster_verb(v.name)(args, reply);
+        });
       } else {
         server_->on_task(v.name, [&e, &v](const json& args, control::Reply reply) {
           admit(e, v, args);
@@ -218,7 +231,7 @@ void ControlPlane::register_verbs(const std::vector<Engine>& engines) {
 // ---------------------------------------------------------------------------
 // Step boundaries
 
-ControlPlane::Actions ControlPlane::step_boundary(int64_t steps_done, bool stop_signal) {
+ControlPlane::Actions ControlPlane::step_boundary(int64_t steps_done, bool stop_signal, bool requeue_signal) {
   Actions a;
   steps_done_ = steps_done;
   if (stop_signal && !stop_published_) {  // published once, applied like `loongforge stop`
@@ -227,6 +240,7 @@ ControlPlane::Actions ControlPlane::step_boundary(int64_t steps_done, bool stop_
     c.verb = "stop";
     c.origin_rank = id_.rank;
     c.token = 0;  // nobody waits for an answer
+    if (requeue_signal) c.args["requeue"] = true;
     bus_->publish(c, steps_done);
   }
   if (server_) server_->drain();
@@ -256,7 +270,17 @@ ControlPlane::Actions ControlPlane::step_boundary(int64_t steps_done, bool stop_
       if (mine) checkpoint_waiters_.emplace(steps_done, *mine);
     } else if (it->verb == "stop") {
       a.stop = true;
+      a.requeue = a.requeue || it->args.value("requeue", false);
       if (mine) stop_waiters_.push_back(*mine);
+    } else if (auto v = cluster_verbs_.find(it->verb); v != cluster_verbs_.end()) {
+      try {
+        json result = v->second->run(it->args);
+        result["applied_at_step"] = steps_done;
+        if (mine) mine->ok(result);
+      } catch (const std::exception& e) {
+        LF_LOG(logger("control"), warn) << it->verb << " failed at step " << steps_done << ": " << e.what();
+        if (mine) mine->error(code::kFailed, e.what());
+      }
     }
     LF_LOG(logger("control"), info) << it->verb << " (from rank " << it->origin_rank << ") applied at step "
                                     << steps_done;

@@ -6,8 +6,8 @@
 //    (unless control.enable=false). Read-only verbs (status) are answered on
 //    the control thread from the snapshot the trainer publishes after each
 //    step; everything else runs on the trainer thread in step_boundary().
-//  - Cluster-wide verbs (checkpoint-now, stop; switch-strategy and hot-rejoin
-//    once GCTS lands) are published on a CommandBus with the step at which
+//  - Cluster-wide verbs (checkpoint-now, stop, and engine verbs marked
+//    `cluster` such as GCTS's switch-strategy) are published on a CommandBus with the step at which
 //    every rank applies them (Note [Cluster-wide verbs]); the rank that
 //    received the request answers once the action is done on it.
 //  - Engine verbs come from the engines' records (common/engine.hpp): their
@@ -100,6 +100,7 @@ class ControlPlane final : public PhaseRecorder {
   struct Actions {
     bool checkpoint = false;  // write a checkpoint now (checkpoint-now)
     bool stop = false;        // checkpoint, then exit 0 (stop)
+    bool requeue = false;     // the stop came from SIGUSR1: exit kExitRequeue when steps remain
   };
 
   // `engines` must outlive the ControlPlane (their verbs are served from it).
@@ -114,9 +115,10 @@ class ControlPlane final : public PhaseRecorder {
 
   // At each step boundary (steps_done optimizer steps finished): runs queued
   // requests, reads the bus, returns what falls due now. stop_signal: a
-  // SIGTERM/SIGINT was seen; the first one is published on the bus like
-  // `loongforge stop`, so every rank stops at the same step.
-  Actions step_boundary(int64_t steps_done, bool stop_signal);
+  // SIGTERM/SIGINT/SIGUSR1 was seen; the first one is published on the bus
+  // like `loongforge stop` (with requeue=true for SIGUSR1: requeue_signal),
+  // so every rank stops at the same step and exits with the same status.
+  Actions step_boundary(int64_t steps_done, bool stop_signal, bool requeue_signal = false);
 
   // Checkpoint bookkeeping: checkpoint-now answers when its write ends.
   void checkpoint_finished(int64_t step, const std::string& path, const std::string& error, double seconds,
@@ -156,6 +158,7 @@ class ControlPlane final : public PhaseRecorder {
   std::map<uint64_t, control::Reply> origin_waiters_;          // token -> reply, until applied
   std::multimap<int64_t, control::Reply> checkpoint_waiters_;  // step -> reply, until written
   std::vector<control::Reply> stop_waiters_;
+  std::map<std::string, const EngineVerb*> cluster_verbs_;  // engine verbs applied through the bus
   struct Profile {
     control::Reply reply;
     double duration_s = 1;

@@ -39,7 +39,9 @@ std::vector<std::pair<std::string, double>> scalars_of(const StepRecord& r) {
           {"perf/data_wait_ms", r.data_wait_ms},
           {"perf/exposed_comm_ms", r.exposed_comm_ms},
           {"memory/peak_mem_mb", r.peak_mem_mb},
-          {"checkpoint/checkpoint_stall_ms", r.checkpoint_stall_ms}};
+          {"checkpoint/checkpoint_stall_ms", r.checkpoint_stall_ms},
+          {"data/samples_skipped", r.samples_skipped},
+          {"data/videos_bad", r.videos_bad}};
 }
 
 Progress::Progress(std::string mode, int64_t interval_steps, int64_t total_steps, const std::string& metrics_path,

@@ -1,6 +1,7 @@
 // Snapshots of the training state and resuming from them (state.hpp).
 #include "loongforge/trainer/state.hpp"
 
+#include <cstdio>   // std::snprintf
 #include <cstdlib>  // std::malloc
 #include <fstream>  // std::ifstream
 #include <mutex>    // std::lock_guard
@@ -24,6 +25,12 @@ namespace loongforge::trainer {
 namespace {
 
 constexpr const char* kOptimizerFile = "optimizer/rank_00000.safetensors";
+
+std::string optimizer_file(int64_t rank) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "optimizer/rank_%05lld.safetensors", static_cast<long long>(rank));
+  return buf;
+}
 
 // Keys that change the numbers of a run; everything else (paths, names,
 // logging, checkpoint cadence, threads) may change across a resume. The
@@ -219,6 +226,36 @@ checkpoint::Snapshot make_snapshot(const config::Config& cfg, const model::Model
   return s;
 }
 
+std::vector<std::string> peer_optimizer_files(int64_t world_size) {
+  std::vector<std::string> out;
+  for (int64_t r = 1; r < world_size; ++r) out.push_back(optimizer_file(r));
+  return out;
+}
+
+checkpoint::Snapshot make_peer_snapshot(const Optimizer& optimizer, const TrainerPosition& pos, int64_t rank,
+                                        SnapshotBuffers& buf) {
+  at::NoGradGuard no_grad;
+  checkpoint::Snapshot s;
+  s.name = "epoch_" + std::to_string(pos.epoch) + "_step_" + std::to_string(pos.step);
+  s.peer = true;
+  s.manifest.step = pos.step;
+  const auto state = optimizer.state_tensors();
+  buf.optimizer.resize(state.size());
+  checkpoint::NamedTensors opt_state;
+  bool cuda = false;
+  for (size_t i = 0; i < state.size(); ++i) {
+    copy_to_host(buf.optimizer[i], state[i].second);
+    cuda = cuda || state[i].second.is_cuda();
+    opt_state.emplace_back(state[i].first, buf.optimizer[i]);
+  }
+#if LOONGFORGE_WITH_CUDA_KERNELS
+  if (cuda) torch::cuda::synchronize();
+#endif
+  (void)cuda;
+  s.tensor_files[optimizer_file(rank)] = std::move(opt_state);
+  return s;
+}
+
 // ---------------------------------------------------------------------------
 // Resume
 
@@ -285,6 +322,68 @@ int64_t check_resume(const std::string& dir, const config::Config& cfg, int64_t 
   return k;
 }
 
+// Note [Re-sharding]: a checkpoint's optimizer state, whatever wrote it, as
+// full per-parameter moments ("<name>.exp_avg", "<name>.exp_avg_sq" in the
+// parameter's shape). An unsharded checkpoint holds them as they are; a
+// sharded one (state_json's "sharded": world W, the sharded parameters in
+// flat order) holds, in optimizer/rank_r, the range [r * chunk, min((r + 1) *
+// chunk, total)) of the flat moments, and rank 0's file the replicated
+// tensors. Each range is copied back into the parameters it covers, so any
+// optimizer on any world size takes exactly the numbers that were saved.
+// Every rank assembles the whole state once at resume (memory: the full fp32
+// moments, transiently).
+std::map<std::string, at::Tensor> read_optimizer_state(const std::string& dir, const nlohmann::json& opt_json,
+                                                       const model::Model& net) {
+  std::map<std::string, at::Tensor> opt;
+  if (!opt_json.contains("sharded")) {
+    for (auto& [name, t] : checkpoint::read_safetensors(dir + "/" + kOptimizerFile)) opt[name] = t;
+    return opt;
+  }
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& p : net.info().params) shapes[p.name] = p.shape;
+  const nlohmann::json& sh = opt_json.at("sharded");
+  const int64_t world = sh.at("world").get<int64_t>(), total = sh.at("total").get<int64_t>();
+  const int64_t chunk = sh.at("chunk").get<int64_t>();
+  struct Piece {
+    std::string name;
+    int64_t offset, numel;
+  };
+  std::vector<Piece> flat;
+  int64_t off = 0;
+  for (const auto& e : sh.at("params")) {
+    flat.push_back({e.at(0).get<std::string>(), off, e.at(1).get<int64_t>()});
+    off += flat.back().numel;
+  }
+  if (off != total || chunk * world < total)
+    throw CheckpointError(dir + "/trainer_state.json: optimizer.sharded lists " + std::to_string(off) +
+                          " elements but total is " + std::to_string(total));
+  for (const auto& f : flat)
+    for (const char* what : {".exp_avg", ".exp_avg_sq"}) opt[f.name + what] = at::zeros({f.numel}, at::kFloat);
+  for (int64_t r = 0; r < world; ++r) {
+    const std::string file = dir + "/" + optimizer_file(r);
+    std::map<std::string, at::Tensor> t;
+    for (auto& [name, x] : checkpoint::read_safetensors(file)) t[name] = x;
+    const int64_t b = std::min(r * chunk, total), e = std::min((r + 1) * chunk, total);
+    for (const char* what : {".exp_avg", ".exp_avg_sq"}) {
+      const auto it = t.find(std::string("shard") + what);
+      if (it == t.end() || it->second.numel() != e - b)
+        throw CheckpointError(file + ": shard" + what + " is missing or does not hold " + std::to_string(e - b) +
+                              " elements (range [" + std::to_string(b) + ", " + std::to_string(e) + "))");
+      for (const auto& f : flat) {
+        const int64_t s0 = std::max(b, f.offset), s1 = std::min(e, f.offset + f.numel);
+        if (s0 < s1) opt[f.name + what].narrow(0, s0 - f.offset, s1 - s0).copy_(it->second.narrow(0, s0 - b, s1 - s0));
+      }
+      t.erase(it);
+    }
+    for (auto& [name, x] : t) opt[name] = x;  // replicated tensors (rank 0)
+  }
+  for (auto& [name, x] : opt) {
+    const std::string param = name.substr(0, name.rfind(".exp_avg"));
+    if (auto s = shapes.find(param); s != shapes.end()) x = x.reshape(s->second);
+  }
+  return opt;
+}
+
 nlohmann::json resume_from(const std::string& dir, const config::Config& cfg, model::Model& net,
                            Optimizer& optimizer, int64_t world_size, const std::vector<Engine>& engines) {
   const checkpoint::Report report = valid_or_throw(dir);
@@ -322,13 +421,11 @@ nlohmann::json resume_from(const std::string& dir, const config::Config& cfg, mo
     p.tensor.copy_(saved.at(p.info->name));
     if (p.tensor.is_cuda()) device = p.tensor.device();
   }
-  std::map<std::string, at::Tensor> opt;
-  for (auto& [name, t] : checkpoint::read_safetensors(dir + "/" + kOptimizerFile)) opt[name] = t;
   const nlohmann::json state = read_json(dir + "/trainer_state.json");
   // Checkpoints before the Optimizer seam kept the step counts at top level.
   const nlohmann::json opt_json =
       state.contains("optimizer") ? state.at("optimizer") : nlohmann::json{{"steps", state.at("optimizer_steps")}};
-  optimizer.load_state(opt, opt_json);
+  optimizer.load_state(read_optimizer_state(dir, opt_json, net), opt_json);
   const nlohmann::json& rng = state.at("rng");
   for (auto& [name, gen] : default_generators(device)) {
     if (!rng.contains(name)) {

@@ -24,6 +24,8 @@ int Trainer::run() {
       step();
       step_boundary();
     }
+  } catch (const DataError& e) {
+    fail_on_data(e);  // a bad video or shard (data.on_bad_video=error): keep the last good step
   } catch (const Error&) {
     throw;  // ours: already names what to do
   } catch (const c10::OutOfMemoryError& e) {
@@ -42,8 +44,14 @@ int Trainer::close() {
   const auto& log = logger("trainer");
   const int64_t s = steps_done_;
   progress_->finish();
-  if (stop_requested()) LF_LOG(log, info) << "stop requested (signal): checkpointing at step " << s;
-  if (control_stop_) LF_LOG(log, info) << "stop requested (control socket): checkpointing at step " << s;
+  if (requeue_stop_)
+    LF_LOG(log, info) << "requeue requested (SIGUSR1): checkpointing at step " << s
+                      << (s < cfg_.trainer.max_steps ? ", then exit " + std::to_string(kExitRequeue)
+                                                     : std::string("; the run is complete: exit 0"));
+  else if (stop_requested())
+    LF_LOG(log, info) << "stop requested (signal): checkpointing at step " << s;
+  else if (control_stop_)
+    LF_LOG(log, info) << "stop requested (control socket): checkpointing at step " << s;
   // The final checkpoint (also on SIGTERM/SIGINT, `loongforge stop` and
   // steps_per_run); none when this process took no step (resumed at the end,
   // or stopped at once) or when this step is already saved.
@@ -55,8 +63,10 @@ int Trainer::close() {
   if (reserver_.joinable()) reserver_.join();
   if (world_) world_->barrier();  // rank 0's final checkpoint is complete before any rank exits
   control_->shutdown({{"stopped_at_step", s}, {"checkpoint", last_ckpt_}, {"checkpoint_writes_failed", failed_writes_}});
-  if (h.empty()) return failed_writes_ > 0 ? 4 : 0;  // nothing left to do (resumed at the end)
-  if (!leader_) return 0;                           // rank 0 reports for the job
+  // 4: a checkpoint write failed; kExitRequeue: stopped by SIGUSR1 with steps left.
+  const int status = failed_writes_ > 0 ? 4 : requeue_stop_ && s < cfg_.trainer.max_steps ? kExitRequeue : 0;
+  if (h.empty()) return status;  // nothing left to do (resumed at the end, or stopped before the first step)
+  if (!leader_) return status;   // rank 0 reports for the job
 
   // Summary.
   const int64_t k = cfg_.trainer.gradient_accumulation_steps;
@@ -73,6 +83,8 @@ int Trainer::close() {
                                   {"samples_per_s", mean_sps},
                                   {"data_wait_fraction", data_ms / step_ms},
                                   {"videos_decoded", source_->stats().videos_decoded},
+                                  {"videos_bad", source_->stats().videos_bad},
+                                  {"samples_skipped", source_->stats().samples_skipped},
                                   {"wall_s", wall_s},
                                   {"peak_host_mb", mem.peak_host_mb},
                                   {"peak_device_mb", mem.peak_device_mb},
@@ -94,7 +106,10 @@ int Trainer::close() {
       format_duration(wall_s).c_str(), static_cast<double>(h.size()) / wall_s, h.front().loss, tail_loss, tail,
       mean_sps, 100.0 * data_ms / step_ms, mem.peak_host_mb, mem.peak_device_mb, last_ckpt_.c_str(),
       run_dir_.c_str(), run_dir_.c_str());
-  return failed_writes_ > 0 ? 4 : 0;
+  if (status == kExitRequeue)
+    std::printf("  stopped      by SIGUSR1 at step %lld of %lld: exit %d (requeue and --resume latest)\n",
+                static_cast<long long>(s), static_cast<long long>(cfg_.trainer.max_steps), kExitRequeue);
+  return status;
 }
 
 // A libtorch error inside step `steps_done_ + 1`: name where it happened and
@@ -123,24 +138,62 @@ void Trainer::fail_in_step(const std::exception& e, bool out_of_memory) {
                                                 : std::string("; or use precision.mode=bf16, or a smaller model."));
   // The parameters and optimizer state are those after step - 1 as long as the
   // update has not started: keep them.
-  const bool intact = phase != "optimizer";
+  msg += save_after_failure(phase != "optimizer");
+  LF_LOG(log, error) << msg;
+  control_->shutdown({{"stopped_at_step", steps_done_}, {"checkpoint", last_ckpt_}, {"error", msg}});
+  throw TrainingError(msg);
+}
+
+// A DataError inside step `steps_done_ + 1` (a bad video with
+// data.on_bad_video=error, a corrupt shard record): it comes while the step's
+// batches are built, before any forward, so the state after the last good
+// step is intact and saved before stopping.
+void Trainer::fail_on_data(const DataError& e) {
+  std::string msg = "step " + std::to_string(steps_done_ + 1) + " on rank " + std::to_string(world_info_.rank) +
+                    ": " + e.what();
+  msg += save_after_failure(/*intact=*/true);
+  LF_LOG(logger("trainer"), error) << msg;
+  control_->shutdown({{"stopped_at_step", steps_done_}, {"checkpoint", last_ckpt_}, {"error", msg}});
+  throw DataError(msg);
+}
+
+// After a failure inside a step: with the state intact, a checkpoint of the
+// last good step (rank 0; none when it is already saved or no step was taken
+// by this process). Returns the sentence for the error message.
+std::string Trainer::save_after_failure(bool intact) {
+  // The fast path holds the last completed step's record until its values
+  // are back: it goes out before the checkpoint (best effort: a failed
+  // device cannot give it).
+  if (readback_) {
+    try {
+      if (auto held = readback_->take_current(); held && held->record.step == steps_done_) {
+        held->values();
+        progress_->record(complete(std::move(*held), Clock::now()));
+      }
+    } catch (const std::exception& ce) {
+      LF_LOG(logger("trainer"), warn) << "step " << steps_done_ << "'s loss could not be read back: "
+                                      << short_libtorch_message(ce.what());
+    }
+  }
   optimizer_->zero_grad();
-  if (intact && leader_ && steps_done_ > 0 && last_saved_step_ != steps_done_) {
+  if (writer_) {  // a write started at the last boundary finishes first
+    writer_->wait();
+    collect_writes();
+  }
+  if (intact && (leader_ || sharded_) && !progress_->history().empty() && last_saved_step_ != steps_done_) {
     try {
       save(steps_done_);
       writer_->wait();
       collect_writes();
-      msg += "\nThe state after step " + std::to_string(steps_done_) + " is saved: " + last_ckpt_ +
+      return "\nThe state after step " + std::to_string(steps_done_) + " is saved: " + last_ckpt_ +
              " (resume with --resume latest).";
     } catch (const std::exception& ce) {
-      msg += "\nThe final checkpoint could not be written either: " + std::string(ce.what());
+      return "\nThe final checkpoint could not be written either: " + std::string(ce.what());
     }
-  } else if (!last_ckpt_.empty()) {
-    msg += "\nNewest checkpoint: " + last_ckpt_ + (intact ? "" : " (the failure hit the update: nothing newer is saved)");
   }
-  LF_LOG(log, error) << msg;
-  control_->shutdown({{"stopped_at_step", steps_done_}, {"checkpoint", last_ckpt_}, {"error", msg}});
-  throw TrainingError(msg);
+  if (!last_ckpt_.empty())
+    return "\nNewest checkpoint: " + last_ckpt_ + (intact ? "" : " (the failure hit the update: nothing newer is saved)");
+  return "";
 }
 
 }  // namespace loongforge::trainer

@@ -96,6 +96,7 @@ void Trainer::open_data() {
   so.embodiment_id = cfg_.data.embodiment_id;
   so.normalization = cfg_.data.normalization;
   so.shuffle = cfg_.data.shuffle;
+  so.on_bad_video = cfg_.data.on_bad_video;
   so.seed = static_cast<uint64_t>(cfg_.run.seed);
   so.micro_batch_size = cfg_.trainer.micro_batch_size;
   so.accumulation = cfg_.trainer.gradient_accumulation_steps;
@@ -105,6 +106,12 @@ void Trainer::open_data() {
   so.num_views = mc.at("num_views").get<int64_t>();
   so.max_state_dim = mc.at("max_state_dim").get<int64_t>();
   so.max_action_dim = mc.at("max_action_dim").get<int64_t>();
+  so.model_path = net_->info().path;
+  if (const auto& spec = net_->info().batch_spec; spec.contains("tokenizer")) {  // Note [Tokenizer match]
+    const auto& t = spec.at("tokenizer");
+    so.model_tokenizer = {t.at("kind").get<std::string>(), t.at("sha256").get<std::string>(),
+                          t.value("file", std::string())};
+  }
   const int64_t side = so.image_size / mc.at("patch_size").get<int64_t>();
   const int64_t shuffle = mc.at("pixel_shuffle").get<int64_t>();
   tokens_per_view_ = side * side / (shuffle * shuffle);
@@ -138,10 +145,16 @@ void Trainer::open() {
   const auto& log = logger("trainer");
   const int64_t world_size = world_info_.world_size;
   resolve_device();
+  // First: a SIGUSR1/SIGTERM that arrives while the model loads or the ranks
+  // rendezvous (Slurm's warning can come early) is kept for the first step
+  // boundary instead of killing the process.
+  install_stop_signals();
   memory::install(cfg_, device_);  // before the first CUDA allocation
   engines_ = engine_records(cfg_);
-  if (world_size > 1) world_ = comm::World::connect(world_info_, /*timeout_ms=*/300000);
-  reducer_ = comm::make_plain_reducer(world_.get());
+  // Note [One interface, two backends] (comm/world.hpp): NCCL for GPU ranks, Gloo for CPU ones.
+  if (world_size > 1)
+    world_ = comm::World::connect(world_info_, /*timeout_ms=*/300000,
+                                  device_.is_cuda() ? comm::Backend::Nccl : comm::Backend::Gloo, device_);
 
   ControlPlane::Identity identity;
   identity.rank = world_info_.rank, identity.world = world_size;
@@ -174,10 +187,17 @@ void Trainer::open() {
   if (bf16_) net_->cast_frozen(at::kBFloat16);
   net_->train();
   open_data();
+  const bool compiled = !cfg_.trainer.compiled_step.empty();
+  if (compiled && cfg_.trainer.cuda_graphs == "on")
+    throw ConfigError("trainer.compiled_step runs without CUDA graphs for now; set trainer.cuda_graphs to auto or "
+                      "off (or unset trainer.compiled_step)");
   const bool graphs = cfg_.trainer.cuda_graphs == "on" || (cfg_.trainer.cuda_graphs == "auto" && device_.is_cuda());
-  runner_ = graphs ? fusion::make_graph_runner(*net_, bf16_ && device_.is_cuda(), cfg_.trainer.cuda_graphs == "on",
-                                               device_)
-                   : fusion::make_plain_runner(*net_, bf16_ && device_.is_cuda());
+  if (compiled)
+    runner_ = fusion::make_compiled_runner(*net_, cfg_.trainer.compiled_step, bf16_ && device_.is_cuda(), device_);
+  else if (graphs)
+    runner_ = fusion::make_graph_runner(*net_, bf16_ && device_.is_cuda(), cfg_.trainer.cuda_graphs == "on", device_);
+  else
+    runner_ = fusion::make_plain_runner(*net_, bf16_ && device_.is_cuda());
 
   AdamWOptions ao;
   ao.beta1 = cfg_.optimizer.beta1, ao.beta2 = cfg_.optimizer.beta2, ao.eps = cfg_.optimizer.eps;
@@ -187,11 +207,32 @@ void Trainer::open() {
     if (p.info->trainable) trainable.push_back({p.info->name, p.tensor, p.info->decay});
   const bool fused = cfg_.optimizer.implementation == "fused" ||
                      (cfg_.optimizer.implementation == "auto" && device_.is_cuda());
-  if (fused)
+  const bool gcts = cfg_.gcts.enable;
+  sharded_ = gcts && cfg_.gcts.shard_optimizer;
+  ShardedAdamW* sharded = nullptr;
+  if (sharded_) {
+    auto opt = std::make_unique<ShardedAdamW>(trainable, ao, world_.get(),
+                                              static_cast<int64_t>(cfg_.gcts.tiny_tensor_kb * 1024.0 / 4.0));
+    sharded = opt.get();
+    optimizer_ = std::move(opt);
+  } else if (fused) {
     optimizer_ = std::make_unique<FusedAdamW>(trainable, ao);
-  else
+  } else {
     optimizer_ = std::make_unique<AdamW>(trainable, ao);
-  optimizer_->keep_gradients(graphs);
+  }
+  // The gradient-communication seam: GCTS's strategies, or the plain all-reduce.
+  if (gcts) {
+    std::vector<comm::ReducedParam> reduced;
+    for (const auto& p : net_->parameters())
+      if (p.info->trainable)
+        reduced.push_back({p.info->name, p.info->shape, p.info->numel, p.info->role == model::ParamRole::Embodiment});
+    reducer_ = comm::make_gcts_reducer(cfg_, world_.get(), std::move(reduced), sharded ? &sharded->shard() : nullptr);
+    for (auto& e : engines_)
+      if (e.name == "gcts") comm::attach(e, *reducer_);
+  } else {
+    reducer_ = comm::make_plain_reducer(world_.get());
+  }
+  optimizer_->keep_gradients(graphs && !compiled);
   if (device_.is_cuda() && optimizer_->skips_nonfinite_on_device() && world_info_.world_size == 1)
     readback_ = std::make_unique<Readback>(device_);
   schedule_.peak_lr = cfg_.optimizer.lr;
@@ -224,7 +265,8 @@ void Trainer::open() {
                     << dataset_->total_rows() << " samples, global batch " << pos_.global_batch << " ("
                     << cfg_.trainer.micro_batch_size << " x " << cfg_.trainer.gradient_accumulation_steps << " x "
                     << world_size << " ranks), " << pos_.steps_per_epoch << " steps per epoch, AdamW "
-                    << (fused ? "fused" : "plain") << ", steps "
+                    << (sharded_ ? "sharded over " + std::to_string(world_size) + " rank(s)" : fused ? "fused" : "plain")
+                    << ", gradient communication " << reducer_->strategy() << ", steps "
                     << pos_.step + 1 << ".." << last_step_;
 
   // Rank 0 reports for the job (its loss is the one of the whole job).
@@ -233,7 +275,11 @@ void Trainer::open() {
       leader_ && cfg_.logging.metrics_jsonl ? run_dir_ + "/metrics.jsonl" : "", pos_.step,
       leader_ && cfg_.logging.tensorboard ? run_dir_ + "/tb" : "");
   flops_per_sample_ = net_->info().forward_flops_per_sample + net_->info().backward_flops_per_sample;
-  // Only rank 0 writes checkpoints: every rank holds the same replicated state.
+  // Rank 0 writes checkpoints; with a sharded optimizer every other rank
+  // stages its own shard for it (Note [Peer files] in src/checkpoint/writer.cpp).
+  if (!leader_ && sharded_)
+    writer_ = std::make_unique<checkpoint::Writer>(ckpt_dir_, cfg_.checkpoint.keep_last, cfg_.checkpoint.async_write,
+                                                   /*leader=*/false);
   if (leader_) {
     writer_ = std::make_unique<checkpoint::Writer>(ckpt_dir_, cfg_.checkpoint.keep_last, cfg_.checkpoint.async_write);
     // Snapshot buffers are allocated on a helper thread while training starts.
@@ -247,12 +293,12 @@ void Trainer::open() {
   }
   last_ckpt_time_ = Clock::now();
 
-  install_stop_signals();
   publish("training", nullptr);
   // Requests that arrived while the model loaded.
-  const auto a = control_->step_boundary(steps_done_, stop_requested());
+  const auto a = control_->step_boundary(steps_done_, stop_requested(), requeue_requested());
   if (a.checkpoint && !a.stop) save(steps_done_);
   control_stop_ = a.stop;
+  requeue_stop_ = a.requeue;
 }
 
 }  // namespace loongforge::trainer

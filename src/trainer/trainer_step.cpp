@@ -69,10 +69,10 @@ void Trainer::step() {
   batches.clear();  // the step's inputs are no longer needed
 
   double comm_ms = 0;
-  if (reducer_->world_size() > 1) {
+  if (reducer_->world_size() > 1 || sharded_) {  // one rank: a sharded optimizer still takes its gradient shard
     const auto t0 = Clock::now();
     reducer_->average_gradients(optimizer_->params(), *control_, s);
-    loss = reducer_->sum_scalar(loss) / world;  // the job's loss (docs/training-semantics.md s5)
+    if (reducer_->world_size() > 1) loss = reducer_->sum_scalar(loss) / world;  // the job's loss (docs/training-semantics.md s5)
     comm_ms = ms_since(t0);
   }
 
@@ -108,6 +108,8 @@ void Trainer::step() {
   r.data_wait_ms = data_ms;
   r.exposed_comm_ms = comm_ms;
   r.tokens = tokens;
+  r.samples_skipped = static_cast<double>(source_->stats().samples_skipped);
+  r.videos_bad = static_cast<double>(source_->stats().videos_bad);
   set_step_time(r, ms_since(t_step));  // the fast path corrects it once the step's values are back
   step_started_ = t_step;
   const memory::Stats mem = memory::stats(device_);
@@ -121,9 +123,10 @@ void Trainer::step_boundary() {
   ControlPlane::Actions actions;
   {
     Phase p(*control_, "control", s);
-    actions = control_->step_boundary(s, stop_requested());
+    actions = control_->step_boundary(s, stop_requested(), requeue_requested());
   }
   control_stop_ = actions.stop;
+  requeue_stop_ = actions.requeue;
   {
     Phase p(*control_, "checkpoint", s);
     const bool by_steps = s % cfg_.checkpoint.interval_steps == 0;
@@ -183,13 +186,19 @@ double Trainer::save(int64_t steps_done) {
   const auto t0 = Clock::now();
   last_saved_step_ = steps_done;
   if (!writer_) return 0.0;
-  if (reserver_.joinable()) reserver_.join();
-  if (reserve_error_) std::rethrow_exception(reserve_error_);
   pos_.step = steps_done;
   pos_.epoch = source_->sampler().epoch_of_step(steps_done);
   writer_->wait();  // the writer may still read the buffers of the previous snapshot
-  writer_->submit(make_snapshot(cfg_, *net_, *optimizer_, schedule_, pos_, world_info_.world_size, engines_,
-                                snapshot_buffers_));
+  if (!leader_) {  // a sharded optimizer's shard, staged for rank 0
+    writer_->submit(make_peer_snapshot(*optimizer_, pos_, world_info_.rank, snapshot_buffers_));
+    return ms_since(t0);
+  }
+  if (reserver_.joinable()) reserver_.join();
+  if (reserve_error_) std::rethrow_exception(reserve_error_);
+  checkpoint::Snapshot snapshot =
+      make_snapshot(cfg_, *net_, *optimizer_, schedule_, pos_, world_info_.world_size, engines_, snapshot_buffers_);
+  if (sharded_) snapshot.peer_files = peer_optimizer_files(world_info_.world_size);
+  writer_->submit(std::move(snapshot));
   last_ckpt_time_ = Clock::now();
   return ms_since(t0);
 }
@@ -199,6 +208,12 @@ void Trainer::collect_writes() {
   if (!writer_) return;
   const auto& log = logger("trainer");
   for (const auto& w : writer_->take_results()) {
+    if (!leader_) {  // this rank's shard; rank 0 reports the checkpoint
+      if (!w.error.empty())
+        LF_LOG(log, warn) << "optimizer shard of step " << w.step << " FAILED: " << w.error
+                          << " -- rank 0's checkpoint of that step fails with it; training continues";
+      continue;
+    }
     control_->checkpoint_finished(w.step, w.path, w.error, w.seconds, w.bytes);
     if (w.error.empty()) {
       last_ckpt_ = w.path;
@@ -231,6 +246,9 @@ void Trainer::publish(const char* phase, const StepRecord* r) {
                        {"engines", engines},
                        {"last_checkpoint", last_ckpt_},
                        {"checkpoint_writes_failed", failed_writes_},
+                       {"data", {{"samples_skipped", source_ ? source_->stats().samples_skipped : 0},
+                                 {"videos_bad", source_ ? source_->stats().videos_bad : 0},
+                                 {"on_bad_video", cfg_.data.on_bad_video}}},
                        {"elapsed_s", std::chrono::duration<double>(Clock::now() - t_start_).count()}};
   if (r) {
     const double done = static_cast<double>(progress_->history().size());

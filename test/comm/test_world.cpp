@@ -20,6 +20,7 @@
 
 #include "catch_compat.hpp"
 #include "loongforge/comm/reducer.hpp"
+#include "loongforge/comm/shard.hpp"
 #include "loongforge/comm/world.hpp"
 #include "loongforge/comm/world_info.hpp"
 #include "loongforge/common/error.hpp"
@@ -32,8 +33,9 @@ namespace {
 
 // Clears every variable world_from_env() reads, then sets `vars`; restores on exit.
 struct Env {
-  static constexpr const char* kNames[] = {"RANK",        "WORLD_SIZE",   "LOCAL_RANK",   "MASTER_ADDR",
-                                           "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"};
+  static constexpr const char* kNames[] = {"RANK",         "WORLD_SIZE",   "LOCAL_RANK",    "MASTER_ADDR",
+                                           "MASTER_PORT",  "SLURM_PROCID", "SLURM_NTASKS",  "SLURM_LOCALID",
+                                           "LOCAL_WORLD_SIZE"};
   explicit Env(const std::map<std::string, std::string>& vars) {
     for (const char* n : kNames) ::unsetenv(n);
     for (const auto& [k, v] : vars) ::setenv(k.c_str(), v.c_str(), 1);
@@ -138,6 +140,14 @@ TEST_CASE("comm: bad launcher variables are refused naming the variable") {
       {{{"SLURM_NTASKS", "2"}, {"SLURM_PROCID", "1"}}, "MASTER_PORT is not set"},
       {{{"WORLD_SIZE", "2"}, {"RANK", "1"}, {"MASTER_PORT", "70000"}}, "MASTER_PORT=70000 is not a TCP port"},
       {{{"MASTER_PORT", "0"}}, "MASTER_PORT=0 is not a TCP port"},
+      {{{"RANK", "1"}, {"MASTER_PORT", "1"}}, "RANK is set but WORLD_SIZE is not"},
+      {{{"SLURM_NTASKS", "4"}, {"MASTER_PORT", "1"}}, "SLURM_NTASKS is set but SLURM_PROCID is not"},
+      {{{"WORLD_SIZE", "4"}, {"RANK", "1"}, {"LOCAL_RANK", "3"}, {"MASTER_PORT", "1"}},
+       "LOCAL_RANK=3 is above RANK=1 (torchrun environment)"},
+      {{{"WORLD_SIZE", "4"}, {"RANK", "3"}, {"LOCAL_RANK", "3"}, {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}},
+       "LOCAL_WORLD_SIZE=2 does not fit LOCAL_RANK=3 and WORLD_SIZE=4"},
+      {{{"WORLD_SIZE", "2"}, {"RANK", "1"}, {"MASTER_ADDR", "no-such-host.invalid"}, {"MASTER_PORT", "29500"}},
+       "MASTER_ADDR='no-such-host.invalid' does not resolve"},
   };
   for (const auto& [vars, message] : cases) {
     INFO(message);
@@ -199,6 +209,54 @@ TEST_CASE("comm: GradientSync averages gradients over ranks, a missing gradient 
     REQUIRE(o.bytes == 11 * 4);  // one fp32 bucket of every parameter
     REQUIRE(o.agreed == "runs/a");
   }
+}
+
+TEST_CASE("comm: a rank whose rendezvous store is unreachable fails naming the address and the rank") {
+  WorldInfo info;
+  info.rank = 1;
+  info.world_size = 2;
+  info.master_port = free_port();  // nobody serves it
+  REQUIRE_THROWS_WITH(World::connect(info, /*timeout_ms=*/500),
+                      Contains("rank 1: rendezvous at 127.0.0.1:" + std::to_string(info.master_port) + " failed"));
+}
+
+TEST_CASE("comm: reduce-scatter gives each rank the sum of its piece, all-gather puts every rank's tensor in order") {
+  at::Tensor scattered[2], gathered[2];
+  two_ranks([&](World& world) {
+    const int64_t r = world.rank();
+    REQUIRE(world.backend() == Backend::Gloo);
+    REQUIRE(world.device() == c10::Device(c10::kCPU));
+    // Rank r contributes (r + 1) * [0..5]; piece k is elements [3k, 3k + 3).
+    at::Tensor in = at::arange(6, at::kFloat) * static_cast<float>(r + 1);
+    at::Tensor out = at::empty({3}, at::kFloat);
+    world.reduce_scatter_sum_async(out, {in.narrow(0, 0, 3), in.narrow(0, 3, 3)}).wait();
+    at::Tensor all = at::empty({4}, at::kFloat);
+    world.all_gather_async(all, at::full({2}, static_cast<float>(10 * (r + 1)))).wait();
+    scattered[r] = out, gathered[r] = all;
+  });
+  REQUIRE(at::equal(scattered[0], at::tensor({0.0f, 3.0f, 6.0f})));
+  REQUIRE(at::equal(scattered[1], at::tensor({9.0f, 12.0f, 15.0f})));
+  for (const auto& g : gathered) REQUIRE(at::equal(g, at::tensor({10.0f, 10.0f, 20.0f, 20.0f})));
+}
+
+TEST_CASE("comm: the flat shard layout splits the big tensors over ranks and keeps tiny ones replicated") {
+  const ShardLayout l0 = ShardLayout::make({1000, 8, 3001}, /*tiny_numel=*/16, /*world=*/2, /*rank=*/0);
+  const ShardLayout l1 = ShardLayout::make({1000, 8, 3001}, 16, 2, 1);
+  REQUIRE(l0.sharded == std::vector<size_t>{0, 2});
+  REQUIRE(l0.replicated == std::vector<size_t>{1});
+  REQUIRE(l0.total == 4001);
+  REQUIRE(l0.chunk == 2001);
+  REQUIRE((l0.begin() == 0 && l0.end() == 2001 && l1.begin() == 2001 && l1.end() == 4001));
+  // Rank 0: all of tensor 0 and the first 1001 elements of tensor 2; rank 1: the other 2000.
+  REQUIRE(l0.segments.size() == 2);
+  REQUIRE((l0.segments[1].param == 2 && l0.segments[1].param_offset == 0 && l0.segments[1].shard_offset == 1000 &&
+           l0.segments[1].numel == 1001));
+  REQUIRE(l1.segments.size() == 1);
+  REQUIRE((l1.segments[0].param == 2 && l1.segments[0].param_offset == 1001 && l1.segments[0].shard_offset == 0 &&
+           l1.segments[0].numel == 2000));
+  // More ranks than elements: the last ranks own nothing.
+  const ShardLayout l3 = ShardLayout::make({5}, 0, 8, 7);
+  REQUIRE((l3.chunk == 1 && l3.owned() == 0 && l3.segments.empty()));
 }
 
 TEST_CASE("comm: a rendezvous that no peer joins fails naming the address and the rank") {

@@ -94,11 +94,16 @@ def test_checkpoint_now_writes_a_checkpoint_that_validates(trainer):
     assert status(trainer.socket)["last_checkpoint"] == str(ckpt)
 
 
-def test_engine_verbs_answer_that_their_engine_is_not_built(trainer):
-    for args in (["switch-strategy", "--strategy", "hybrid"], ["hot-rejoin"], ["mla-stats"], ["debug-dmf"]):
+def test_engine_verbs_answer_that_their_engine_is_not_built_or_off(trainer):
+    for args in (["mla-stats"], ["debug-dmf"]):
         r = cli(*args, "--socket", trainer.socket, check=False)
         assert r.returncode == 3, (args, r.stderr)
         assert "not in this build" in r.stderr and "[engine_off]" in r.stderr
+    # GCTS is built, and off in this run.
+    for args in (["switch-strategy", "--strategy", "hybrid"], ["hot-rejoin"]):
+        r = cli(*args, "--socket", trainer.socket, check=False)
+        assert r.returncode == 3, (args, r.stderr)
+        assert "off in this run (gcts.enable=false)" in r.stderr and "[engine_off]" in r.stderr
     r = cli("monitor-comm", "--socket", trainer.socket, "--count", "1", check=False)
     assert r.returncode == 3 and "no gradient communication" in r.stderr
     r = cli("switch-strategy", "--socket", trainer.socket, "--strategy", "fastest", check=False)

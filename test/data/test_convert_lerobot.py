@@ -13,6 +13,7 @@
 # Run: cd /work/main && PYTHONPATH=scripts python -m pytest test/data -q
 
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -295,7 +296,11 @@ def test_videos_are_copied_byte_for_byte_and_tasks_carry_the_model_tokenizer_ids
     dst, doc, _, _ = converted
     for e in doc["episodes"]:
         v = e["videos"][0]
-        assert (dst / v["file"]).read_bytes() == video(FIXTURE, e["episode_index"]).read_bytes()
+        data = (dst / v["file"]).read_bytes()
+        assert data == video(FIXTURE, e["episode_index"]).read_bytes()
+        # the trainer re-checks size, hash and frame count when it opens the episode
+        assert v["bytes"] == len(data) and v["sha256"] == hashlib.sha256(data).hexdigest()
+        assert v["frame_count"] == e["length"]
     tokenizer = load_tokenizer()
     texts = [json.loads(line)["task"] for line in (FIXTURE / "meta/tasks.jsonl").read_text().splitlines()]
     assert [t["text"] for t in doc["tasks"]] == texts

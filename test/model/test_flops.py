@@ -1,5 +1,5 @@
 # Proves the analytic FLOPs in model/flops.py are what the model executes: on
-# n16-tiny, forward and freezing-aware backward FLOPs equal
+# n16-tiny (gr00t-tiny: test_gr00t_model.py), forward and freezing-aware backward FLOPs equal
 # torch.utils.flop_counter's count of the real forward and backward (math SDPA
 # backend, so attention matmuls are counted), across freezing settings, views,
 # action horizons and the optional imu/audio encoders; and that the big configs

@@ -19,6 +19,11 @@ PARAM_RANGES = {  # name -> (min, max) parameters
     "n16-1b": (0.9e9, 1.1e9),
     "n16-3b": (2.7e9, 3.3e9),
     "n16-12b": (10.8e9, 13.2e9),
+    "gr00t-tiny": (2e6, 10e6),
+    "gr00t-n1.6-tiny": (2e6, 10e6),
+    "gr00t-n1.7-tiny": (2e6, 10e6),
+    "gr00t-n1.6-3b": (2.7e9, 3.3e9),
+    "gr00t-n1.7-3b": (2.7e9, 3.3e9),
 }
 
 

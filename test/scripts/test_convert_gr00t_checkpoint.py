@@ -25,11 +25,15 @@ def tiny(tmp_path_factory):
     return out
 
 
-def test_the_name_table_round_trips():
-    for upstream, ours in conv.MAPPING:
+@pytest.mark.parametrize("layout", conv.LAYOUTS)
+def test_the_name_table_round_trips_in_every_layout(layout):
+    rows = [(u, o) for lay, u, o in conv.LAYOUT_MAPPING if lay in (None, layout)]
+    assert len({o for _, o in rows}) == len(rows)  # one upstream name per LoongForge name in a layout
+    for upstream, ours in rows:
         u = upstream.replace("{i}", "3").replace("{p}", "weight")
         o = ours.replace("{i}", "3").replace("{p}", "weight")
-        assert conv.to_loongforge(u) == o and conv.to_upstream(o) == u
+        assert conv.to_loongforge(u) == o and conv.to_upstream(o, layout) == u
+        assert conv.to_loongforge(u, layout) == o
 
 
 def test_a_synthetic_upstream_checkpoint_converts_exactly(tiny, tmp_path):

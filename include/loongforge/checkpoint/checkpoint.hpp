@@ -17,6 +17,11 @@
 //    permissions) is reported through take_results() and never stops
 //    training; earlier checkpoints stay as they are. keep_last prunes the
 //    oldest complete checkpoints after each successful write.
+//  - Sharded state (Note [Peer files] in writer.cpp): a rank other than 0
+//    submits a `peer` snapshot holding only its own files; they are staged
+//    atomically beside the checkpoint, and rank 0's write moves them in and
+//    lists them in the manifest before it publishes the directory, so a
+//    checkpoint is either complete with every rank's shard or absent.
 //  - Errors are CheckpointError naming the directory and file.
 //
 // Example:
@@ -85,6 +90,13 @@ struct Snapshot {
   std::map<std::string, NamedTensors> tensor_files;  // relative path -> tensors
   std::map<std::string, std::string> text_files;     // relative path -> contents
   Manifest manifest;                                 // files are filled in by the writer
+  // Sharded state (Note [Peer files]): on rank 0, the relative paths other
+  // ranks stage, waited for (up to peer_timeout_s) and listed in the
+  // manifest; on another rank, peer = true: only tensor_files are written,
+  // staged for rank 0.
+  std::vector<std::string> peer_files;
+  bool peer = false;
+  double peer_timeout_s = 600;
 };
 
 struct WriteResult {
@@ -108,7 +120,9 @@ WriteResult write_checkpoint_dir(const std::string& parent, const Snapshot& snap
 
 class Writer {
  public:
-  Writer(std::string dir, int64_t keep_last, bool async);
+  // `leader`: this process owns `dir` (recovers interrupted writes at start,
+  // prunes to keep_last); a peer writer (sharded state of another rank) does neither.
+  Writer(std::string dir, int64_t keep_last, bool async, bool leader = true);
   ~Writer();
   Writer(const Writer&) = delete;
   Writer& operator=(const Writer&) = delete;
@@ -126,6 +140,7 @@ class Writer {
   std::string dir_;
   int64_t keep_last_;
   bool async_;
+  bool leader_ = true;
   std::mutex mutex_;
   std::condition_variable cv_;
   std::optional<Snapshot> pending_;

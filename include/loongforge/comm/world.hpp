@@ -1,19 +1,27 @@
-// loongforge/comm/world.hpp — the ranks of a job and the plain gradient path
-// (GCTS off: one flat all-reduce after backward).
+// loongforge/comm/world.hpp — the ranks of a job, the one communication
+// interface every collective goes through (Gloo on CPUs, NCCL on GPUs), and
+// the plain gradient path (GCTS off: one flat all-reduce after backward).
 //
 // Contract:
 //  - Who is who comes from world_from_env() (world_info.hpp).
 //  - World::connect() rendezvouses through libtorch's c10d TCPStore (rank 0
-//    serves it) and opens a Gloo process group (CPU tensors; CUDA tensors are
-//    staged through the host by Gloo). Every rank must make the same
-//    collective calls in the same order (c10d's rule). A peer that does not
-//    arrive within timeout_ms raises CommError naming the address and rank.
+//    serves it) and opens one c10d backend behind the interface below
+//    (Note [One interface, two backends]): ProcessGroupGloo for Backend::Gloo
+//    (CPU tensors) or ProcessGroupNCCL for Backend::Nccl (CUDA tensors of
+//    device()), each compiled in only where its headers were found. Every rank
+//    must make the same collective calls in the same order (c10d's rule). A
+//    peer that does not arrive within timeout_ms raises CommError naming the
+//    address and rank.
+//  - Collectives take tensors on device() (CPU for Gloo) and are blocking:
+//    they return when the result is in place (on NCCL: ordered on the current
+//    stream). The *_async forms return a Pending to wait on later, so several
+//    buckets can be in flight at once.
 //  - store() is the rendezvous store for small control messages (the
 //    control plane's cluster-wide commands); keys under "lf/".
 //  - Trainer thread only.
 //
 // Example:
-//   auto world = comm::World::connect(comm::world_from_env(), 300000);
+//   auto world = comm::World::connect(comm::world_from_env(), 300000, comm::Backend::Gloo);
 //   comm::GradientSync sync(*world);
 //   sync.average(params);      // after backward, before clipping
 #pragma once
@@ -24,6 +32,7 @@
 #include <vector>   // std::vector
 
 #include <ATen/core/Tensor.h>  // at::Tensor
+#include <c10/core/Device.h>   // c10::Device
 
 #include "loongforge/comm/world_info.hpp"
 
@@ -33,18 +42,59 @@ class Store;
 
 namespace loongforge::comm {
 
+// Note [One interface, two backends]
+// GCTS needs five collectives: all-reduce (sum), reduce-scatter (sum; rank r
+// receives piece r), all-gather into one flat tensor, broadcast and barrier.
+// c10d's Backend class declares all five and both ProcessGroupGloo and
+// ProcessGroupNCCL implement them, over the same TCPStore rendezvous; so
+// World holds one c10d::Backend and the rest of the code never names the
+// library. The choice (libtorch's c10d NCCL process group rather than NCCL
+// directly) keeps NCCL's communicator setup, stream ordering, error checking
+// and timeouts as PyTorch DDP users know them, at the price of c10d's Work
+// objects (a few microseconds per call, negligible next to bucket sizes of
+// megabytes). ncclCommShrink/revoke (hot rejoin, not done) would need the raw
+// communicator, which ProcessGroupNCCL also exposes (getCommPtr).
+enum class Backend { Gloo, Nccl };
+const char* backend_name(Backend b);
+// Whether this binary has the backend (its headers were found at build time).
+bool backend_built(Backend b);
 
+// A collective in flight (the *_async forms); wait() rethrows its failure as
+// a CommError naming the rank and the collective.
+class Pending {
+ public:
+  Pending() = default;
+  Pending(std::shared_ptr<void> work, std::string what, int64_t rank)
+      : work_(std::move(work)), what_(std::move(what)), rank_(rank) {}
+  void wait();
+  bool valid() const { return static_cast<bool>(work_); }
+
+ private:
+  std::shared_ptr<void> work_;  // holds a c10::intrusive_ptr<c10d::Work>
+  std::string what_;
+  int64_t rank_ = 0;
+};
 
 class World {
  public:
-  static std::unique_ptr<World> connect(const WorldInfo& info, int64_t timeout_ms);
+  static std::unique_ptr<World> connect(const WorldInfo& info, int64_t timeout_ms, Backend backend = Backend::Gloo,
+                                        c10::Device device = c10::kCPU);
   ~World();
 
   int64_t rank() const { return info_.rank; }
   int64_t size() const { return info_.world_size; }
+  Backend backend() const { return backend_; }
+  // Where collective tensors must live: CPU for Gloo, the rank's GPU for NCCL.
+  c10::Device device() const { return device_; }
   c10d::Store& store();
 
   void allreduce_sum(std::vector<at::Tensor>& tensors);  // in place
+  Pending allreduce_sum_async(at::Tensor tensor);
+  // Sum over ranks of `inputs[r]` (one tensor per destination rank, all the
+  // shape of `output`) lands in `output` on rank r.
+  Pending reduce_scatter_sum_async(at::Tensor output, std::vector<at::Tensor> inputs);
+  // `output` (size() x input.numel(), flat) <- every rank's `input`, in rank order.
+  Pending all_gather_async(at::Tensor output, at::Tensor input);
   void broadcast(std::vector<at::Tensor>& tensors, int64_t root);
   void barrier();
   // Rank 0's `value` for `key`, on every rank (through the store; small strings).
@@ -54,6 +104,8 @@ class World {
   struct Impl;
   explicit World(WorldInfo info);
   WorldInfo info_;
+  Backend backend_ = Backend::Gloo;
+  c10::Device device_ = c10::kCPU;
   std::unique_ptr<Impl> impl_;
 };
 

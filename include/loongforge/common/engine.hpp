@@ -34,6 +34,10 @@ struct EngineVerb {
   std::function<std::string(const nlohmann::json& args)> check_args;
   // The engine's answer when it is on.
   std::function<nlohmann::json(const nlohmann::json& args)> run;
+  // A cluster-wide task: published on the control plane's command bus and
+  // run by every rank at the same step boundary (Note [Cluster-wide verbs]
+  // in src/trainer/control_plane.hpp); the receiving rank answers with its run's result.
+  bool cluster = false;
 };
 
 struct Engine {

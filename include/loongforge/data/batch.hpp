@@ -15,6 +15,11 @@
 //    need (counted while filling: no tensor reads).
 //  - Decoded, resized frames are cached per episode (LRU bounded by bytes);
 //    a video is decoded sequentially once per cache miss, never per sample.
+//  - Each video is checked against the dataset index when decoded
+//    (video.hpp, Note [Checked video]); a bad one stops with a DataError
+//    naming the shard, episode, video, frame and cause
+//    (on_bad_video = "error"), or its samples are masked out of the loss,
+//    logged and counted (on_bad_video = "skip"; Note [Bad videos]).
 //  - Synchronous and single-threaded: the ADFE engine wraps it later.
 //
 // Example:
@@ -82,14 +87,22 @@ struct SampleOptions {
   int64_t num_views = 1;
   int64_t max_state_dim = 64;
   int64_t max_action_dim = 64;
+  // The tokenizer the model was exported for (batch_spec.json "tokenizer"; kind empty:
+  // an export older than that record) and the model file, for messages.
+  TokenizerInfo model_tokenizer;
+  std::string model_path;
   // Decoded-frame cache.
   int64_t frame_cache_mb = 2048;
+  // data.on_bad_video (Note [Bad videos] in batch.cpp): "error" or "skip".
+  std::string on_bad_video = "error";
 };
 
 struct DataStats {
   int64_t videos_decoded = 0;
   int64_t frames_decoded = 0;
   double decode_ms = 0;
+  int64_t videos_bad = 0;       // videos found bad (on_bad_video=skip; each logged at warn with its cause)
+  int64_t samples_skipped = 0;  // samples masked out because their video is bad (each logged)
 };
 
 // One micro-batch with the counts the trainer needs, taken while filling.
@@ -118,7 +131,9 @@ class BatchBuilder {
   };
   Location locate(int64_t sample_id) const;
   void fill(int64_t slot, int64_t sample_id, MicroBatch& mb);  // also adds to mb's counts
-  const at::Tensor& frames(size_t episode, int camera);  // (len, 3, S, S) float32
+  // (len, 3, S, S) float32, or nullptr when the video is bad and on_bad_video
+  // is "skip" (*cause says why).
+  const at::Tensor* frames(size_t episode, int camera, std::string* cause);
 
   const Dataset& ds_;
   SampleOptions opt_;
@@ -127,6 +142,8 @@ class BatchBuilder {
   int state_col_ = -1, action_col_ = -1, task_col_ = -1;
   std::vector<int> cameras_;            // used cameras, cameras[] order
   std::vector<int> frame_cols_;         // video_frame column per used camera
+  std::vector<int> pts_cols_;           // video_pts column per used camera
+  int timestamp_col_ = -1;
   // Normalization statistics: (min, max) or (mean, std) per value.
   std::vector<double> state_a_, state_b_, action_a_, action_b_;
   bool mean_std_ = false;
@@ -134,6 +151,7 @@ class BatchBuilder {
   std::map<int64_t, at::Tensor> cache_;
   std::list<int64_t> lru_;
   int64_t cache_bytes_ = 0;
+  std::map<int64_t, std::string> bad_;  // same key: videos found bad, with the cause
   DataStats stats_;
 };
 

@@ -7,6 +7,10 @@
 //    version, sizes, alignment) against the JSON and throws DataError naming
 //    the file and what is wrong. Each episode record's CRC32 is checked the
 //    first time array() touches it (thread-safe, once per process).
+//  - open() also requires each episode video's size, SHA-256 and frame count
+//    in the JSON (a dataset converted before they were recorded is refused:
+//    re-run scripts/convert_lerobot.py); the files are checked against them
+//    when an episode's video is decoded (video.hpp), not here.
 //  - Arrays are returned as views into the mapping: valid while the Dataset
 //    lives. Nothing is copied.
 //
@@ -49,13 +53,26 @@ struct CameraInfo {
   int64_t height = 0, width = 0;
 };
 
+// One camera video of an episode as the converter recorded it
+// (loongforge_dataset.json episodes[].videos[]); the decoder checks the file
+// against it (video.hpp).
+struct VideoInfo {
+  std::string file;             // relative to the dataset folder ("" if none)
+  uint64_t bytes = 0;
+  std::string sha256;           // hex, of the whole file
+  int64_t frame_count = 0;
+  double timestamp_offset_s = 0;  // parquet timestamp - video pts (docs/shard-format.md s5)
+};
+
 struct EpisodeInfo {
   int64_t index = 0;   // LeRobot episode index
   int64_t length = 0;  // rows
   int shard_id = 0;
+  std::string shard_file;  // e.g. "shard-00000.lfshard"
   uint64_t record_offset = 0, record_bytes = 0;
   uint32_t record_crc32 = 0;
   std::vector<std::string> video_paths;  // absolute, by camera id ("" if none)
+  std::vector<VideoInfo> videos;         // by camera id
 };
 
 struct TaskInfo {
@@ -66,6 +83,15 @@ struct TaskInfo {
 
 struct Stats {
   std::vector<double> min, max, mean, std;
+};
+
+// Which tokenizer made the tasks' token ids (loongforge_dataset.json "tokenizer";
+// docs/shard-format.md s2). The model export records the same three fields in
+// batch_spec.json; BatchBuilder refuses a pair that differs (Note [Tokenizer match]).
+struct TokenizerInfo {
+  std::string kind;    // "word_hash" (scripts/model/tokenizer.py) or "hf_tokenizer_json"
+  std::string sha256;  // of scripts/model/tokenizer.py, or of the tokenizer.json file
+  std::string file;    // the path it was read from, for messages
 };
 
 struct ArrayView {
@@ -90,8 +116,11 @@ class Dataset {
   const std::vector<ColumnInfo>& columns() const { return columns_; }
   const std::vector<CameraInfo>& cameras() const { return cameras_; }
   const std::map<int64_t, TaskInfo>& tasks() const { return tasks_; }
+  const TokenizerInfo& tokenizer() const { return tokenizer_; }
   int64_t total_rows() const { return total_rows_; }
   double fps() const { return fps_; }
+  // Largest |row timestamp - offset - frame pts| the converter accepted: 1/(2*fps).
+  double alignment_tolerance_s() const { return tolerance_s_; }
 
   // Column id by exact name / first column with the role; -1 if none.
   int column_by_name(const std::string& name) const;
@@ -106,13 +135,14 @@ class Dataset {
   Dataset() = default;
   struct Shards;
   std::string dir_;
-  double fps_ = 0;
+  double fps_ = 0, tolerance_s_ = 0;
   int64_t total_rows_ = 0;
   std::vector<EpisodeInfo> episodes_;
   std::vector<ColumnInfo> columns_;
   std::vector<CameraInfo> cameras_;
   std::map<int64_t, TaskInfo> tasks_;
   std::map<std::string, Stats> stats_;
+  TokenizerInfo tokenizer_;
   std::unique_ptr<Shards> shards_;
 };
 

@@ -6,8 +6,16 @@
 //    uint8 RGB, HWC. yuv420p frames use the integer BT.601 formula of
 //    docs/training-semantics.md s3 (bit-exact with the reference trainer);
 //    other pixel formats go through libswscale.
-//  - Errors (missing file, no video stream, unsupported codec, truncated or
-//    corrupt data) throw DataError naming the file and frame.
+//  - Decoder error detection is on (Note [Checked video] in video.cpp): a
+//    damaged bitstream is an error, never a concealed frame. Errors (missing
+//    file, no video stream, unsupported codec, truncated or corrupt data,
+//    frames FFmpeg marks damaged) throw BadVideoError naming the file and
+//    frame.
+//  - decode_video_checked() also checks the file against what the dataset
+//    index recorded (VideoCheck): size and SHA-256 before decoding, the
+//    resolution, each decoded frame's timestamp, and the frame count.
+//  - FFmpeg's own log lines go to the "data" logger at their level
+//    (installed on first use).
 //  - Stateless and thread-safe: each call owns its FFmpeg contexts.
 #pragma once
 
@@ -15,16 +23,55 @@
 #include <string>   // std::string
 #include <vector>   // std::vector
 
+#include "loongforge/common/error.hpp"
+
 namespace loongforge::data {
+
+// A video that cannot be used: the file, the frame (-1 when the problem is
+// found before decoding) and the cause, each also in what().
+class BadVideoError : public DataError {
+ public:
+  BadVideoError(std::string path, int64_t frame, std::string cause);
+  const std::string& path() const { return path_; }
+  int64_t frame() const { return frame_; }
+  const std::string& cause() const { return cause_; }
+
+ private:
+  std::string path_;
+  int64_t frame_;
+  std::string cause_;
+};
 
 struct RgbFrames {
   int64_t count = 0, height = 0, width = 0;
   std::vector<uint8_t> pixels;  // (count, height, width, 3)
+  std::vector<double> pts_s;    // (count,) presentation time of each frame, seconds (pts * time_base)
+  std::string codec;            // FFmpeg codec name ("h264", "av1", ...)
+  std::string decoder;          // FFmpeg decoder used ("h264", "libdav1d", ...)
   bool bit_exact = true;        // false when libswscale converted a non-yuv420p format
 };
 
 // Decodes frames [0, max_frames) (all when max_frames < 0).
 RgbFrames decode_video_rgb(const std::string& path, int64_t max_frames = -1);
+
+// What the dataset index says about one video (loongforge_dataset.json
+// episodes[].videos[] and cameras[], the shard's video_pts column).
+struct VideoCheck {
+  uint64_t bytes = 0;
+  std::string sha256;  // hex
+  int64_t frame_count = 0;
+  int64_t width = 0, height = 0;
+  const double* pts_s = nullptr;  // (frame_count,) the video_pts column
+  double pts_tolerance_s = 1e-6;  // |decoded pts - recorded pts| allowed
+};
+
+// Reads the whole file, checks its size and SHA-256, then decodes it from
+// memory with the checks of VideoCheck. Throws BadVideoError on any mismatch.
+RgbFrames decode_video_checked(const std::string& path, const VideoCheck& check);
+
+// Routes FFmpeg's log (av_log) to the "data" logger; idempotent. Called by
+// the decode functions; exposed for tests.
+void install_ffmpeg_log();
 
 // The integer BT.601 limited-range conversion of one yuv420p image.
 void yuv420p_to_rgb(const uint8_t* y, int y_stride, const uint8_t* u, int u_stride, const uint8_t* v, int v_stride,

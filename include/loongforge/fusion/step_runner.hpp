@@ -25,6 +25,14 @@
 // failure throws ConfigError; otherwise it is logged and counted, and that
 // signature runs eagerly.
 //
+// The compiled runner (make_compiled_runner, compiled_runner.cpp) runs each
+// micro-batch's forward + backward as one call of an AOTInductor package
+// built by scripts/compile_step.py for this model's architecture, device,
+// precision and micro-batch shape; it accumulates the package's gradients
+// into .grad. Phase "forward_backward". Micro-batches of another shape run
+// eagerly (counted). A package that does not match throws ConfigError naming
+// the difference and the command that rebuilds it.
+//
 // Example:
 //   auto runner = make_plain_runner(net, /*bf16_autocast=*/device.is_cuda());
 //   at::Tensor loss = runner->run(batches, weights, step, phases);  // device, f64
@@ -32,6 +40,7 @@
 
 #include <cstdint>  // int64_t
 #include <memory>   // std::unique_ptr
+#include <string>   // std::string
 #include <vector>   // std::vector
 
 #include <ATen/core/Tensor.h>  // at::Tensor
@@ -63,6 +72,10 @@ std::unique_ptr<StepRunner> make_plain_runner(model::Model& net, bool bf16_autoc
 // CUDA graphs (see above); throws ConfigError on a CPU device or a build without CUDA.
 std::unique_ptr<StepRunner> make_graph_runner(model::Model& net, bool bf16_autocast, bool required,
                                               c10::Device device);
+
+// AOTInductor package (see above).
+std::unique_ptr<StepRunner> make_compiled_runner(model::Model& net, const std::string& package, bool bf16_autocast,
+                                                 c10::Device device);
 
 Engine engine(const config::Config& cfg);
 

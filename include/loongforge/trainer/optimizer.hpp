@@ -34,6 +34,21 @@
 // first. All parameters on one device in one dtype (ConfigError otherwise).
 // Equal to AdamW within float rounding (test/trainer/test_optimizer.cpp), not
 // bit for bit.
+//
+// ShardedAdamW (GCTS, gcts.shard_optimizer): the same update as AdamW, op for
+// op, on this rank's range of the flat parameter space only (Note [Flat
+// shards] in comm/shard.hpp): the reducer leaves the averaged gradient of
+// that range in shard().grad; step() updates the parameters' pieces in the
+// range and all-gathers the updated parameters from every rank, so all ranks
+// end the step with equal parameters while each holds 1/world of the moments
+// (tiny tensors: replicated, updated everywhere). clip_grad_norm() sums the
+// squared norms of every rank's range (one all-reduce of a scalar). Every
+// parameter counts as having a gradient each step (as after any multi-rank
+// average: a missing one is zeros). state_tensors() are this rank's pieces
+// ("shard.exp_avg", "shard.exp_avg_sq": its range; "<name>.exp_avg" of the
+// replicated tensors); load_state() takes full per-parameter moments
+// ("<name>.exp_avg", as AdamW writes them and as state.cpp assembles them
+// from a sharded checkpoint of any world size) and keeps its range.
 #pragma once
 
 #include <cstdint>  // int64_t
@@ -44,6 +59,12 @@
 
 #include <ATen/core/Tensor.h>  // at::Tensor
 #include <nlohmann/json.hpp>   // nlohmann::json
+
+#include "loongforge/comm/shard.hpp"
+
+namespace loongforge::comm {
+class World;
+}
 
 namespace loongforge::trainer {
 
@@ -124,6 +145,40 @@ class FusedAdamW final : public AdamWBase {
   std::vector<at::Tensor> steps_;  // float32 scalars on the parameters' device (as torch.optim keeps them)
   at::Tensor lr_;         // float32 scalar on the device, refilled each step
   at::Tensor found_inf_;  // float32 scalar: 1 when the last clip_grad_norm saw a non-finite norm
+};
+
+class ShardedAdamW final : public Optimizer {
+ public:
+  // `world` nullptr: one rank (the shard is everything). Tensors up to
+  // tiny_numel elements stay replicated.
+  ShardedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions options, comm::World* world,
+               int64_t tiny_numel);
+  const std::vector<at::Tensor>& params() const override { return params_; }
+  at::Tensor clip_grad_norm(double max_norm) override;
+  void step(double lr) override;
+  void zero_grad() override;
+  void keep_gradients(bool keep) override { keep_grads_ = keep; }
+  NamedTensorList state_tensors() const override;
+  nlohmann::json state_json() const override;
+  void load_state(const std::map<std::string, at::Tensor>& tensors, const nlohmann::json& json) override;
+
+  comm::ShardTarget& shard() { return target_; }
+  const comm::ShardLayout& layout() const { return target_.layout; }
+  const std::vector<std::string>& names() const { return names_; }
+
+ private:
+  void all_gather_parameters();
+  std::vector<std::string> names_;
+  std::vector<at::Tensor> params_;
+  std::vector<bool> decay_;
+  std::vector<int64_t> steps_;
+  AdamWOptions opt_;
+  comm::World* world_;
+  comm::ShardTarget target_;
+  at::Tensor exp_avg_, exp_avg_sq_;                    // (owned) fp32: this rank's range
+  std::map<size_t, std::pair<at::Tensor, at::Tensor>> replicated_;  // tiny tensors: exp_avg, exp_avg_sq
+  at::Tensor send_, gathered_;                         // all-gather buffers: (chunk), (world x chunk)
+  bool keep_grads_ = false;
 };
 
 // The learning rate of 0-based step s (HF get_*_schedule_with_warmup).

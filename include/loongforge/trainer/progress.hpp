@@ -27,6 +27,8 @@ struct StepRecord {
   double checkpoint_stall_ms = 0;  // snapshot copy + waiting for the previous write
   double exposed_comm_ms = 0;      // gradient communication not hidden behind compute
   int64_t tokens = 0;              // tokens of the step (tokens_per_s = tokens / step time)
+  double samples_skipped = 0;      // this rank's samples skipped for a bad video so far (data.on_bad_video=skip)
+  double videos_bad = 0;           // this rank's videos found bad so far
 };
 
 // The scalars of a record, by their TensorBoard tag (also the metrics.jsonl

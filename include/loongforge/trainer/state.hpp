@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>  // int64_t
+#include <map>      // std::map
 #include <memory>   // std::shared_ptr
 #include <string>   // std::string
 #include <vector>   // std::vector
@@ -69,6 +70,19 @@ void reserve_snapshot_buffers(SnapshotBuffers& buffers, const model::Model& net,
 checkpoint::Snapshot make_snapshot(const config::Config& cfg, const model::Model& net, const Optimizer& optimizer,
                                    const Schedule& schedule, const TrainerPosition& pos, int64_t world_size,
                                    const std::vector<Engine>& engines, SnapshotBuffers& buffers);
+
+// Sharded optimizer state (ShardedAdamW): what a rank other than 0 writes
+// (its optimizer/rank_RRRRR.safetensors, staged for rank 0: Note [Peer files]
+// in src/checkpoint/writer.cpp), and the files rank 0 waits for.
+checkpoint::Snapshot make_peer_snapshot(const Optimizer& optimizer, const TrainerPosition& pos, int64_t rank,
+                                        SnapshotBuffers& buffers);
+std::vector<std::string> peer_optimizer_files(int64_t world_size);
+
+// A checkpoint's optimizer state as full per-parameter moments, from an
+// unsharded or a sharded checkpoint of any world size (Note [Re-sharding] in
+// state.cpp); `opt_json` is trainer_state.json's "optimizer".
+std::map<std::string, at::Tensor> read_optimizer_state(const std::string& dir, const nlohmann::json& opt_json,
+                                                       const model::Model& net);
 
 // The gradient accumulation that keeps the global batch of the checkpoint in
 // `dir` on `world_size` ranks of cfg.trainer.micro_batch_size samples; the

@@ -16,12 +16,16 @@
 //    non-finite check needs them before the update).
 //  - step_boundary(): control requests, checkpoints, metrics and status.
 //  - close(): the final checkpoint, a barrier with the other ranks, the
-//    summary; returns the exit status (0, or 4 when a checkpoint write failed).
+//    summary; returns the exit status (0; 4 when a checkpoint write failed;
+//    75 = kExitRequeue when a SIGUSR1 stopped the run before
+//    trainer.max_steps, src/trainer/stop_signal.hpp).
 //  - run() = open, step/step_boundary while more(), close. A libtorch error
 //    inside a step (CUDA out of memory, a kernel error) becomes a
 //    TrainingError naming the step, the phase, the device memory and the keys
 //    to change, after a final checkpoint when the parameters and optimizer
-//    state are intact (the failure came before the update).
+//    state are intact (the failure came before the update). A DataError
+//    inside a step (a bad video with data.on_bad_video=error) also stops
+//    after a checkpoint of the last good step, keeping its message.
 //  - One Trainer per process, on one thread (the trainer thread).
 //
 // Example:
@@ -94,11 +98,14 @@ class Trainer {
   void check_finite(int64_t step, double loss, double norm, bool read_late);
   StepRecord complete(Readback::Held held, Clock::time_point next_start);
   void set_step_time(StepRecord& r, double step_ms) const;
+  [[noreturn]] void fail_on_data(const DataError& e);
+  std::string save_after_failure(bool intact);
   std::string agree(const std::string& key, const std::string& value);
 
   config::Config cfg_;
   comm::WorldInfo world_info_;
   bool leader_ = true;  // rank 0 owns the run directory, metrics and checkpoints
+  bool sharded_ = false;  // gcts.shard_optimizer: every rank holds (and checkpoints) its own optimizer shard
   c10::Device device_ = c10::kCPU;
   bool bf16_ = false;
   Clock::time_point t_start_;
@@ -127,6 +134,7 @@ class Trainer {
 
   int64_t steps_done_ = 0, last_step_ = 0;  // this process trains steps (steps_done_, last_step_]
   bool control_stop_ = false;
+  bool requeue_stop_ = false;  // the stop came from SIGUSR1 (on any rank): close() returns kExitRequeue
   double flops_per_sample_ = 0;
   int64_t tokens_per_view_ = 0;
   StepRecord record_;  // the step just taken, reported at its boundary

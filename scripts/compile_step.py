@@ -1,0 +1,160 @@
+"""Compiles a model file's training micro-step with AOTInductor for
+loongforge-train's compiled runner (trainer.compiled_step; issue #11 item 6).
+
+    python3 scripts/compile_step.py MODEL.pt --batch-size 32 --device cuda --precision bf16 --out STEP.pt2
+
+Contract
+- The package computes, for one micro-batch, what the plain runner computes
+  (src/fusion/step_runner.cpp): the model's forward (under CUDA bf16
+  autocast with --precision bf16), then the gradients of
+  (loss.float() * w).to(loss.dtype) with respect to every trainable
+  parameter. Inputs, in this order: the trainable parameters, the frozen
+  parameters (both in the model file's params.json order; bf16: trainable
+  fp32, frozen bf16, the trainer's layout), the batch tensors in the order
+  of the manifest's "batch" (fm_t and fm_noise included: the trainer draws
+  them exactly as the model would, so the random stream is the plain
+  runner's), then w (a 0-dim float32 tensor). Outputs: loss, num_valid,
+  then one gradient per trainable parameter.
+- The package's metadata "loongforge" holds the manifest (JSON): format,
+  device, precision, the SHA-256 of the model file's config.json and
+  params.json (the graph depends on the architecture, names, shapes and
+  freezing, not on weight values: a package serves every checkpoint of the
+  model), the parameter names, the batch keys with dtype and shape, and
+  the torch version. loongforge-train refuses a package whose manifest does
+  not match its model, device, precision or torch, naming the difference.
+- Models that draw random numbers inside the forward other than fm_t and
+  fm_noise (dropout in train mode) are refused: their draws would not
+  follow the plain runner's stream.
+- Compiling n16-1b at batch 32 for an H200 took 215 s there (docs/benchmarks.md).
+"""
+import argparse
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from model.batch import example_batch  # noqa: E402
+from model.config import ModelConfig  # noqa: E402
+from model.n16 import build_model  # noqa: E402
+
+FORMAT = 1
+
+
+def manifest_hash(config_text: str, params_text: str) -> str:
+    """SHA-256 over the model file's config.json and params.json as stored (the C++ side hashes the same bytes)."""
+    h = hashlib.sha256()
+    h.update(config_text.encode())
+    h.update(b"\0")
+    h.update(params_text.encode())
+    return h.hexdigest()
+
+
+def fail(msg: str) -> None:
+    print(f"compile_step: error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model", help="model file written by scripts/model/export.py")
+    ap.add_argument("--batch-size", type=int, required=True, help="trainer.micro_batch_size")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="bf16", help="precision.mode (bf16: CUDA only)")
+    ap.add_argument("--out", required=True, help="package to write (.pt2)")
+    args = ap.parse_args()
+    if args.precision == "bf16" and args.device != "cuda":
+        fail("--precision bf16 needs --device cuda (the trainer runs bf16 autocast on CUDA only)")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        fail("--device cuda but torch sees no GPU; compile on the machine that trains")
+    dev = torch.device(args.device)
+    bf16 = args.precision == "bf16"
+
+    extra = {"loongforge/config.json": "", "loongforge/params.json": ""}
+    try:
+        scripted = torch.jit.load(args.model, map_location="cpu", _extra_files=extra)
+    except Exception as e:  # noqa: BLE001 -- any load failure names the file
+        fail(f"{args.model}: not a LoongForge model file ({e.__class__.__name__}: {str(e).splitlines()[0]})")
+    config_text, params_text = extra["loongforge/config.json"], extra["loongforge/params.json"]
+    if isinstance(config_text, bytes):
+        config_text, params_text = config_text.decode(), params_text.decode()
+    cfg = ModelConfig.from_json(config_text)
+    params = json.loads(params_text)
+    dropouts = {k: v for k, v in cfg.to_dict().items() if "dropout" in k and isinstance(v, (int, float)) and v > 0}
+    if cfg.gr00t_head:
+        fail(f"{args.model}: model '{cfg.name}' has the GR00T head, which draws dropout masks and its flow-matching "
+             "time inside the forward; the compiled runner supports the n16 family only")
+    if dropouts:
+        fail(f"{args.model}: dropout {dropouts} draws inside the forward; export with it set to 0")
+
+    model = build_model(cfg)
+    model.load_state_dict(scripted.state_dict())
+    del scripted
+    trainable = [p["name"] for p in params if p["trainable"]]
+    frozen = [p["name"] for p in params if not p["trainable"]]
+    named = dict(model.named_parameters())
+    if list(named) != [p["name"] for p in params]:
+        fail(f"{args.model}: params.json does not list the model's parameters in order")
+    model.to(dev).train()
+    for n, p in named.items():
+        p.requires_grad_(n in set(trainable))
+        if bf16 and n in set(frozen):
+            p.data = p.data.to(torch.bfloat16)
+
+    batch = {k: v.to(dev) for k, v in example_batch(cfg, args.batch_size, seed=0, with_fm=True).items()}
+    keys = list(batch)
+    nt, nf = len(trainable), len(frozen)
+
+    def step(*flat):
+        from torch.func import functional_call
+        tp = dict(zip(trainable, flat[:nt]))
+        fp = dict(zip(frozen, flat[nt:nt + nf]))
+        b = dict(zip(keys, flat[nt + nf:nt + nf + len(keys)]))
+        w = flat[-1]
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            out = functional_call(model, {**tp, **fp}, (b,))
+        loss = out["loss"]
+        weighted = (loss.float() * w).to(loss.dtype)
+        grads = torch.autograd.grad(weighted, [tp[n] for n in trainable])
+        return (loss.detach(), out["num_valid"].detach(), *grads)
+
+    w = torch.tensor(0.5, dtype=torch.float32, device=dev)
+    leaves = [named[n].detach().requires_grad_(True) for n in trainable]
+    flat = leaves + [named[n].detach() for n in frozen] + [batch[k] for k in keys] + [w]
+    plain = [x.detach() for x in flat]
+    t0 = time.time()
+    from torch.fx.experimental.proxy_tensor import make_fx
+    gm = make_fx(step)(*flat)
+    t1 = time.time()
+    ep = torch.export.export(gm, tuple(plain))
+    t2 = time.time()
+    manifest = {
+        "format": FORMAT,
+        "device": args.device,
+        "precision": args.precision,
+        "model_hash": manifest_hash(config_text, params_text),
+        "model_name": cfg.name,
+        "trainable": trainable,
+        "frozen": frozen,
+        "batch": [[k, str(batch[k].dtype).replace("torch.", ""), list(batch[k].shape)] for k in keys],
+        "torch": torch.__version__,
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.stem + ".partial.pt2")
+    path = torch._inductor.aoti_compile_and_package(
+        ep, package_path=str(tmp),
+        inductor_configs={"aot_inductor.metadata": {"loongforge": json.dumps(manifest)}})
+    Path(path).replace(out)
+    t3 = time.time()
+    print(f"compiled {cfg.name} micro-step (batch {args.batch_size}, {args.device}, {args.precision}): "
+          f"{len(gm.graph.nodes)} graph nodes; trace {t1 - t0:.0f} s, export {t2 - t1:.0f} s, "
+          f"compile {t3 - t2:.0f} s -> {out} ({out.stat().st_size / 1e6:.1f} MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

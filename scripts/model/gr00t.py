@@ -1,0 +1,203 @@
+"""GR00T-named models: a backbone + the upstream-exact action head of gr00t_head.py
+(TorchScript-able).
+
+Contract
+- Built by n16.build_model when `ModelConfig.gr00t_head` names a
+  gr00t_head.HEAD_CONFIGS entry; `gr00t_model_class(cfg)` picks the class by
+  `cfg.backbone`:
+    "n16"     Gr00tModel         n16.py's backbone (gr00t-tiny; not upstream's)
+    "eagle"   Gr00tEagleModel    GR00T N1.6's exact backbone (model/backbones.py)
+    "qwen3vl" Gr00tQwen3VLModel  GR00T N1.7's exact backbone (model/backbones.py)
+  Same batch keys and result as N16Model (model/batch.py, "loss", "num_valid",
+  "pred_velocity"); children vision, [connector,] imu_encoder, audio_encoder,
+  llm, action_head, embodiment, so n16.param_role, is_trainable,
+  apply_freezing and decay_flags apply unchanged. The exact backbones keep
+  upstream's projector inside `vision` (N1.6 `vision.mlp1`, N1.7
+  `vision.merger` and `vision.deepstack_mergers`), so tune_visual freezes it
+  as upstream's tune_visual does.
+- Sequence: [the image tokens of every view ; imu ; audio ; text]. Upstream
+  wraps the images in its chat template (N1.7: <|im_start|>user\n
+  <|vision_start|> image <|vision_end|> ... text <|im_end|>); those wrapper
+  tokens are whatever the dataset's text tokens carry, the images come first.
+- image_mask: the vision tokens of every view; the imu/audio tokens and the
+  text count as non-image tokens (upstream has none of the former).
+- What is exact to upstream: everything after the backbone features (see
+  gr00t_head.py) and, for "eagle" / "qwen3vl", the backbone on that sequence
+  (model/backbones.py). Not: the flow-matching time the trainers draw
+  (docs/training-semantics.md s3 draws (s - Beta)/s; upstream N1.6/N1.7 draw
+  (1 - Beta) * s; these models sample upstream's form only when the batch
+  has no fm_t).
+- In training mode the head's dropout and state dropout draw from torch's
+  default generator (gr00t_head.py); eval mode is deterministic.
+"""
+
+from typing import Dict, List, Tuple
+
+import torch
+from torch import Tensor
+
+from .backbones import EagleVision, Qwen3VLText, Qwen3VLVision, init_backbone, mrope_positions
+from .config import ModelConfig
+from .gr00t_head import Gr00tHead, Gr00tHeadConfig, head_config_for
+from .n16 import Connector, LanguageModel, SeriesEncoder, VisionEncoder, init_weights, pixel_shuffle
+
+
+class Gr00tModel(Gr00tHead):
+    """The n16 backbone + Gr00tHead (its action_head and embodiment children and head_loss)."""
+
+    def __init__(self, cfg: ModelConfig):
+        cfg.validate()
+        super().__init__(head_config_for(cfg))
+        self.pixel_shuffle = cfg.pixel_shuffle
+        self.beta_alpha = cfg.beta_alpha
+        self.noise_s = cfg.noise_s
+        self.vision = VisionEncoder(cfg)
+        self.connector = Connector(cfg)
+        self.imu_encoder = (SeriesEncoder(cfg.imu_channels, cfg.series_hidden, cfg.imu_tokens, cfg.llm_width)
+                            if cfg.use_imu else None)
+        self.audio_encoder = (SeriesEncoder(cfg.audio_features, cfg.series_hidden, cfg.audio_tokens, cfg.llm_width)
+                              if cfg.use_audio else None)
+        self.llm = LanguageModel(cfg)
+        # The backbone gets n16's init; the head keeps upstream's (PyTorch defaults, 0.02-normal
+        # category weights and position embedding).
+        for child in (self.vision, self.connector, self.imu_encoder, self.audio_encoder, self.llm):
+            if child is not None:
+                init_weights(child)
+
+    def series_tokens(self, batch: Dict[str, Tensor], parts: List[Tensor]) -> List[Tensor]:
+        """Appends the imu / audio tokens (when the model has those encoders) to parts."""
+        imu_encoder = self.imu_encoder
+        if imu_encoder is not None:
+            if "imu" not in batch:
+                raise RuntimeError("batch has no 'imu' but the model was exported with use_imu=true; "
+                                   "add an imu tensor (B, T_imu, C_imu) or export with --set use_imu=false")
+            parts.append(imu_encoder(batch["imu"]).to(parts[0].dtype))
+        audio_encoder = self.audio_encoder
+        if audio_encoder is not None:
+            if "audio" not in batch:
+                raise RuntimeError("batch has no 'audio' but the model was exported with use_audio=true; "
+                                   "add an audio tensor (B, T_audio, F_audio) or export with --set use_audio=false")
+            parts.append(audio_encoder(batch["audio"]).to(parts[0].dtype))
+        return parts
+
+    def masks(self, batch: Dict[str, Tensor], prefix: Tensor, n_image: int) -> Tuple[Tensor, Tensor]:
+        """-> key mask (B, S) (prefix tokens valid, text by text_mask) and image mask (B, S)."""
+        B = prefix.shape[0]
+        text_mask = batch["text_mask"].to(torch.bool)                  # (B, L)
+        prefix_mask = torch.ones(B, prefix.shape[1], dtype=torch.bool, device=prefix.device)
+        key_mask = torch.cat([prefix_mask, text_mask], dim=1)          # (B, S)
+        image_mask = torch.zeros_like(key_mask)
+        image_mask[:, :n_image] = True
+        return key_mask, image_mask
+
+    def encode_vl(self, batch: Dict[str, Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
+        """-> VL tokens (B, S, C_llm), their key mask (B, S) and image mask (B, S), both bool."""
+        images = batch["images"]                                       # (B, V, 3, IMG, IMG)
+        B, V = images.shape[0], images.shape[1]
+        feats = self.vision(images.flatten(0, 1))                      # (B*V, P, C_vit)
+        tokens = self.connector(pixel_shuffle(feats, self.pixel_shuffle))  # (B*V, T, C)
+        parts = [tokens.reshape(B, V * tokens.shape[1], tokens.shape[2])]  # (B, V*T, C)
+        n_image = parts[0].shape[1]
+        parts = self.series_tokens(batch, parts)
+        prefix = torch.cat(parts, dim=1)                               # (B, S0, C)
+        key_mask, image_mask = self.masks(batch, prefix, n_image)
+        vl = self.llm(prefix, batch["text_tokens"], key_mask)          # (B, S, C)
+        return vl, key_mask, image_mask
+
+    def forward(self, batch: Dict[str, Tensor]) -> Dict[str, Tensor]:
+        actions = batch["actions"]                                     # (B, H, A)
+        B = actions.shape[0]
+        if "fm_t" in batch:
+            t = batch["fm_t"].to(actions.dtype)                        # (B,)
+        else:  # upstream N1.6/N1.7: t = (1 - Beta(alpha, 1)) * s, Beta(alpha, 1) = u^(1/alpha)
+            u = torch.rand([B], dtype=actions.dtype, device=actions.device)
+            t = (1.0 - u.pow(1.0 / self.beta_alpha)) * self.noise_s
+        if "fm_noise" in batch:
+            noise = batch["fm_noise"].to(actions.dtype)                # (B, H, A)
+        else:
+            noise = torch.randn_like(actions)
+        vl, vl_mask, image_mask = self.encode_vl(batch)
+        return self.head_loss(vl, vl_mask, image_mask, batch["state"], actions, batch["action_mask"],
+                              batch["embodiment_id"], t, noise, None)
+
+
+class Gr00tEagleModel(Gr00tModel):
+    """GR00T N1.6: SigLIP-2 + pixel unshuffle + mlp1 (vision) and a Qwen3 LM with its final norm (llm)."""
+
+    def __init__(self, cfg: ModelConfig):
+        cfg.validate()
+        Gr00tHead.__init__(self, head_config_for(cfg))
+        self.beta_alpha = cfg.beta_alpha
+        self.noise_s = cfg.noise_s
+        self.vision = EagleVision(cfg)
+        self.imu_encoder = (SeriesEncoder(cfg.imu_channels, cfg.series_hidden, cfg.imu_tokens, cfg.llm_width)
+                            if cfg.use_imu else None)
+        self.audio_encoder = (SeriesEncoder(cfg.audio_features, cfg.series_hidden, cfg.audio_tokens, cfg.llm_width)
+                              if cfg.use_audio else None)
+        self.llm = LanguageModel(cfg)
+        for child in (self.vision, self.imu_encoder, self.audio_encoder, self.llm):
+            if child is not None:
+                init_weights(child)
+        init_backbone(self.vision)
+
+    def encode_vl(self, batch: Dict[str, Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
+        images = batch["images"]                                       # (B, V, 3, IMG, IMG)
+        B, V = images.shape[0], images.shape[1]
+        tokens = self.vision(images.flatten(0, 1))                     # (B*V, T, C)
+        parts = [tokens.reshape(B, V * tokens.shape[1], tokens.shape[2])]
+        n_image = parts[0].shape[1]
+        parts = self.series_tokens(batch, parts)
+        prefix = torch.cat(parts, dim=1)                               # (B, S0, C)
+        key_mask, image_mask = self.masks(batch, prefix, n_image)
+        vl = self.llm(prefix, batch["text_tokens"], key_mask)          # (B, S, C)
+        return vl, key_mask, image_mask
+
+
+class Gr00tQwen3VLModel(Gr00tModel):
+    """GR00T N1.7: the Qwen3-VL ViT with its mergers (vision) and the Qwen3-VL text decoder (llm)."""
+
+    def __init__(self, cfg: ModelConfig):
+        cfg.validate()
+        Gr00tHead.__init__(self, head_config_for(cfg))
+        self.beta_alpha = cfg.beta_alpha
+        self.noise_s = cfg.noise_s
+        self.merged_grid = cfg.image_size // cfg.patch_size // cfg.pixel_shuffle
+        self.vision = Qwen3VLVision(cfg)
+        self.imu_encoder = (SeriesEncoder(cfg.imu_channels, cfg.series_hidden, cfg.imu_tokens, cfg.llm_width)
+                            if cfg.use_imu else None)
+        self.audio_encoder = (SeriesEncoder(cfg.audio_features, cfg.series_hidden, cfg.audio_tokens, cfg.llm_width)
+                              if cfg.use_audio else None)
+        self.llm = Qwen3VLText(cfg)
+        for child in (self.vision, self.imu_encoder, self.audio_encoder, self.llm):
+            if child is not None:
+                init_weights(child)
+        init_backbone(self.vision)
+
+    def encode_vl(self, batch: Dict[str, Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
+        images = batch["images"]                                       # (B, V, 3, IMG, IMG)
+        B, V = images.shape[0], images.shape[1]
+        tokens, deep = self.vision(images.flatten(0, 1))               # (B*V, T, C), [(B*V, T, C)]
+        T, C = tokens.shape[1], tokens.shape[2]
+        parts = [tokens.reshape(B, V * T, C)]
+        n_image = V * T
+        parts = self.series_tokens(batch, parts)
+        prefix = torch.cat(parts, dim=1)                               # (B, S0, C)
+        key_mask, image_mask = self.masks(batch, prefix, n_image)
+        text_mask = batch["text_mask"].to(torch.bool)
+        pos = mrope_positions(V, self.merged_grid, prefix.shape[1] - n_image, text_mask)  # (3, B, S)
+        deepstack = [d.reshape(B, V * T, C) for d in deep]
+        vl = self.llm(prefix, n_image, batch["text_tokens"], key_mask, pos, deepstack)
+        return vl, key_mask, image_mask
+
+
+def gr00t_model_class(cfg: ModelConfig):
+    """The model class of a gr00t-* config, by cfg.backbone."""
+    return {"n16": Gr00tModel, "eagle": Gr00tEagleModel, "qwen3vl": Gr00tQwen3VLModel}[cfg.backbone]
+
+
+def build_gr00t(cfg: ModelConfig) -> Gr00tModel:
+    return gr00t_model_class(cfg)(cfg)
+
+
+__all__ = ["Gr00tModel", "Gr00tEagleModel", "Gr00tQwen3VLModel", "gr00t_model_class", "build_gr00t",
+           "Gr00tHeadConfig"]

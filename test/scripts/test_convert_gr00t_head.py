@@ -1,0 +1,151 @@
+"""The GR00T converter on a checkpoint written by the UPSTREAM action head (lerobot
+0.6.1's GR00TN17ActionHead, random weights, saved as safetensors under its
+checkpoint names), never by our own inverse table: the file converts onto the
+exported upstream-exact head (scripts/model/gr00t_head.py) with --strict,
+every tensor lands bit-exactly under its LoongForge name, and the converted
+head computes upstream's loss; a transposed tensor, a missing one and an
+extra one are refused or reported with their names and shapes; and
+scripts/export_gr00t_checkpoint.py writes the imported head back bit for bit."""
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "test"))
+import convert_gr00t_checkpoint as conv  # noqa: E402
+import export_gr00t_checkpoint as export_back  # noqa: E402
+import lerobot_oracle  # noqa: E402
+from model.gr00t_head import HEAD_CONFIGS, Gr00tHeadConfig, build_head  # noqa: E402
+
+CFG = Gr00tHeadConfig(name="tiny", backbone_width=64, hidden_size=32, input_embedding_dim=48,
+                      dit_layers=4, dit_heads=4, dit_head_dim=12, vl_layers=1, vl_heads=4, vl_head_dim=16,
+                      max_seq_len=16, num_embodiments=3, max_state_dim=7, max_action_dim=6, action_horizon=4)
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    oracle = lerobot_oracle.load()
+    torch.manual_seed(0)
+    head = oracle.n17.GR00TN17ActionHead(lerobot_oracle.upstream_head_config(oracle, CFG)).eval()
+    with torch.no_grad():
+        for p in head.parameters():
+            p.copy_(torch.randn_like(p) * 0.1)
+    return oracle, head, lerobot_oracle.upstream_head_tensors(head)
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    """Our head, scripted and saved as the converter's --model (its parameters give names and shapes)."""
+    out = tmp_path_factory.mktemp("m") / "gr00t-head-tiny.pt"
+    torch.manual_seed(1)
+    torch.jit.save(torch.jit.script(build_head(CFG)), str(out))
+    return out
+
+
+def write(tensors, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model-00001-of-00001.safetensors"))
+    return folder
+
+
+def test_an_upstream_written_checkpoint_converts_strictly_and_computes_upstreams_loss(upstream, model_file,
+                                                                                       tmp_path):
+    oracle, head, tensors = upstream
+    report = conv.convert(write(tensors, tmp_path / "src"), model_file, tmp_path / "out.safetensors", strict=True)
+    out = load_file(str(tmp_path / "out.safetensors"))
+    assert report["mapped"] == len(tensors) == len(out)
+    for name, t in tensors.items():
+        assert torch.equal(out[conv.to_loongforge(name)], t), name
+
+    ours = build_head(CFG).eval()
+    ours.load_state_dict(out, strict=True)
+    B, S, H, A = 2, 6, CFG.action_horizon, CFG.max_action_dim
+    g = torch.Generator().manual_seed(3)
+    image_mask = torch.tensor([[False, True, True, False, False, False]] * B)
+    batch = {"vl": torch.randn(B, S, CFG.backbone_width, generator=g), "vl_mask": torch.ones(B, S, dtype=torch.bool),
+             "image_mask": image_mask, "state": torch.randn(B, CFG.max_state_dim, generator=g),
+             "actions": torch.randn(B, H, A, generator=g), "action_mask": torch.ones(B, H, A),
+             "embodiment_id": torch.tensor([1, 2]), "fm_t": torch.tensor([0.3, 0.7]),
+             "fm_noise": torch.randn(B, H, A, generator=g)}
+    BF = oracle.n17.BatchFeature
+    head.sample_time = lambda batch_size, device, dtype: batch["fm_t"].to(device, dtype)
+    real_randn = torch.randn
+    torch.randn = lambda *a, **k: batch["fm_noise"].clone()
+    try:
+        with torch.no_grad():
+            up_loss = head(BF(data={"backbone_features": batch["vl"], "backbone_attention_mask": batch["vl_mask"],
+                                    "image_mask": image_mask}),
+                           BF(data={"state": batch["state"][:, None], "action": batch["actions"],
+                                    "embodiment_id": batch["embodiment_id"],
+                                    "action_mask": batch["action_mask"]}))["loss"]
+    finally:
+        torch.randn = real_randn
+        del head.sample_time
+    with torch.no_grad():
+        our_loss = ours(batch)["loss"]
+    assert torch.allclose(our_loss, up_loss, rtol=1e-5, atol=0), (our_loss.item(), up_loss.item())
+
+
+def test_a_transposed_tensor_is_refused_with_names_and_shapes(upstream, model_file, tmp_path):
+    _, _, tensors = upstream
+    bad = dict(tensors)
+    name = "action_head.model.transformer_blocks.0.attn1.to_k.weight"     # (48, 64): cross-attention K
+    bad[name] = bad[name].t()
+    with pytest.raises(SystemExit, match=rf"{name} \(64, 48\) -> action_head.blocks.0.attn.k.weight \(48, 64\)"):
+        conv.convert(write(bad, tmp_path / "src"), model_file, tmp_path / "out.safetensors", strict=True)
+
+
+def test_a_missing_tensor_fails_strict_and_an_extra_one_is_reported(upstream, model_file, tmp_path):
+    _, _, tensors = upstream
+    partial = {k: v for k, v in tensors.items() if k != "action_head.vlln.weight"}
+    with pytest.raises(SystemExit, match=r"action_head\.vl_norm\.weight"):
+        conv.convert(write(partial, tmp_path / "a"), model_file, tmp_path / "a.safetensors", strict=True)
+    extra = dict(tensors, **{"action_head.mask_token": torch.zeros(1, 1, CFG.input_embedding_dim)})
+    report = conv.convert(write(extra, tmp_path / "b"), model_file, tmp_path / "b.safetensors")
+    assert report["unmapped_upstream"] == ["action_head.mask_token"] and report["kept_from_model"] == []
+
+
+def test_import_then_export_back_gives_the_upstream_file_bit_for_bit(upstream, model_file, tmp_path):
+    _, _, tensors = upstream
+    conv.convert(write(tensors, tmp_path / "src"), model_file, tmp_path / "ours.safetensors", strict=True)
+    report = export_back.export(tmp_path / "ours.safetensors", tmp_path / "back.safetensors", strict=True)
+    back = load_file(str(tmp_path / "back.safetensors"))
+    assert report == {"layout": "n16", "exported": len(tensors), "no_upstream_name": []}
+    assert set(back) == set(tensors)
+    for name, t in tensors.items():
+        assert back[name].dtype == t.dtype and torch.equal(back[name], t), name
+
+
+def test_export_back_strict_refuses_a_tensor_without_an_upstream_name(tmp_path):
+    save_file({"action_head.vl_norm.weight": torch.ones(3), "llm.extra.weight": torch.ones(2)},
+              str(tmp_path / "ours.safetensors"))
+    with pytest.raises(SystemExit, match=r"llm\.extra\.weight"):
+        export_back.export(tmp_path / "ours.safetensors", tmp_path / "back.safetensors", strict=True)
+    report = export_back.export(tmp_path / "ours.safetensors", tmp_path / "back.safetensors")
+    assert report == {"layout": "n16", "exported": 1, "no_upstream_name": ["llm.extra.weight"]}
+    assert set(load_file(str(tmp_path / "back.safetensors"))) == {"action_head.vlln.weight"}
+
+
+@pytest.mark.parametrize("cfg", [CFG, HEAD_CONFIGS["gr00t-n1.7-3b"]], ids=["tiny", "n1.7-3b"])
+def test_the_head_config_is_read_back_from_upstreams_config_json(upstream, cfg):
+    oracle = upstream[0]
+    up_cfg = lerobot_oracle.upstream_head_config(oracle, cfg)
+    data = json.loads(up_cfg.to_json_string(use_diff=False))
+    got = conv.head_config_from_upstream(data, name=cfg.name)
+    assert got == cfg
+    # and lerobot's own untouched defaults are the gr00t-n1.7-3b preset
+    defaults = json.loads(oracle.n17.GR00TN17Config().to_json_string(use_diff=False))
+    assert conv.head_config_from_upstream(defaults, name="gr00t-n1.7-3b") == HEAD_CONFIGS["gr00t-n1.7-3b"]
+
+
+def test_an_unsupported_upstream_setting_is_refused_naming_the_field(upstream):
+    oracle = upstream[0]
+    data = json.loads(oracle.n17.GR00TN17Config(use_alternate_vl_dit=False).to_json_string(use_diff=False))
+    with pytest.raises(conv.ConversionError, match="use_alternate_vl_dit=False"):
+        conv.head_config_from_upstream(data)
