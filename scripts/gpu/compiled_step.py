@@ -10,6 +10,11 @@ bf16 layout (trainable fp32, frozen bf16, autocast):
   eager       the model's forward + backward, Python eager
   script      the TorchScript module's forward + backward (loongforge-train's path)
   script+cg   the same captured as one CUDA graph (loongforge-train's graph runner)
+  script-fuse the TorchScript module with the graph executor's optimization on
+              (profiling executor, NNC/TensorExpr fuser on the GPU, JIT autocast):
+              loongforge-train switches it off for bitwise parity with eager; this
+              row measures what it would give (loss and gradients checked against eager)
+  script-fuse+cg  the same captured as one CUDA graph
   aoti        the AOTInductor package's run()
   aoti+cg     the same captured as one CUDA graph
   compile-ro  torch.compile(mode="reduce-overhead") forward + backward (the
@@ -87,6 +92,62 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.float() - b.float()).norm() / a.float().norm().clamp(min=1e-30)).item()
 
 
+def script_fuse(model, batch, ref, tn, named, args, rows) -> None:
+    """The script rows with TorchScript's own optimizing executor and fuser on."""
+    saved = (torch._C._get_graph_executor_optimize(), torch._C._jit_texpr_fuser_enabled(),
+             torch._C._jit_can_fuse_on_gpu())
+    torch._C._set_graph_executor_optimize(True)
+    torch._C._jit_set_profiling_executor(True)
+    torch._C._jit_set_texpr_fuser_enabled(True)
+    torch._C._jit_override_can_fuse_on_gpu(True)
+    torch._C._jit_set_autocast_mode(True)
+    try:
+        scripted = torch.jit.script(model)
+        params = dict(scripted.named_parameters())
+
+        def fb():
+            for p in scripted.parameters():
+                p.grad = None
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                out = scripted(batch)
+            loss = out["loss"].float()
+            loss.backward()
+            return loss.detach()
+        for _ in range(4):  # profiling runs, then the optimized plan
+            loss = fb()
+        graph = torch.jit.last_executed_optimized_graph()
+        kinds = [n.kind() for n in graph.nodes()]
+        fused = sum(k in ("prim::TensorExprGroup", "prim::FusionGroup", "prim::CudaFusionGroup") for k in kinds)
+        grads = [params[n].grad for n in tn]
+        missing = sum(g is None for g in grads)
+        worst = max((rel(a, b) for a, b in zip(ref[2:], grads) if b is not None), default=float("nan"))
+        print(f"script-fuse: {fused} fusion groups, {sum(k == 'prim::DifferentiableGraph' for k in kinds)} "
+              f"differentiable graphs in the last optimized graph; loss {loss.item():.6f} vs eager "
+              f"{ref[0].item():.6f}; max relative gradient difference {worst:.2e} ({missing} missing)", flush=True)
+        rows["script-fuse"] = timed(fb, args.iters)
+        for p in scripted.parameters():
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
+
+        def acc():
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                out = scripted(batch)
+            out["loss"].float().backward()
+        try:
+            replay = graphed(acc)
+            rows["script-fuse+cg"] = timed(replay, args.iters)
+            if args.profile:
+                kernel_classes("script-fuse+cg", replay)
+        except RuntimeError as e:  # a fuser kernel that cannot be captured is itself a finding
+            print(f"script-fuse+cg: capture failed: {str(e).splitlines()[0]}", flush=True)
+    except Exception as e:  # noqa: BLE001 -- report and go on to the other rows
+        print(f"script-fuse: failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", flush=True)
+    finally:
+        torch._C._set_graph_executor_optimize(saved[0])
+        torch._C._jit_set_texpr_fuser_enabled(saved[1])
+        torch._C._jit_override_can_fuse_on_gpu(saved[2])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", default="n16-1b")
@@ -154,6 +215,8 @@ def main() -> int:
         if args.profile:
             kernel_classes("script+cg", replay)
         del scripted, replay
+    if "script-fuse" not in skip:
+        script_fuse(model, batch, ref, tn, named, args, rows)
     if "aoti" not in skip and args.load:
         path = args.package
     elif "aoti" not in skip:
