@@ -88,6 +88,25 @@ def kernel_classes(name: str, fn, iters: int = 3) -> None:
           ", ".join(f"{c} {t:.2f}" for c, t in sorted(by.items(), key=lambda kv: -kv[1])), flush=True)
 
 
+def top_ops(name: str, fn, iters: int = 3, rows: int = 30) -> None:
+    """Device time per iteration by aten op (self time: an op's own kernels, not its
+    children's), eager launches so that every kernel has its op; the attribution a
+    fused kernel has to beat."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    avgs = [a for a in prof.key_averages() if a.self_device_time_total > 0]
+    avgs.sort(key=lambda a: -a.self_device_time_total)
+    total = sum(a.self_device_time_total for a in avgs) / 1000.0 / iters
+    print(f"{name}: device time by op, {total:.2f} ms per forward+backward (self time, top {rows}):", flush=True)
+    for a in avgs[:rows]:
+        print(f"  {a.self_device_time_total / 1000.0 / iters:7.2f} ms  {a.count // iters:5d} calls  {a.key}", flush=True)
+
+
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.float() - b.float()).norm() / a.float().norm().clamp(min=1e-30)).item()
 
@@ -156,7 +175,8 @@ def main() -> int:
     ap.add_argument("--package", default="/dev/shm/step.pt2")
     ap.add_argument("--skip", default="", help="comma-separated rows to skip")
     ap.add_argument("--load", action="store_true", help="load --package as it is (built by an earlier run)")
-    ap.add_argument("--profile", action="store_true", help="device time by kernel class for script+cg and compile-ro")
+    ap.add_argument("--profile", action="store_true",
+                    help="device time by kernel class for script+cg and compile-ro, by aten op for script")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     dev = torch.device("cuda")
@@ -214,6 +234,7 @@ def main() -> int:
         rows["script+cg"] = timed(replay, args.iters)
         if args.profile:
             kernel_classes("script+cg", replay)
+            top_ops("script", lambda: fwd_bwd(scripted))
         del scripted, replay
     if "script-fuse" not in skip:
         script_fuse(model, batch, ref, tn, named, args, rows)
