@@ -116,6 +116,7 @@ LAYOUT_MAPPING: List[Tuple[str, str, str]] = [
     ("n1.7", f"{N17_LM}.embed_tokens.weight", "llm.embed_tokens.weight"),
 ] + [("n1.7", f"{N17_LM}.layers.{{i}}.{u}", f"llm.layers.{{i}}.{o}") for u, o in _QWEN3_LM_ROWS] + [
     (None, "action_head.position_embedding.weight", "action_head.pos_embed"),
+    (None, "action_head.mask_token", "action_head.state_mask_token"),     # N1.6 with state dropout
     (None, "action_head.vlln.{p}", "action_head.vl_norm.{p}"),
     (None, f"{DIT}.timestep_encoder.timestep_embedder.linear_1.{{p}}", "action_head.timestep_encoder.fc1.{p}"),
     (None, f"{DIT}.timestep_encoder.timestep_embedder.linear_2.{{p}}", "action_head.timestep_encoder.fc2.{p}"),
@@ -213,8 +214,9 @@ def head_config_from_upstream(config: Dict, name: str = "from-upstream"):
     """The scripts/model/gr00t_head.py Gr00tHeadConfig of an upstream GR00T N1.6/N1.7 config.json
     (GR00TN17Config / Gr00tN1d6Config fields). Raises ConversionError naming the field for any
     setting the upstream-exact head does not implement (the plain DiT, no vlln, a state history,
-    a Beta beta other than 1, different dropouts in the DiT and vl_self_attention, N1.6's state
-    mask token)."""
+    a Beta beta other than 1, different dropouts in the DiT and vl_self_attention, N1.6's additive
+    state noise). model_type Gr00tN1d6 gives N1.6's state mask token (used when
+    state_dropout_prob > 0)."""
     from model.gr00t_head import Gr00tHeadConfig
 
     def need(cond: bool, field: str, what: str):
@@ -247,8 +249,8 @@ def head_config_from_upstream(config: Dict, name: str = "from-upstream"):
         need(float(vl.get("dropout", 0.0)) == float(dit.get("dropout", 0.0)), "vl_self_attention_cfg.dropout",
              "must equal diffusion_model_cfg.dropout (the head has one dropout)")
     state_dropout = float(get("state_dropout_prob", 0.0))
-    need(not (get("model_type") == "Gr00tN1d6" and state_dropout > 0), "state_dropout_prob",
-         "N1.6's state mask token is not implemented; must be 0 for a Gr00tN1d6 config")
+    need(float(get("state_additive_noise_scale", 0.0) or 0.0) == 0.0, "state_additive_noise_scale",
+         "must be 0 (N1.6's additive state noise is not implemented)")
     cfg = Gr00tHeadConfig(
         name=name, backbone_width=int(get("backbone_embedding_dim")), hidden_size=int(get("hidden_size")),
         input_embedding_dim=int(get("input_embedding_dim")), dit_layers=int(dit["num_layers"]),
@@ -260,7 +262,8 @@ def head_config_from_upstream(config: Dict, name: str = "from-upstream"):
         num_embodiments=int(get("max_num_embodiments", 32)), max_state_dim=int(get("max_state_dim")),
         max_action_dim=int(get("max_action_dim")), action_horizon=int(get("action_horizon")),
         dropout=float(dit.get("dropout", 0.0)), state_dropout=state_dropout,
-        noise_s=float(get("noise_s", 0.999)), beta_alpha=float(get("noise_beta_alpha", 1.5)))
+        noise_s=float(get("noise_s", 0.999)), beta_alpha=float(get("noise_beta_alpha", 1.5)),
+        state_mask_token=get("model_type") == "Gr00tN1d6")
     try:
         return cfg.validate()
     except ValueError as e:

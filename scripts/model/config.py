@@ -95,6 +95,7 @@ class ModelConfig:
     gr00t_head: str = ""
     gr00t_dropout: float = -1.0        # >= 0: the head's attention/feed-forward dropout instead of the preset's
     gr00t_state_dropout: float = -1.0  # >= 0: the head's state dropout instead of the preset's
+    gr00t_state_mask_token: bool = False  # N1.6: a dropped state token is a learned mask token (else zeroed)
 
     # ---- per-embodiment MLPs (category-specific linears)
     num_embodiments: int = 32
@@ -305,7 +306,7 @@ _QWEN3VL_3B = dict(backbone="qwen3vl", image_size=256, patch_size=16, vit_layers
 CONFIGS.update({
     "gr00t-tiny": ModelConfig(name="gr00t-tiny", tune_top_llm_layers=1, gr00t_head="gr00t-tiny"),
     "gr00t-n1.6-tiny": ModelConfig(name="gr00t-n1.6-tiny", backbone="eagle", vit_pos_grid=6, tune_top_llm_layers=1,
-                                   gr00t_head="gr00t-tiny"),
+                                   gr00t_head="gr00t-tiny", gr00t_state_mask_token=True),
     "gr00t-n1.7-tiny": ModelConfig(name="gr00t-n1.7-tiny", backbone="qwen3vl", vit_layers=3, vit_width=64,
                                    vit_heads=2, vit_ffn=128, vit_pos_grid=6, deepstack_layers="0,2",
                                    mrope_section="6,5,5", tune_top_llm_layers=1, gr00t_head="gr00t-tiny"),

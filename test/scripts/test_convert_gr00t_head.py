@@ -149,3 +149,19 @@ def test_an_unsupported_upstream_setting_is_refused_naming_the_field(upstream):
     data = json.loads(oracle.n17.GR00TN17Config(use_alternate_vl_dit=False).to_json_string(use_diff=False))
     with pytest.raises(conv.ConversionError, match="use_alternate_vl_dit=False"):
         conv.head_config_from_upstream(data)
+
+
+def test_an_n16_config_with_state_dropout_gives_the_state_mask_token(upstream):
+    """Gr00tN1d6 with state_dropout_prob > 0 reads back as N1.6's mask-token head (converted by the
+    table row action_head.mask_token -> action_head.state_mask_token); N1.6's additive state noise,
+    which the head does not implement, is refused by name."""
+    oracle = upstream[0]
+    data = json.loads(lerobot_oracle.upstream_head_config(oracle, CFG).to_json_string(use_diff=False))
+    data.update(model_type="Gr00tN1d6", state_dropout_prob=0.3)
+    got = conv.head_config_from_upstream(data, name="n16")
+    assert got.state_mask_token and got.state_dropout == 0.3
+    assert conv.to_loongforge("action_head.mask_token") == "action_head.state_mask_token"
+    head = build_head(got)
+    assert tuple(head.action_head.state_mask_token.shape) == (1, 1, CFG.input_embedding_dim)
+    with pytest.raises(conv.ConversionError, match="state_additive_noise_scale=0.1"):
+        conv.head_config_from_upstream(dict(data, state_additive_noise_scale=0.1))
