@@ -1,15 +1,31 @@
 #!/usr/bin/env python3
 """Convert a GR00T-N1.6-style Hugging Face checkpoint to LoongForge names.
 
+    python3 scripts/convert_gr00t_checkpoint.py SRC_DIR --out MODEL.pt [--strict] [--set KEY=VALUE ...]
+        [--backbone-config CONFIG_JSON] [--tokenizer TOKENIZER_JSON] [--seed N]
     python3 scripts/convert_gr00t_checkpoint.py SRC --model MODEL.pt --out OUT.safetensors [--strict]
 
-SRC is a safetensors file or a folder of them (sharded `model-0000X-of-0000N.safetensors`).
+Import (no --model): SRC_DIR is an upstream checkpoint folder (safetensors
+shards + config.json, as `save_pretrained` writes it; GR00T N1.7 or N1.6).
+The ModelConfig is picked from config.json (scripts/gr00t_upstream_config.py:
+the head preset with the same shapes, the released backbone or the one named
+by --backbone-config / a local `model_name` folder, upstream's freezing),
+`--set` applies ModelConfig overrides (num_views, max_text_len: the data's
+shape), the weights are converted onto it and MODEL.pt is written as
+scripts/model/export.py writes exports, ready for `model.path`. The
+tokenizer the export records is SRC_DIR/tokenizer.json when the checkpoint has
+one (or --tokenizer): convert the dataset with the same file
+(scripts/convert_lerobot.py --tokenizer); without one, the word hash.
+
+With --model, SRC is a safetensors file or a folder of them (sharded `model-0000X-of-0000N.safetensors`).
 MODEL.pt is the exported LoongForge model the weights are for: its parameters
 not found in SRC keep their values from MODEL.pt (and are listed), SRC tensors
 with no LoongForge counterpart are listed and dropped, and a shape mismatch is
 an error naming both keys. --strict turns any unmapped tensor into an error.
 OUT loads with `safetensors.torch.load_file` into scripts/model and as
-model.safetensors of a LoongForge checkpoint.
+model.safetensors of a LoongForge checkpoint. A SRC folder holding a
+tokenizer.json must match the tokenizer MODEL.pt was exported for (else an
+error saying how to re-export).
 
 The mapping (upstream name -> LoongForge name) is the table LAYOUT_MAPPING
 below, one row per module kind and backbone layout, `{i}` a layer index and
@@ -323,10 +339,32 @@ def convert_tensors(upstream: Dict, ours: Dict, strict: bool = False, layout: st
     return out, report
 
 
+def checkpoint_tokenizer(src: Path):
+    """SRC's tokenizer.json (a folder's own), or None."""
+    path = src / "tokenizer.json" if src.is_dir() else None
+    return path if path is not None and path.is_file() else None
+
+
+def check_tokenizer(src: Path, model_path: Path, spec_text: str) -> None:
+    """A checkpoint's tokenizer.json must be the one the target model reads ids of."""
+    from model import tokenizer as tokenizers_
+    tok = checkpoint_tokenizer(src)
+    if tok is None:
+        return
+    want = tokenizers_.load(str(tok))[1]
+    have = json.loads(spec_text).get("tokenizer", {}) if spec_text else {}
+    if (have.get("kind"), have.get("sha256")) != (want["kind"], want["sha256"]):
+        raise SystemExit(f"convert_gr00t_checkpoint: {tok} (sha256 {want['sha256'][:16]}...) is not the tokenizer "
+                         f"{model_path} was exported for ({have.get('kind', 'word_hash')} {have.get('file', '')}); "
+                         f"re-export it with scripts/model/export.py --tokenizer {tok}, or import without --model")
+
+
 def convert(src: Path, model_path: Path, out: Path, strict: bool = False) -> Dict:
     import torch
     from safetensors.torch import save_file
-    scripted = torch.jit.load(str(model_path), map_location="cpu")
+    extra = {"loongforge/batch_spec.json": ""}
+    scripted = torch.jit.load(str(model_path), map_location="cpu", _extra_files=extra)
+    check_tokenizer(src, model_path, extra["loongforge/batch_spec.json"])
     ours = {n: p.detach().clone() for n, p in scripted.named_parameters()}
     try:
         converted, report = convert_tensors(load_source(src), ours, strict)
@@ -337,23 +375,75 @@ def convert(src: Path, model_path: Path, out: Path, strict: bool = False) -> Dic
     return report
 
 
+def import_checkpoint(src: Path, out: Path, strict: bool = False, overrides=(), backbone_config=None,
+                      tokenizer=None, seed: int = 0) -> Dict:
+    """SRC_DIR (config.json + safetensors) -> our export at out (see the module docstring). Returns the
+    conversion report plus "config" (the ModelConfig's name and gr00t_head) and "tokenizer" (the file
+    recorded, or None for the word hash)."""
+    import torch
+    from gr00t_upstream_config import UpstreamConfigError, model_config_from_upstream, read_backbone_config
+    from model.export import save_model
+    from model.n16 import build_model
+    if not (src / "config.json").is_file():
+        raise SystemExit(f"convert_gr00t_checkpoint: {src}/config.json not found; importing needs the checkpoint "
+                         "folder (safetensors + config.json), or pass --model for a bare tensor file")
+    config = json.loads((src / "config.json").read_text())
+    try:
+        cfg = model_config_from_upstream(config, read_backbone_config(config, backbone_config), list(overrides))
+    except (UpstreamConfigError, ValueError) as e:
+        raise SystemExit(f"convert_gr00t_checkpoint: {src}/config.json: {e}") from None
+    tok = Path(tokenizer) if tokenizer else checkpoint_tokenizer(src)
+    torch.manual_seed(seed)
+    model = build_model(cfg)
+    ours = {n: p.detach() for n, p in model.named_parameters()}
+    try:
+        converted, report = convert_tensors(load_source(src), ours, strict)
+    except ConversionError as e:
+        raise SystemExit(str(e)) from None
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            p.copy_(converted[n])
+    try:
+        save_model(cfg, model, str(out), str(tok) if tok else None)
+    except ValueError as e:
+        raise SystemExit(f"convert_gr00t_checkpoint: {e}") from None
+    return dict(report, config={"name": cfg.name, "gr00t_head": cfg.gr00t_head, "backbone": cfg.backbone},
+                tokenizer=str(tok) if tok else None)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("src", type=Path)
-    ap.add_argument("--model", type=Path, required=True)
+    ap.add_argument("--model", type=Path, default=None,
+                    help="an exported LoongForge model to convert onto (then --out is a .safetensors)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--strict", action="store_true")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="import: a ModelConfig override (num_views, max_text_len, ...)")
+    ap.add_argument("--backbone-config", type=Path, default=None,
+                    help="import: the backbone's config.json when the checkpoint's model_name is not the released one")
+    ap.add_argument("--tokenizer", type=Path, default=None,
+                    help="import: the tokenizer.json to record (default: SRC_DIR/tokenizer.json when present)")
+    ap.add_argument("--seed", type=int, default=0, help="import: seed for parameters the checkpoint lacks")
     args = ap.parse_args(argv)
-    r = convert(args.src, args.model, args.out, args.strict)
-    print(f"mapped {r['mapped']} tensors -> {args.out}")
+    if args.model is None:
+        r = import_checkpoint(args.src, args.out, args.strict, args.overrides, args.backbone_config, args.tokenizer,
+                              args.seed)
+        print(f"imported {args.src} as {r['config']} ({r['mapped']} tensors) -> {args.out}; tokenizer: "
+              f"{r['tokenizer'] or 'word hash (no tokenizer.json in the checkpoint)'}")
+    else:
+        if args.overrides or args.backbone_config or args.tokenizer:
+            ap.error("--set, --backbone-config and --tokenizer are for importing (without --model)")
+        r = convert(args.src, args.model, args.out, args.strict)
+        print(f"mapped {r['mapped']} tensors -> {args.out}")
     if r["unused_known"]:
         print(f"dropped {len(r['unused_known'])} upstream tensors GR00T never reads: {r['unused_known']}")
     if r["unmapped_upstream"]:
         print(f"dropped {len(r['unmapped_upstream'])} upstream tensors without a LoongForge counterpart, e.g. "
               f"{r['unmapped_upstream'][:3]}")
     if r["kept_from_model"]:
-        print(f"kept {len(r['kept_from_model'])} LoongForge parameters from {args.model}, e.g. "
-              f"{r['kept_from_model'][:3]}")
+        print(f"kept {len(r['kept_from_model'])} LoongForge parameters from "
+              f"{args.model or 'the model built from config.json'}, e.g. {r['kept_from_model'][:3]}")
     return 0
 
 
