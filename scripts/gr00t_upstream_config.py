@@ -26,6 +26,9 @@ How each part is chosen
 - Freezing: tune_visual, tune_llm, tune_top_llm_layers from config.json.
 - image_size: N1.7's image_target_size (must be square); N1.6: the Eagle
   vision config's image_size (force_image_size) or the released 224.
+  image_crop_fraction: crop_fraction, else image_crop_size / image_target_size
+  (crop_fraction_of); the frame pipeline center-crops by it before its
+  resize (docs/training-semantics.md s3; the resampling filter stays ours).
 - overrides: ModelConfig `key=value` strings applied last (num_views,
   max_text_len: the data's shape, which no checkpoint records).
 """
@@ -120,6 +123,19 @@ def eagle_fields(b: Dict) -> Dict:
     return fields
 
 
+def crop_fraction_of(config: Dict) -> float:
+    """Upstream's center-crop fraction: crop_fraction, else image_crop_size / image_target_size (the
+    rule of lerobot's N1.7 image transform), else 1 (no crop)."""
+    fraction = config.get("crop_fraction")
+    crop, target = config.get("image_crop_size"), config.get("image_target_size")
+    if fraction is None and crop and target:
+        _need(crop[0] == crop[1], "image_crop_size", crop, "must be square")
+        fraction = crop[0] / float(target[0])
+    if fraction is None or not 0.0 < float(fraction) < 1.0:
+        return 1.0
+    return float(fraction)
+
+
 def read_backbone_config(config: Dict, given: Optional[Path] = None) -> Optional[Dict]:
     """The backbone config to use: `given` (a config.json or a folder holding one); else model_name's
     config.json when model_name is a local folder; None for the released backbone."""
@@ -162,6 +178,7 @@ def model_config_from_upstream(config: Dict, backbone_config: Optional[Dict] = N
     if target:
         _need(len(target) == 2 and target[0] == target[1], "image_target_size", target, "must be square")
         fields["image_size"] = int(target[0])
+    fields["image_crop_fraction"] = crop_fraction_of(config)
     select = int(config.get("select_layer", 16))
     _need(select >= 1, "select_layer", select, "must be >= 1 (the LM layers kept)")
     fields.update(
@@ -183,6 +200,8 @@ def model_config_from_upstream(config: Dict, backbone_config: Optional[Dict] = N
     from model.gr00t_head import head_config_for
     got = head_config_for(cfg)
     want = dataclasses.replace(head, name=got.name)
+    if want.vl_layers == 0:   # no vl_self_attention: its head counts are unused
+        want = dataclasses.replace(want, vl_heads=got.vl_heads, vl_head_dim=got.vl_head_dim)
     _need(got == want, "(head)", preset, f"rebuilds as {got}, config.json says {want} (a bug: report it)")
     return cfg
 

@@ -52,6 +52,10 @@ class ModelConfig:
 
     # ---- vision: SigLIP-2-style ViT + 2x2 pixel shuffle + 2-layer MLP connector
     image_size: int = 64          # square input, pixels
+    # Center crop of each frame before the resize to image_size (1 = none): upstream GR00T's
+    # crop_fraction (or image_crop_size / image_target_size), read from a checkpoint's config.json
+    # by scripts/convert_gr00t_checkpoint.py; both trainers apply it (docs/training-semantics.md s3).
+    image_crop_fraction: float = 1.0
     patch_size: int = 8
     vit_layers: int = 2
     vit_width: int = 128
@@ -163,6 +167,7 @@ class ModelConfig:
                 raise ValueError(f"model config '{self.name}': {key}={getattr(self, key)!r}: {what}")
 
         need(self.image_size % self.patch_size == 0, "image_size", "must be a multiple of patch_size")
+        need(0.0 < self.image_crop_fraction <= 1.0, "image_crop_fraction", "must be in (0, 1] (1 = no crop)")
         grid = self.image_size // self.patch_size
         need(grid % self.pixel_shuffle == 0, "pixel_shuffle",
              f"must divide the patch grid side ({grid})")

@@ -3,8 +3,9 @@
 The checkpoint is made by the upstream code itself: lerobot 0.6.1's GR00TN17
 (test/lerobot_oracle.py), a random SMALL model (Qwen3-VL backbone from a small
 config.json in a local `model_name` folder, 3 text layers truncated at
-select_layer 2, ViT 3 x 64 with deepstack 0/2; the head at gr00t-tiny's shapes;
-dropout and state dropout 0), written by its own `save_pretrained`
+select_layer 2, ViT 3 x 64 with deepstack 0/2; the head at gr00t-tiny's shapes, its
+matrices drawn at N(0, 1/fan_in); dropout and state dropout 0), written by its own
+`save_pretrained`
 (model.safetensors + config.json), plus a small BPE tokenizer.json (trained
 here) in the folder. Then, through the real tools and binary:
 
@@ -32,8 +33,9 @@ and checks:
   loss by more than the tolerance;
 - the loss decreases: the mean of the last 5 steps is below the mean of the first 5.
 
-What this does not cover: the image preprocessing before the model (both sides get
-the trainer's box-resized frames, not upstream's crop/resize), upstream's chat
+What this does not cover: upstream's resampling (both sides get the trainer's frames:
+the checkpoint's center crop, 58/64 here, then a box resize, not upstream's cv2 /
+bicubic resizes), upstream's chat
 template around the text (the ids are the dataset's), and the N1.6 layout (its
 Eagle backbone code ships in no package; test/scripts/test_gr00t_backbones.py
 checks that backbone against transformers' SigLIP-2 + Qwen3 with the Eagle glue
@@ -103,11 +105,17 @@ def upstream(tmp_path_factory):
     torch.manual_seed(0)
     model = oracle.n17.GR00TN17(config, transformers_loading_kwargs={}, load_backbone_weights=False)
     g = torch.Generator().manual_seed(3)
-    with torch.no_grad():   # constant-initialised tensors (norms, biases) get random values: a swap cannot pass
-        for p in model.parameters():
+    with torch.no_grad():
+        for name, p in model.named_parameters():
             assert p.dtype == torch.float32
-            if bool(p.min() == p.max()):
+            if bool(p.min() == p.max()):   # constant-initialised (norms, biases): random, so a swap cannot pass
                 p.add_(0.1 * torch.randn(p.shape, generator=g))
+            if name.startswith("action_head.") and p.dim() >= 2 and "position_embedding" not in name:
+                # the head's matrices at N(0, 1/fan_in) instead of upstream's 0.02-scale init: the
+                # predicted velocity is then not negligible next to the target, so the loss depends
+                # on the backbone features (see the rolled-images check)
+                fan_in = p.shape[-2] if p.dim() == 3 else p.shape[-1]
+                p.copy_(torch.randn(p.shape, generator=g) / fan_in ** 0.5)
     ckpt = work / "ckpt"
     model.save_pretrained(str(ckpt))
     train_bpe(ckpt / "tokenizer.json")
@@ -146,6 +154,7 @@ def test_the_import_picks_the_config_and_the_checkpoints_tokenizer(upstream, imp
     assert record["kind"] == "hf_tokenizer_json" and record["file"] == str((ckpt / "tokenizer.json").resolve())
     cfg = json.loads(extra["loongforge/config.json"])
     assert (cfg["llm_layers"], cfg["vit_layers"], cfg["image_size"], cfg["gr00t_dropout"]) == (2, 3, 64, 0.0)
+    assert cfg["image_crop_fraction"] == 58 / 64            # image_crop_size / image_target_size
 
 
 def test_import_then_export_back_gives_the_upstream_tensors_bit_for_bit(upstream, imported):
