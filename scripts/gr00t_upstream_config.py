@@ -116,7 +116,8 @@ def eagle_fields(b: Dict) -> Dict:
                   llm_width=int(t["hidden_size"]), llm_heads=int(t["num_attention_heads"]),
                   llm_kv_heads=int(t["num_key_value_heads"]), llm_head_dim=int(t.get("head_dim", 128)),
                   llm_ffn=int(t["intermediate_size"]), vocab_size=int(t["vocab_size"]),
-                  rope_theta=float(t.get("rope_theta", 1000000.0)), rms_eps=float(t.get("rms_norm_eps", 1e-6)))
+                  rope_theta=float((t.get("rope_parameters") or {}).get("rope_theta", t.get("rope_theta", 1000000.0))),
+                  rms_eps=float(t.get("rms_norm_eps", 1e-6)))
     size = b.get("force_image_size") or v.get("image_size")
     if size:
         fields["image_size"] = int(size)
