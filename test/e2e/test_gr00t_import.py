@@ -36,10 +36,8 @@ and checks:
 What this does not cover: upstream's resampling (both sides get the trainer's frames:
 the checkpoint's center crop, 58/64 here, then a box resize, not upstream's cv2 /
 bicubic resizes), upstream's chat
-template around the text (the ids are the dataset's), and the N1.6 layout (its
-Eagle backbone code ships in no package; test/scripts/test_gr00t_backbones.py
-checks that backbone against transformers' SigLIP-2 + Qwen3 with the Eagle glue
-transcribed).
+template around the text (the ids are the dataset's). The N1.6 layout:
+test_gr00t_import_n16.py.
 
 Environment (ctest): LOONGFORGE_TRAIN, LOONGFORGE_TEST_MODELS (scratch),
 LOONGFORGE_IMPORT_STEPS (default 300; the CI form runs fewer, the long form 300).
