@@ -52,7 +52,9 @@ CategorySpecific MLPs; no tensor needs a transpose):
 test/scripts/test_convert_gr00t_head.py converts a checkpoint written by
 upstream's own GR00TN17ActionHead (lerobot 0.6.1) with --strict, and
 test/model/test_gr00t_head.py uses `convert_tensors` to load upstream's
-weights before comparing outputs and gradients.
+weights before comparing outputs and gradients. test/e2e/test_gr00t_import.py
+(N1.7: lerobot's own save_pretrained) and test_gr00t_import_n16.py (the N1.6
+layout) import whole checkpoints and train them with loongforge-train.
 """
 import argparse
 import json
