@@ -1,15 +1,31 @@
 #!/usr/bin/env python3
 """Convert a GR00T-N1.6-style Hugging Face checkpoint to LoongForge names.
 
+    python3 scripts/convert_gr00t_checkpoint.py SRC_DIR --out MODEL.pt [--strict] [--set KEY=VALUE ...]
+        [--backbone-config CONFIG_JSON] [--tokenizer TOKENIZER_JSON] [--seed N]
     python3 scripts/convert_gr00t_checkpoint.py SRC --model MODEL.pt --out OUT.safetensors [--strict]
 
-SRC is a safetensors file or a folder of them (sharded `model-0000X-of-0000N.safetensors`).
+Import (no --model): SRC_DIR is an upstream checkpoint folder (safetensors
+shards + config.json, as `save_pretrained` writes it; GR00T N1.7 or N1.6).
+The ModelConfig is picked from config.json (scripts/gr00t_upstream_config.py:
+the head preset with the same shapes, the released backbone or the one named
+by --backbone-config / a local `model_name` folder, upstream's freezing),
+`--set` applies ModelConfig overrides (num_views, max_text_len: the data's
+shape), the weights are converted onto it and MODEL.pt is written as
+scripts/model/export.py writes exports, ready for `model.path`. The
+tokenizer the export records is SRC_DIR/tokenizer.json when the checkpoint has
+one (or --tokenizer): convert the dataset with the same file
+(scripts/convert_lerobot.py --tokenizer); without one, the word hash.
+
+With --model, SRC is a safetensors file or a folder of them (sharded `model-0000X-of-0000N.safetensors`).
 MODEL.pt is the exported LoongForge model the weights are for: its parameters
 not found in SRC keep their values from MODEL.pt (and are listed), SRC tensors
 with no LoongForge counterpart are listed and dropped, and a shape mismatch is
 an error naming both keys. --strict turns any unmapped tensor into an error.
 OUT loads with `safetensors.torch.load_file` into scripts/model and as
-model.safetensors of a LoongForge checkpoint.
+model.safetensors of a LoongForge checkpoint. A SRC folder holding a
+tokenizer.json must match the tokenizer MODEL.pt was exported for (else an
+error saying how to re-export).
 
 The mapping (upstream name -> LoongForge name) is the table LAYOUT_MAPPING
 below, one row per module kind and backbone layout, `{i}` a layer index and
@@ -36,7 +52,9 @@ CategorySpecific MLPs; no tensor needs a transpose):
 test/scripts/test_convert_gr00t_head.py converts a checkpoint written by
 upstream's own GR00TN17ActionHead (lerobot 0.6.1) with --strict, and
 test/model/test_gr00t_head.py uses `convert_tensors` to load upstream's
-weights before comparing outputs and gradients.
+weights before comparing outputs and gradients. test/e2e/test_gr00t_import.py
+(N1.7: lerobot's own save_pretrained) and test_gr00t_import_n16.py (the N1.6
+layout) import whole checkpoints and train them with loongforge-train.
 """
 import argparse
 import json
@@ -116,6 +134,7 @@ LAYOUT_MAPPING: List[Tuple[str, str, str]] = [
     ("n1.7", f"{N17_LM}.embed_tokens.weight", "llm.embed_tokens.weight"),
 ] + [("n1.7", f"{N17_LM}.layers.{{i}}.{u}", f"llm.layers.{{i}}.{o}") for u, o in _QWEN3_LM_ROWS] + [
     (None, "action_head.position_embedding.weight", "action_head.pos_embed"),
+    (None, "action_head.mask_token", "action_head.state_mask_token"),     # N1.6 with state dropout
     (None, "action_head.vlln.{p}", "action_head.vl_norm.{p}"),
     (None, f"{DIT}.timestep_encoder.timestep_embedder.linear_1.{{p}}", "action_head.timestep_encoder.fc1.{p}"),
     (None, f"{DIT}.timestep_encoder.timestep_embedder.linear_2.{{p}}", "action_head.timestep_encoder.fc2.{p}"),
@@ -213,8 +232,9 @@ def head_config_from_upstream(config: Dict, name: str = "from-upstream"):
     """The scripts/model/gr00t_head.py Gr00tHeadConfig of an upstream GR00T N1.6/N1.7 config.json
     (GR00TN17Config / Gr00tN1d6Config fields). Raises ConversionError naming the field for any
     setting the upstream-exact head does not implement (the plain DiT, no vlln, a state history,
-    a Beta beta other than 1, different dropouts in the DiT and vl_self_attention, N1.6's state
-    mask token)."""
+    a Beta beta other than 1, different dropouts in the DiT and vl_self_attention, N1.6's additive
+    state noise). model_type Gr00tN1d6 gives N1.6's state mask token (used when
+    state_dropout_prob > 0)."""
     from model.gr00t_head import Gr00tHeadConfig
 
     def need(cond: bool, field: str, what: str):
@@ -247,8 +267,8 @@ def head_config_from_upstream(config: Dict, name: str = "from-upstream"):
         need(float(vl.get("dropout", 0.0)) == float(dit.get("dropout", 0.0)), "vl_self_attention_cfg.dropout",
              "must equal diffusion_model_cfg.dropout (the head has one dropout)")
     state_dropout = float(get("state_dropout_prob", 0.0))
-    need(not (get("model_type") == "Gr00tN1d6" and state_dropout > 0), "state_dropout_prob",
-         "N1.6's state mask token is not implemented; must be 0 for a Gr00tN1d6 config")
+    need(float(get("state_additive_noise_scale", 0.0) or 0.0) == 0.0, "state_additive_noise_scale",
+         "must be 0 (N1.6's additive state noise is not implemented)")
     cfg = Gr00tHeadConfig(
         name=name, backbone_width=int(get("backbone_embedding_dim")), hidden_size=int(get("hidden_size")),
         input_embedding_dim=int(get("input_embedding_dim")), dit_layers=int(dit["num_layers"]),
@@ -260,7 +280,8 @@ def head_config_from_upstream(config: Dict, name: str = "from-upstream"):
         num_embodiments=int(get("max_num_embodiments", 32)), max_state_dim=int(get("max_state_dim")),
         max_action_dim=int(get("max_action_dim")), action_horizon=int(get("action_horizon")),
         dropout=float(dit.get("dropout", 0.0)), state_dropout=state_dropout,
-        noise_s=float(get("noise_s", 0.999)), beta_alpha=float(get("noise_beta_alpha", 1.5)))
+        noise_s=float(get("noise_s", 0.999)), beta_alpha=float(get("noise_beta_alpha", 1.5)),
+        state_mask_token=get("model_type") == "Gr00tN1d6")
     try:
         return cfg.validate()
     except ValueError as e:
@@ -320,10 +341,32 @@ def convert_tensors(upstream: Dict, ours: Dict, strict: bool = False, layout: st
     return out, report
 
 
+def checkpoint_tokenizer(src: Path):
+    """SRC's tokenizer.json (a folder's own), or None."""
+    path = src / "tokenizer.json" if src.is_dir() else None
+    return path if path is not None and path.is_file() else None
+
+
+def check_tokenizer(src: Path, model_path: Path, spec_text: str) -> None:
+    """A checkpoint's tokenizer.json must be the one the target model reads ids of."""
+    from model import tokenizer as tokenizers_
+    tok = checkpoint_tokenizer(src)
+    if tok is None:
+        return
+    want = tokenizers_.load(str(tok))[1]
+    have = json.loads(spec_text).get("tokenizer", {}) if spec_text else {}
+    if (have.get("kind"), have.get("sha256")) != (want["kind"], want["sha256"]):
+        raise SystemExit(f"convert_gr00t_checkpoint: {tok} (sha256 {want['sha256'][:16]}...) is not the tokenizer "
+                         f"{model_path} was exported for ({have.get('kind', 'word_hash')} {have.get('file', '')}); "
+                         f"re-export it with scripts/model/export.py --tokenizer {tok}, or import without --model")
+
+
 def convert(src: Path, model_path: Path, out: Path, strict: bool = False) -> Dict:
     import torch
     from safetensors.torch import save_file
-    scripted = torch.jit.load(str(model_path), map_location="cpu")
+    extra = {"loongforge/batch_spec.json": ""}
+    scripted = torch.jit.load(str(model_path), map_location="cpu", _extra_files=extra)
+    check_tokenizer(src, model_path, extra["loongforge/batch_spec.json"])
     ours = {n: p.detach().clone() for n, p in scripted.named_parameters()}
     try:
         converted, report = convert_tensors(load_source(src), ours, strict)
@@ -334,23 +377,75 @@ def convert(src: Path, model_path: Path, out: Path, strict: bool = False) -> Dic
     return report
 
 
+def import_checkpoint(src: Path, out: Path, strict: bool = False, overrides=(), backbone_config=None,
+                      tokenizer=None, seed: int = 0) -> Dict:
+    """SRC_DIR (config.json + safetensors) -> our export at out (see the module docstring). Returns the
+    conversion report plus "config" (the ModelConfig's name and gr00t_head) and "tokenizer" (the file
+    recorded, or None for the word hash)."""
+    import torch
+    from gr00t_upstream_config import UpstreamConfigError, model_config_from_upstream, read_backbone_config
+    from model.export import save_model
+    from model.n16 import build_model
+    if not (src / "config.json").is_file():
+        raise SystemExit(f"convert_gr00t_checkpoint: {src}/config.json not found; importing needs the checkpoint "
+                         "folder (safetensors + config.json), or pass --model for a bare tensor file")
+    config = json.loads((src / "config.json").read_text())
+    try:
+        cfg = model_config_from_upstream(config, read_backbone_config(config, backbone_config), list(overrides))
+    except (UpstreamConfigError, ValueError) as e:
+        raise SystemExit(f"convert_gr00t_checkpoint: {src}/config.json: {e}") from None
+    tok = Path(tokenizer) if tokenizer else checkpoint_tokenizer(src)
+    torch.manual_seed(seed)
+    model = build_model(cfg)
+    ours = {n: p.detach() for n, p in model.named_parameters()}
+    try:
+        converted, report = convert_tensors(load_source(src), ours, strict)
+    except ConversionError as e:
+        raise SystemExit(str(e)) from None
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            p.copy_(converted[n])
+    try:
+        save_model(cfg, model, str(out), str(tok) if tok else None)
+    except ValueError as e:
+        raise SystemExit(f"convert_gr00t_checkpoint: {e}") from None
+    return dict(report, config={"name": cfg.name, "gr00t_head": cfg.gr00t_head, "backbone": cfg.backbone},
+                tokenizer=str(tok) if tok else None)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("src", type=Path)
-    ap.add_argument("--model", type=Path, required=True)
+    ap.add_argument("--model", type=Path, default=None,
+                    help="an exported LoongForge model to convert onto (then --out is a .safetensors)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--strict", action="store_true")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="import: a ModelConfig override (num_views, max_text_len, ...)")
+    ap.add_argument("--backbone-config", type=Path, default=None,
+                    help="import: the backbone's config.json when the checkpoint's model_name is not the released one")
+    ap.add_argument("--tokenizer", type=Path, default=None,
+                    help="import: the tokenizer.json to record (default: SRC_DIR/tokenizer.json when present)")
+    ap.add_argument("--seed", type=int, default=0, help="import: seed for parameters the checkpoint lacks")
     args = ap.parse_args(argv)
-    r = convert(args.src, args.model, args.out, args.strict)
-    print(f"mapped {r['mapped']} tensors -> {args.out}")
+    if args.model is None:
+        r = import_checkpoint(args.src, args.out, args.strict, args.overrides, args.backbone_config, args.tokenizer,
+                              args.seed)
+        print(f"imported {args.src} as {r['config']} ({r['mapped']} tensors) -> {args.out}; tokenizer: "
+              f"{r['tokenizer'] or 'word hash (no tokenizer.json in the checkpoint)'}")
+    else:
+        if args.overrides or args.backbone_config or args.tokenizer:
+            ap.error("--set, --backbone-config and --tokenizer are for importing (without --model)")
+        r = convert(args.src, args.model, args.out, args.strict)
+        print(f"mapped {r['mapped']} tensors -> {args.out}")
     if r["unused_known"]:
         print(f"dropped {len(r['unused_known'])} upstream tensors GR00T never reads: {r['unused_known']}")
     if r["unmapped_upstream"]:
         print(f"dropped {len(r['unmapped_upstream'])} upstream tensors without a LoongForge counterpart, e.g. "
               f"{r['unmapped_upstream'][:3]}")
     if r["kept_from_model"]:
-        print(f"kept {len(r['kept_from_model'])} LoongForge parameters from {args.model}, e.g. "
-              f"{r['kept_from_model'][:3]}")
+        print(f"kept {len(r['kept_from_model'])} LoongForge parameters from "
+              f"{args.model or 'the model built from config.json'}, e.g. {r['kept_from_model'][:3]}")
     return 0
 
 

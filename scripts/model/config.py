@@ -52,6 +52,10 @@ class ModelConfig:
 
     # ---- vision: SigLIP-2-style ViT + 2x2 pixel shuffle + 2-layer MLP connector
     image_size: int = 64          # square input, pixels
+    # Center crop of each frame before the resize to image_size (1 = none): upstream GR00T's
+    # crop_fraction (or image_crop_size / image_target_size), read from a checkpoint's config.json
+    # by scripts/convert_gr00t_checkpoint.py; both trainers apply it (docs/training-semantics.md s3).
+    image_crop_fraction: float = 1.0
     patch_size: int = 8
     vit_layers: int = 2
     vit_width: int = 128
@@ -95,6 +99,7 @@ class ModelConfig:
     gr00t_head: str = ""
     gr00t_dropout: float = -1.0        # >= 0: the head's attention/feed-forward dropout instead of the preset's
     gr00t_state_dropout: float = -1.0  # >= 0: the head's state dropout instead of the preset's
+    gr00t_state_mask_token: bool = False  # N1.6: a dropped state token is a learned mask token (else zeroed)
 
     # ---- per-embodiment MLPs (category-specific linears)
     num_embodiments: int = 32
@@ -162,6 +167,7 @@ class ModelConfig:
                 raise ValueError(f"model config '{self.name}': {key}={getattr(self, key)!r}: {what}")
 
         need(self.image_size % self.patch_size == 0, "image_size", "must be a multiple of patch_size")
+        need(0.0 < self.image_crop_fraction <= 1.0, "image_crop_fraction", "must be in (0, 1] (1 = no crop)")
         grid = self.image_size // self.patch_size
         need(grid % self.pixel_shuffle == 0, "pixel_shuffle",
              f"must divide the patch grid side ({grid})")
@@ -305,7 +311,7 @@ _QWEN3VL_3B = dict(backbone="qwen3vl", image_size=256, patch_size=16, vit_layers
 CONFIGS.update({
     "gr00t-tiny": ModelConfig(name="gr00t-tiny", tune_top_llm_layers=1, gr00t_head="gr00t-tiny"),
     "gr00t-n1.6-tiny": ModelConfig(name="gr00t-n1.6-tiny", backbone="eagle", vit_pos_grid=6, tune_top_llm_layers=1,
-                                   gr00t_head="gr00t-tiny"),
+                                   gr00t_head="gr00t-tiny", gr00t_state_mask_token=True),
     "gr00t-n1.7-tiny": ModelConfig(name="gr00t-n1.7-tiny", backbone="qwen3vl", vit_layers=3, vit_width=64,
                                    vit_heads=2, vit_ffn=128, vit_pos_grid=6, deepstack_layers="0,2",
                                    mrope_section="6,5,5", tune_top_llm_layers=1, gr00t_head="gr00t-tiny"),

@@ -98,7 +98,13 @@ def export(config: str, out: str, seed: int = 0, overrides: List[str] = (), toke
     if tokenizer is not None and not os.path.isfile(tokenizer):
         raise ValueError(f"--tokenizer {tokenizer}: no such file; pass the checkpoint's tokenizer.json")
     torch.manual_seed(seed)
-    model = build_model(cfg)
+    return save_model(cfg, build_model(cfg), out, tokenizer)
+
+
+def save_model(cfg, model: torch.nn.Module, out: str, tokenizer: str = None) -> Dict[str, str]:
+    """Scripts a built model (weights and requires_grad as they are) and saves it with the extra
+    files; scripts/convert_gr00t_checkpoint.py calls this after loading upstream weights."""
+    silence_torchscript_deprecation()
     files = extra_files(cfg, model, tokenizer)
     scripted = torch.jit.script(model)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)  # like any writer of outputs

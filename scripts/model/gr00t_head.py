@@ -31,7 +31,12 @@ Contract
     noise         float (B, H, A)
     state_drop    optional float (B,), 1 = drop this sample's state features;
                   when absent, training mode with state_dropout > 0 draws
-                  torch.rand(B) < state_dropout (upstream's draw, same order)
+                  torch.rand(B) < state_dropout (upstream's draw, same order).
+                  A dropped state token is zeroed (N1.7) or, with
+                  cfg.state_mask_token (N1.6), replaced by the learned
+                  action_head.state_mask_token: s * (1 - d) + mask * d.
+                  Isaac-GR00T's N1.6 loss forward draws in eval mode too;
+                  this head draws only in training mode.
   loss = sum(mask * (pred - (actions - noise))^2) / max(sum(mask), 1): the
   project's contract (upstream divides by sum(mask) + 1e-6; the two differ by
   1e-6 / sum(mask) relative).
@@ -96,7 +101,11 @@ class Gr00tHeadConfig:
     max_action_dim: int = 132
     action_horizon: int = 40
     dropout: float = 0.2               # attention / feed-forward dropout (train mode)
-    state_dropout: float = 0.2         # probability of zeroing a sample's state features (train mode)
+    state_dropout: float = 0.2         # probability of dropping a sample's state features (train mode)
+    # N1.6 (Isaac-GR00T's Gr00tN1d6ActionHead): a dropped sample's state token becomes a learned
+    # mask token (action_head.state_mask_token, (1, 1, input_embedding_dim), 0.02-normal init; it
+    # exists only when state_dropout > 0, as upstream's mask_token). N1.7 (lerobot): zeroed.
+    state_mask_token: bool = False
     noise_s: float = 0.999             # upstream time: t = (1 - Beta(beta_alpha, 1)) * noise_s
     beta_alpha: float = 1.5
 
@@ -127,12 +136,12 @@ class Gr00tHeadConfig:
 # gr00t-n1.7-3b: lerobot 0.6.1 GR00T_N1_7_DEFAULTS (diffusion_model_cfg, vl_self_attention_cfg and the
 # head fields). gr00t-n1.6-3b: Isaac-GR00T's Gr00tN1d6Config as read in its repository: the same
 # DiT, horizon 16, state/action dims 29, no vl_self_attention and no state dropout by default (its
-# learned state mask token, used when state dropout is on, is not modelled here). gr00t-tiny: CPU
+# learned state mask token replaces a dropped state token when state dropout is on). gr00t-tiny: CPU
 # tests, widths of n16-tiny's LM (128).
 HEAD_CONFIGS: Dict[str, Gr00tHeadConfig] = {
     "gr00t-n1.7-3b": Gr00tHeadConfig(name="gr00t-n1.7-3b"),
     "gr00t-n1.6-3b": Gr00tHeadConfig(name="gr00t-n1.6-3b", vl_layers=0, max_state_dim=29, max_action_dim=29,
-                                     action_horizon=16, state_dropout=0.0),
+                                     action_horizon=16, state_dropout=0.0, state_mask_token=True),
     "gr00t-tiny": Gr00tHeadConfig(name="gr00t-tiny", backbone_width=128, hidden_size=128, input_embedding_dim=128,
                                   dit_layers=4, dit_heads=4, dit_head_dim=32, vl_layers=2, vl_heads=4,
                                   vl_head_dim=32, max_seq_len=64, max_state_dim=64, max_action_dim=64,
@@ -153,8 +162,9 @@ def get_head_config(name: str, **overrides) -> Gr00tHeadConfig:
 def head_config_for(model_cfg) -> Gr00tHeadConfig:
     """The head of a ModelConfig (config.py) whose gr00t_head names a HEAD_CONFIGS entry: that
     entry with the fields the model config owns taken from it (backbone width = LM width, state /
-    action dims, horizon, embodiment slots, timestep buckets, noise_s, Beta alpha, and the dropouts
-    where gr00t_dropout / gr00t_state_dropout are >= 0)."""
+    action dims, horizon, embodiment slots, timestep buckets, noise_s, Beta alpha, the dropouts
+    where gr00t_dropout / gr00t_state_dropout are >= 0, and N1.6's state mask token when the preset
+    or gr00t_state_mask_token asks for it)."""
     preset = HEAD_CONFIGS[model_cfg.gr00t_head] if model_cfg.gr00t_head in HEAD_CONFIGS else None
     if preset is None:
         raise ValueError(f"unknown gr00t head config '{model_cfg.gr00t_head}'; choose one of {sorted(HEAD_CONFIGS)}")
@@ -164,7 +174,8 @@ def head_config_for(model_cfg) -> Gr00tHeadConfig:
                            max_state_dim=model_cfg.max_state_dim, max_action_dim=model_cfg.max_action_dim,
                            action_horizon=model_cfg.action_horizon, num_embodiments=model_cfg.num_embodiments,
                            num_timestep_buckets=model_cfg.num_timestep_buckets, noise_s=model_cfg.noise_s,
-                           beta_alpha=model_cfg.beta_alpha, dropout=dropout, state_dropout=state_dropout)
+                           beta_alpha=model_cfg.beta_alpha, dropout=dropout, state_dropout=state_dropout,
+                           state_mask_token=preset.state_mask_token or model_cfg.gr00t_state_mask_token)
 
 
 # ---------------------------------------------------------------------------- sinusoidal features
@@ -320,6 +331,9 @@ class Gr00tActionHead(nn.Module):
         self.pos_embed = nn.Parameter(torch.empty(cfg.max_seq_len, w))     # (max_seq_len, w)
         nn.init.normal_(self.pos_embed, mean=0.0, std=0.02)
         self.blocks = nn.ModuleList([DiTBlock(cfg, i % 2 == 0) for i in range(cfg.dit_layers)])
+        # N1.6's learned state mask token (1, 1, w); None otherwise (upstream has none then either)
+        has_mask = cfg.state_mask_token and cfg.state_dropout > 0
+        self.state_mask_token = nn.Parameter(0.02 * torch.randn(1, 1, w)) if has_mask else None
         self.norm_out = nn.LayerNorm(w, eps=1e-6, elementwise_affine=False)
         self.proj_out_1 = nn.Linear(w, 2 * w)
         self.proj_out_2 = nn.Linear(w, cfg.hidden_size)
@@ -435,7 +449,12 @@ class Gr00tHead(nn.Module):
         if drop is None and self.training and self.state_dropout > 0:
             drop = (torch.rand(B, device=state_tok.device) < self.state_dropout).to(state_tok.dtype)
         if drop is not None:
-            state_tok = state_tok * (1 - drop.to(state_tok.dtype)[:, None, None])
+            d = drop.to(state_tok.dtype)[:, None, None]                         # (B, 1, 1)
+            mask_token = head.state_mask_token
+            if mask_token is not None:   # N1.6: the dropped state token is the learned mask token
+                state_tok = state_tok * (1 - d) + mask_token * d
+            else:                        # N1.7: zeroed
+                state_tok = state_tok * (1 - d)
 
         t3 = t.to(actions.dtype)[:, None, None]                                # (B, 1, 1)
         noisy = (1 - t3) * noise + t3 * actions                                 # (B, H, A)

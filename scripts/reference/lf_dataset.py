@@ -595,9 +595,21 @@ class VideoCache:
         return video
 
 
-def image_to_model(frames_rgb: List[np.ndarray], size: int) -> Tensor:
-    """V RGB frames (h, w, 3) uint8 -> (V, 3, S, S) float32: adaptive_avg_pool2d of the
-    0..255 values, then ((v / 255) - 0.5) / 0.5."""
+def center_crop(frame: np.ndarray, fraction: float) -> np.ndarray:
+    """(h, w, 3) -> the center (ch, cw, 3), ch = int(h * fraction) (at least 1), top (h - ch) // 2;
+    columns likewise (training-semantics s3); fraction 1 keeps the frame."""
+    if fraction >= 1.0:
+        return frame
+    h, w = frame.shape[:2]
+    ch, cw = max(1, int(h * fraction)), max(1, int(w * fraction))
+    top, left = (h - ch) // 2, (w - cw) // 2
+    return frame[top:top + ch, left:left + cw]
+
+
+def image_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: float = 1.0) -> Tensor:
+    """V RGB frames (h, w, 3) uint8 -> (V, 3, S, S) float32: center_crop(crop_fraction), then
+    adaptive_avg_pool2d of the 0..255 values, then ((v / 255) - 0.5) / 0.5."""
+    frames_rgb = [center_crop(f, crop_fraction) for f in frames_rgb]
     shapes = {f.shape for f in frames_rgb}
     if len(shapes) == 1:
         x = torch.from_numpy(np.stack(frames_rgb).transpose(0, 3, 1, 2).astype(np.float32))  # (V, 3, h, w)
@@ -667,6 +679,11 @@ class SampleBuilder:
         self.embodiment_id = int(_get(data_cfg, "data.embodiment_id"))
         self.shuffle = _as_bool(_get(data_cfg, "data.shuffle"))
         self.S = int(_mcfg(model_cfg, "image_size"))
+        # exports made before the field have no crop (as loongforge-train reads them)
+        self.crop = float(model_cfg.get("image_crop_fraction", 1.0) if isinstance(model_cfg, dict)
+                          else getattr(model_cfg, "image_crop_fraction", 1.0))
+        if not 0.0 < self.crop <= 1.0:
+            raise ValueError(f"the model's image_crop_fraction={self.crop} must be in (0, 1]; re-export it")
         self.max_state = int(_mcfg(model_cfg, "max_state_dim"))
         self.max_action = int(_mcfg(model_cfg, "max_action_dim"))
         if self.H > int(_mcfg(model_cfg, "max_action_horizon")):
@@ -779,7 +796,7 @@ class SampleBuilder:
         return video.rgb(frame)
 
     def images(self, e: int, t: int) -> Tensor:
-        return image_to_model([self.rgb_frame(e, c, t) for c in self.cameras], self.S)   # (V, 3, S, S)
+        return image_to_model([self.rgb_frame(e, c, t) for c in self.cameras], self.S, self.crop)  # (V, 3, S, S)
 
     # -- batches
     def sample_draws(self, p: int) -> Tuple[Tensor, Tensor]:

@@ -269,12 +269,19 @@ const at::Tensor* BatchBuilder::frames(size_t episode, int camera, std::string* 
     return nullptr;
   }
   const int64_t S = opt_.image_size;
-  const auto u8 = at::from_blob(rgb.pixels.data(), {rgb.count, rgb.height, rgb.width, 3}, at::kByte);
+  auto u8 = at::from_blob(rgb.pixels.data(), {rgb.count, rgb.height, rgb.width, 3}, at::kByte);
+  if (opt_.image_crop_fraction < 1.0) {  // center crop (SampleOptions::image_crop_fraction)
+    const int64_t ch = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(rgb.height) *
+                                                                 opt_.image_crop_fraction));
+    const int64_t cw = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(rgb.width) *
+                                                                 opt_.image_crop_fraction));
+    u8 = u8.narrow(1, (rgb.height - ch) / 2, ch).narrow(2, (rgb.width - cw) / 2, cw);  // (count, ch, cw, 3)
+  }
   at::Tensor out = at::empty({rgb.count, 3, S, S}, at::kFloat);
   constexpr int64_t kChunk = 64;  // bounds the float copy of full-size frames
   for (int64_t i = 0; i < rgb.count; i += kChunk) {
     const int64_t n = std::min(kChunk, rgb.count - i);
-    at::Tensor f = u8.narrow(0, i, n).permute({0, 3, 1, 2}).to(at::kFloat).contiguous();  // (n, 3, h, w)
+    at::Tensor f = u8.narrow(0, i, n).permute({0, 3, 1, 2}).to(at::kFloat).contiguous();  // (n, 3, h', w')
     at::Tensor pooled = at::adaptive_avg_pool2d(f, {S, S});                                  // (n, 3, S, S)
     out.narrow(0, i, n).copy_(((pooled / 255.0) - 0.5) / 0.5);
   }

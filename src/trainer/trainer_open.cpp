@@ -103,6 +103,10 @@ void Trainer::open_data() {
   so.rank = world_info_.rank;
   so.world = world_info_.world_size;
   so.image_size = mc.at("image_size").get<int64_t>();
+  so.image_crop_fraction = mc.value("image_crop_fraction", 1.0);  // exports before the field: no crop
+  if (!(so.image_crop_fraction > 0.0 && so.image_crop_fraction <= 1.0))
+    throw ConfigError("model.path " + net_->info().path + ": config.json image_crop_fraction=" +
+                      std::to_string(so.image_crop_fraction) + " must be in (0, 1]; re-export the model");
   so.num_views = mc.at("num_views").get<int64_t>();
   so.max_state_dim = mc.at("max_state_dim").get<int64_t>();
   so.max_action_dim = mc.at("max_action_dim").get<int64_t>();

@@ -191,6 +191,77 @@ def test_n16_shape_without_vl_self_attention_equals_upstream(oracle):
     assert fwd <= FWD_RTOL and loss <= FWD_RTOL and grad <= GRAD_RTOL, (fwd, loss, grad, where)
 
 
+def make_n16_mask_token_pair(oracle, cfg, seed=0):
+    """N1.6's state dropout with its learned mask token, on upstream's modules. Isaac-GR00T's
+    Gr00tN1d6ActionHead ships in no package, so its two state-dropout steps are transcribed here
+    from its gr00t_n1d6.py onto lerobot's head (whose own, multiplicative, state dropout is off:
+    state_dropout_prob 0): `mask_token = nn.Parameter(0.02 * randn(1, 1, input_embedding_dim))`, and
+    right after the state encoder `d = rand(B) < state_dropout_prob; s = s * (1 - d) + mask_token * d`
+    (a forward hook on state_encoder: the draw happens where upstream's does, before the noise and
+    time). -> (upstream head, ours, {"drop": the last drawn (B,) mask})."""
+    torch.manual_seed(seed)
+    up = oracle.n17.GR00TN17ActionHead(upstream_config(oracle, dataclasses.replace(cfg, state_dropout=0.0)))
+    up.mask_token = torch.nn.Parameter(0.02 * torch.randn(1, 1, cfg.input_embedding_dim))
+    drawn = {}
+
+    def n16_state_dropout(module, inputs, out):
+        d = torch.rand(out.shape[0], device=out.device) < cfg.state_dropout
+        drawn["drop"] = d
+        d = d[:, None, None].to(out.dtype)
+        return out * (1 - d) + up.mask_token * d
+
+    up.state_encoder.register_forward_hook(n16_state_dropout)
+    with torch.no_grad():
+        for p in up.parameters():
+            p.copy_(torch.randn_like(p) * 0.1)
+    ours = build_head(cfg)
+    converted, report = conv.convert_tensors(upstream_tensors(up), dict(ours.state_dict()), strict=True)
+    ours.load_state_dict(converted, strict=True)
+    return up, ours, drawn
+
+
+def test_n16_state_mask_token_equals_upstream_with_the_same_drops(oracle):
+    """N1.6 shape (no vl_self_attention) with state dropout 0.5 and the mask token: in train mode,
+    seeded alike, the same samples are dropped (some, not all), and the velocity, loss and every
+    gradient (the mask token's included) agree; the mask token really enters (changing it changes
+    the loss)."""
+    cfg = dataclasses.replace(TINY, name="tiny-n1.6-mask", vl_layers=0, state_dropout=0.5, action_horizon=4,
+                              state_mask_token=True)
+    up, ours, drawn = make_n16_mask_token_pair(oracle, cfg)
+    assert tuple(ours.action_head.state_mask_token.shape) == (1, 1, cfg.input_embedding_dim)
+    batch = make_inputs(cfg)
+    up.train()
+    ours.train()
+    torch.manual_seed(5)                                            # drops sample 1, keeps 0 and 2
+    loss_up, pred_up = run_upstream(oracle, up, batch)
+    torch.manual_seed(5)
+    res = ours(batch)
+    drop = drawn["drop"]
+    assert bool(drop.any()) and not bool(drop.all()), drop
+    loss_up.backward()
+    res["loss"].backward()
+    ours_params = dict(ours.named_parameters())
+    worst = (0.0, "")
+    for name, p in up.named_parameters():
+        mine = ours_params[conv.to_loongforge("action_head." + name)]
+        worst = max(worst, (rel(mine.grad, p.grad), name))
+    fwd, loss = rel(res["pred_velocity"], pred_up), rel(res["loss"], loss_up)
+    print(f"\n[N1.6 mask token, train] drops {drop.tolist()}; max rel diff: forward {fwd:.2e}, loss {loss:.2e}, "
+          f"grad {worst[0]:.2e} ({worst[1]})")
+    assert fwd <= FWD_RTOL and loss <= FWD_RTOL and worst[0] <= GRAD_RTOL, (fwd, loss, worst)
+    assert ours.action_head.state_mask_token.grad.abs().max() > 0
+    # the dropped samples see the mask token: another token value gives another loss (a random
+    # change: a constant one would vanish in the LayerNorms)
+    with torch.no_grad():
+        ours.action_head.state_mask_token.add_(torch.randn(1, 1, cfg.input_embedding_dim))
+    torch.manual_seed(5)
+    assert ours(batch)["loss"].item() != res["loss"].item()
+    # forced drops (batch["state_drop"]) use the same token; forcing none equals dropout off
+    ours.eval()
+    forced = ours(dict(batch, state_drop=torch.zeros(3)))["loss"]
+    assert torch.equal(forced, ours(batch)["loss"])
+
+
 def test_full_width_few_layers_equals_upstream(oracle):
     """N1.7 widths (backbone 2048, DiT 32 x 48, vl_self_attention 32 x 64, hidden 1024, state/action
     dims 132) with 3 DiT blocks (text, self, image), 1 vl_self_attention block, 2 embodiments and

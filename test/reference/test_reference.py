@@ -466,10 +466,41 @@ def test_a_5_step_parity_run_of_n16_tiny_has_finite_run_to_run_identical_losses_
 @pytest.mark.skipif(not BINARY.exists(), reason=f"needs {BINARY} (build the repo first)")
 def test_the_parity_run_and_loongforge_train_give_bit_identical_losses_on_one_thread(
         tiny_model, dataset_path, tmp_path):
+    bit_identical_runs(tiny_model, dataset_path, tmp_path, ["trainer.max_steps=4",
+                                                            "trainer.gradient_accumulation_steps=2"])
+
+
+def test_the_image_crop_takes_the_center_of_each_frame_before_the_block_means(ds):
+    """image_crop_fraction 0.5 on the 256 x 256 frames: rows and columns 64..191, then 2 x 2 block
+    means to 64 x 64 (s3)."""
+    crop = lfd.SampleBuilder(ds, get_config("n16-tiny", image_crop_fraction=0.5), data_cfg())
+    rgb = crop.rgb_frame(0, crop.cameras[0], 300).astype(np.float64)[64:192, 64:192]      # (128, 128, 3)
+    means = rgb.reshape(64, 2, 64, 2, 3).mean(axis=(1, 3)).transpose(2, 0, 1)            # (3, 64, 64)
+    np.testing.assert_allclose(crop.sample(300)["images"][0].numpy(), ((means / 255) - 0.5) / 0.5, atol=1e-6, rtol=0)
+    assert lfd.center_crop(np.zeros((7, 5, 3)), 0.5).shape == (3, 2, 3)                # int(3.5), int(2.5)
+    with pytest.raises(ValueError, match="image_crop_fraction"):
+        get_config("n16-tiny", image_crop_fraction=0.0)
+
+
+@pytest.mark.skipif(not BINARY.exists(), reason=f"needs {BINARY} (build the repo first)")
+def test_with_an_image_crop_both_trainers_still_give_bit_identical_losses(dataset_path, tmp_path):
+    """A model exported with image_crop_fraction 0.875 (the frames' center 224 x 224): the C++ frame
+    path crops as the reference does, bit for bit (losses and gradient norms), and the crop
+    changes what the model sees (another step-1 loss than the uncropped export's)."""
+    from model.export import export
+    for name, sets in (("crop", ["image_crop_fraction=0.875"]), ("plain", [])):
+        export("n16-tiny", str(tmp_path / f"{name}.pt"), overrides=sets)
+    cropped = bit_identical_runs(tmp_path / "crop.pt", dataset_path, tmp_path / "a", ["trainer.max_steps=2"])
+    plain = bit_identical_runs(tmp_path / "plain.pt", dataset_path, tmp_path / "b", ["trainer.max_steps=1"])
+    assert cropped[0]["loss"] != plain[0]["loss"]
+
+
+def bit_identical_runs(model, dataset_path, tmp_path, extra_sets):
+    """loongforge-train and the parity reference on one thread: every step's loss, grad_norm, lr and
+    num_valid equal bit for bit. -> the C++ metrics records."""
     # One intra-op thread: with more, the per-embodiment weight[ids] backward
     # (index_put_ accumulate) makes both trainers differ run to run in the last bit.
-    sets = ["trainer.max_steps=4", "trainer.gradient_accumulation_steps=2", f"model.path={tiny_model}",
-            f"data.path={dataset_path}", "logging.interval_steps=100"]
+    sets = extra_sets + [f"model.path={model}", f"data.path={dataset_path}", "logging.interval_steps=100"]
     cpp_sets = sets + [f"run.output_dir={tmp_path / 'cpp'}", "checkpoint.interval_steps=1000",
                        "logging.tensorboard=false", "logging.progress=off"]
     cmd = [str(BINARY), "--config", str(REPO / "configs" / "n16-tiny.yaml")]
@@ -485,3 +516,4 @@ def test_the_parity_run_and_loongforge_train_give_bit_identical_losses_on_one_th
     py = [json.loads(line) for line in (tmp_path / "py" / "metrics.jsonl").read_text().splitlines()]
     for key in ("step", "loss", "grad_norm", "lr", "num_valid"):
         assert [r[key] for r in cpp] == [r[key] for r in py], key
+    return cpp

@@ -149,3 +149,87 @@ def test_an_unsupported_upstream_setting_is_refused_naming_the_field(upstream):
     data = json.loads(oracle.n17.GR00TN17Config(use_alternate_vl_dit=False).to_json_string(use_diff=False))
     with pytest.raises(conv.ConversionError, match="use_alternate_vl_dit=False"):
         conv.head_config_from_upstream(data)
+
+
+def test_an_n16_config_with_state_dropout_gives_the_state_mask_token(upstream):
+    """Gr00tN1d6 with state_dropout_prob > 0 reads back as N1.6's mask-token head (converted by the
+    table row action_head.mask_token -> action_head.state_mask_token); N1.6's additive state noise,
+    which the head does not implement, is refused by name."""
+    oracle = upstream[0]
+    data = json.loads(lerobot_oracle.upstream_head_config(oracle, CFG).to_json_string(use_diff=False))
+    data.update(model_type="Gr00tN1d6", state_dropout_prob=0.3)
+    got = conv.head_config_from_upstream(data, name="n16")
+    assert got.state_mask_token and got.state_dropout == 0.3
+    assert conv.to_loongforge("action_head.mask_token") == "action_head.state_mask_token"
+    head = build_head(got)
+    assert tuple(head.action_head.state_mask_token.shape) == (1, 1, CFG.input_embedding_dim)
+    with pytest.raises(conv.ConversionError, match="state_additive_noise_scale=0.1"):
+        conv.head_config_from_upstream(dict(data, state_additive_noise_scale=0.1))
+
+
+BACKBONE_FIELDS = ("backbone", "image_size", "patch_size", "vit_layers", "vit_width", "vit_heads", "vit_ffn",
+                   "vit_pos_grid", "pixel_shuffle", "deepstack_layers", "llm_layers", "llm_width", "llm_heads",
+                   "llm_kv_heads", "llm_head_dim", "llm_ffn", "vocab_size", "rope_theta", "mrope_section",
+                   "tune_visual", "tune_llm", "tune_top_llm_layers")
+
+
+def test_lerobots_default_n17_config_json_imports_as_gr00t_n17_3b_with_its_crop(upstream):
+    """The released N1.7 config (lerobot's defaults, serialised) picks gr00t-n1.7-3b: the same head,
+    backbone and freezing, the image crop 230 / 256 of its image_crop_size / image_target_size."""
+    import gr00t_upstream_config as guc
+    from model.config import get_config
+    from model.gr00t_head import head_config_for
+    oracle = upstream[0]
+    data = json.loads(oracle.n17.GR00TN17Config().to_json_string(use_diff=False))
+    got, want = guc.model_config_from_upstream(data, guc.read_backbone_config(data)), get_config("gr00t-n1.7-3b")
+    assert {f: getattr(got, f) for f in BACKBONE_FIELDS} == {f: getattr(want, f) for f in BACKBONE_FIELDS}
+    assert head_config_for(got) == head_config_for(want)
+    assert got.image_crop_fraction == 230 / 256
+    data["model_name"] = "someone/else"
+    with pytest.raises(guc.UpstreamConfigError, match="model_name='someone/else'.*--backbone-config"):
+        guc.read_backbone_config(data)
+
+
+def test_an_n16_config_json_imports_as_gr00t_n16_3b_with_the_mask_token_and_crop_095():
+    """Isaac-GR00T's Gr00tN1d6Config defaults (written out field by field: its code ships in no
+    package) with state dropout on pick gr00t-n1.6-3b's backbone and head, the learned state mask
+    token, the top 4 LM layers trainable and the 0.95 center crop."""
+    import gr00t_upstream_config as guc
+    from model.config import get_config
+    from model.gr00t_head import head_config_for
+    dit = {"positional_embeddings": None, "num_layers": 32, "num_attention_heads": 32, "attention_head_dim": 48,
+           "norm_type": "ada_norm", "dropout": 0.2, "final_dropout": True, "output_dim": 1024,
+           "interleave_self_attention": True}
+    data = {"model_type": "Gr00tN1d6", "model_name": "nvidia/Eagle-Block2A-2B-v2", "tune_top_llm_layers": 4,
+            "backbone_embedding_dim": 2048, "tune_llm": False, "tune_visual": False, "select_layer": 16,
+            "image_crop_size": None, "image_target_size": None, "shortest_image_edge": 256, "crop_fraction": 0.95,
+            "max_state_dim": 29, "max_action_dim": 29, "action_horizon": 16, "hidden_size": 1024,
+            "input_embedding_dim": 1536, "add_pos_embed": True, "use_vlln": True, "max_seq_len": 1024,
+            "use_alternate_vl_dit": True, "attend_text_every_n_blocks": 2, "diffusion_model_cfg": dit,
+            "noise_beta_alpha": 1.5, "noise_beta_beta": 1.0, "noise_s": 0.999, "num_timestep_buckets": 1000,
+            "state_dropout_prob": 0.2, "state_additive_noise_scale": 0.0, "max_num_embodiments": 32}
+    got, want = guc.model_config_from_upstream(data, guc.read_backbone_config(data)), get_config("gr00t-n1.6-3b")
+    assert {f: getattr(got, f) for f in BACKBONE_FIELDS} == {f: getattr(want, f) for f in BACKBONE_FIELDS}
+    head = head_config_for(got)
+    assert head.state_mask_token and head.state_dropout == 0.2 and got.image_crop_fraction == 0.95
+    assert dataclasses_replace(head, state_dropout=0.0) == head_config_for(want)
+    with pytest.raises(guc.UpstreamConfigError, match="nearest 'gr00t-n1.6-3b' differs in dit_layers=31"):
+        guc.model_config_from_upstream(dict(data, diffusion_model_cfg=dict(dit, num_layers=31)))
+
+
+def dataclasses_replace(obj, **changes):
+    import dataclasses
+    return dataclasses.replace(obj, **changes)
+
+
+def test_with_model_a_checkpoint_tokenizer_json_must_be_the_models(upstream, model_file, tmp_path):
+    """The checkpoint's tokenizer.json passes through: converting onto an export made for another
+    tokenizer (here the word hash) is refused, naming the file and the fix."""
+    sys.path.insert(0, str(REPO / "test" / "data"))
+    from test_tokenizer_hf import train_bpe
+    _, _, tensors = upstream
+    src = write(tensors, tmp_path / "src")
+    train_bpe(src / "tokenizer.json")
+    with pytest.raises(SystemExit, match=r"tokenizer\.json \(sha256 .*\) is not the tokenizer .* was exported for "
+                                         r"\(word_hash .*re-export it with scripts/model/export\.py --tokenizer"):
+        conv.convert(src, model_file, tmp_path / "out.safetensors", strict=True)

@@ -84,6 +84,10 @@ struct SampleOptions {
   int64_t accumulation = 1;  // trainer.gradient_accumulation_steps (K)
   // From the model (config.json).
   int64_t image_size = 64;
+  // Center crop before the resize (config.json image_crop_fraction; 1 = none): a frame
+  // (h, w) keeps rows [(h - ch) / 2, + ch), ch = int(h * f), likewise columns
+  // (docs/training-semantics.md s3; upstream GR00T's crop, taken from its checkpoint).
+  double image_crop_fraction = 1.0;
   int64_t num_views = 1;
   int64_t max_state_dim = 64;
   int64_t max_action_dim = 64;

@@ -1,0 +1,211 @@
+"""The LoongForge ModelConfig of an upstream GR00T checkpoint's config.json.
+
+    model_config_from_upstream(config, backbone_config=None, overrides=()) -> ModelConfig
+
+config is the checkpoint's config.json (lerobot's GR00TN17Config, model_type
+"Gr00tN1d7"; Isaac-GR00T's Gr00tN1d6Config, "Gr00tN1d6"); backbone_config the
+backbone's own config.json (Qwen3-VL for N1.7, Eagle for N1.6) when the
+checkpoint names a backbone other than the released one (`model_name`):
+upstream builds its backbone from `model_name`'s config, which is not in the
+GR00T config.json. scripts/convert_gr00t_checkpoint.py uses this to import a
+checkpoint folder without --model.
+
+How each part is chosen
+- The head: convert_gr00t_checkpoint.head_config_from_upstream (refuses what the
+  head does not implement), then the gr00t_head.HEAD_CONFIGS preset with the
+  same shapes (HEAD_SHAPE_FIELDS); no preset -> ConversionError listing the
+  fields that differ from the nearest one. The fields a ModelConfig owns (state /
+  action dims, horizon, embodiment slots, timestep buckets, noise_s, Beta alpha,
+  dropouts, N1.6's state mask token) come from config.json.
+- The backbone: the released configs gr00t-n1.7-3b / gr00t-n1.6-3b when
+  model_name is the released backbone (nvidia/Cosmos-Reason2-2B,
+  nvidia/Eagle-Block2A-2B-v2), else the fields read from backbone_config (or
+  `model_name`/config.json when model_name is a local folder). The LM keeps
+  `select_layer` layers. Settings our backbones do not implement (another
+  activation, attention bias) are refused naming the field.
+- Freezing: tune_visual, tune_llm, tune_top_llm_layers from config.json.
+- image_size: N1.7's image_target_size (must be square); N1.6: the Eagle
+  vision config's image_size (force_image_size) or the released 224.
+  image_crop_fraction: crop_fraction, else image_crop_size / image_target_size
+  (crop_fraction_of); the frame pipeline center-crops by it before its
+  resize (docs/training-semantics.md s3; the resampling filter stays ours).
+- overrides: ModelConfig `key=value` strings applied last (num_views,
+  max_text_len: the data's shape, which no checkpoint records).
+"""
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from model.config import ModelConfig, apply_overrides, get_config
+from model.gr00t_head import HEAD_CONFIGS
+
+RELEASED = {  # model_type -> (our config of the released model, layout, upstream's released backbone name)
+    "Gr00tN1d7": ("gr00t-n1.7-3b", "n1.7", "nvidia/Cosmos-Reason2-2B"),
+    "Gr00tN1d6": ("gr00t-n1.6-3b", "n1.6", "nvidia/Eagle-Block2A-2B-v2"),
+}
+HEAD_SHAPE_FIELDS = ("hidden_size", "input_embedding_dim", "dit_layers", "dit_heads", "dit_head_dim", "vl_layers",
+                     "vl_heads", "vl_head_dim", "attend_text_every_n_blocks", "timestep_dim", "max_seq_len")
+
+
+class UpstreamConfigError(ValueError):
+    """A config.json (or backbone config) this importer cannot represent; the message names the field."""
+
+
+def _need(cond: bool, field: str, value, what: str):
+    if not cond:
+        raise UpstreamConfigError(f"upstream config {field}={value!r}: {what}")
+
+
+def head_preset_of(head) -> str:
+    """The HEAD_CONFIGS name whose shapes equal head's (vl_heads / vl_head_dim only when vl_layers > 0)."""
+    def diff(p):
+        keys = [f for f in HEAD_SHAPE_FIELDS if p.vl_layers > 0 or not f.startswith("vl_h")]
+        return [f"{f}={getattr(head, f)} (preset {getattr(p, f)})" for f in keys if getattr(p, f) != getattr(head, f)]
+    diffs = {name: diff(p) for name, p in HEAD_CONFIGS.items()}
+    for name, d in diffs.items():
+        if not d:
+            return name
+    near = min(diffs, key=lambda n: len(diffs[n]))
+    raise UpstreamConfigError(f"the action head's shapes match no preset of scripts/model/gr00t_head.py "
+                              f"HEAD_CONFIGS; nearest '{near}' differs in {', '.join(diffs[near])}; add a preset")
+
+
+def qwen3vl_fields(b: Dict) -> Dict:
+    """ModelConfig backbone fields of a Qwen3-VL config.json (Qwen3VLConfig.to_dict())."""
+    t, v = b.get("text_config", {}), b.get("vision_config", {})
+    rope = t.get("rope_parameters") or t.get("rope_scaling") or {}
+    _need(t.get("hidden_act", "silu") == "silu", "text_config.hidden_act", t.get("hidden_act"), "must be silu")
+    _need(not t.get("attention_bias", False), "text_config.attention_bias", t.get("attention_bias"), "must be false")
+    _need(v.get("hidden_act") == "gelu_pytorch_tanh", "vision_config.hidden_act", v.get("hidden_act"),
+          "must be gelu_pytorch_tanh")
+    _need(rope.get("mrope_interleaved", True) is True, "text_config.rope_parameters.mrope_interleaved",
+          rope.get("mrope_interleaved"), "must be true")
+    grid = math.isqrt(int(v["num_position_embeddings"]))
+    _need(grid * grid == int(v["num_position_embeddings"]), "vision_config.num_position_embeddings",
+          v["num_position_embeddings"], "must be a square")
+    _need(int(v["out_hidden_size"]) == int(t["hidden_size"]), "vision_config.out_hidden_size", v["out_hidden_size"],
+          "must equal text_config.hidden_size")
+    return dict(backbone="qwen3vl", patch_size=int(v["patch_size"]), vit_layers=int(v["depth"]),
+                vit_width=int(v["hidden_size"]), vit_heads=int(v["num_heads"]), vit_ffn=int(v["intermediate_size"]),
+                vit_pos_grid=grid, vit_temporal_patch=int(v.get("temporal_patch_size", 2)),
+                pixel_shuffle=int(v.get("spatial_merge_size", 2)),
+                deepstack_layers=",".join(str(int(i)) for i in v.get("deepstack_visual_indexes", [])),
+                llm_width=int(t["hidden_size"]), llm_heads=int(t["num_attention_heads"]),
+                llm_kv_heads=int(t["num_key_value_heads"]), llm_head_dim=int(t["head_dim"]),
+                llm_ffn=int(t["intermediate_size"]), vocab_size=int(t["vocab_size"]),
+                rope_theta=float(rope.get("rope_theta", t.get("rope_theta", 5000000.0))),
+                rms_eps=float(t.get("rms_norm_eps", 1e-6)),
+                mrope_section=",".join(str(int(s)) for s in rope.get("mrope_section", [])))
+
+
+def eagle_fields(b: Dict) -> Dict:
+    """ModelConfig backbone fields of an Eagle (N1.6) config.json: vision_config (SigLIP-2) and
+    text_config (Qwen3)."""
+    t, v = b.get("text_config", {}), b.get("vision_config", {})
+    _need(t.get("hidden_act", "silu") == "silu", "text_config.hidden_act", t.get("hidden_act"), "must be silu")
+    _need(not t.get("attention_bias", False), "text_config.attention_bias", t.get("attention_bias"), "must be false")
+    _need(float(b.get("downsample_ratio", 0.5)) == 0.5, "downsample_ratio", b.get("downsample_ratio"),
+          "must be 0.5 (2 x 2 pixel unshuffle)")
+    grid = math.isqrt(int(v["num_patches"]))
+    _need(grid * grid == int(v["num_patches"]), "vision_config.num_patches", v["num_patches"], "must be a square")
+    fields = dict(backbone="eagle", patch_size=int(v["patch_size"]), vit_layers=int(v["num_hidden_layers"]),
+                  vit_width=int(v["hidden_size"]), vit_heads=int(v["num_attention_heads"]),
+                  vit_ffn=int(v["intermediate_size"]), vit_pos_grid=grid, pixel_shuffle=2,
+                  llm_width=int(t["hidden_size"]), llm_heads=int(t["num_attention_heads"]),
+                  llm_kv_heads=int(t["num_key_value_heads"]), llm_head_dim=int(t.get("head_dim", 128)),
+                  llm_ffn=int(t["intermediate_size"]), vocab_size=int(t["vocab_size"]),
+                  rope_theta=float((t.get("rope_parameters") or {}).get("rope_theta", t.get("rope_theta", 1000000.0))),
+                  rms_eps=float(t.get("rms_norm_eps", 1e-6)))
+    size = b.get("force_image_size") or v.get("image_size")
+    if size:
+        fields["image_size"] = int(size)
+    return fields
+
+
+def crop_fraction_of(config: Dict) -> float:
+    """Upstream's center-crop fraction: crop_fraction, else image_crop_size / image_target_size (the
+    rule of lerobot's N1.7 image transform), else 1 (no crop)."""
+    fraction = config.get("crop_fraction")
+    crop, target = config.get("image_crop_size"), config.get("image_target_size")
+    if fraction is None and crop and target:
+        _need(crop[0] == crop[1], "image_crop_size", crop, "must be square")
+        fraction = crop[0] / float(target[0])
+    if fraction is None or not 0.0 < float(fraction) < 1.0:
+        return 1.0
+    return float(fraction)
+
+
+def read_backbone_config(config: Dict, given: Optional[Path] = None) -> Optional[Dict]:
+    """The backbone config to use: `given` (a config.json or a folder holding one); else model_name's
+    config.json when model_name is a local folder; None for the released backbone."""
+    base = RELEASED.get(config.get("model_type"))
+    path = given
+    name = str(config.get("model_name", ""))
+    if path is None:
+        if base is not None and name.rstrip("/") == base[2]:
+            return None
+        if (Path(name) / "config.json").is_file():
+            path = Path(name)
+        else:
+            raise UpstreamConfigError(f"upstream config model_name={name!r}: not the released backbone "
+                                      f"({base[2] if base else '?'}) and not a local folder with config.json; "
+                                      "pass --backbone-config with the backbone's config.json")
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise UpstreamConfigError(f"--backbone-config {path}: no such file")
+    return json.loads(path.read_text())
+
+
+def model_config_from_upstream(config: Dict, backbone_config: Optional[Dict] = None,
+                               overrides: List[str] = (), name: str = "") -> ModelConfig:
+    from convert_gr00t_checkpoint import ConversionError, head_config_from_upstream
+
+    model_type = config.get("model_type")
+    _need(model_type in RELEASED, "model_type", model_type, f"must be one of {sorted(RELEASED)}")
+    base_name, layout, _ = RELEASED[model_type]
+    try:
+        head = head_config_from_upstream(config, name=name or base_name)
+    except ConversionError as e:
+        raise UpstreamConfigError(str(e)) from None
+    preset = head_preset_of(head)
+    fields: Dict = {}
+    if backbone_config is not None:
+        fields.update(qwen3vl_fields(backbone_config) if layout == "n1.7" else eagle_fields(backbone_config))
+    target = config.get("image_target_size")
+    if target:
+        _need(len(target) == 2 and target[0] == target[1], "image_target_size", target, "must be square")
+        fields["image_size"] = int(target[0])
+    fields["image_crop_fraction"] = crop_fraction_of(config)
+    select = int(config.get("select_layer", 16))
+    _need(select >= 1, "select_layer", select, "must be >= 1 (the LM layers kept)")
+    fields.update(
+        name=name or f"{base_name}-import", llm_layers=select, gr00t_head=preset,
+        max_state_dim=head.max_state_dim, max_action_dim=head.max_action_dim, action_horizon=head.action_horizon,
+        max_action_horizon=max(head.action_horizon, 64), num_embodiments=head.num_embodiments,
+        num_timestep_buckets=head.num_timestep_buckets, noise_s=head.noise_s, beta_alpha=head.beta_alpha,
+        gr00t_dropout=head.dropout, gr00t_state_dropout=head.state_dropout,
+        gr00t_state_mask_token=head.state_mask_token, tune_visual=bool(config.get("tune_visual", False)),
+        tune_llm=bool(config.get("tune_llm", False)),
+        tune_top_llm_layers=min(int(config.get("tune_top_llm_layers", 0)), select))
+    _need(int(config.get("backbone_embedding_dim", 0)) == int(fields.get("llm_width", get_config(base_name).llm_width)),
+          "backbone_embedding_dim", config.get("backbone_embedding_dim"), "must equal the LM width")
+    try:
+        cfg = dataclasses.replace(get_config(base_name), **fields).validate()
+        cfg = apply_overrides(cfg, list(overrides))
+    except ValueError as e:
+        raise UpstreamConfigError(f"the imported config is invalid: {e}") from None
+    from model.gr00t_head import head_config_for
+    got = head_config_for(cfg)
+    want = dataclasses.replace(head, name=got.name)
+    if want.vl_layers == 0:   # no vl_self_attention: its head counts are unused
+        want = dataclasses.replace(want, vl_heads=got.vl_heads, vl_head_dim=got.vl_head_dim)
+    _need(got == want, "(head)", preset, f"rebuilds as {got}, config.json says {want} (a bug: report it)")
+    return cfg
+
+
+__all__ = ["model_config_from_upstream", "read_backbone_config", "head_preset_of", "qwen3vl_fields", "eagle_fields",
+           "UpstreamConfigError", "RELEASED"]

@@ -1,0 +1,154 @@
+"""Import of a GR00T N1.6-layout checkpoint, end to end (issue #10 item 3, the N1.6 layout).
+
+No package ships N1.6's model (Isaac-GR00T's Gr00tN1d6 on Eagle-Block2A-2B-v2),
+so the checkpoint is assembled from upstream parts under N1.6's tensor names:
+transformers' Siglip2VisionModel and Qwen3ForCausalLM with the Eagle glue
+(test/scripts/test_gr00t_backbones.py's EagleReference: the same assembly its
+backbone equivalence test checks) as `backbone.model.*`, lerobot 0.6.1's
+GR00TN17ActionHead at N1.6's head structure (no vl_self_attention; shapes of
+the gr00t-probe preset; dropout and state dropout 0, so no mask token) as
+`action_head.*`. config.json carries Isaac-GR00T's Gr00tN1d6Config field names
+(model_type Gr00tN1d6, crop_fraction 0.95, tune_top_llm_layers 1), the
+backbone's config.json the SigLIP-2 and Qwen3 configs as transformers writes
+them. Then, as test_gr00t_import.py does for N1.7: import with
+scripts/convert_gr00t_checkpoint.py --strict (config picked from config.json,
+the checkpoint's tokenizer.json recorded), dataset converted with that
+tokenizer, loongforge-train STEPS steps; the step-1 loss equals the assembled
+upstream model's loss on the trainer's first batch within 1e-5 relative (a
+rolled-images control shows the loss depends on the images far more than
+that), and the loss falls (mean of the last 5 steps below the first 5).
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from test_gr00t_import import FIXTURE, LOSS_RTOL, REPO, STEPS, TRAIN, trainer_sets
+
+sys.path.insert(0, str(REPO / "test" / "scripts"))
+import lerobot_oracle  # noqa: E402
+import model  # noqa: E402
+from model.gr00t_head import get_head_config  # noqa: E402
+from test_gr00t_backbones import N16_CASES, EagleReference  # noqa: E402
+from test_tokenizer_hf import train_bpe  # noqa: E402
+
+IMAGE_TOKEN_ID = 8191
+torch.set_num_threads(1)
+
+
+def n16_config_json(backbone_dir) -> dict:
+    """Isaac-GR00T Gr00tN1d6Config fields (its defaults, small shapes)."""
+    dit = {"positional_embeddings": None, "num_layers": 2, "num_attention_heads": 2, "attention_head_dim": 16,
+           "norm_type": "ada_norm", "dropout": 0.0, "final_dropout": True, "output_dim": 32,
+           "interleave_self_attention": True}
+    return {"model_type": "Gr00tN1d6", "model_name": str(backbone_dir), "backbone_model_type": "eagle",
+            "tune_top_llm_layers": 1, "backbone_embedding_dim": 128, "tune_llm": False, "tune_visual": False,
+            "select_layer": 2, "image_crop_size": None, "image_target_size": None, "shortest_image_edge": 256,
+            "crop_fraction": 0.95, "max_state_dim": 64, "max_action_dim": 64, "action_horizon": 16,
+            "hidden_size": 32, "input_embedding_dim": 32, "add_pos_embed": True, "use_vlln": True,
+            "max_seq_len": 64, "use_alternate_vl_dit": True, "attend_text_every_n_blocks": 2,
+            "diffusion_model_cfg": dit, "noise_beta_alpha": 1.5, "noise_beta_beta": 1.0, "noise_s": 0.999,
+            "num_timestep_buckets": 1000, "state_dropout_prob": 0.0, "state_additive_noise_scale": 0.0,
+            "max_num_embodiments": 32}
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory):
+    """(oracle, EagleReference backbone, lerobot head, checkpoint folder)."""
+    from safetensors.torch import save_file
+    oracle = lerobot_oracle.load()
+    work = tmp_path_factory.mktemp("gr00t-n16")
+    cfg = model.get_config("gr00t-n1.6-3b", gr00t_head="gr00t-probe", max_state_dim=64, max_action_dim=64,
+                           action_horizon=16, **N16_CASES["tiny"])
+    torch.manual_seed(0)
+    backbone = EagleReference(cfg, image_token=IMAGE_TOKEN_ID)
+    (work / "backbone").mkdir()
+    (work / "backbone/config.json").write_text(json.dumps({
+        "vision_config": backbone.vision_model.config.to_dict(), "text_config": backbone.language_model.config.to_dict(),
+        "downsample_ratio": 0.5, "force_image_size": cfg.image_size}, default=str))
+    config = n16_config_json(work / "backbone")
+    head_cfg = get_head_config("gr00t-probe", backbone_width=128, max_state_dim=64, max_action_dim=64,
+                               action_horizon=16, dropout=0.0, state_dropout=0.0)
+    head = oracle.n17.GR00TN17ActionHead(lerobot_oracle.upstream_head_config(oracle, head_cfg))
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for part in (backbone, head):
+            for name, p in part.named_parameters():
+                if bool(p.min() == p.max()):
+                    p.add_(0.1 * torch.randn(p.shape, generator=g))
+                if part is head and p.dim() >= 2 and "position_embedding" not in name:
+                    fan_in = p.shape[-2] if p.dim() == 3 else p.shape[-1]   # see test_gr00t_import.py
+                    p.copy_(torch.randn(p.shape, generator=g) / fan_in ** 0.5)
+    tensors = {"backbone.model." + k: v.clone() for k, v in backbone.state_dict().items()}
+    tensors.update({"action_head." + k: v.clone() for k, v in head.state_dict().items()})
+    ckpt = work / "ckpt"
+    ckpt.mkdir()
+    save_file(tensors, str(ckpt / "model.safetensors"))
+    (ckpt / "config.json").write_text(json.dumps(config))
+    train_bpe(ckpt / "tokenizer.json")
+    return oracle, backbone.eval(), head, ckpt
+
+
+def upstream_loss_on(oracle, backbone, head, batch) -> torch.Tensor:
+    BF = oracle.n17.BatchFeature
+    B, V = batch["images"].shape[:2]
+    n_img = V * 4                                           # 56 px / patch 14 = 4 x 4 patches -> 2 x 2 tokens
+    ids = torch.cat([torch.full((B, n_img), IMAGE_TOKEN_ID), batch["text_tokens"]], dim=1)
+    mask = torch.cat([torch.ones(B, n_img, dtype=torch.long), batch["text_mask"].long()], dim=1)
+    head.sample_time = lambda batch_size, device, dtype: batch["fm_t"].to(device, dtype)
+    real_randn = torch.randn
+    torch.randn = lambda *a, **k: batch["fm_noise"].clone()
+    try:
+        with torch.no_grad():
+            feats = backbone(batch["images"].flatten(0, 1), ids, mask)
+            out = head(BF(data={"backbone_features": feats, "backbone_attention_mask": mask.bool(),
+                                "image_mask": ids == IMAGE_TOKEN_ID}),
+                       BF(data={"state": batch["state"][:, None], "action": batch["actions"],
+                                "embodiment_id": batch["embodiment_id"], "action_mask": batch["action_mask"]}))
+    finally:
+        torch.randn = real_randn
+        del head.sample_time
+    return out["loss"]
+
+
+def test_an_n16_layout_checkpoint_imports_trains_and_starts_at_upstreams_loss(upstream, tmp_path):
+    from lf_dataset import LFDataset, SampleBuilder
+    from model.config import ModelConfig
+    from train_torch import effective_config
+    oracle, backbone, head, ckpt = upstream
+    env = dict(os.environ, PYTHONPATH=str(REPO / "scripts"))
+    r = subprocess.run([sys.executable, str(REPO / "scripts/convert_gr00t_checkpoint.py"), str(ckpt), "--out",
+                        str(tmp_path / "model.pt"), "--strict"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "'gr00t_head': 'gr00t-probe', 'backbone': 'eagle'" in r.stdout, r.stdout
+    subprocess.run([sys.executable, str(REPO / "scripts/convert_lerobot.py"), str(FIXTURE), str(tmp_path / "ds"),
+                    "--tokenizer", str(ckpt / "tokenizer.json"), "--episodes", "0,1", "--quiet"], check=True, env=env)
+    extra = {"loongforge/config.json": ""}
+    torch.jit.load(str(tmp_path / "model.pt"), map_location="cpu", _extra_files=extra)
+    mcfg = ModelConfig.from_json(extra["loongforge/config.json"])
+    assert (mcfg.image_size, mcfg.image_crop_fraction, mcfg.llm_layers, mcfg.tune_top_llm_layers) == (56, 0.95, 2, 1)
+
+    sets = trainer_sets(tmp_path / "model.pt", tmp_path / "ds", tmp_path)
+    cmd = [TRAIN, "--config", str(REPO / "configs/n16-tiny.yaml")]
+    for s in sets:
+        cmd += ["--set", s]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    losses = [json.loads(line)["loss"] for line in (tmp_path / "import/metrics.jsonl").read_text().splitlines()]
+    assert len(losses) == STEPS
+
+    cfg, _ = effective_config(TRAIN, str(REPO / "configs/n16-tiny.yaml"), sets)
+    batch = SampleBuilder(LFDataset(tmp_path / "ds"), mcfg, cfg).micro_batch(0, 0)
+    head.train()
+    up = float(upstream_loss_on(oracle, backbone, head, batch))
+    rolled = float(upstream_loss_on(oracle, backbone, head, dict(batch, images=batch["images"].roll(1, dims=0))))
+    diff = abs(losses[0] - up) / abs(up)
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    report = {"steps": STEPS, "trainer_step1_loss": losses[0], "upstream_loss": up, "rel_diff": diff,
+              "rolled_images_rel_diff": abs(rolled - up) / abs(up), "mean_first5": first, "mean_last5": last}
+    print(json.dumps(report))
+    assert diff <= LOSS_RTOL < report["rolled_images_rel_diff"], report
+    assert last < first, report
