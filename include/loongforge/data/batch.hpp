@@ -24,10 +24,11 @@
 //    logged and counted (on_bad_video = "skip"; Note [Bad videos]).
 //  - Threads (Note [Frame cache] in batch.cpp): micro_batch() and sample()
 //    are called by one thread at a time (they own the sampler and the skip
-//    counts); prefetch() and stats() may be called from any number of other
-//    threads concurrently with them. The frame cache is guarded by one mutex
-//    (never held while decoding); a video being decoded by one thread is
-//    waited for, never decoded twice at once. Whichever thread decodes a
+//    counts); prefetch(), stats(), videos_of() and sampler()'s const
+//    accessors (fields fixed at construction) may be called from any number
+//    of other threads concurrently with them. The frame cache is guarded by
+//    one mutex (never held while decoding); a video being decoded by one
+//    thread is waited for, never decoded twice at once. Whichever thread decodes a
 //    video, the frames are the same bits, and a failure is stored and raised
 //    by the micro_batch() that needs the video, with the message the
 //    decoding thread would have raised: so a micro-batch is the same with
