@@ -56,6 +56,13 @@ int status_run() {
       std::printf("  data        on_bad_video=%s: %lld bad video(s), %lld sample(s) skipped (this rank)\n",
                   d.value("on_bad_video", std::string("?")).c_str(), d.value("videos_bad", 0LL),
                   d.value("samples_skipped", 0LL));
+      std::printf("              %s source: %lld video(s), %lld frame(s) decoded", d.value("source", std::string("?")).c_str(),
+                  d.value("videos_decoded", 0LL), d.value("frames_decoded", 0LL));
+      if (d.contains("decoded_frames_per_s")) std::printf(" (%.0f frames/s last step)", d.value("decoded_frames_per_s", 0.0));
+      if (d.contains("queue_depth"))
+        std::printf("; queue %lld/%lld ready, %lld decode thread(s)", d.value("queue_depth", 0LL),
+                    d.value("prefetch_factor", 0LL), d.value("decode_threads", 0LL));
+      std::printf("\n");
     }
     const std::string ckpt = s.value("last_checkpoint", std::string());
     std::printf("  checkpoint  %s", ckpt.empty() ? "(none yet)" : ckpt.c_str());

@@ -6,6 +6,8 @@
 #include <chrono>     // std::chrono::steady_clock
 #include <cmath>      // std::fabs
 #include <cstdio>     // std::snprintf
+#include <exception>  // std::rethrow_exception
+#include <mutex>      // std::lock_guard, std::unique_lock
 
 #include <ATen/ATen.h>  // at::adaptive_avg_pool2d, at::rand, at::randn
 
@@ -221,84 +223,169 @@ BatchBuilder::Location BatchBuilder::locate(int64_t sample_id) const {
 // takes its place, so the order of every other sample stays the pure
 // function of docs/training-semantics.md s2.
 
-const at::Tensor* BatchBuilder::frames(size_t episode, int camera, std::string* cause) {
-  const int64_t key = static_cast<int64_t>(episode) * 1024 + camera;
-  if (auto bad = bad_.find(key); bad != bad_.end()) {
-    *cause = bad->second;
-    return nullptr;
-  }
-  auto hit = cache_.find(key);
-  if (hit != cache_.end()) {
-    lru_.remove(key);
-    lru_.push_front(key);
-    return &hit->second;
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  const EpisodeInfo& ep = ds_.episodes()[episode];
-  const std::string& path = ep.video_paths.at(camera);
-  const VideoInfo& info = ep.videos.at(camera);
-  const CameraInfo& cam = ds_.cameras().at(camera);
-  VideoCheck check;
-  check.bytes = info.bytes;
-  check.sha256 = info.sha256;
-  check.frame_count = info.frame_count;
-  check.width = cam.width;
-  check.height = cam.height;
-  const size_t v = static_cast<size_t>(std::find(cameras_.begin(), cameras_.end(), camera) - cameras_.begin());
-  const ArrayView pts = ds_.array(episode, pts_cols_.at(v));
-  if (pts.rows != info.frame_count)
-    throw DataError(ds_.dir() + "/" + ep.shard_file + ": episode " + std::to_string(ep.index) + ": video_pts:" +
-                    cam.key + " has " + std::to_string(pts.rows) + " rows but loongforge_dataset.json records " +
-                    std::to_string(info.frame_count) + " frames; re-run scripts/convert_lerobot.py");
-  check.pts_s = pts.as<double>();
-  RgbFrames rgb;
-  try {
-    rgb = decode_video_checked(path, check);
-  } catch (const BadVideoError& e) {
-    const std::string where = "shard " + ep.shard_file + ", episode " + std::to_string(ep.index) + ", camera '" +
-                              cam.key + "', video " + e.path() +
-                              (e.frame() >= 0 ? ", frame " + std::to_string(e.frame()) : std::string()) + ": " +
-                              e.cause();
-    if (opt_.on_bad_video == "error")
-      throw DataError("bad video (data.on_bad_video=error): " + where +
-                      "; or set data.on_bad_video=skip to train without its samples");
-    bad_[key] = where;
-    stats_.videos_bad += 1;
-    LF_LOG(logger("data"), warn) << "bad video, its samples are skipped (data.on_bad_video=skip): " << where;
-    *cause = where;
-    return nullptr;
-  }
-  const int64_t S = opt_.image_size;
-  auto u8 = at::from_blob(rgb.pixels.data(), {rgb.count, rgb.height, rgb.width, 3}, at::kByte);
-  if (opt_.image_crop_fraction < 1.0) {  // center crop (SampleOptions::image_crop_fraction)
-    const int64_t ch = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(rgb.height) *
-                                                                 opt_.image_crop_fraction));
-    const int64_t cw = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(rgb.width) *
-                                                                 opt_.image_crop_fraction));
-    u8 = u8.narrow(1, (rgb.height - ch) / 2, ch).narrow(2, (rgb.width - cw) / 2, cw);  // (count, ch, cw, 3)
-  }
-  at::Tensor out = at::empty({rgb.count, 3, S, S}, at::kFloat);
-  constexpr int64_t kChunk = 64;  // bounds the float copy of full-size frames
-  for (int64_t i = 0; i < rgb.count; i += kChunk) {
-    const int64_t n = std::min(kChunk, rgb.count - i);
-    at::Tensor f = u8.narrow(0, i, n).permute({0, 3, 1, 2}).to(at::kFloat).contiguous();  // (n, 3, h', w')
-    at::Tensor pooled = at::adaptive_avg_pool2d(f, {S, S});                                  // (n, 3, S, S)
-    out.narrow(0, i, n).copy_(((pooled / 255.0) - 0.5) / 0.5);
-  }
-  stats_.videos_decoded += 1;
-  stats_.frames_decoded += rgb.count;
-  stats_.decode_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+// Note [Frame cache]
+// Decoded episodes live in one map guarded by mu_, each entry in one of four
+// states: kDecoding (a thread is decoding it; others wait on decoded_), kReady
+// (frames, in the byte-bounded LRU), kBad (on_bad_video=skip: the cause; kept,
+// never decoded again) or kFailed (the exception the decode raised: an
+// on_bad_video=error DataError, a broken index, out of memory; kept and raised
+// again by every micro-batch that needs the video). Decoding itself runs
+// outside the lock, on whichever thread asked first: micro_batch()'s (a miss)
+// or a prefetch() from ADFE's decode pool. decode() reads only what the
+// constructor fixed, and the video decode is deterministic, so the frames,
+// the error message and the skip cause do not depend on which thread decoded
+// or when. What must follow the training order (the skip counts and their
+// log lines) is done by the micro_batch() thread when it uses an entry, in
+// sample order, exactly as if it had decoded the video itself. An entry
+// handed out is an at::Tensor reference: eviction never frees frames a
+// micro-batch is still copying from.
 
-  cache_bytes_ += out.numel() * 4;
+BatchBuilder::Entry BatchBuilder::decode(int64_t key) const {
+  const size_t episode = static_cast<size_t>(key / 1024);
+  const int camera = static_cast<int>(key % 1024);
+  Entry entry;
+  try {
+    const EpisodeInfo& ep = ds_.episodes()[episode];
+    const std::string& path = ep.video_paths.at(camera);
+    const VideoInfo& info = ep.videos.at(camera);
+    const CameraInfo& cam = ds_.cameras().at(camera);
+    VideoCheck check;
+    check.bytes = info.bytes;
+    check.sha256 = info.sha256;
+    check.frame_count = info.frame_count;
+    check.width = cam.width;
+    check.height = cam.height;
+    const size_t v = static_cast<size_t>(std::find(cameras_.begin(), cameras_.end(), camera) - cameras_.begin());
+    const ArrayView pts = ds_.array(episode, pts_cols_.at(v));
+    if (pts.rows != info.frame_count)
+      throw DataError(ds_.dir() + "/" + ep.shard_file + ": episode " + std::to_string(ep.index) + ": video_pts:" +
+                      cam.key + " has " + std::to_string(pts.rows) + " rows but loongforge_dataset.json records " +
+                      std::to_string(info.frame_count) + " frames; re-run scripts/convert_lerobot.py");
+    check.pts_s = pts.as<double>();
+    RgbFrames rgb;
+    try {
+      rgb = decode_video_checked(path, check);
+    } catch (const BadVideoError& e) {
+      const std::string where = "shard " + ep.shard_file + ", episode " + std::to_string(ep.index) + ", camera '" +
+                                cam.key + "', video " + e.path() +
+                                (e.frame() >= 0 ? ", frame " + std::to_string(e.frame()) : std::string()) + ": " +
+                                e.cause();
+      if (opt_.on_bad_video == "error")
+        throw DataError("bad video (data.on_bad_video=error): " + where +
+                        "; or set data.on_bad_video=skip to train without its samples");
+      entry.state = Entry::State::kBad;
+      entry.cause = where;
+      return entry;
+    }
+    const int64_t S = opt_.image_size;
+    auto u8 = at::from_blob(rgb.pixels.data(), {rgb.count, rgb.height, rgb.width, 3}, at::kByte);
+    if (opt_.image_crop_fraction < 1.0) {  // center crop (SampleOptions::image_crop_fraction)
+      const int64_t ch = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(rgb.height) *
+                                                                   opt_.image_crop_fraction));
+      const int64_t cw = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(rgb.width) *
+                                                                   opt_.image_crop_fraction));
+      u8 = u8.narrow(1, (rgb.height - ch) / 2, ch).narrow(2, (rgb.width - cw) / 2, cw);  // (count, ch, cw, 3)
+    }
+    at::Tensor out = at::empty({rgb.count, 3, S, S}, at::kFloat);
+    constexpr int64_t kChunk = 64;  // bounds the float copy of full-size frames
+    for (int64_t i = 0; i < rgb.count; i += kChunk) {
+      const int64_t n = std::min(kChunk, rgb.count - i);
+      at::Tensor f = u8.narrow(0, i, n).permute({0, 3, 1, 2}).to(at::kFloat).contiguous();  // (n, 3, h', w')
+      at::Tensor pooled = at::adaptive_avg_pool2d(f, {S, S});                                  // (n, 3, S, S)
+      out.narrow(0, i, n).copy_(((pooled / 255.0) - 0.5) / 0.5);
+    }
+    entry.state = Entry::State::kReady;
+    entry.frames = out;
+  } catch (...) {
+    entry.state = Entry::State::kFailed;
+    entry.frames = at::Tensor();
+    entry.error = std::current_exception();
+  }
+  return entry;
+}
+
+void BatchBuilder::store_locked(int64_t key, Entry entry) {
+  const bool ready = entry.state == Entry::State::kReady;
+  const int64_t bytes = ready ? entry.frames.numel() * 4 : 0;
+  if (ready) {
+    stats_.videos_decoded += 1;
+    stats_.frames_decoded += entry.frames.size(0);
+  }
+  cache_[key] = std::move(entry);
+  if (!ready) return;
+  cache_bytes_ += bytes;
   lru_.push_front(key);
-  cache_[key] = out;
   while (cache_bytes_ > opt_.frame_cache_mb * (1 << 20) && lru_.size() > 1) {
     const int64_t old = lru_.back();
     lru_.pop_back();
-    cache_bytes_ -= cache_[old].numel() * 4;
+    cache_bytes_ -= cache_[old].frames.numel() * 4;
     cache_.erase(old);
   }
-  return &cache_[key];
+}
+
+void BatchBuilder::prefetch(int64_t key) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cache_.count(key)) return;
+    cache_[key] = Entry{};  // kDecoding: this thread decodes it
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  Entry entry = decode(key);
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.decode_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  store_locked(key, std::move(entry));
+  decoded_.notify_all();
+}
+
+at::Tensor BatchBuilder::frames(size_t episode, int camera, std::string* cause) {
+  const int64_t key = static_cast<int64_t>(episode) * 1024 + camera;
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    auto it = cache_.find(key);
+    if (it == cache_.end()) {  // a miss: decode here (Note [Frame cache])
+      if (cancelled_) throw DataError("data loading was cancelled (the batch source is stopping)");
+      lock.unlock();
+      prefetch(key);
+      lock.lock();
+      continue;
+    }
+    Entry& e = it->second;
+    switch (e.state) {
+      case Entry::State::kDecoding:
+        decoded_.wait(lock);
+        continue;
+      case Entry::State::kReady:
+        lru_.remove(key);
+        lru_.push_front(key);
+        return e.frames;
+      case Entry::State::kFailed:
+        std::rethrow_exception(e.error);
+      case Entry::State::kBad:
+        *cause = e.cause;
+        if (bad_reported_.insert(key).second) {  // counted and logged once, at its first use
+          stats_.videos_bad += 1;
+          LF_LOG(logger("data"), warn) << "bad video, its samples are skipped (data.on_bad_video=skip): " << e.cause;
+        }
+        return at::Tensor();
+    }
+  }
+}
+
+DataStats BatchBuilder::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+std::vector<int64_t> BatchBuilder::videos_of(const std::vector<int64_t>& sample_ids) const {
+  std::vector<int64_t> keys;
+  for (const int64_t id : sample_ids) {
+    const Location loc = locate(id);
+    for (const int camera : cameras_) {
+      const int64_t key = static_cast<int64_t>(loc.episode) * 1024 + camera;
+      if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+    }
+  }
+  return keys;
 }
 
 void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb) {
@@ -311,13 +398,13 @@ void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb) {
   std::string skip_cause;
   for (size_t v = 0; v < cameras_.size() && skip_cause.empty(); ++v) {
     const int64_t f = ds_.array(loc.episode, frame_cols_[v]).as<int64_t>()[t];
-    const at::Tensor* fr = frames(loc.episode, cameras_[v], &skip_cause);
-    if (fr == nullptr) break;
+    const at::Tensor fr = frames(loc.episode, cameras_[v], &skip_cause);
+    if (!fr.defined()) break;
     const VideoInfo& info = ep.videos[cameras_[v]];
-    if (f < 0 || f >= fr->size(0))
+    if (f < 0 || f >= fr.size(0))
       throw DataError(ds_.dir() + "/" + ep.shard_file + ": episode " + std::to_string(ep.index) + " row " +
                       std::to_string(t) + " needs frame " + std::to_string(f) + " of " + ep.video_paths[cameras_[v]] +
-                      " but the video has " + std::to_string(fr->size(0)) + " frames; re-run scripts/convert_lerobot.py");
+                      " but the video has " + std::to_string(fr.size(0)) + " frames; re-run scripts/convert_lerobot.py");
     // The frame's timestamp (decoded, checked equal to video_pts) against the row's.
     const ArrayView stamps = ds_.array(loc.episode, timestamp_col_);  // float64, or float32 when the parquet had that
     const double ts = (stamps.dtype == DType::Float32 ? static_cast<double>(stamps.as<float>()[t])
@@ -339,11 +426,14 @@ void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb) {
       skip_cause = what;
       break;
     }
-    b["images"][slot][static_cast<int64_t>(v)].copy_((*fr)[f]);  // now: a later decode may evict fr
+    b["images"][slot][static_cast<int64_t>(v)].copy_(fr[f]);
   }
   const bool skipped = !skip_cause.empty();
   if (skipped) {
-    stats_.samples_skipped += 1;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.samples_skipped += 1;
+    }
     LF_LOG(logger("data"), info) << "sample " << sample_id << " (episode " << ep.index << ", row " << t
                                  << ") skipped, its action mask zeroed: " << skip_cause;
   }
@@ -385,17 +475,40 @@ void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb) {
   b["embodiment_id"][slot].fill_(opt_.embodiment_id);
 }
 
+std::vector<TensorSpec> micro_batch_spec(const SampleOptions& o) {
+  const int64_t B = o.micro_batch_size, H = o.action_horizon, A = o.max_action_dim, L = o.max_text_len;
+  return {{"images", {B, o.num_views, 3, o.image_size, o.image_size}, at::kFloat},  // (B, V, 3, S, S)
+          {"state", {B, o.max_state_dim}, at::kFloat},                              // (B, D)
+          {"actions", {B, H, A}, at::kFloat},                                       // (B, H, A)
+          {"action_mask", {B, H, A}, at::kFloat},                                   // (B, H, A)
+          {"text_tokens", {B, L}, at::kLong},                                       // (B, L)
+          {"text_mask", {B, L}, at::kBool},                                         // (B, L)
+          {"embodiment_id", {B}, at::kLong},                                        // (B,)
+          {"fm_t", {B}, at::kFloat},                                                // (B,)
+          {"fm_noise", {B, H, A}, at::kFloat}};                                     // (B, H, A)
+}
+
+int64_t micro_batch_bytes(const SampleOptions& options) {
+  int64_t bytes = 0;
+  for (const auto& t : micro_batch_spec(options)) {
+    int64_t n = static_cast<int64_t>(c10::elementSize(t.dtype));
+    for (const int64_t d : t.shape) n *= d;
+    bytes += n;
+  }
+  return bytes;
+}
+
 namespace {
+// The batch's tensors, zeroed (images: filled by every sample), fm_* left to micro_batch().
 Batch empty_batch(const SampleOptions& o, int64_t B) {
-  const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  SampleOptions sized = o;
+  sized.micro_batch_size = B;
   Batch b;
-  b["images"] = at::empty({B, o.num_views, 3, o.image_size, o.image_size}, f32);  // (B, V, 3, S, S)
-  b["state"] = at::zeros({B, o.max_state_dim}, f32);                              // (B, D)
-  b["actions"] = at::zeros({B, o.action_horizon, o.max_action_dim}, f32);         // (B, H, A)
-  b["action_mask"] = at::zeros({B, o.action_horizon, o.max_action_dim}, f32);     // (B, H, A)
-  b["text_tokens"] = at::zeros({B, o.max_text_len}, at::kLong);                   // (B, L)
-  b["text_mask"] = at::zeros({B, o.max_text_len}, at::kBool);                     // (B, L)
-  b["embodiment_id"] = at::zeros({B}, at::kLong);                                 // (B,)
+  for (const auto& t : micro_batch_spec(sized)) {
+    if (t.key == "fm_t" || t.key == "fm_noise") continue;
+    b[t.key] = t.key == "images" ? at::empty(t.shape, at::TensorOptions().dtype(t.dtype))
+                                 : at::zeros(t.shape, at::TensorOptions().dtype(t.dtype));
+  }
   return b;
 }
 }  // namespace

@@ -31,7 +31,7 @@ class SyncSource final : public BatchSource {
     return r;
   }
   const Sampler& sampler() const override { return builder_.sampler(); }
-  const DataStats& stats() const override { return builder_.stats(); }
+  DataStats stats() const override { return builder_.stats(); }
 
  private:
   BatchBuilder builder_;
@@ -54,6 +54,10 @@ Engine engine(const config::Config& cfg) {
   e.arrives_with = "the ADFE issue";
   e.built = kAdfeBuilt;
   e.enabled = kAdfeBuilt && cfg.adfe.enable;
+  const nlohmann::json settings = {{"prefetch_factor", cfg.adfe.prefetch_factor},
+                                   {"decode_threads", cfg.adfe.decode_threads},
+                                   {"slot_mb", cfg.adfe.slot_mb}};
+  e.status = [settings] { return settings; };  // the live counters are in status's "data"
   return e;
 }
 

@@ -346,9 +346,10 @@ void ControlPlane::phase(const char* name, int64_t step, int64_t micro, Clock::t
   profile_->events.push_back({name, step, micro, us(t0), us(t1) - us(t0)});
 }
 
-void ControlPlane::step_done(int64_t step, double step_ms, const json& memory) {
+void ControlPlane::step_done(int64_t step, double step_ms, const json& memory, const json& data) {
   if (!profiling()) return;
   profile_->steps.push_back({{"step", step}, {"step_ms", step_ms}});
+  if (!data.is_null()) profile_->steps.back()["data"] = data;
   const double elapsed = std::chrono::duration<double>(Clock::now() - profile_->start).count();
   if (elapsed < profile_->duration_s && static_cast<int64_t>(profile_->steps.size()) < profile_->max_steps) return;
 

@@ -126,12 +126,14 @@ class ControlPlane final : public PhaseRecorder {
 
   // Profiling (profile-step). A requested profile starts at the next
   // step_begins() (called first thing in every step); profiling() is true while a profile records;
-  // phase() adds one event; step_done() closes a step and answers the request
+  // phase() adds one event; step_done() closes a step (`data`: the data
+  // source's per-step counters, kept in per_step) and answers the request
   // once its duration has passed.
   void step_begins();
   bool profiling() const { return profile_.has_value() && profile_->started; }
   void phase(const char* name, int64_t step, int64_t micro, Clock::time_point t0, Clock::time_point t1);
-  void step_done(int64_t step, double step_ms, const nlohmann::json& memory);
+  void step_done(int64_t step, double step_ms, const nlohmann::json& memory,
+                 const nlohmann::json& data = nlohmann::json());
   // PhaseRecorder.
   bool recording() const override { return profiling(); }
   void end_phase(const char* name, int64_t step, int64_t micro, Clock::time_point t0) override;

@@ -119,7 +119,11 @@ void Trainer::open_data() {
   const int64_t side = so.image_size / mc.at("patch_size").get<int64_t>();
   const int64_t shuffle = mc.at("pixel_shuffle").get<int64_t>();
   tokens_per_view_ = side * side / (shuffle * shuffle);
-  source_ = data::make_sync_source(*dataset_, so, device_, tokens_per_view_);
+  if (cfg_.adfe.enable)
+    source_ = data::make_async_source(*dataset_, so, device_, tokens_per_view_,
+                                      {cfg_.adfe.prefetch_factor, cfg_.adfe.decode_threads, cfg_.adfe.slot_mb});
+  else
+    source_ = data::make_sync_source(*dataset_, so, device_, tokens_per_view_);
 }
 
 void Trainer::open_run_dir(const std::string& resume_dir) {
@@ -296,6 +300,7 @@ void Trainer::open() {
     });
   }
   last_ckpt_time_ = Clock::now();
+  frames_counted_at_ = Clock::now();
 
   publish("training", nullptr);
   // Requests that arrived while the model loaded.

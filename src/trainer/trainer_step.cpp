@@ -1,5 +1,6 @@
 // Trainer, phase 2: steps and step boundaries (trainer.hpp).
-#include <cmath>  // std::isfinite
+#include <algorithm>  // std::max
+#include <cmath>      // std::isfinite
 
 #include <ATen/ATen.h>  // at::Tensor
 
@@ -108,8 +109,14 @@ void Trainer::step() {
   r.data_wait_ms = data_ms;
   r.exposed_comm_ms = comm_ms;
   r.tokens = tokens;
-  r.samples_skipped = static_cast<double>(source_->stats().samples_skipped);
-  r.videos_bad = static_cast<double>(source_->stats().videos_bad);
+  const data::DataStats ds = source_->stats();
+  r.samples_skipped = static_cast<double>(ds.samples_skipped);
+  r.videos_bad = static_cast<double>(ds.videos_bad);
+  r.data_queue_depth = static_cast<double>(ds.queue_depth);
+  const double since_ms = std::chrono::duration<double, std::milli>(Clock::now() - frames_counted_at_).count();
+  r.decoded_frames_per_s = static_cast<double>(ds.frames_decoded - frames_counted_) / std::max(since_ms / 1000.0, 1e-6);
+  frames_counted_ = ds.frames_decoded;
+  frames_counted_at_ = Clock::now();
   set_step_time(r, ms_since(t_step));  // the fast path corrects it once the step's values are back
   step_started_ = t_step;
   const memory::Stats mem = memory::stats(device_);
@@ -155,7 +162,8 @@ void Trainer::step_boundary() {
   }
   collect_writes();
   if (newest) publish("training", newest);
-  control_->step_done(s, record_.step_ms + ms_since(t_step_end), memory::to_json(memory::stats(device_)));
+  control_->step_done(s, record_.step_ms + ms_since(t_step_end), memory::to_json(memory::stats(device_)),
+                      {{"queue_depth", record_.data_queue_depth}, {"decoded_frames_per_s", record_.decoded_frames_per_s}});
 }
 
 // Step time and the rates derived from it.
@@ -228,6 +236,23 @@ void Trainer::collect_writes() {
   }
 }
 
+// status's "data": this rank's skips and decode work, and ADFE's queue.
+nlohmann::json Trainer::data_status(const StepRecord* r) const {
+  const data::DataStats ds = source_ ? source_->stats() : data::DataStats{};
+  nlohmann::json d = {{"samples_skipped", ds.samples_skipped},
+                      {"videos_bad", ds.videos_bad},
+                      {"on_bad_video", cfg_.data.on_bad_video},
+                      {"source", cfg_.adfe.enable ? "adfe" : "sync"},
+                      {"videos_decoded", ds.videos_decoded},
+                      {"frames_decoded", ds.frames_decoded}};
+  if (cfg_.adfe.enable)
+    d.update({{"queue_depth", ds.queue_depth},
+              {"prefetch_factor", cfg_.adfe.prefetch_factor},
+              {"decode_threads", cfg_.adfe.decode_threads}});
+  if (r) d["decoded_frames_per_s"] = r->decoded_frames_per_s;
+  return d;
+}
+
 // Status for `loongforge status`: rebuilt after every step.
 void Trainer::publish(const char* phase, const StepRecord* r) {
   nlohmann::json engines = nlohmann::json::object();
@@ -246,9 +271,7 @@ void Trainer::publish(const char* phase, const StepRecord* r) {
                        {"engines", engines},
                        {"last_checkpoint", last_ckpt_},
                        {"checkpoint_writes_failed", failed_writes_},
-                       {"data", {{"samples_skipped", source_ ? source_->stats().samples_skipped : 0},
-                                 {"videos_bad", source_ ? source_->stats().videos_bad : 0},
-                                 {"on_bad_video", cfg_.data.on_bad_video}}},
+                       {"data", data_status(r)},
                        {"elapsed_s", std::chrono::duration<double>(Clock::now() - t_start_).count()}};
   if (r) {
     const double done = static_cast<double>(progress_->history().size());

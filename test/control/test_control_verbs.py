@@ -36,6 +36,8 @@ def test_status_shows_step_loss_throughput_eta_strategy_engines_and_world(traine
     assert s["samples_per_s"] > 0 and s["eta_s"] > 0 and s["loss"] > 0
     assert s["strategy"].startswith("none")
     assert set(s["engines"]) == {"gcts", "mla", "adfe", "dmf"}
+    assert s["data"]["source"] == "sync" and s["data"]["frames_decoded"] > 0 and "queue_depth" not in s["data"]
+    assert "sync source:" in r.stdout and "frame(s) decoded" in r.stdout
     assert s["control"]["connections"] >= 2 and s["control"]["requests"] >= 4  # the server's own counters
 
 
@@ -75,6 +77,7 @@ def test_profile_step_writes_per_phase_times_and_a_chrome_trace(trainer, tmp_pat
     measured = sum(v["mean_ms_per_step"] for v in p["phases"].values())
     assert 0.8 * p["mean_step_ms"] <= measured <= 1.01 * p["mean_step_ms"]
     assert len(p["per_step"]) == p["steps"] and p["last_step"] - p["first_step"] + 1 == p["steps"]
+    assert all(x["data"]["queue_depth"] == 0 and x["data"]["decoded_frames_per_s"] >= 0 for x in p["per_step"])
     assert "peak_host_mb" in p["memory"]
     trace = json.loads(Path(p["trace_file"]).read_text())
     events = [e for e in trace["traceEvents"] if e["ph"] == "X"]

@@ -15,12 +15,24 @@
 //    need (counted while filling: no tensor reads).
 //  - Decoded, resized frames are cached per episode (LRU bounded by bytes);
 //    a video is decoded sequentially once per cache miss, never per sample.
+//    Entries that are in use stay alive until their user drops them, so the
+//    bound can be exceeded by the videos of the micro-batches in flight.
 //  - Each video is checked against the dataset index when decoded
 //    (video.hpp, Note [Checked video]); a bad one stops with a DataError
 //    naming the shard, episode, video, frame and cause
 //    (on_bad_video = "error"), or its samples are masked out of the loss,
 //    logged and counted (on_bad_video = "skip"; Note [Bad videos]).
-//  - Synchronous and single-threaded: the ADFE engine wraps it later.
+//  - Threads (Note [Frame cache] in batch.cpp): micro_batch() and sample()
+//    are called by one thread at a time (they own the sampler and the skip
+//    counts); prefetch(), stats(), videos_of() and sampler()'s const
+//    accessors (fields fixed at construction) may be called from any number
+//    of other threads concurrently with them. The frame cache is guarded by
+//    one mutex (never held while decoding); a video being decoded by one
+//    thread is waited for, never decoded twice at once. Whichever thread decodes a
+//    video, the frames are the same bits, and a failure is stored and raised
+//    by the micro_batch() that needs the video, with the message the
+//    decoding thread would have raised: so a micro-batch is the same with
+//    or without prefetching threads, and so are its errors and skip counts.
 //
 // Example:
 //   BatchBuilder builder(dataset, options);   // options.accumulation = K
@@ -30,11 +42,16 @@
 //   }
 #pragma once
 
-#include <cstdint>  // int64_t, uint64_t
-#include <list>     // std::list
-#include <map>      // std::map
-#include <string>   // std::string
-#include <vector>   // std::vector
+#include <atomic>              // std::atomic
+#include <condition_variable>  // std::condition_variable
+#include <cstdint>             // int64_t, uint64_t
+#include <exception>           // std::exception_ptr
+#include <list>                // std::list
+#include <map>                 // std::map
+#include <mutex>               // std::mutex
+#include <set>                 // std::set
+#include <string>              // std::string
+#include <vector>              // std::vector
 
 #include <ATen/core/Tensor.h>  // at::Tensor
 
@@ -102,12 +119,23 @@ struct SampleOptions {
 };
 
 struct DataStats {
-  int64_t videos_decoded = 0;
+  int64_t videos_decoded = 0;   // by any thread, including prefetches not (yet) used
   int64_t frames_decoded = 0;
-  double decode_ms = 0;
+  double decode_ms = 0;         // summed over the decoding threads
   int64_t videos_bad = 0;       // videos found bad (on_bad_video=skip; each logged at warn with its cause)
   int64_t samples_skipped = 0;  // samples masked out because their video is bad (each logged)
+  int64_t queue_depth = 0;      // ADFE: micro-batches ready when the trainer took the last one
 };
+
+// Shape and dtype of each tensor of a micro-batch of B samples (the model's
+// batch keys, fm_t and fm_noise included), and their total size in bytes.
+struct TensorSpec {
+  std::string key;
+  std::vector<int64_t> shape;
+  at::ScalarType dtype;
+};
+std::vector<TensorSpec> micro_batch_spec(const SampleOptions& options);
+int64_t micro_batch_bytes(const SampleOptions& options);
 
 // One micro-batch with the counts the trainer needs, taken while filling.
 struct MicroBatch {
@@ -123,21 +151,43 @@ class BatchBuilder {
   // Micro-batch i (0..K-1) of optimizer step `step` on this rank.
   MicroBatch micro_batch(int64_t step, int64_t i);
   const Sampler& sampler() const { return sampler_; }
-  const DataStats& stats() const { return stats_; }
+  // A consistent copy; any thread.
+  DataStats stats() const;
 
   // One sample without flow-matching draws (tests, inspection).
   Batch sample(int64_t sample_id);
+
+  // The videos (frame-cache keys) samples `sample_ids` need, each once, in
+  // first-use order. Any thread.
+  std::vector<int64_t> videos_of(const std::vector<int64_t>& sample_ids) const;
+  // Decodes video `key` into the frame cache unless it is there or being
+  // decoded. Any thread, concurrently with micro_batch(); never throws (a
+  // failure is kept for the micro_batch() that needs the video).
+  void prefetch(int64_t key);
+  // While on, micro_batch() throws a DataError at its next cache miss instead
+  // of decoding (ADFE's shutdown). Any thread.
+  void cancel(bool on) { cancelled_ = on; }
 
  private:
   struct Location {
     size_t episode;
     int64_t row;
   };
+  // One frame-cache entry (Note [Frame cache]).
+  struct Entry {
+    enum class State { kDecoding, kReady, kBad, kFailed } state = State::kDecoding;
+    at::Tensor frames;         // kReady: (len, 3, S, S) float32
+    std::string cause;         // kBad (on_bad_video=skip): where and why
+    std::exception_ptr error;  // kFailed: raised by the micro-batch that needs it
+  };
   Location locate(int64_t sample_id) const;
   void fill(int64_t slot, int64_t sample_id, MicroBatch& mb);  // also adds to mb's counts
-  // (len, 3, S, S) float32, or nullptr when the video is bad and on_bad_video
-  // is "skip" (*cause says why).
-  const at::Tensor* frames(size_t episode, int camera, std::string* cause);
+  // (len, 3, S, S) float32, or undefined when the video is bad and
+  // on_bad_video is "skip" (*cause says why). Waits for a decode in flight.
+  at::Tensor frames(size_t episode, int camera, std::string* cause);
+  // Decodes and checks one video; thread-safe (reads only immutable state).
+  Entry decode(int64_t key) const;
+  void store_locked(int64_t key, Entry entry);  // mu_ held
 
   const Dataset& ds_;
   SampleOptions opt_;
@@ -151,12 +201,15 @@ class BatchBuilder {
   // Normalization statistics: (min, max) or (mean, std) per value.
   std::vector<double> state_a_, state_b_, action_a_, action_b_;
   bool mean_std_ = false;
-  // LRU of decoded episodes: key = episode * 1024 + camera.
-  std::map<int64_t, at::Tensor> cache_;
-  std::list<int64_t> lru_;
+  // The frame cache, key = episode * 1024 + camera; guarded by mu_.
+  mutable std::mutex mu_;
+  std::condition_variable decoded_;  // an entry left kDecoding
+  std::map<int64_t, Entry> cache_;
+  std::list<int64_t> lru_;  // kReady entries, most recent first
   int64_t cache_bytes_ = 0;
-  std::map<int64_t, std::string> bad_;  // same key: videos found bad, with the cause
-  DataStats stats_;
+  DataStats stats_;  // decode counts under mu_; skip counts by the micro_batch() thread (also under mu_)
+  std::atomic<bool> cancelled_{false};
+  std::set<int64_t> bad_reported_;  // the micro_batch() thread's: bad videos already counted and logged
 };
 
 }  // namespace loongforge::data

@@ -1,6 +1,8 @@
 // loongforge/data/source.hpp — the data seam of the trainer: where the
-// micro-batches of a step come from, ready on the device. ADFE (docs/architecture.md s4)
-// replaces the plain implementation here; nothing else changes.
+// micro-batches of a step come from, ready on the device. Two implementations:
+// the plain one (decode and build on the trainer thread) and ADFE's
+// asynchronous one (adfe.enable; docs/architecture.md s4), which yields the
+// same bits.
 //
 // Contract:
 //  - next(step, i) returns micro-batch i (0..K-1) of optimizer step `step`
@@ -12,15 +14,44 @@
 //    ahead. A source is owned and called by the trainer thread.
 //  - Phases "data_wait" (until the batch is ready on the host) and "h2d" go
 //    to the PhaseRecorder.
+//  - stats() counts the batches handed out so far (skips, bad videos) and
+//    the decode work done so far (which ADFE does ahead of the trainer).
 //  - engine() is ADFE's record (common/engine.hpp).
+//
+// ADFE (make_async_source; Note [ADFE] in src/data/async_source.cpp):
+//  - Threads: one producer builds micro-batches in the trainer's order
+//    (BatchBuilder::micro_batch, the same code as the plain source) into a
+//    queue of at most prefetch_factor ready micro-batches, and asks a pool of
+//    decode_threads threads to decode the videos of the micro-batches up to
+//    prefetch_factor ahead of the one it builds (BatchBuilder::prefetch). The
+//    producer and the decoders run at a lower CPU priority than the trainer
+//    thread (nice +kDataThreadNice, per thread).
+//  - Same bits: micro-batch (s, i) is BatchBuilder::micro_batch(s, i)
+//    whatever the thread count and timing (Note [Frame cache] in batch.cpp).
+//  - Errors: an exception building micro-batch (s, i) (a bad video with
+//    on_bad_video=error, with the plain source's message) is raised by
+//    next(s, i), not before; nothing after it is built.
+//  - Position: the producer starts at the first next(s, i) (a resumed run's
+//    first step) and restarts if calls ever skip; it may build micro-batches
+//    past the last step (never handed out).
+//  - On a CUDA device: each micro-batch is packed into one of prefetch_factor
+//    pinned host slots of adfe.slot_mb (a ConfigError at construction when a
+//    micro-batch does not fit, naming the key and the size needed) and
+//    copied to the device on a separate copy stream by the producer; next()
+//    makes the caller's current stream wait for that copy (an event) and
+//    records the tensors' use on it. On the CPU the tensors are handed over.
+//  - Destruction stops and joins every thread (a decode in flight finishes
+//    first: at most one video per thread).
 //
 // Example:
 //   auto source = make_sync_source(dataset, options, device, tokens_per_view);
 //   ReadyBatch b = source->next(step, 0);   // b.tensors on the device, b.num_valid
+//   auto adfe = make_async_source(dataset, options, device, tokens_per_view, {4, 2, 64.0});
 #pragma once
 
 #include <cstdint>  // int64_t
 #include <memory>   // std::unique_ptr
+#include <string>   // std::string
 
 #include <c10/core/Device.h>  // c10::Device
 
@@ -31,7 +62,8 @@
 
 namespace loongforge::data {
 
-constexpr bool kAdfeBuilt = false;  // the ADFE engine is not in this build yet
+constexpr bool kAdfeBuilt = true;
+constexpr int kDataThreadNice = 5;  // ADFE's threads: this much nicer than the process
 
 struct ReadyBatch {
   Batch tensors;              // the model's batch, on the device
@@ -44,13 +76,28 @@ class BatchSource {
   virtual ~BatchSource() = default;
   virtual ReadyBatch next(int64_t step, int64_t micro, PhaseRecorder& phases) = 0;
   virtual const Sampler& sampler() const = 0;
-  virtual const DataStats& stats() const = 0;
+  virtual DataStats stats() const = 0;
+};
+
+struct AsyncOptions {
+  int64_t prefetch_factor = 4;  // adfe.prefetch_factor: ready micro-batches (and pinned slots)
+  int64_t decode_threads = 2;   // adfe.decode_threads
+  double slot_mb = 64.0;        // adfe.slot_mb: one pinned slot (CUDA devices)
 };
 
 // The plain source: builds each micro-batch on the calling thread, then
 // copies it to `device`. tokens_per_view: image tokens one camera view adds.
 std::unique_ptr<BatchSource> make_sync_source(const Dataset& dataset, const SampleOptions& options,
                                               c10::Device device, int64_t tokens_per_view);
+
+// ADFE's source (adfe.enable). Throws ConfigError when a micro-batch does not
+// fit in adfe.slot_mb on a CUDA device.
+std::unique_ptr<BatchSource> make_async_source(const Dataset& dataset, const SampleOptions& options,
+                                               c10::Device device, int64_t tokens_per_view, AsyncOptions async);
+
+// The ConfigError text when a micro-batch of `options` does not fit in a slot
+// of `slot_mb` ("" when it fits).
+std::string slot_size_problem(const SampleOptions& options, double slot_mb);
 
 Engine engine(const config::Config& cfg);
 

@@ -29,6 +29,8 @@ struct StepRecord {
   int64_t tokens = 0;              // tokens of the step (tokens_per_s = tokens / step time)
   double samples_skipped = 0;      // this rank's samples skipped for a bad video so far (data.on_bad_video=skip)
   double videos_bad = 0;           // this rank's videos found bad so far
+  double data_queue_depth = 0;     // ADFE: micro-batches ready when the step took its last one (0 off ADFE)
+  double decoded_frames_per_s = 0; // frames this rank decoded since the previous step's end, per second
 };
 
 // The scalars of a record, by their TensorBoard tag (also the metrics.jsonl

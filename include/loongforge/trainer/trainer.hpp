@@ -94,6 +94,7 @@ class Trainer {
   double save(int64_t steps_done);
   void collect_writes();
   void publish(const char* phase, const StepRecord* r);
+  nlohmann::json data_status(const StepRecord* r) const;
   [[noreturn]] void fail_in_step(const std::exception& e, bool out_of_memory);
   void check_finite(int64_t step, double loss, double norm, bool read_late);
   StepRecord complete(Readback::Held held, Clock::time_point next_start);
@@ -142,6 +143,8 @@ class Trainer {
   // the device): the step reads nothing back; records go out one boundary late.
   std::unique_ptr<Readback> readback_;
   Clock::time_point step_started_;  // start of the step just taken
+  int64_t frames_counted_ = 0;        // source frames_decoded at frames_counted_at_ (decoded_frames_per_s)
+  Clock::time_point frames_counted_at_ = Clock::now();
 };
 
 }  // namespace loongforge::trainer

@@ -1,0 +1,349 @@
+// ADFE, the asynchronous BatchSource: a producer thread, a decode pool, a
+// bounded queue and (CUDA) pinned slots with a copy stream (source.hpp).
+#include <sys/resource.h>  // getpriority, setpriority
+#include <sys/syscall.h>   // SYS_gettid
+#include <unistd.h>        // syscall
+
+#include <algorithm>           // std::min
+#include <cerrno>              // errno
+#include <condition_variable>  // std::condition_variable
+#include <cstdio>              // std::snprintf
+#include <deque>               // std::deque
+#include <exception>           // std::exception_ptr, std::rethrow_exception
+#include <mutex>               // std::mutex, std::unique_lock
+#include <thread>              // std::thread
+
+#include <ATen/ATen.h>  // at::empty
+
+#include "loongforge/common/error.hpp"
+#include "loongforge/common/log.hpp"
+#include "loongforge/data/source.hpp"
+
+#if LOONGFORGE_WITH_CUDA_KERNELS
+#include <ATen/cuda/CUDAEvent.h>  // at::cuda::CUDAEvent
+#include <c10/cuda/CUDAGuard.h>   // c10::cuda::CUDAGuard, c10::cuda::CUDAStreamGuard
+#include <c10/cuda/CUDAStream.h>  // c10::cuda::getStreamFromPool, getCurrentCUDAStream
+#endif
+
+namespace loongforge::data {
+
+// Note [ADFE]
+// Micro-batch m = s*K + i (step s, micro-batch i) is built by one producer
+// thread calling BatchBuilder::micro_batch(s, i), in increasing m, exactly the
+// call the plain source makes on the trainer thread: so the samples, the
+// flow-matching draws, the skip counts and the first error are those of the
+// plain source. Before building m the producer hands the videos of
+// m .. m + prefetch_factor (computed by its own copy of the sampler, a pure
+// function of the step) to the decode pool, whose threads decode them into
+// the builder's frame cache in parallel (BatchBuilder::prefetch; Note [Frame
+// cache] in batch.cpp: the same bits whichever thread decodes, a failure kept
+// for the micro-batch that needs it). The producer waits for a video being
+// decoded, decodes a missing one itself, and pushes each built micro-batch,
+// or the exception that stopped it, into a queue of at most prefetch_factor
+// entries; it then stops at an exception, so nothing past a bad micro-batch
+// is handed out, and the trainer gets the exception from next() of exactly
+// that micro-batch. Priorities: the producer and the decoders lower their
+// own nice value by kDataThreadNice (Linux nice values are per thread), so
+// the trainer thread wins a busy core; they are not pinned.
+
+namespace {
+
+// Lowers the calling thread's CPU priority by kDataThreadNice (never raises it).
+void lower_priority() {
+  const auto tid = static_cast<id_t>(syscall(SYS_gettid));
+  errno = 0;
+  const int now = getpriority(PRIO_PROCESS, tid);
+  if (errno == 0 && setpriority(PRIO_PROCESS, tid, std::min(19, now + kDataThreadNice)) != 0)
+    LF_LOG(logger("data"), debug) << "ADFE: could not lower a data thread's priority (errno " << errno << ")";
+}
+
+constexpr int64_t kSlotAlign = 256;  // bytes: each tensor of a pinned slot starts aligned
+int64_t aligned(int64_t bytes) { return (bytes + kSlotAlign - 1) / kSlotAlign * kSlotAlign; }
+
+// Bytes one micro-batch takes in a pinned slot.
+int64_t slot_bytes_needed(const SampleOptions& options) {
+  int64_t bytes = 0;
+  for (const auto& t : micro_batch_spec(options)) {
+    int64_t n = static_cast<int64_t>(c10::elementSize(t.dtype));
+    for (const int64_t d : t.shape) n *= d;
+    bytes += aligned(n);
+  }
+  return bytes;
+}
+
+// Threads running BatchBuilder::prefetch on the videos handed to them, first come first served.
+class DecodePool {
+ public:
+  DecodePool(BatchBuilder& builder, int64_t threads) : builder_(builder) {
+    for (int64_t i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
+  }
+  ~DecodePool() { stop(); }
+  DecodePool(const DecodePool&) = delete;
+  DecodePool& operator=(const DecodePool&) = delete;
+
+  void submit(const std::vector<int64_t>& keys) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      jobs_.insert(jobs_.end(), keys.begin(), keys.end());
+    }
+    cv_.notify_all();
+  }
+  // Drops the jobs not started and joins the threads (each finishes the video it decodes).
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+      jobs_.clear();
+    }
+    cv_.notify_all();
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+  }
+
+ private:
+  void work() {
+    lower_priority();
+    for (;;) {
+      int64_t key = 0;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+        if (stop_) return;
+        key = jobs_.front();
+        jobs_.pop_front();
+      }
+      builder_.prefetch(key);  // never throws: a failure is kept in the cache
+    }
+  }
+
+  BatchBuilder& builder_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<int64_t> jobs_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+// One built micro-batch (or the exception that stopped the producer there).
+struct Item {
+  ReadyBatch batch;
+  int64_t samples_skipped = 0, videos_bad = 0;  // the builder's counts once it was built
+  std::exception_ptr error;
+#if LOONGFORGE_WITH_CUDA_KERNELS
+  std::shared_ptr<at::cuda::CUDAEvent> copied;  // its H2D copy, on the copy stream
+#endif
+};
+
+class AsyncSource final : public BatchSource {
+ public:
+  AsyncSource(const Dataset& dataset, const SampleOptions& options, c10::Device device, int64_t tokens_per_view,
+              AsyncOptions async)
+      : builder_(dataset, options),
+        lookahead_(builder_.sampler()),
+        device_(device),
+        async_(async),
+        accumulation_(options.accumulation),
+        image_tokens_per_sample_(options.num_views * tokens_per_view + 1),  // + the state token
+        batch_size_(options.micro_batch_size) {
+    if (async_.prefetch_factor < 1 || async_.decode_threads < 1)
+      throw ConfigError("adfe.prefetch_factor and adfe.decode_threads must be >= 1 (got " +
+                        std::to_string(async_.prefetch_factor) + ", " + std::to_string(async_.decode_threads) + ")");
+    if (device_.is_cuda()) open_slots(options);
+  }
+  ~AsyncSource() override { stop(); }
+
+  ReadyBatch next(int64_t step, int64_t micro, PhaseRecorder& phases) override {
+    if (!producer_.joinable() || step != want_step_ || micro != want_micro_) start(step, micro);
+    Item item;
+    {
+      Phase p(phases, "data_wait", step + 1, micro);
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        depth_ = static_cast<int64_t>(queue_.size());
+        ready_.wait(lock, [this] { return !queue_.empty(); });
+        item = std::move(queue_.front());
+        queue_.pop_front();
+        if (!item.error) skipped_ = item.samples_skipped, bad_ = item.videos_bad;
+      }
+      space_.notify_one();
+      want_micro_ = micro + 1 == accumulation_ ? 0 : micro + 1;
+      want_step_ = micro + 1 == accumulation_ ? step + 1 : step;
+      if (item.error) {
+        want_step_ = -1;  // the producer has stopped: a later call starts it again (and meets the same error)
+        std::rethrow_exception(item.error);  // inside data_wait, as the plain source
+      }
+    }
+    Phase p(phases, "h2d", step + 1, micro);
+#if LOONGFORGE_WITH_CUDA_KERNELS
+    if (device_.is_cuda()) {
+      const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device_.index());
+      item.copied->block(stream);
+      for (auto& [key, t] : item.batch.tensors) t.record_stream(stream);  // allocated on the copy stream
+    }
+#endif
+    return std::move(item.batch);
+  }
+
+  const Sampler& sampler() const override { return builder_.sampler(); }
+  DataStats stats() const override {
+    DataStats d = builder_.stats();
+    std::lock_guard<std::mutex> lock(mu_);
+    d.samples_skipped = skipped_;
+    d.videos_bad = bad_;
+    d.queue_depth = depth_;
+    return d;
+  }
+
+ private:
+  // (Re)starts the producer and the pool at micro-batch (step, micro).
+  void start(int64_t step, int64_t micro) {
+    stop();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.clear();
+      stop_ = false;
+    }
+    builder_.cancel(false);
+    want_step_ = step, want_micro_ = micro;
+    pool_ = std::make_unique<DecodePool>(builder_, async_.decode_threads);
+    producer_ = std::thread([this, step, micro] { produce(step * accumulation_ + micro); });
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    space_.notify_all();
+    builder_.cancel(true);  // a producer inside micro_batch() stops at its next cache miss
+    if (pool_) pool_->stop();
+    if (producer_.joinable()) producer_.join();
+    pool_.reset();
+  }
+
+  void produce(int64_t first) {
+    lower_priority();
+#if LOONGFORGE_WITH_CUDA_KERNELS
+    std::unique_ptr<c10::cuda::CUDAGuard> guard;
+    if (device_.is_cuda()) guard = std::make_unique<c10::cuda::CUDAGuard>(device_);
+#endif
+    int64_t scheduled = first - 1;  // the last micro-batch whose videos went to the pool
+    for (int64_t m = first;; ++m) {
+      Item item;
+      try {
+        for (; scheduled < m + async_.prefetch_factor; ++scheduled)
+          pool_->submit(builder_.videos_of(lookahead_.micro_batch((scheduled + 1) / accumulation_,
+                                                                  (scheduled + 1) % accumulation_)));
+        MicroBatch mb = builder_.micro_batch(m / accumulation_, m % accumulation_);
+        item.batch.num_valid = mb.num_valid;
+        item.batch.tokens = mb.text_tokens + mb.action_tokens + batch_size_ * image_tokens_per_sample_;
+        const DataStats st = builder_.stats();
+        item.samples_skipped = st.samples_skipped, item.videos_bad = st.videos_bad;
+        if (device_.is_cuda())
+          stage(mb, item);
+        else
+          item.batch.tensors = std::move(mb.tensors);
+      } catch (...) {
+        item = Item{};
+        item.error = std::current_exception();
+      }
+      const bool last = static_cast<bool>(item.error);
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        space_.wait(lock, [this] { return stop_ || static_cast<int64_t>(queue_.size()) < async_.prefetch_factor; });
+        if (stop_) return;  // a cancelled micro_batch()'s error is never handed out
+        queue_.push_back(std::move(item));
+      }
+      ready_.notify_one();
+      if (last) return;
+    }
+  }
+
+  // ---- CUDA devices: pinned slots and the copy stream
+  void open_slots(const SampleOptions& options) {
+    const std::string problem = slot_size_problem(options, async_.slot_mb);
+    if (!problem.empty()) throw ConfigError(problem);
+#if LOONGFORGE_WITH_CUDA_KERNELS
+    const auto bytes = static_cast<int64_t>(async_.slot_mb * (1 << 20));
+    for (int64_t i = 0; i < async_.prefetch_factor; ++i)
+      slots_.push_back({at::empty({bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(true)), nullptr});
+    copy_stream_ = std::make_unique<c10::cuda::CUDAStream>(
+        c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index()));
+#else
+    throw ConfigError("ADFE: this binary was built without CUDA; cannot stage batches for " + device_.str());
+#endif
+  }
+
+  // Packs `mb` into the next pinned slot and copies it to the device on the copy stream.
+  void stage(MicroBatch& mb, Item& item) {
+#if LOONGFORGE_WITH_CUDA_KERNELS
+    Slot& slot = slots_[static_cast<size_t>(next_slot_++ % static_cast<int64_t>(slots_.size()))];
+    if (slot.copied) slot.copied->synchronize();  // its previous batch has left it
+    c10::cuda::CUDAStreamGuard on_copy(*copy_stream_);
+    int64_t offset = 0;
+    for (auto& [key, t] : mb.tensors) {
+      const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
+      at::Tensor host = slot.host.narrow(0, offset, bytes).view(t.scalar_type()).view(t.sizes());
+      host.copy_(t);
+      at::Tensor dev = at::empty(t.sizes(), t.options().device(device_));
+      dev.copy_(host, /*non_blocking=*/true);
+      item.batch.tensors.emplace(key, std::move(dev));
+      offset += aligned(bytes);
+    }
+    item.copied = std::make_shared<at::cuda::CUDAEvent>();
+    item.copied->record(*copy_stream_);
+    slot.copied = item.copied;
+#else
+    (void)mb, (void)item;
+#endif
+  }
+
+  BatchBuilder builder_;
+  Sampler lookahead_;  // the producer's: which videos the coming micro-batches need
+  c10::Device device_;
+  AsyncOptions async_;
+  int64_t accumulation_, image_tokens_per_sample_, batch_size_;
+
+  std::unique_ptr<DecodePool> pool_;
+  std::thread producer_;
+  mutable std::mutex mu_;  // guards the queue, stop_ and the counts handed out
+  std::condition_variable ready_, space_;
+  std::deque<Item> queue_;
+  bool stop_ = false;
+  int64_t skipped_ = 0, bad_ = 0, depth_ = 0;  // as of the micro-batch last handed out
+  int64_t want_step_ = -1, want_micro_ = -1;   // the next() call expected (trainer thread)
+
+#if LOONGFORGE_WITH_CUDA_KERNELS
+  struct Slot {
+    at::Tensor host;                              // (slot bytes,) uint8, pinned
+    std::shared_ptr<at::cuda::CUDAEvent> copied;  // the last copy out of it
+  };
+  std::vector<Slot> slots_;
+  int64_t next_slot_ = 0;
+  std::unique_ptr<c10::cuda::CUDAStream> copy_stream_;
+#endif
+};
+
+}  // namespace
+
+std::string slot_size_problem(const SampleOptions& options, double slot_mb) {
+  const int64_t need = slot_bytes_needed(options);
+  if (static_cast<double>(need) <= slot_mb * (1 << 20)) return "";
+  char text[512];
+  const double need_mb = static_cast<double>(need) / (1 << 20);
+  std::snprintf(text, sizeof(text),
+                "adfe.slot_mb is %g MB but one micro-batch needs %.2f MB of pinned staging (%lld bytes: "
+                "trainer.micro_batch_size %lld, %lld view(s) of %lld px, horizon %lld): set adfe.slot_mb to at least "
+                "%lld, or lower trainer.micro_batch_size",
+                slot_mb, need_mb, static_cast<long long>(need), static_cast<long long>(options.micro_batch_size),
+                static_cast<long long>(options.num_views), static_cast<long long>(options.image_size),
+                static_cast<long long>(options.action_horizon), static_cast<long long>(need_mb) + 1);
+  return text;
+}
+
+std::unique_ptr<BatchSource> make_async_source(const Dataset& dataset, const SampleOptions& options,
+                                               c10::Device device, int64_t tokens_per_view, AsyncOptions async) {
+  return std::make_unique<AsyncSource>(dataset, options, device, tokens_per_view, async);
+}
+
+}  // namespace loongforge::data

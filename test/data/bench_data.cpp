@@ -1,0 +1,65 @@
+// bench_data: decoded samples/s of one data source over a converted dataset,
+// from a cold frame cache (the source is made inside the timed region), on
+// the CPU. Driven by scripts/bench_data.py, which runs it next to the
+// reference PyTorch DataLoader; not a test.
+//
+//   bench_data DATASET sync|adfe THREADS PREFETCH MICRO_BATCHES BATCH IMAGE_SIZE FRAME_CACHE_MB
+// prints one JSON object.
+#include <chrono>    // std::chrono::steady_clock
+#include <cstdio>    // std::printf
+#include <cstdlib>   // std::atoll
+#include <iostream>  // std::cerr
+#include <string>    // std::string
+
+#include <nlohmann/json.hpp>  // nlohmann::json
+
+#include "loongforge/data/source.hpp"
+
+using namespace loongforge;
+using namespace loongforge::data;
+
+namespace {
+struct NoPhases final : PhaseRecorder {
+  bool recording() const override { return false; }
+  void end_phase(const char*, int64_t, int64_t, Clock::time_point) override {}
+};
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 9) {
+    std::cerr << "usage: bench_data DATASET sync|adfe THREADS PREFETCH MICRO_BATCHES BATCH IMAGE_SIZE FRAME_CACHE_MB\n";
+    return 2;
+  }
+  const std::string path = argv[1], kind = argv[2];
+  const int64_t threads = std::atoll(argv[3]), prefetch = std::atoll(argv[4]), micro_batches = std::atoll(argv[5]);
+  SampleOptions o;
+  o.micro_batch_size = std::atoll(argv[6]);
+  o.image_size = std::atoll(argv[7]);
+  o.frame_cache_mb = std::atoll(argv[8]);
+  o.accumulation = 1;
+  try {
+    const Dataset ds = Dataset::open(path);
+    NoPhases phases;
+    const auto t0 = std::chrono::steady_clock::now();
+    DataStats stats;
+    {
+      auto source = kind == "adfe" ? make_async_source(ds, o, c10::kCPU, 16, {prefetch, threads, 64.0})
+                                   : make_sync_source(ds, o, c10::kCPU, 16);
+      for (int64_t m = 0; m < micro_batches; ++m) source->next(m, 0, phases);
+      stats = source->stats();
+    }  // timed up to here: the ADFE source's threads are joined
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const nlohmann::json r = {{"source", kind},
+                              {"threads", kind == "adfe" ? threads : 0},
+                              {"samples", micro_batches * o.micro_batch_size},
+                              {"seconds", s},
+                              {"samples_per_s", static_cast<double>(micro_batches * o.micro_batch_size) / s},
+                              {"videos_decoded", stats.videos_decoded},
+                              {"frames_decoded", stats.frames_decoded}};
+    std::printf("%s\n", r.dump().c_str());
+  } catch (const std::exception& e) {
+    std::cerr << "bench_data: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
