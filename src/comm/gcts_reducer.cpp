@@ -251,7 +251,9 @@ class GctsReducer final : public GradientReducer {
   // 9 * alpha / beta bytes spends 10% of its time on the fixed cost: larger
   // buckets gain little bandwidth and delay the first launch (less overlap),
   // smaller ones pay the latency again and again. The new size is that,
-  // clamped to [max(64 KB, first bucket), 1 GB]; it is taken when it differs
+  // clamped to [max(64 KB, first bucket), min(1 GB, a quarter of the
+  // gradient bytes)] (so that at least about four buckets are left to overlap
+  // with backward: the fit knows nothing of overlap); it is taken when it differs
   // from the current one by more than 25% (else the plan stays). Rank 0
   // publishes its decision through the rendezvous store (World::agree, key
   // per step), so every rank re-plans at the same step with the same size;
@@ -296,7 +298,10 @@ class GctsReducer final : public GradientReducer {
       d["replan"] = false, d["reason"] = "time does not grow with bytes: nothing to fit";
       return;
     }
-    const double lo = std::max(65536.0, static_cast<double>(in_.first_numel * esize())), hi = 1e9;
+    double total = 0;
+    for (const auto& p : params_) total += static_cast<double>(p.numel * esize());
+    const double lo = std::max(65536.0, static_cast<double>(in_.first_numel * esize()));
+    const double hi = std::max(lo, std::min(1e9, total / 4.0));  // at least ~4 buckets to overlap
     const double target = std::min(hi, std::max(lo, 9.0 * alpha / beta));
     const double current = static_cast<double>(in_.bucket_numel * esize());
     d["bucket_bytes"] = static_cast<int64_t>(target);
