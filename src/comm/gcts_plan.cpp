@@ -7,9 +7,10 @@
 // (a + b) / 2 whatever the bucket, so the strategies (and overlap on or off)
 // agree bit for bit; with more ranks only the collective's summation order
 // differs.
-//  - simple: parameters in optimizer order, cut into buckets of
-//    gcts.bucket_mb (the first of gcts.first_bucket_mb), all-reduced; with a
-//    sharded optimizer each rank keeps its range of the result.
+//  - simple: parameters in reverse definition order (DDP's), cut into
+//    buckets of gcts.bucket_mb (the first, holding the last parameters, of
+//    gcts.first_bucket_mb), all-reduced; with a sharded optimizer each rank
+//    keeps its range of the result.
 //  - hybrid: (1) tensors up to gcts.tiny_tensor_kb in one coalesced
 //    all-reduce (latency-bound: one call instead of dozens); (2) unsharded,
 //    with gcts.sparse_embodiment: per-embodiment parameters (dim 0 = slot)
@@ -34,7 +35,8 @@
 // from the MDG (the reverse of first use in the forward graph) when the
 // model has one, else reverse definition order (what autograd produces for a
 // module written top to bottom, as DDP assumes). Consequences: simple's
-// buckets (cut in optimizer order) launch last bucket first; hybrid's tiny
+// buckets (cut in reverse definition order) launch roughly in cut order,
+// moved where the MDG's order differs; hybrid's tiny
 // tensors, spread over every layer, launch when the last of them is final
 // (near the end of backward); reduce-scatter slices whose pieces lie late in
 // every rank's range launch first. The order changes which call carries an
@@ -108,7 +110,7 @@ std::vector<int64_t> readiness_positions(const std::vector<ReducedParam>& params
 
 Plan make_simple_plan(const PlanInputs& in) {
   std::vector<size_t> all(in.params->size());
-  std::iota(all.begin(), all.end(), size_t{0});
+  std::iota(all.rbegin(), all.rend(), size_t{0});  // reverse definition order, as DDP cuts
   std::vector<Unit> units;
   for (auto& b : cut_buckets(all, *in.params, in.first_numel, in.bucket_numel))
     units.push_back(all_reduce_unit(std::move(b), "all-reduce (buckets)"));
