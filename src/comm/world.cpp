@@ -7,6 +7,7 @@
 #include <cstdlib>  // std::getenv, std::strtoll
 
 #include <ATen/ATen.h>  // at::empty
+#include <ATen/core/ivalue.h>  // c10::ivalue::Future
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -91,6 +92,26 @@ bool backend_built(Backend b) {
   return b == Backend::Nccl ? LOONGFORGE_WITH_NCCL != 0 : LOONGFORGE_WITH_GLOO != 0;
 }
 
+namespace {
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Pending::Clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+Pending::Pending(std::shared_ptr<void> work, std::string what, int64_t rank)
+    : work_(std::move(work)), what_(std::move(what)), rank_(rank), done_ns_(std::make_shared<std::atomic<int64_t>>(0)) {
+  auto* w = static_cast<c10::intrusive_ptr<c10d::Work>*>(work_.get());
+  try {
+    auto done = done_ns_;
+    (*w)->getFuture()->addCallback([done](c10::ivalue::Future&) {
+      int64_t expected = 0;
+      done->compare_exchange_strong(expected, now_ns());
+    });
+  } catch (const std::exception&) {
+    // A backend without futures: finished_at() falls back to the end of wait().
+  }
+}
+
 void Pending::wait() {
   if (!work_) return;
   auto* w = static_cast<c10::intrusive_ptr<c10d::Work>*>(work_.get());
@@ -101,6 +122,13 @@ void Pending::wait() {
     throw CommError("rank " + std::to_string(rank_) + ": " + what_ + " failed (a peer died or hung?): " + e.what());
   }
   work_.reset();
+  int64_t expected = 0;
+  if (done_ns_) done_ns_->compare_exchange_strong(expected, now_ns());
+}
+
+Pending::Clock::time_point Pending::finished_at() const {
+  const int64_t ns = done_ns_ ? done_ns_->load() : 0;
+  return ns > 0 ? Clock::time_point(std::chrono::nanoseconds(ns)) : Clock::now();
 }
 
 #if LOONGFORGE_WITH_GLOO  // used by the Gloo device choice only

@@ -1,5 +1,5 @@
 // Loading the exported TorchScript model, checking its metadata, running it.
-// Everything that touches torch::jit lives in this file.
+// Everything that touches torch::jit lives in this file and mdg.cpp.
 #include "loongforge/common/sha256.hpp"
 #include "loongforge/model/model.hpp"
 
@@ -10,6 +10,7 @@
 
 #include "loongforge/common/error.hpp"
 #include "loongforge/common/log.hpp"
+#include "model_impl.hpp"
 
 namespace loongforge::model {
 
@@ -56,10 +57,6 @@ const char* role_name(ParamRole role) {
   return "?";
 }
 
-struct Model::Impl {
-  torch::jit::Module module;
-  std::vector<at::Tensor> params;  // aligned with ModelInfo::params
-};
 
 Model::Model(std::unique_ptr<Impl> impl, ModelInfo info) : impl_(std::move(impl)), info_(std::move(info)) {}
 Model::Model(Model&&) noexcept = default;

@@ -230,13 +230,31 @@ void Trainer::open() {
   }
   // The gradient-communication seam: GCTS's strategies, or the plain all-reduce.
   if (gcts) {
+    // The MDG orders the hybrid plan's buckets by backward readiness (Note [Bucket order] in src/comm/gcts_plan.cpp).
+    const model::Mdg mdg = net_->dependency_graph();
     std::vector<comm::ReducedParam> reduced;
-    for (const auto& p : net_->parameters())
-      if (p.info->trainable)
-        reduced.push_back({p.info->name, p.info->shape, p.info->numel, p.info->role == model::ParamRole::Embodiment});
-    reducer_ = comm::make_gcts_reducer(cfg_, world_.get(), std::move(reduced), sharded ? &sharded->shard() : nullptr);
+    const auto all = net_->parameters();
+    int64_t used = 0;
+    for (size_t k = 0; k < all.size(); ++k) {
+      const auto& p = all[k];
+      if (!p.info->trainable) continue;
+      reduced.push_back({p.info->name, p.info->shape, p.info->numel, p.info->role == model::ParamRole::Embodiment,
+                         mdg.params[k].ready});
+      used += mdg.params[k].first_use >= 0 ? 1 : 0;
+    }
+    LF_LOG(logger("trainer"), info) << "module dependency graph: " << mdg.graph_nodes << " forward-graph nodes, "
+                                    << used << " of " << reduced.size()
+                                    << " trainable parameters read by forward (backward readiness = reverse first use)";
+    // Overlap needs autograd's AccumulateGrad to run (Note [Overlap] in src/comm/gcts_reducer.cpp).
+    const bool overlap = cfg_.gcts.overlap && !graphs && !compiled;
+    if (cfg_.gcts.overlap && !overlap)
+      LF_LOG(logger("trainer"), info) << "gcts.overlap: gradients are reduced after backward under "
+                                      << (compiled ? "trainer.compiled_step" : "trainer.cuda_graphs")
+                                      << " (replayed steps run no gradient hooks)";
+    reducer_ = comm::make_gcts_reducer(cfg_, world_.get(), std::move(reduced), sharded ? &sharded->shard() : nullptr,
+                                       overlap);
     for (auto& e : engines_)
-      if (e.name == "gcts") comm::attach(e, *reducer_);
+      if (e.name == "gcts") comm::attach(e, *reducer_, mdg.to_json());
   } else {
     reducer_ = comm::make_plain_reducer(world_.get());
   }

@@ -66,6 +66,7 @@ void Trainer::step() {
                               static_cast<double>(total_valid)
                         : 1.0 / static_cast<double>(k);
 
+  reducer_->begin_step(optimizer_->params(), k);  // GCTS overlap: arms the gradient hooks
   at::Tensor loss = runner_->run(batches, weights, s, *control_);
   batches.clear();  // the step's inputs are no longer needed
 

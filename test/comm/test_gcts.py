@@ -6,6 +6,14 @@ printed); switching the strategy mid-run (sent to rank 1, applied by every
 rank at one step) changes nothing: bitwise on two ranks; the sharded
 optimizer's state gathered from its per-rank files equals the unsharded state;
 a sharded checkpoint resumed on 2 -> 4 -> 2 ranks continues the run.
+Overlap (gcts.overlap: buckets launched from gradient hooks during the last
+micro-batch's backward) gives bitwise the parameters of reduction after
+backward, for simple and hybrid, sharded and not (2 ranks: every element is
+(a + b) / 2 whichever path); `loongforge monitor-comm --json` on a running
+2-rank job reports per bucket and per group the bytes of the plan, times and
+bandwidths by nccl-tests' definitions and the exposed communication; a run
+that re-plans its buckets from measured timings (gcts.rebuild_interval) does
+so at the same step on both ranks and ends bitwise equal too.
 
 Relative difference of two parameter sets: the largest, over tensors, of
 max|a - b| / max|a| (each tensor against its own scale, so elements near zero
@@ -18,6 +26,7 @@ ranks on the plain path too).
 """
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -26,6 +35,7 @@ import torch
 from safetensors.torch import load_file
 
 from test_multi_rank import Client, launch, losses, wait_all, wait_socket  # noqa: E402
+from trainer_harness import cli  # noqa: E402
 
 # LOONGFORGE_GCTS_FAST=1 (the suite's form, comm_gcts): fewer steps and cases; the full form
 # (comm_gcts_full, label long) runs every case for 30 steps (the issue asks 50).
@@ -233,3 +243,102 @@ def test_a_sharded_checkpoint_resumed_on_4_then_2_ranks_continues_the_run(tmp_pa
     worst = state_diff(ga, gb)
     print(f"  optimizer state after 20 steps: max relative difference {worst:.2e} (key biases' moments left out)")
     assert worst <= 1e-4
+
+
+# ---------------------------------------------------------------------------
+# Overlap, monitor-comm, re-planning
+
+SMALL_BUCKETS = ("gcts.bucket_mb=1", "gcts.first_bucket_mb=0.25")
+
+
+def gcts_sets(strategy, sharded, overlap):
+    return ["gcts.enable=true", f"gcts.comm_strategy={strategy}", f"gcts.shard_optimizer={str(sharded).lower()}",
+            f"gcts.overlap={str(overlap).lower()}", *SMALL_BUCKETS]
+
+
+def assert_bitwise(a_run, b_run):
+    a, b = final(a_run)[1], final(b_run)[1]
+    assert losses(a_run) == losses(b_run)
+    assert list(a) == list(b) and all(a[k].equal(b[k]) for k in a), [k for k in a if not a[k].equal(b[k])]
+
+
+@pytest.fixture(scope="module")
+def simple_after_backward(tmp_path_factory):
+    """2 ranks, simple, unsharded, overlap off: the path the overlapped runs must equal."""
+    out = tmp_path_factory.mktemp("simple_off")
+    return run(out, 2, *gcts_sets("simple", False, False), name="off")
+
+
+# The suite's form checks simple + overlap in the monitor-comm test below (with re-planning on).
+OVERLAP_CASES = [("hybrid", True)] if FAST else [
+    ("simple", False), ("simple", True), ("hybrid", False), ("hybrid", True)]
+
+
+@pytest.mark.parametrize("strategy,sharded", OVERLAP_CASES)
+def test_overlap_with_backward_changes_nothing(simple_after_backward, tmp_path, strategy, sharded):
+    on = run(tmp_path / "on", 2, *gcts_sets(strategy, sharded, True), name="on")
+    off = (simple_after_backward if (strategy, sharded) == ("simple", False)
+           else run(tmp_path / "off", 2, *gcts_sets(strategy, sharded, False), name="off"))
+    assert_bitwise(on, off)
+    assert "overlapped with backward)" in (tmp_path / "on" / "rank0.log").read_text()
+    print(f"2 ranks, {strategy}, {'sharded' if sharded else 'unsharded'}: overlap on vs off, {STEPS} steps: "
+          "parameters and losses bitwise equal")
+
+
+def bucket_bytes_of_plan(ckpt, strategy):
+    plan = json.loads((ckpt / "loongforge_state/gcts.json").read_text())["plan"]
+    return 4 * sum(u["numel"] for u in plan[strategy]["units"]), plan
+
+
+def test_monitor_comm_reports_the_plan_bytes_and_replanning_changes_nothing(simple_after_backward, tmp_path):
+    steps = STEPS  # the schedule depends on max_steps: the same as the run compared with
+    sets = [*gcts_sets("simple", False, True), "gcts.rebuild_interval=4", "gcts.bucket_mb=0.01",
+            "gcts.first_bucket_mb=0.005", "trainer.gradient_accumulation_steps=2", *BASE]
+    out = tmp_path
+    procs = launch(out, 2, *sets, name="mon", steps=steps)
+    try:
+        sock0 = str(out / "ctl0" / "s.sock")
+        wait_socket(sock0, procs)
+        c = Client(sock0)
+        while c.request("status")["result"].get("step", 0) < 2:
+            time.sleep(0.05)
+        r = cli("monitor-comm", "--socket", sock0, "--count", "2", "--interval", "0.2", "--json")
+        records = [json.loads(l) for l in r.stdout.splitlines() if l.strip()]
+    finally:
+        wait_all(procs, out, timeout=300)
+    assert len(records) == 2
+    ckpt = final(out / "mon")[0]
+    weights = load_file(str(ckpt / "model.safetensors"))
+    for rec in records:
+        comm = rec["comm"]
+        assert comm["world"] == 2 and comm["strategy"] == "simple" and comm["overlap"] is True
+        buckets, groups = comm["buckets"], comm["groups"]
+        # Every trainable gradient once, fp32: the bytes of the plan's units; their parameters'
+        # elements counted from the checkpoint's weights agree.
+        total = sum(b["bytes"] for b in buckets)
+        assert total == sum(g["bytes"] for g in groups)
+        assert len(buckets) >= 2 and comm["units_launched_in_backward"] >= 1
+        for b in buckets:
+            assert b["collective"] == "all-reduce" and b["calls"] == 1 and b["time_ms"] > 0
+            assert 0 <= b["service_ms"] <= b["time_ms"]
+            assert abs(b["algbw_gbps"] - b["bytes"] / (b["time_ms"] * 1e6)) <= 1e-9 * b["algbw_gbps"]
+            assert abs(b["busbw_gbps"] - b["algbw_gbps"] * 2 * (2 - 1) / 2) <= 1e-12 + 1e-9 * b["algbw_gbps"]
+        assert 0 <= comm["reduce_exposed_ms"] <= comm["exposed_ms"]
+        assert 0 < comm["comm_ms"] <= sum(b["time_ms"] for b in buckets) + 1e-9
+        records_total = total
+    plan_bytes, plan = bucket_bytes_of_plan(ckpt, "simple")
+    names = [n for u in plan["simple"]["units"] for n in u["params"]]
+    assert len(names) == len(set(names))
+    assert records_total == plan_bytes == 4 * sum(weights[n].numel() for n in names)
+    print(f"monitor-comm: {len(records[-1]['comm']['buckets'])} buckets, {records_total:.0f} bytes = the plan's; "
+          f"exposed {records[-1]['comm']['exposed_ms']:.3f} ms of {records[-1]['comm']['comm_ms']:.3f} ms")
+    # Re-planning: decided by rank 0, taken by both at the same steps.
+    decisions = [re.findall(r"gcts.rebuild_interval: step (\d+): (.*)", (out / f"rank{i}.log").read_text())
+                 for i in range(2)]
+    assert [d[0] for d in decisions[0]] == [str(s) for s in range(4, steps + 1, 4)]
+    assert [d[:2] for d in decisions[0]] == [d[:2] for d in decisions[1]]
+    assert any("re-planned" in d[1] for d in decisions[0]), decisions[0]
+    assert plan["bucket_numel"] * 4 != 10000  # the saved plan is the re-planned one
+    print("re-planning:", "; ".join(f"step {s}: {d}" for s, d in decisions[0]))
+    # Other buckets, same sums: bitwise the run after backward with gcts.bucket_mb=1.
+    assert_bitwise(out / "mon", simple_after_backward)

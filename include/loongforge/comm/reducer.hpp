@@ -14,23 +14,29 @@
 //    parameters' flat gradient range of this rank in target.grad instead, and
 //    the replicated (tiny) parameters' mean in their .grad.
 //  - GCTS strategies (make_gcts_reducer; Note [GCTS strategies] in
-//    reducer.cpp): `simple` and `hybrid` give the same numbers in fp32 up to
-//    the summation order of the collective (bitwise equal with 2 ranks);
+//    gcts_plan.cpp): `simple` and `hybrid` give the same numbers in fp32 up to
+//    the summation order of the collective (bitwise equal with 2 ranks), with
+//    or without overlap (Note [Overlap] in gcts_reducer.cpp: begin_step()
+//    arms gradient hooks that launch buckets during the last micro-batch's
+//    backward; average_gradients() launches the rest and waits);
 //    switch_strategy() changes the strategy for the following steps and must
 //    be called at the same step boundary on every rank (the control plane's
 //    cluster-wide verbs do that).
 //  - sum_scalar() sums a device scalar over ranks without reading it on the
 //    host (the logged loss); one rank: returns it unchanged.
 //  - Phase "comm/all-reduce" goes to the PhaseRecorder; comm_status() is what
-//    `monitor-comm` shows (bytes, time, bandwidths per group) or null when
-//    there is no communication.
+//    `monitor-comm` shows for the last step (per group and per bucket: bytes,
+//    time, collective, algbw/busbw by nccl-tests' definitions; exposed_ms,
+//    the communication the step waited for after backward) or null when
+//    there is no communication (docs/operations.md, monitor-comm).
 //  - engine() is GCTS's record (common/engine.hpp).
 //
 // Example:
 //   auto reducer = make_plain_reducer(world.get());   // nullptr: one rank
-//   auto gcts = make_gcts_reducer(cfg, world.get(), params, /*shard=*/nullptr);
+//   auto gcts = make_gcts_reducer(cfg, world.get(), params, /*shard=*/nullptr, /*overlap=*/true);
 //   const int64_t v = reducer->sum_counts(local_valid);
-//   ... backward ...
+//   reducer->begin_step(optimizer.params(), k);
+//   ... k forward/backward passes ...
 //   reducer->average_gradients(optimizer.params(), phases, step);
 #pragma once
 
@@ -58,6 +64,10 @@ struct ReducedParam {
   std::vector<int64_t> shape;
   int64_t numel = 0;
   bool embodiment = false;  // per-embodiment slots: dim 0 indexes the slot
+  // Position in backward readiness order (0 = final first) from the model's
+  // dependency graph (model::Mdg); -1 = unknown (then the plan assumes
+  // reverse definition order for every parameter).
+  int64_t ready_rank = -1;
 };
 
 class GradientReducer {
@@ -65,6 +75,12 @@ class GradientReducer {
   virtual ~GradientReducer() = default;
   virtual int64_t world_size() const = 0;
   virtual int64_t sum_counts(int64_t local) = 0;
+  // Before the step's forward/backward passes (`micro_batches` of them) over
+  // `params` (optimizer order): GCTS with overlap arms its gradient hooks
+  // here (Note [Overlap] in gcts_reducer.cpp); the others do nothing.
+  virtual void begin_step(const std::vector<at::Tensor>& params, int64_t micro_batches) {
+    (void)params, (void)micro_batches;
+  }
   virtual void average_gradients(const std::vector<at::Tensor>& params, PhaseRecorder& phases, int64_t step) = 0;
   virtual at::Tensor sum_scalar(const at::Tensor& scalar) = 0;
   // "none (1 rank)", "plain (...)": what `status` shows as the strategy.
@@ -82,13 +98,19 @@ class GradientReducer {
 std::unique_ptr<GradientReducer> make_plain_reducer(World* world);
 
 // GCTS (cfg.gcts): `world` nullptr means one rank (only a sharded optimizer
-// gives it work); `shard` is the sharded optimizer's target or nullptr.
+// gives it work); `shard` is the sharded optimizer's target or nullptr;
+// `overlap`: launch buckets from gradient hooks during the last micro-batch's
+// backward (gcts.overlap, and only where backward runs autograd's
+// AccumulateGrad: not under CUDA-graph replay or the compiled runner).
 std::unique_ptr<GradientReducer> make_gcts_reducer(const config::Config& cfg, World* world,
-                                                   std::vector<ReducedParam> params, ShardTarget* shard);
+                                                   std::vector<ReducedParam> params, ShardTarget* shard,
+                                                   bool overlap);
 
 // The GCTS record; attach() connects its verbs, status and checkpoint state
-// to the running reducer (which must outlive the record's use).
+// (loongforge_state/gcts.json: {"plan": plan(), "mdg": mdg}, the model's
+// dependency graph as model::Mdg::to_json() gives it) to the running reducer
+// (which must outlive the record's use).
 Engine engine(const config::Config& cfg);
-void attach(Engine& e, GradientReducer& reducer);
+void attach(Engine& e, GradientReducer& reducer, nlohmann::json mdg = nullptr);
 
 }  // namespace loongforge::comm

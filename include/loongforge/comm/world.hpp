@@ -26,6 +26,8 @@
 //   sync.average(params);      // after backward, before clipping
 #pragma once
 
+#include <atomic>   // std::atomic
+#include <chrono>   // std::chrono::steady_clock
 #include <cstdint>  // int64_t
 #include <memory>   // std::unique_ptr, std::shared_ptr
 #include <string>   // std::string
@@ -60,19 +62,25 @@ const char* backend_name(Backend b);
 bool backend_built(Backend b);
 
 // A collective in flight (the *_async forms); wait() rethrows its failure as
-// a CommError naming the rank and the collective.
+// a CommError naming the rank and the collective. finished_at() is when the
+// collective completed (the backend's completion callback, on its own thread;
+// when that has not run yet once wait() returns, the moment wait() returned),
+// for the per-bucket timings of monitor-comm and gcts.rebuild_interval.
 class Pending {
  public:
+  using Clock = std::chrono::steady_clock;
   Pending() = default;
-  Pending(std::shared_ptr<void> work, std::string what, int64_t rank)
-      : work_(std::move(work)), what_(std::move(what)), rank_(rank) {}
+  Pending(std::shared_ptr<void> work, std::string what, int64_t rank);
   void wait();
   bool valid() const { return static_cast<bool>(work_); }
+  Clock::time_point finished_at() const;
 
  private:
   std::shared_ptr<void> work_;  // holds a c10::intrusive_ptr<c10d::Work>
   std::string what_;
   int64_t rank_ = 0;
+  // steady_clock nanoseconds of completion (0: not yet), written by the backend's thread
+  std::shared_ptr<std::atomic<int64_t>> done_ns_;
 };
 
 class World {

@@ -65,6 +65,37 @@ struct ModelInfo {
   int64_t trainable_params = 0;
 };
 
+// The module dependency graph (MDG) of a TorchScript module (GCTS,
+// docs/architecture.md s4): its submodule tree, and for every parameter the
+// submodule that owns it, a role taken from the submodule names, and its
+// first use in the inlined forward graph (Note [MDG] in src/model/mdg.cpp).
+// Backward readiness order is the reverse of first use: a gradient is final
+// once backward has passed the parameter's earliest use.
+struct MdgParam {
+  std::string name;    // "action_head.blocks.0.attn.q.weight"
+  std::string module;  // owning submodule path ("" for the root)
+  std::string role;    // backbone | encoder | dit | decoder | embodiment | other
+  int64_t first_use = -1;  // order of first use in the forward graph; -1: never read there
+  int64_t ready = 0;       // backward readiness position (0 = final first); unused ones last
+};
+
+struct Mdg {
+  std::vector<MdgParam> params;  // in the module's named_parameters() order
+  nlohmann::json modules;        // {name, role, params: n, children: [...]} from the root
+  int64_t graph_nodes = 0;       // nodes of the inlined forward graph walked
+  nlohmann::json to_json() const;
+};
+
+// The role of a submodule path, from its names (first match from the leaf:
+// "*decoder*" decoder, "*encoder*" encoder, "embodiment*" embodiment,
+// "action_head"/"dit*" dit, "vision"/"vit*"/"llm"/"language*"/"backbone*"/
+// "connector" backbone; else other).
+std::string mdg_role(const std::string& module_path);
+
+// The MDG of a TorchScript file (any scripted module with a forward), for
+// tools and tests; Model::dependency_graph() is the same for a loaded model.
+Mdg dependency_graph_of_file(const std::string& path);
+
 struct NamedParameter {
   const ParamInfo* info;
   at::Tensor tensor;
@@ -82,6 +113,8 @@ class Model {
   std::vector<at::Tensor> trainable_parameters() const;
 
   void train(bool on = true);
+  // The MDG of the loaded module (parameters in params.json order).
+  Mdg dependency_graph() const;
   // Casts frozen (non-trainable) parameters to `dtype` (bf16 mode keeps
   // trainable weights fp32 and frozen ones bf16, docs/architecture.md s1).
   void cast_frozen(c10::ScalarType dtype);

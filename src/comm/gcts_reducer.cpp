@@ -1,0 +1,540 @@
+// GCTS's GradientReducer (reducer.hpp): runs the plan (gcts_plan.hpp) every
+// step, overlapped with the last micro-batch's backward when gcts.overlap.
+//
+// Note [Overlap]
+// The reducer puts a post-accumulate-grad hook on every trainable parameter
+// (torch::autograd::impl::set_post_acc_grad_hooks, the C++ slot behind
+// Python's Tensor.register_post_accumulate_grad_hook: AccumulateGrad calls it
+// after adding the backward's gradient into .grad; test/comm/test_overlap.cpp
+// checks that it sees the accumulated value). begin_step(params, k) arms the
+// hooks for the step's k backward passes: a parameter's gradient is final
+// when its hook has fired k times (autograd accumulates a leaf once per
+// backward, however often the forward used it). The hook then counts the
+// parameter off its units and launches, in plan order, every unit whose
+// gradients are all final (Note [Bucket order] in gcts_plan.cpp): the
+// collectives run on the backend's threads (Gloo) or stream (NCCL) while
+// autograd computes the remaining gradients. average_gradients(), after
+// backward, launches what is left (units with a parameter that missed a
+// micro-batch's backward, or everything when the hooks did not fire) and
+// waits for all of them: that is the exposed communication. Packing copies
+// the final gradient and results reach .grad only after backward, so the
+// numbers are those of the non-overlapped path (bitwise: the same collectives
+// on the same buffers). On CPUs the hooks run on the thread that called
+// backward; on GPUs on autograd's device thread, whose current stream
+// ProcessGroupNCCL orders its stream after (not yet run on a GPU). CUDA-graph
+// replay and the compiled runner do not run AccumulateGrad: the trainer turns
+// overlap off for them.
+#include <algorithm>  // std::max
+#include <cmath>      // std::abs
+#include <chrono>     // std::chrono
+#include <functional>  // std::function
+#include <map>        // std::map
+
+#include <ATen/ATen.h>                           // at::empty, at::cat
+#include <torch/csrc/autograd/function_hook.h>  // torch::autograd::PostAccumulateGradHook
+#include <torch/csrc/autograd/variable.h>       // torch::autograd::impl::set_post_acc_grad_hooks
+
+#include "gcts_plan.hpp"
+#include "loongforge/common/error.hpp"
+#include "loongforge/common/log.hpp"
+#include "reducer_common.hpp"
+
+namespace loongforge::comm {
+
+namespace {
+
+using detail::Plan;
+using detail::Unit;
+
+class GctsReducer;
+
+struct GradFinalHook final : torch::autograd::PostAccumulateGradHook {
+  GradFinalHook(GctsReducer* r, size_t i) : reducer(r), index(i) {}
+  void operator()(const torch::autograd::Variable& tensor) override;
+  GctsReducer* reducer;
+  size_t index;
+};
+
+class GctsReducer final : public GradientReducer {
+ public:
+  GctsReducer(const config::Config& cfg, World* world, std::vector<ReducedParam> params, ShardTarget* shard,
+              bool overlap)
+      : world_(world), params_(std::move(params)), shard_(shard), strategy_(cfg.gcts.comm_strategy),
+        dtype_(cfg.gcts.reduce_dtype == "bf16" ? at::kBFloat16 : at::kFloat), overlap_(overlap),
+        rebuild_interval_(cfg.gcts.rebuild_interval) {
+    const int64_t esize = dtype_ == at::kFloat ? 4 : 2;
+    in_.params = &params_;
+    in_.ready_pos = detail::readiness_positions(params_);
+    in_.bucket_numel = std::max<int64_t>(1, static_cast<int64_t>(cfg.gcts.bucket_mb * 1e6) / esize);
+    in_.first_numel = std::max<int64_t>(1, static_cast<int64_t>(cfg.gcts.first_bucket_mb * 1e6) / esize);
+    in_.tiny_numel = static_cast<int64_t>(cfg.gcts.tiny_tensor_kb * 1024.0 / 4.0);
+    in_.world = world_ ? world_->size() : 1;
+    in_.sparse_embodiment = cfg.gcts.sparse_embodiment;
+    in_.shard = shard_ ? &shard_->layout : nullptr;
+    if (shard_) {
+      sharded_.assign(params_.size(), false);
+      for (size_t i : shard_->layout.sharded) sharded_[i] = true;
+    }
+    replan();
+  }
+
+  ~GctsReducer() override {
+    for (const auto& p : hooked_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+  }
+
+  int64_t world_size() const override { return world_ ? world_->size() : 1; }
+  int64_t sum_counts(int64_t local) override { return world_ ? detail::sum_count(*world_, local) : local; }
+  at::Tensor sum_scalar(const at::Tensor& scalar) override {
+    return world_ ? detail::sum_device_scalar(*world_, scalar) : scalar;
+  }
+  bool has_work() const { return world_ || shard_; }
+
+  void begin_step(const std::vector<at::Tensor>& params, int64_t micro_batches) override {
+    reset_step(params);
+    if (!overlap_ || !has_work()) return;
+    if (hooked_.empty()) install_hooks(params);
+    micro_batches_ = micro_batches;
+    armed_ = true;
+  }
+
+  // Note [Overlap]: the hook of parameter i fired.
+  void grad_accumulated(size_t i) {
+    if (!armed_ || ++count_[i] != micro_batches_) return;
+    for (size_t u : active().units_of[i]) --missing_[u];
+    while (next_ < active().units.size() && missing_[next_] == 0) launch(next_++, /*in_backward=*/true);
+  }
+
+  void average_gradients(const std::vector<at::Tensor>& params, PhaseRecorder& phases, int64_t step) override {
+    armed_ = false;
+    if (!has_work()) return;  // one rank, replicated state: the gradients are the mean already
+    if (!begun_) reset_step(params);
+    const std::string phase = "comm/" + strategy_;
+    Phase p(phases, phase.c_str(), step + 1);
+    at::NoGradGuard no_grad;
+    const auto t0 = Clock::now();
+    while (next_ < active().units.size()) launch(next_++, /*in_backward=*/false);
+    finish_all();
+    exposed_ms_ = detail::ms_since(t0);
+    step_ = step + 1;
+    begun_ = false;
+    for (const auto& t : timings_)
+      if (t.service_ms > 0) window_.push_back({t.bytes, t.service_ms});
+    if (world_ && rebuild_interval_ > 0 && step_ % rebuild_interval_ == 0) rebuild();
+  }
+
+  std::string strategy() const override {
+    std::string s = strategy_ + " (GCTS, " + (dtype_ == at::kFloat ? "fp32" : "bf16") + " reduction";
+    if (shard_) s += ", sharded optimizer";
+    s += overlap_ ? ", overlapped with backward" : ", after backward";
+    return s + ")";
+  }
+
+  nlohmann::json switch_strategy(const std::string& to) override {
+    if (to != "simple" && to != "hybrid")
+      throw CommError("strategy must be simple or hybrid, got '" + to.substr(0, 32) + "'");
+    const std::string from = strategy_;
+    strategy_ = to;
+    LF_LOG(logger("comm"), info) << "gradient communication strategy " << from << " -> " << to;
+    return {{"previous", from}, {"strategy", to}};
+  }
+
+  nlohmann::json comm_status() const override {
+    if (!world_) return nullptr;
+    const double n = static_cast<double>(world_->size());
+    std::map<std::string, detail::GroupStats> groups;
+    std::map<std::string, std::vector<std::pair<Clock::time_point, Clock::time_point>>> spans;
+    std::vector<std::pair<Clock::time_point, Clock::time_point>> all;
+    nlohmann::json buckets = nlohmann::json::array();
+    int64_t in_backward = 0;
+    for (const auto& t : timings_) {
+      auto& g = groups[t.group];
+      g.collective = t.collective, g.bytes += t.bytes, g.calls += 1;
+      spans[t.group].push_back({t.launched, t.done});
+      all.push_back({t.launched, t.done});
+      nlohmann::json b = detail::group_json(t.group, t.collective, t.bytes, t.ms, 1, n);
+      b["unit"] = t.unit;
+      b["service_ms"] = t.service_ms;
+      b["launched_in_backward"] = t.in_backward;
+      buckets.push_back(std::move(b));
+      in_backward += t.in_backward ? 1 : 0;
+    }
+    for (auto& [name, g] : groups) g.ms = union_ms(spans[name]);
+    const double comm_ms = union_ms(all);
+    nlohmann::json gj = nlohmann::json::array();
+    for (const auto& [name, g] : groups) gj.push_back(detail::group_json(name, g.collective, g.bytes, g.ms, g.calls, n));
+    double gather_ms = 0;
+    if (shard_ && shard_->gather_bytes > 0) {
+      gj.push_back(detail::group_json("parameters (sharded optimizer)", "all-gather", shard_->gather_bytes,
+                                      shard_->gather_ms, 1, n));
+      gather_ms = shard_->gather_ms;
+    }
+    return {{"world", world_->size()},
+            {"strategy", strategy_},
+            {"overlap", overlap_},
+            {"step", step_},
+            {"reduce_exposed_ms", exposed_ms_},
+            {"exposed_ms", exposed_ms_ + gather_ms},
+            {"comm_ms", comm_ms},
+            {"units_launched_in_backward", in_backward},
+            {"bucket_bytes", in_.bucket_numel * esize()},
+            {"last_rebuild", last_rebuild_},
+            {"groups", gj},
+            {"buckets", buckets}};
+  }
+
+  nlohmann::json plan() const override {
+    nlohmann::json j = {{"strategy", strategy_},
+                        {"reduce_dtype", dtype_ == at::kFloat ? "fp32" : "bf16"},
+                        {"world", world_size()},
+                        {"overlap", overlap_},
+                        {"bucket_numel", in_.bucket_numel},
+                        {"first_bucket_numel", in_.first_numel},
+                        {"simple", {{"units", detail::plan_json(simple_, params_)}}},
+                        {"hybrid", {{"units", detail::plan_json(hybrid_, params_)}}}};
+    if (shard_) {
+      const ShardLayout& l = shard_->layout;
+      j["sharded"] = {{"total", l.total}, {"chunk", l.chunk}, {"rank", l.rank}, {"begin", l.begin()},
+                      {"end", l.end()}};
+    }
+    return j;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct InFlight {
+    size_t unit = 0;
+    const char* collective = "all-reduce";
+    double bytes = 0;
+    bool in_backward = false;
+    Clock::time_point launched;
+    Pending pending;
+    std::function<void()> finish;  // unpack once the collective is done
+  };
+  // Note [Collective timings]
+  // A collective's time_ms is from its launch to its completion (the
+  // backend's completion callback): what nccl-tests times, so algbw = bytes /
+  // time_ms. Collectives queue behind each other (Gloo runs two at a time),
+  // so a late one's time includes waiting; service_ms is the part after the
+  // previous collective's completion (0 when it finished under it), the
+  // re-planning fit's input. A group's time and the step's comm_ms are the
+  // union of their collectives' [launch, completion] spans: wall time with
+  // communication in flight.
+  struct Timing {
+    size_t unit = 0;
+    std::string group, collective;
+    double bytes = 0, ms = 0, service_ms = 0;
+    Clock::time_point launched, done;
+    bool in_backward = false;
+  };
+
+  static double union_ms(std::vector<std::pair<Clock::time_point, Clock::time_point>> spans) {
+    std::sort(spans.begin(), spans.end());
+    double total = 0;
+    Clock::time_point end{};
+    for (const auto& [a, b] : spans) {
+      const auto from = std::max(a, end);
+      if (b > from) total += std::chrono::duration<double, std::milli>(b - from).count();
+      end = std::max(end, b);
+    }
+    return total;
+  }
+
+  const Plan& active() const { return strategy_ == "simple" ? simple_ : hybrid_; }
+  int64_t esize() const { return dtype_ == at::kFloat ? 4 : 2; }
+
+  // Note [Re-planning]
+  // Every gcts.rebuild_interval steps, rank 0 fits the collectives of the
+  // last interval (every bucket of every step with a positive service time:
+  // bytes b_i, service time t_i, Note [Collective timings]) to
+  // t = alpha + beta * b by least squares:
+  // alpha is the fixed cost of one call, 1 / beta the bandwidth. A bucket of
+  // 9 * alpha / beta bytes spends 10% of its time on the fixed cost: larger
+  // buckets gain little bandwidth and delay the first launch (less overlap),
+  // smaller ones pay the latency again and again. The new size is that,
+  // clamped to [max(64 KB, first bucket), min(1 GB, a quarter of the
+  // gradient bytes)] (so that at least about four buckets are left to overlap
+  // with backward: the fit knows nothing of overlap); it is taken when it differs
+  // from the current one by more than 25% (else the plan stays). Rank 0
+  // publishes its decision through the rendezvous store (World::agree, key
+  // per step), so every rank re-plans at the same step with the same size;
+  // plans are pure functions of it. Re-planning changes which call carries an
+  // element, never what it is summed with (Note [GCTS strategies]). The fit
+  // needs two distinct bucket sizes (the first bucket is smaller, so a plan
+  // with more than one bucket has them); without them, or with a
+  // non-positive slope, the plan stays. A resumed run starts again from
+  // gcts.bucket_mb.
+  void rebuild() {
+    nlohmann::json d = {{"step", step_}, {"samples", window_.size()}};
+    if (world_->rank() == 0) decide(d);
+    window_.clear();
+    d = nlohmann::json::parse(world_->agree("gcts/rebuild/" + std::to_string(step_), d.dump()));
+    const int64_t before = in_.bucket_numel * esize();
+    if (d.value("replan", false)) {
+      in_.bucket_numel = std::max<int64_t>(1, d.at("bucket_bytes").get<int64_t>() / esize());
+      replan();
+    }
+    d["bucket_bytes_before"] = before;
+    last_rebuild_ = d;
+    LF_LOG(logger("comm"), info) << "gcts.rebuild_interval: step " << step_ << ": "
+                                 << (d.value("replan", false) ? "re-planned, bucket " : "plan kept, bucket ")
+                                 << before << " -> " << in_.bucket_numel * esize() << " bytes ("
+                                 << d.value("reason", std::string()) << ")";
+  }
+
+  void decide(nlohmann::json& d) const {
+    const auto n = static_cast<double>(window_.size());
+    double mb = 0, mt = 0;
+    for (const auto& [b, t] : window_) mb += b / n, mt += t / n;
+    double cov = 0, var = 0;
+    for (const auto& [b, t] : window_) cov += (b - mb) * (t - mt), var += (b - mb) * (b - mb);
+    if (window_.size() < 2 || var <= 0) {
+      d["replan"] = false, d["reason"] = "one bucket size measured: nothing to fit";
+      return;
+    }
+    const double beta = cov / var, alpha = std::max(0.0, mt - beta * mb);  // ms per byte, ms
+    d["alpha_ms"] = alpha;
+    d["bandwidth_gbps"] = beta > 0 ? 1.0 / (beta * 1e6) : 0.0;
+    if (beta <= 0) {
+      d["replan"] = false, d["reason"] = "time does not grow with bytes: nothing to fit";
+      return;
+    }
+    double total = 0;
+    for (const auto& p : params_) total += static_cast<double>(p.numel * esize());
+    const double lo = std::max(65536.0, static_cast<double>(in_.first_numel * esize()));
+    const double hi = std::max(lo, std::min(1e9, total / 4.0));  // at least ~4 buckets to overlap
+    const double target = std::min(hi, std::max(lo, 9.0 * alpha / beta));
+    const double current = static_cast<double>(in_.bucket_numel * esize());
+    d["bucket_bytes"] = static_cast<int64_t>(target);
+    d["replan"] = std::abs(target - current) > 0.25 * current;
+    d["reason"] = "alpha " + std::to_string(alpha) + " ms, " + std::to_string(d["bandwidth_gbps"].get<double>()) +
+                  " GB/s: 9 alpha / beta = " + std::to_string(static_cast<int64_t>(9.0 * alpha / beta)) + " bytes";
+  }
+
+  void replan() {
+    simple_ = detail::make_simple_plan(in_);
+    hybrid_ = detail::make_hybrid_plan(in_);
+  }
+
+  void install_hooks(const std::vector<at::Tensor>& params) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      const at::Tensor& p = params[i];
+      if (!p.requires_grad() || !p.is_leaf())
+        throw CommError("gcts.overlap: parameter " + params_[i].name + " is not a trainable leaf tensor");
+      if (torch::autograd::impl::post_acc_grad_hooks(p))
+        throw CommError("gcts.overlap: parameter " + params_[i].name +
+                        " already has a post-accumulate-grad hook (set gcts.overlap=false)");
+      torch::autograd::impl::set_post_acc_grad_hooks(p, std::make_unique<GradFinalHook>(this, i));
+      hooked_.push_back(p);
+    }
+  }
+
+  void reset_step(const std::vector<at::Tensor>& params) {
+    live_ = params;
+    count_.assign(params_.size(), 0);
+    missing_.clear();
+    for (const auto& u : active().units) missing_.push_back(static_cast<int64_t>(u.bucket.params.size()));
+    next_ = 0;
+    flight_.clear();
+    timings_.clear();
+    begun_ = true;
+  }
+
+  at::Tensor grad_or_zeros(size_t i) const {
+    const at::Tensor& p = live_[i];
+    return p.grad().defined() ? p.grad() : at::zeros_like(p, at::MemoryFormat::Contiguous);
+  }
+
+  // Copies the averaged flat gradient of parameter i where the optimizer reads it.
+  void deliver(size_t i, const at::Tensor& avg) {
+    if (shard_ && sharded_[i]) {
+      for (const auto& s : shard_->layout.segments)
+        if (s.param == i)
+          shard_->grad.narrow(0, s.shard_offset, s.numel).copy_(avg.narrow(0, s.param_offset, s.numel));
+      return;
+    }
+    at::Tensor p = live_[i];
+    if (p.grad().defined())
+      p.mutable_grad().copy_(avg.view(p.sizes()));
+    else
+      p.mutable_grad() = avg.view(p.sizes()).to(p.dtype()).clone();
+  }
+
+  // fp32 mean of a summed buffer.
+  at::Tensor average(const at::Tensor& summed) const {
+    at::Tensor f = summed.scalar_type() == at::kFloat ? summed : summed.to(at::kFloat);
+    return f.div_(static_cast<double>(world_size()));
+  }
+
+  Pending all_reduce(const at::Tensor& flat) { return world_ ? world_->allreduce_sum_async(flat) : Pending(); }
+
+  void launch(size_t u, bool in_backward) {
+    at::NoGradGuard no_grad;
+    const Unit& unit = active().units[u];
+    InFlight f;
+    f.unit = u;
+    f.in_backward = in_backward;
+    f.launched = Clock::now();
+    switch (unit.kind) {
+      case Unit::Kind::AllReduce: launch_all_reduce(unit, f); break;
+      case Unit::Kind::ReduceScatter: launch_reduce_scatter(unit, f); break;
+      case Unit::Kind::Embodiment: launch_embodiment(unit, f); break;
+    }
+    flight_.push_back(std::move(f));
+  }
+
+  // Packs the bucket into one flat buffer of the reduction dtype and all-reduces it.
+  void launch_all_reduce(const Unit& unit, InFlight& f) {
+    const detail::Bucket& b = unit.bucket;
+    at::Tensor flat = at::empty({b.numel}, live_[b.params.front()].options().dtype(dtype_));
+    int64_t off = 0;
+    for (size_t i : b.params) {
+      flat.narrow(0, off, params_[i].numel).copy_(grad_or_zeros(i).reshape({-1}));
+      off += params_[i].numel;
+    }
+    f.bytes = static_cast<double>(flat.numel() * flat.element_size());
+    f.pending = all_reduce(flat);
+    f.finish = [this, &b, flat] {
+      const at::Tensor avg = average(flat);
+      int64_t o = 0;
+      for (size_t i : b.params) {
+        deliver(i, avg.narrow(0, o, params_[i].numel));
+        o += params_[i].numel;
+      }
+    };
+  }
+
+  // Copies the gradient elements of flat range [x, y) into dst (length y - x).
+  void fill_flat(at::Tensor dst, int64_t x, int64_t y) {
+    const ShardLayout& l = shard_->layout;
+    const int64_t end = std::min(y, l.total);
+    if (end < y) dst.narrow(0, std::max<int64_t>(0, end - x), y - std::max(end, x)).zero_();
+    for (size_t k = 0; k < l.sharded.size(); ++k) {
+      const size_t i = l.sharded[k];
+      const int64_t p0 = l.offsets[k], p1 = p0 + params_[i].numel;
+      const int64_t a = std::max(p0, x), b = std::min(p1, end);
+      if (a >= b) continue;
+      dst.narrow(0, a - x, b - a).copy_(grad_or_zeros(i).reshape({-1}).narrow(0, a - p0, b - a));
+    }
+  }
+
+  // Slice [a, b) of every rank's chunk, reduce-scattered: rank r receives its own.
+  void launch_reduce_scatter(const Unit& unit, InFlight& f) {
+    const ShardLayout& l = shard_->layout;
+    const int64_t n = world_size(), a = unit.slice_begin, len = unit.slice_end - unit.slice_begin;
+    const auto opts = shard_->grad.options().dtype(dtype_);
+    at::Tensor flat = at::empty({n * len}, opts);
+    std::vector<at::Tensor> inputs;
+    for (int64_t r = 0; r < n; ++r) {
+      inputs.push_back(flat.narrow(0, r * len, len));
+      fill_flat(inputs.back(), r * l.chunk + a, r * l.chunk + a + len);
+    }
+    f.collective = "reduce-scatter";
+    f.bytes = static_cast<double>(n * len * flat.element_size());
+    at::Tensor out = world_ ? at::empty({len}, opts) : inputs.front();
+    if (world_) f.pending = world_->reduce_scatter_sum_async(out, std::move(inputs));
+    f.finish = [this, out, a, len] { shard_->grad.narrow(0, a, len).copy_(average(out.clone())); };
+  }
+
+  // Per-embodiment parameters: only the slot rows that hold gradient on some rank.
+  void launch_embodiment(const Unit& unit, InFlight& f) {
+    const std::vector<size_t>& emb = unit.bucket.params;
+    std::vector<at::Tensor> masks;
+    for (size_t i : emb) {
+      const at::Tensor& p = live_[i];
+      const int64_t slots = params_[i].shape[0];
+      masks.push_back(p.grad().defined() ? p.grad().reshape({slots, -1}).ne(0).any(1).to(at::kInt)
+                                         : at::zeros({slots}, p.options().dtype(at::kInt)));
+    }
+    at::Tensor mask = at::cat(masks).to(world_ ? world_->device() : masks.front().device());
+    if (world_) {
+      std::vector<at::Tensor> t = {mask};
+      world_->allreduce_sum(t);
+      f.bytes += static_cast<double>(mask.numel() * 4);
+    }
+    mask = mask.to(masks.front().device());
+    std::vector<at::Tensor> rows, index;
+    int64_t off = 0;
+    for (size_t i : emb) {
+      const int64_t slots = params_[i].shape[0];
+      index.push_back(mask.narrow(0, off, slots).nonzero().reshape({-1}));
+      off += slots;
+      rows.push_back(grad_or_zeros(i).index_select(0, index.back()).reshape({-1}).to(dtype_));
+    }
+    at::Tensor flat = at::cat(rows);
+    f.bytes += static_cast<double>(flat.numel() * flat.element_size());
+    f.pending = all_reduce(flat);
+    f.finish = [this, &emb, flat, index] {
+      const at::Tensor avg = average(flat);
+      int64_t o = 0;
+      for (size_t k = 0; k < emb.size(); ++k) {
+        const size_t i = emb[k];
+        at::Tensor p = live_[i];
+        if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p, at::MemoryFormat::Contiguous);
+        auto shape = p.sizes().vec();
+        shape[0] = index[k].numel();
+        const int64_t m = index[k].numel() * (params_[i].numel / params_[i].shape[0]);
+        p.mutable_grad().index_copy_(0, index[k], avg.narrow(0, o, m).view(shape));
+        o += m;
+      }
+    };
+  }
+
+  // Waits for every unit in launch order (Note [Collective timings]).
+  void finish_all() {
+    Clock::time_point prev_done{};
+    for (auto& f : flight_) {
+      f.pending.wait();
+      f.finish();
+      Timing t;
+      t.done = f.pending.finished_at();
+      t.launched = f.launched;
+      const auto start = std::max(f.launched, prev_done);
+      prev_done = std::max(prev_done, t.done);
+      t.unit = f.unit, t.group = active().units[f.unit].group, t.collective = f.collective, t.bytes = f.bytes;
+      t.ms = std::chrono::duration<double, std::milli>(t.done - t.launched).count();
+      t.service_ms = std::max(0.0, std::chrono::duration<double, std::milli>(t.done - start).count());
+      t.in_backward = f.in_backward;
+      timings_.push_back(std::move(t));
+    }
+    flight_.clear();
+  }
+
+  World* world_;
+  std::vector<ReducedParam> params_;
+  ShardTarget* shard_;
+  std::string strategy_;
+  at::ScalarType dtype_;
+  bool overlap_;
+  int64_t rebuild_interval_;
+  detail::PlanInputs in_;
+  Plan simple_, hybrid_;
+  std::vector<bool> sharded_;
+  std::vector<at::Tensor> hooked_;  // parameters carrying our hook
+
+  // This step (reset_step).
+  std::vector<at::Tensor> live_;
+  std::vector<int64_t> count_, missing_;
+  size_t next_ = 0;
+  int64_t micro_batches_ = 1;
+  bool armed_ = false, begun_ = false;
+  std::vector<InFlight> flight_;
+
+  // The last finished step, for monitor-comm; the re-planning window.
+  std::vector<Timing> timings_;
+  std::vector<std::pair<double, double>> window_;  // (bytes, ms) per collective since the last re-plan
+  nlohmann::json last_rebuild_ = nullptr;
+  double exposed_ms_ = 0;
+  int64_t step_ = 0;
+};
+
+void GradFinalHook::operator()(const torch::autograd::Variable&) { reducer->grad_accumulated(index); }
+
+}  // namespace
+
+std::unique_ptr<GradientReducer> make_gcts_reducer(const config::Config& cfg, World* world,
+                                                   std::vector<ReducedParam> params, ShardTarget* shard,
+                                                   bool overlap) {
+  return std::make_unique<GctsReducer>(cfg, world, std::move(params), shard, overlap);
+}
+
+}  // namespace loongforge::comm

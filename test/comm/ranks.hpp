@@ -1,0 +1,58 @@
+// Test helper of the comm room: two Gloo ranks in one process (two threads,
+// a TCPStore on a free loopback port).
+#pragma once
+
+#include <netinet/in.h>  // sockaddr_in
+#include <sys/socket.h>  // socket, bind
+#include <unistd.h>      // close
+
+#include <cstdint>     // int64_t
+#include <exception>   // std::exception_ptr
+#include <functional>  // std::function
+#include <thread>      // std::thread
+#include <vector>      // std::vector
+
+#include "loongforge/comm/world.hpp"
+
+namespace loongforge::comm::test {
+
+// A TCP port nobody listens on now (the kernel's choice for port 0).
+inline int64_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Runs `body(world)` for ranks 0 and 1 on two threads; rethrows a rank's
+// exception on the calling thread (Catch assertions stay on this thread).
+inline void two_ranks(const std::function<void(World&)>& body) {
+  const int64_t port = free_port();
+  std::exception_ptr errors[2];
+  std::vector<std::thread> ranks;
+  for (int64_t r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      try {
+        WorldInfo info;
+        info.rank = r;
+        info.world_size = 2;
+        info.master_port = port;
+        auto world = World::connect(info, /*timeout_ms=*/30000);
+        body(*world);
+        world->barrier();  // neither rank tears down while the other still talks
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+}  // namespace loongforge::comm::test
