@@ -4,7 +4,6 @@
 // trained with 2 micro-batches gets bitwise the same averaged gradients with
 // overlap on as with it off, for `simple` and `hybrid`, sharded and not, while
 // overlap launches some buckets during backward and the other path none.
-#include <map>
 #include <string>
 #include <vector>
 
@@ -120,7 +119,7 @@ TEST_CASE("comm: overlapped reduction equals reduction after backward, bitwise (
   for (const std::string strategy : {"simple", "hybrid"}) {
     for (const bool sharded : {false, true}) {
       CAPTURE(strategy, sharded);
-      std::map<int64_t, Result> on, off;
+      std::vector<Result> on(2), off(2);  // one slot per rank: the rank threads never insert concurrently
       test::two_ranks([&](World& world) {
         on[world.rank()] = train_step(world, strategy, sharded, /*overlap=*/true);
         off[world.rank()] = train_step(world, strategy, sharded, /*overlap=*/false);
