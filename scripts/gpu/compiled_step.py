@@ -88,6 +88,20 @@ def kernel_classes(name: str, fn, iters: int = 3) -> None:
           ", ".join(f"{c} {t:.2f}" for c, t in sorted(by.items(), key=lambda kv: -kv[1])), flush=True)
 
 
+def accumulating(scripted, batch):
+    """A bf16 forward+backward of `scripted` that accumulates into preallocated
+    gradients (what a captured graph replays)."""
+    for p in scripted.parameters():
+        if p.requires_grad:
+            p.grad = torch.zeros_like(p)
+
+    def acc():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = scripted(batch)
+        out["loss"].float().backward()
+    return acc
+
+
 def top_ops(name: str, fn, iters: int = 3, rows: int = 30) -> None:
     """Device time per iteration by aten op (self time: an op's own kernels, not its
     children's), eager launches so that every kernel has its op; the attribution a
@@ -144,16 +158,8 @@ def script_fuse(model, batch, ref, tn, named, args, rows) -> None:
               f"differentiable graphs in the last optimized graph; loss {loss.item():.6f} vs eager "
               f"{ref[0].item():.6f}; max relative gradient difference {worst:.2e} ({missing} missing)", flush=True)
         rows["script-fuse"] = timed(fb, args.iters)
-        for p in scripted.parameters():
-            if p.requires_grad:
-                p.grad = torch.zeros_like(p)
-
-        def acc():
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                out = scripted(batch)
-            out["loss"].float().backward()
         try:
-            replay = graphed(acc)
+            replay = graphed(accumulating(scripted, batch))
             rows["script-fuse+cg"] = timed(replay, args.iters)
             if args.profile:
                 kernel_classes("script-fuse+cg", replay)
@@ -222,15 +228,7 @@ def main() -> int:
     if "script" not in skip:
         scripted = torch.jit.script(model)
         rows["script"] = timed(lambda: fwd_bwd(scripted), args.iters)
-        for p in scripted.parameters():
-            if p.requires_grad:
-                p.grad = torch.zeros_like(p)
-
-        def acc():
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                out = scripted(batch)
-            out["loss"].float().backward()
-        replay = graphed(acc)
+        replay = graphed(accumulating(scripted, batch))
         rows["script+cg"] = timed(replay, args.iters)
         if args.profile:
             kernel_classes("script+cg", replay)

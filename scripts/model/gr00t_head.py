@@ -77,6 +77,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .embodiment import CategoryLinear, CategoryMLP
+
 
 # ---------------------------------------------------------------------------- config
 
@@ -365,29 +367,7 @@ class Gr00tActionHead(nn.Module):
 
 # ---------------------------------------------------------------------------- embodiment MLPs
 
-class CategoryLinear(nn.Module):
-    """One linear layer per embodiment: weight (E, in, out), bias (E, out);
-    forward(x (B, T, in), ids (B,)) -> x @ weight[ids] + bias[ids]."""
-
-    def __init__(self, num_categories: int, dim_in: int, dim_out: int):
-        super().__init__()
-        self.weight = nn.Parameter(0.02 * torch.randn(num_categories, dim_in, dim_out))
-        self.bias = nn.Parameter(torch.zeros(num_categories, dim_out))
-
-    def forward(self, x: Tensor, ids: Tensor) -> Tensor:
-        return torch.bmm(x, self.weight[ids]) + self.bias[ids].unsqueeze(1)
-
-
-class CategoryMLP(nn.Module):
-    """in -> hidden (ReLU) -> out, per embodiment."""
-
-    def __init__(self, num_categories: int, dim_in: int, hidden: int, dim_out: int):
-        super().__init__()
-        self.layer1 = CategoryLinear(num_categories, dim_in, hidden)
-        self.layer2 = CategoryLinear(num_categories, hidden, dim_out)
-
-    def forward(self, x: Tensor, ids: Tensor) -> Tensor:
-        return self.layer2(F.relu(self.layer1(x, ids)), ids)
+# CategoryLinear and CategoryMLP: model/embodiment.py (shared with n16.py).
 
 
 class ActionEncoder(nn.Module):
