@@ -52,25 +52,5 @@ for run in $runs; do
 done
 
 stamp "steady state (steps 51-$steps, one run each, same machine)"
-python3 - "$OUT" $runs <<'PY'
-import json, statistics, sys, pathlib
-out = pathlib.Path(sys.argv[1])
-rows = {}
-for name in sys.argv[2:]:
-    f = out / f"{name}_metrics.jsonl"
-    if not f.exists():
-        print(f"{name}: no metrics"); continue
-    recs = [json.loads(l) for l in f.read_text().splitlines() if l.strip()]
-    tail = [r for r in recs if r["step"] > 50 and not (55 <= r["step"] <= 100 and name == "lf-graphs")]
-    rows[name] = (statistics.median(r["samples_per_s"] for r in tail), statistics.median(r["step_ms"] for r in tail),
-                  statistics.median(r["mfu"] for r in tail), max(r.get("peak_mem_mb", 0) for r in recs), len(tail),
-                  statistics.median(r["data_wait_ms"] for r in tail))
-print(f"{'run':10s} {'samples/s':>10s} {'ms/step':>8s} {'MFU':>6s} {'data ms':>8s} {'peak MB':>8s}")
-for name, (sps, ms, mfu, peak, n, dw) in rows.items():
-    print(f"{name:10s} {sps:10.1f} {ms:8.1f} {mfu*100:5.1f}% {dw:8.1f} {peak:8.0f}  ({n} steps)")
-for a in rows:
-    for b in rows:
-        if a.startswith("lf") and b != a:
-            print(f"{a} / {b} = {rows[a][0] / rows[b][0]:.2f}x")
-PY
+python3 scripts/gpu/steady_state.py "$OUT" $runs --skip-steps lf-graphs:55-100
 stamp "done"

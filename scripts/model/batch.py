@@ -25,7 +25,7 @@ _INPUTS = [
     ("images", "float32", ["B", "V", 3, "IMG", "IMG"], True,
      "camera frames, already normalized by the data pipeline"),
     ("text_tokens", "int64", ["B", "L"], True, "tokenizer.py ids, padded with 0"),
-    ("text_mask", "bool", ["B", "L"], True, "True = real token (including BOS/EOS)"),
+    ("text_mask", "bool", ["B", "L"], True, "True = real token (including BOS/EOS), on a prefix of each row (padded at the end)"),
     ("state", "float32", ["B", "D_state"], True, "proprioceptive state, zero-padded to max_state_dim"),
     ("actions", "float32", ["B", "H", "A"], True, "action chunk t..t+H-1, zero-padded to max_action_dim"),
     ("action_mask", "float32", ["B", "H", "A"], True,

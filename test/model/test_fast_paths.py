@@ -1,0 +1,104 @@
+# Proves that the fast forms of the model's layers (issue #11 items 3 and 4) compute
+# the same function as the plain forms they replace, on the CPU in float32:
+# - the language model without a key mask (causal flash attention with GQA) gives
+#   the masked model's hidden states at every real position of right-padded text,
+#   and the same n16 loss and gradients;
+# - RMSNorm through F.rms_norm equals Qwen3's written-out RMSNorm;
+# - the grouped per-embodiment linear (Note [Grouped embodiment linear]) equals
+#   upstream's W[ids] gather + bmm for 1, 4 and all-distinct slot ids, forward
+#   and gradients.
+# The bf16 forms on a GPU are checked by test_fast_paths_gpu.py (label gpu).
+import pytest
+import torch
+
+import model
+from model.batch import example_batch
+from model.embodiment import CategoryLinear, category_linear_grouped
+from model.n16 import RMSNorm
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.double() - b.double()).norm() / b.double().norm().clamp(min=1e-30)).item()
+
+
+def test_the_unmasked_causal_lm_equals_the_key_masked_lm_at_every_real_position():
+    torch.manual_seed(0)
+    cfg = model.get_config("n16-tiny")
+    m = model.build_model(cfg).eval()
+    batch = example_batch(cfg, 6, seed=3)
+    assert not batch["text_mask"].all()                               # some rows are padded
+    prefix = torch.randn(6, 16, cfg.llm_width)
+    key_mask = torch.cat([torch.ones(6, 16, dtype=torch.bool), batch["text_mask"]], dim=1)   # (B, S)
+    with torch.no_grad():
+        masked = m.llm(prefix, batch["text_tokens"], key_mask)
+        causal = m.llm(prefix, batch["text_tokens"], None)
+    real = key_mask.unsqueeze(-1).expand_as(masked)
+    assert rel(causal[real], masked[real]) < 1e-6
+    assert (causal[~real] - masked[~real]).abs().max() > 1e-3          # padded positions do differ: the test sees them
+
+
+def test_the_n16_loss_and_gradients_do_not_depend_on_the_lm_key_mask():
+    torch.manual_seed(0)
+    cfg = model.get_config("n16-tiny", tune_llm=True)
+    m = model.build_model(cfg)
+    batch = example_batch(cfg, 6, seed=5)
+
+    def loss_and_grads(use_mask: bool):
+        original = m.llm.forward
+        if use_mask:  # the plain form: LanguageModel with the key mask N16Model used to pass
+            key_mask = torch.cat([torch.ones(6, cfg.tokens_per_view, dtype=torch.bool), batch["text_mask"]], 1)
+            m.llm.forward = lambda prefix, tokens, _: original(prefix, tokens, key_mask)
+        m.zero_grad()
+        loss = m(batch)["loss"]
+        loss.backward()
+        m.llm.forward = original
+        return loss.detach(), {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
+
+    loss_fast, grads_fast = loss_and_grads(False)
+    loss_plain, grads_plain = loss_and_grads(True)
+    assert abs(loss_fast.item() - loss_plain.item()) <= 1e-6 * abs(loss_plain.item())
+    assert grads_fast.keys() == grads_plain.keys() and any(n.startswith("llm.") for n in grads_fast)
+    worst = max(rel(grads_fast[n], grads_plain[n]) for n in grads_plain if grads_plain[n].norm() > 0)
+    assert worst < 1e-5
+
+
+def test_rms_norm_equals_the_written_out_qwen3_rms_norm():
+    torch.manual_seed(0)
+    norm = RMSNorm(96, 1e-6)
+    with torch.no_grad():
+        norm.weight.normal_()
+    x = torch.randn(4, 7, 96, requires_grad=True)
+    ours = norm(x)
+    var = x.pow(2).mean(-1, keepdim=True)
+    written = norm.weight * (x * torch.rsqrt(var + 1e-6))
+    assert rel(ours, written) < 1e-6
+    g = torch.randn_like(ours)
+    assert rel(torch.autograd.grad(ours, x, g)[0], torch.autograd.grad(written, x, g)[0]) < 1e-6
+
+
+@pytest.mark.parametrize("ids", [[3] * 8, [0, 5, 5, 1, 31, 0, 5, 2], list(range(24, 32))],
+                         ids=["one slot", "four slots", "every row its own slot"])
+def test_the_grouped_embodiment_linear_equals_the_weight_gather(ids):
+    torch.manual_seed(0)
+    layer = CategoryLinear(32, 64, 48)
+    with torch.no_grad():
+        layer.bias.normal_()
+    ids = torch.tensor(ids)
+    x = torch.randn(8, 5, 64, requires_grad=True)
+    gather = layer(x, ids)                                             # the CPU path: W[ids] + bmm
+    grouped = category_linear_grouped(x, ids, layer.weight, layer.bias, torch.float32)
+    assert (grouped - gather).abs().max().item() <= 1e-6 * gather.abs().max().item()
+    g = torch.randn_like(gather)
+    want = torch.autograd.grad(gather, [x, layer.weight, layer.bias], g)
+    got = torch.autograd.grad(grouped, [x, layer.weight, layer.bias], g)
+    for name, a, b in zip(("x", "weight", "bias"), got, want):
+        assert rel(a, b) < 1e-6, name
+    unused = torch.ones(32, dtype=torch.bool)
+    unused[ids] = False
+    assert torch.equal(got[1][unused], torch.zeros_like(got[1][unused]))   # slots without rows get no gradient
+
+
+def test_the_grouped_embodiment_linear_scripts():
+    layer = torch.jit.script(CategoryLinear(4, 16, 8))
+    x, ids = torch.randn(3, 2, 16), torch.tensor([1, 0, 1])
+    assert torch.equal(layer(x, ids), torch.bmm(x, layer.weight[ids]) + layer.bias[ids].unsqueeze(1))
