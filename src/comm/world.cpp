@@ -131,14 +131,13 @@ Pending::Clock::time_point Pending::finished_at() const {
   return ns > 0 ? Clock::time_point(std::chrono::nanoseconds(ns)) : Clock::now();
 }
 
-#if LOONGFORGE_WITH_GLOO  // used by the Gloo device choice only
 namespace {
+// Keeps a c10d work object alive for as long as its Pending is (any backend).
 std::shared_ptr<void> hold(c10::intrusive_ptr<c10d::Work> w) {
   return std::shared_ptr<void>(new c10::intrusive_ptr<c10d::Work>(std::move(w)),
                                [](void* p) { delete static_cast<c10::intrusive_ptr<c10d::Work>*>(p); });
 }
 }  // namespace
-#endif
 
 struct World::Impl {
   c10::intrusive_ptr<c10d::Store> store;
