@@ -4,7 +4,7 @@ trainers' bf16 layout (trainable weights fp32, frozen ones bf16, autocast).
 
 Usage (GPU machine):
     PYTHONPATH=scripts python3 scripts/gpu/profile_model.py --model /dev/shm/n16-1b.pt \
-        [--batch 32] [--iters 20] [--trace OUT.json] [--top 30]
+        [--batch 32] [--iters 20] [--trace OUT.json] [--top 30] [--script-only]
 
 Prints
 - ms per forward+backward (median of --iters, CUDA events) for the eager model
@@ -103,13 +103,18 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--trace", default="")
+    ap.add_argument("--script-only", action="store_true", help="only the TorchScript rows (no eager model)")
     args = ap.parse_args()
+    # As loongforge-train runs TorchScript: the graph executor's optimizations off
+    # (with them on, autocast around a scripted forward can crash; docs/architecture.md s9).
+    torch._C._set_graph_executor_optimize(False)
     dev = torch.device("cuda")
     cfg, eager, scripted = load(args.model, dev)
     batch = {k: v.to(dev) for k, v in example_batch(cfg, args.batch, seed=0).items()}
     print(f"config {cfg.name}, batch {args.batch}, torch {torch.__version__}, {torch.cuda.get_device_name()}")
 
-    for name, m in (("eager", eager), ("torchscript", scripted)):
+    models = (("torchscript", scripted),) if args.script_only else (("eager", eager), ("torchscript", scripted))
+    for name, m in models:
         for _ in range(5):
             zero(m)
             fwd_bwd(m, batch)
@@ -139,11 +144,12 @@ def main() -> int:
     for p in m.parameters():
         p.grad = None
     del graph
-    r = regions(eager, batch, args.iters)
-    print("eager regions (ms, median): " + ", ".join(f"{k} {v:.2f}" for k, v in r.items()))
+    if not args.script_only:
+        r = regions(eager, batch, args.iters)
+        print("eager regions (ms, median): " + ", ".join(f"{k} {v:.2f}" for k, v in r.items()))
 
     from torch.profiler import ProfilerActivity, profile
-    for name, m in (("eager", eager), ("torchscript", scripted)):
+    for name, m in models:
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for _ in range(3):
                 zero(m)

@@ -176,10 +176,12 @@ def rope_cos_sin(seq_len: int, head_dim: int, theta: float, device: torch.device
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x (B, h, S, d): rotate-half RoPE as in Qwen3."""
+    """x (B, h, S, d): rotate-half RoPE as in Qwen3, in float32. (Negation and the cast
+    commute exactly, so rotating the float32 copy gives Qwen3's bits with one cast fewer.)"""
     half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return (x.float() * cos + rotated.float() * sin).to(x.dtype)
+    xf = x.float()
+    rotated = torch.cat([-xf[..., half:], xf[..., :half]], dim=-1)
+    return (xf * cos + rotated * sin).to(x.dtype)
 
 
 class LLMAttention(nn.Module):
@@ -348,15 +350,18 @@ class TimestepEncoder(nn.Module):
 
 
 class AdaLayerNorm(nn.Module):
-    """LayerNorm without affine, then x * (1 + scale) + shift from the timestep embedding."""
+    """LayerNorm without affine, then x * (1 + scale) + shift from the timestep embedding.
+
+    forward(x, temb_act): temb_act = silu(temb) (B, C), computed once by ActionHead for
+    every block (the same value each block would compute from temb)."""
 
     def __init__(self, dim: int):
         super().__init__()
         self.norm = nn.LayerNorm(dim, eps=1e-5, elementwise_affine=False)
         self.linear = nn.Linear(dim, 2 * dim)
 
-    def forward(self, x: Tensor, temb: Tensor) -> Tensor:
-        scale, shift = self.linear(F.silu(temb)).chunk(2, dim=-1)     # (B, C) each
+    def forward(self, x: Tensor, temb_act: Tensor) -> Tensor:
+        scale, shift = self.linear(temb_act).chunk(2, dim=-1)         # (B, C) each
         return self.norm(x) * (1.0 + scale.unsqueeze(1)) + shift.unsqueeze(1)
 
 
@@ -371,13 +376,14 @@ class DiTBlock(nn.Module):
         self.norm2 = AdaLayerNorm(dim)
         self.ff = GeluMLP(dim, ffn)
 
-    def forward(self, x: Tensor, temb: Tensor, vl: Tensor, vl_mask: Tensor) -> Tensor:
-        h = self.norm1(x, temb)
+    def forward(self, x: Tensor, temb_act: Tensor, vl: Tensor, vl_mask: Tensor) -> Tensor:
+        """temb_act = silu(timestep embedding) (B, w), see AdaLayerNorm."""
+        h = self.norm1(x, temb_act)
         if self.is_cross:
             x = x + self.attn(h, vl, vl_mask)
         else:
             x = x + self.attn(h, h, None)
-        return x + self.ff(self.norm2(x, temb))
+        return x + self.ff(self.norm2(x, temb_act))
 
 
 class ActionHead(nn.Module):
@@ -404,11 +410,11 @@ class ActionHead(nn.Module):
         H = action_tok.shape[1]
         ctx = self.vl_proj(self.vl_norm(vl))                                  # (B, S, w)
         mask = vl_mask[:, None, None, :]                                      # (B, 1, 1, S)
-        temb = self.timestep_encoder(timestep)                                # (B, w)
+        temb_act = F.silu(self.timestep_encoder(timestep))                    # (B, w), once for every AdaLN
         x = torch.cat([state_tok, action_tok + self.pos_embed[:H]], dim=1)    # (B, 1+H, w)
         for blk in self.blocks:
-            x = blk(x, temb, ctx, mask)
-        shift, scale = self.proj_out_1(F.silu(temb)).chunk(2, dim=-1)        # (B, w) each
+            x = blk(x, temb_act, ctx, mask)
+        shift, scale = self.proj_out_1(temb_act).chunk(2, dim=-1)            # (B, w) each
         x = self.norm_out(x[:, 1:]) * (1.0 + scale.unsqueeze(1)) + shift.unsqueeze(1)  # (B, H, w)
         return self.proj_out_2(x)
 

@@ -4,17 +4,13 @@
 #   the masked model's hidden states at every real position of right-padded text,
 #   and the same n16 loss and gradients;
 # - RMSNorm through F.rms_norm equals Qwen3's written-out RMSNorm;
-# - the grouped per-embodiment linear (Note [Grouped embodiment linear]) equals
-#   upstream's W[ids] gather + bmm for 1, 4 and all-distinct slot ids, forward
-#   and gradients.
+# - RoPE rotating the float32 copy gives exactly Qwen3's values.
 # The bf16 forms on a GPU are checked by test_fast_paths_gpu.py (label gpu).
-import pytest
 import torch
 
 import model
 from model.batch import example_batch
-from model.embodiment import CategoryLinear, category_linear_grouped
-from model.n16 import RMSNorm
+from model.n16 import RMSNorm, apply_rope, rope_cos_sin
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -76,29 +72,10 @@ def test_rms_norm_equals_the_written_out_qwen3_rms_norm():
     assert rel(torch.autograd.grad(ours, x, g)[0], torch.autograd.grad(written, x, g)[0]) < 1e-6
 
 
-@pytest.mark.parametrize("ids", [[3] * 8, [0, 5, 5, 1, 31, 0, 5, 2], list(range(24, 32))],
-                         ids=["one slot", "four slots", "every row its own slot"])
-def test_the_grouped_embodiment_linear_equals_the_weight_gather(ids):
+def test_rope_on_the_float32_copy_gives_qwen3s_bits():
     torch.manual_seed(0)
-    layer = CategoryLinear(32, 64, 48)
-    with torch.no_grad():
-        layer.bias.normal_()
-    ids = torch.tensor(ids)
-    x = torch.randn(8, 5, 64, requires_grad=True)
-    gather = layer(x, ids)                                             # the CPU path: W[ids] + bmm
-    grouped = category_linear_grouped(x, ids, layer.weight, layer.bias, torch.float32)
-    assert (grouped - gather).abs().max().item() <= 1e-6 * gather.abs().max().item()
-    g = torch.randn_like(gather)
-    want = torch.autograd.grad(gather, [x, layer.weight, layer.bias], g)
-    got = torch.autograd.grad(grouped, [x, layer.weight, layer.bias], g)
-    for name, a, b in zip(("x", "weight", "bias"), got, want):
-        assert rel(a, b) < 1e-6, name
-    unused = torch.ones(32, dtype=torch.bool)
-    unused[ids] = False
-    assert torch.equal(got[1][unused], torch.zeros_like(got[1][unused]))   # slots without rows get no gradient
-
-
-def test_the_grouped_embodiment_linear_scripts():
-    layer = torch.jit.script(CategoryLinear(4, 16, 8))
-    x, ids = torch.randn(3, 2, 16), torch.tensor([1, 0, 1])
-    assert torch.equal(layer(x, ids), torch.bmm(x, layer.weight[ids]) + layer.bias[ids].unsqueeze(1))
+    x = torch.randn(2, 4, 9, 32).to(torch.bfloat16)
+    cos, sin = rope_cos_sin(9, 32, 1e6, x.device)
+    half = 16
+    qwen3 = (x.float() * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1).float() * sin).to(x.dtype)
+    assert torch.equal(apply_rope(x, cos, sin), qwen3)
