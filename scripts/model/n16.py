@@ -50,8 +50,9 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))  # (C,)
 
     def forward(self, x: Tensor) -> Tensor:
-        # x * rsqrt(mean(x^2) + eps) * weight with float32 statistics, in x's dtype: one
-        # kernel forward and one backward on CUDA (ATen's fused RMSNorm) instead of ~9 and ~15.
+        # x * rsqrt(mean(x^2) + eps) * weight with float32 statistics, in x's dtype: on CUDA
+        # ATen's fused kernels (_fused_rms_norm and its backward) instead of a chain of
+        # element-wise ones (docs/benchmarks.md, 2026-12-01, fast layer forms).
         return F.rms_norm(x, [x.shape[-1]], self.weight.to(x.dtype), self.eps)
 
 

@@ -153,38 +153,33 @@ TEST_CASE("adfe: a source started at step s (a resumed run) yields what an unint
   }
 }
 
+// The first (step, micro-batch) of the four steps from kBoundaryStep - 1 at which
+// `source` throws a DataError, and its message ({-1, -1} and "" when none does).
+static std::pair<std::pair<int64_t, int64_t>, std::string> first_error(BatchSource& source, const SampleOptions& o) {
+  for (const auto& [s, i] : order(kBoundaryStep - 1, 4, o.accumulation)) {
+    try {
+      source.next(s, i, no_phases);
+    } catch (const DataError& e) {
+      return {{s, i}, e.what()};
+    }
+  }
+  return {{-1, -1}, ""};
+}
+
 TEST_CASE("adfe: a bad video stops at the micro-batch that needs it with the plain source's message") {
   const std::string dir = swapped_copy("error", 1);
   const Dataset ds = Dataset::open(dir);
   const SampleOptions o = options("error");
   // Where and how the plain source stops.
   auto sync = make_sync_source(ds, o, c10::kCPU, kTokensPerView);
-  std::pair<int64_t, int64_t> stop{-1, -1};
-  std::string message;
-  for (const auto& [s, i] : order(kBoundaryStep - 1, 4, o.accumulation)) {
-    try {
-      sync->next(s, i, no_phases);
-    } catch (const DataError& e) {
-      stop = {s, i}, message = e.what();
-      break;
-    }
-  }
+  const auto [stop, message] = first_error(*sync, o);
   REQUIRE(stop == std::pair<int64_t, int64_t>{kBoundaryStep + 1, 0});  // sample 416: episode 1's first row
   REQUIRE_THAT(message, Contains("bad video (data.on_bad_video=error): shard shard-00000.lfshard, episode 1, camera '" +
                                  kCamera + "', video " + video_of(dir, 1) + ": "));
   for (const int64_t threads : {1, 8}) {
     INFO("decode_threads " << threads);
     auto adfe = make_async_source(ds, o, c10::kCPU, kTokensPerView, {4, threads, 64.0});
-    std::pair<int64_t, int64_t> got{-1, -1};
-    std::string got_message;
-    for (const auto& [s, i] : order(kBoundaryStep - 1, 4, o.accumulation)) {
-      try {
-        adfe->next(s, i, no_phases);
-      } catch (const DataError& e) {
-        got = {s, i}, got_message = e.what();
-        break;
-      }
-    }
+    const auto [got, got_message] = first_error(*adfe, o);
     REQUIRE(got == stop);
     REQUIRE(got_message == message);
     // Asked again (the producer had stopped there), the same error.

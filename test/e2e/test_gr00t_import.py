@@ -141,6 +141,18 @@ def trainer_sets(model, data, out):
             f"run.output_dir={out}", "run.name=import"]
 
 
+def train_imported(sets, out):
+    """Runs loongforge-train (n16-tiny.yaml + sets, run.name=import) and returns its STEPS losses."""
+    cmd = [TRAIN, "--config", str(REPO / "configs/n16-tiny.yaml")]
+    for s in sets:
+        cmd += ["--set", s]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    losses = [json.loads(line)["loss"] for line in (out / "import/metrics.jsonl").read_text().splitlines()]
+    assert len(losses) == STEPS
+    return losses
+
+
 def test_the_import_picks_the_config_and_the_checkpoints_tokenizer(upstream, imported):
     _, _, ckpt = upstream
     model_pt, stdout, _ = imported
@@ -203,13 +215,7 @@ def test_the_trainer_starts_at_upstreams_loss_and_lowers_it(upstream, imported, 
     oracle, model, _ = upstream
     model_pt, _, ds = imported
     sets = trainer_sets(model_pt, ds, tmp_path)
-    cmd = [TRAIN, "--config", str(REPO / "configs/n16-tiny.yaml")]
-    for s in sets:
-        cmd += ["--set", s]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
-    losses = [json.loads(line)["loss"] for line in (tmp_path / "import/metrics.jsonl").read_text().splitlines()]
-    assert len(losses) == STEPS
+    losses = train_imported(sets, tmp_path)
 
     cfg, _ = effective_config(Path(TRAIN), str(REPO / "configs/n16-tiny.yaml"), sets)
     extra = {"loongforge/config.json": ""}

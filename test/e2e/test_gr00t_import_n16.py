@@ -26,7 +26,7 @@ import sys
 import pytest
 import torch
 
-from test_gr00t_import import FIXTURE, LOSS_RTOL, REPO, STEPS, TRAIN, trainer_sets
+from test_gr00t_import import FIXTURE, LOSS_RTOL, REPO, STEPS, TRAIN, train_imported, trainer_sets
 
 sys.path.insert(0, str(REPO / "test" / "scripts"))
 import lerobot_oracle  # noqa: E402
@@ -132,13 +132,7 @@ def test_an_n16_layout_checkpoint_imports_trains_and_starts_at_upstreams_loss(up
     assert (mcfg.image_size, mcfg.image_crop_fraction, mcfg.llm_layers, mcfg.tune_top_llm_layers) == (56, 0.95, 2, 1)
 
     sets = trainer_sets(tmp_path / "model.pt", tmp_path / "ds", tmp_path)
-    cmd = [TRAIN, "--config", str(REPO / "configs/n16-tiny.yaml")]
-    for s in sets:
-        cmd += ["--set", s]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
-    losses = [json.loads(line)["loss"] for line in (tmp_path / "import/metrics.jsonl").read_text().splitlines()]
-    assert len(losses) == STEPS
+    losses = train_imported(sets, tmp_path)
 
     cfg, _ = effective_config(TRAIN, str(REPO / "configs/n16-tiny.yaml"), sets)
     batch = SampleBuilder(LFDataset(tmp_path / "ds"), mcfg, cfg).micro_batch(0, 0)

@@ -1,4 +1,4 @@
-# Proves that the fast forms of the model's layers (issue #11 items 3 and 4) compute
+# Proves that the fast forms of the model's layers (issue #11 item 3) compute
 # the same function as the plain forms they replace, on the CPU in float32:
 # - the language model without a key mask (causal flash attention with GQA) gives
 #   the masked model's hidden states at every real position of right-padded text,
@@ -17,18 +17,25 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.double() - b.double()).norm() / b.double().norm().clamp(min=1e-30)).item()
 
 
-def test_the_unmasked_causal_lm_equals_the_key_masked_lm_at_every_real_position():
+def lm_with_and_without_key_mask(device: torch.device, batch_size: int):
+    """n16-tiny's LM on a random right-padded batch (under whatever autocast is on), with its
+    key mask and without: -> (masked, causal, real), real marking the real positions."""
     torch.manual_seed(0)
     cfg = model.get_config("n16-tiny")
-    m = model.build_model(cfg).eval()
-    batch = example_batch(cfg, 6, seed=3)
+    m = model.build_model(cfg).to(device).eval()
+    batch = {k: v.to(device) for k, v in example_batch(cfg, batch_size, seed=3).items()}
     assert not batch["text_mask"].all()                               # some rows are padded
-    prefix = torch.randn(6, 16, cfg.llm_width)
-    key_mask = torch.cat([torch.ones(6, 16, dtype=torch.bool), batch["text_mask"]], dim=1)   # (B, S)
+    prefix = torch.randn(batch_size, 16, cfg.llm_width, device=device)
+    ones = torch.ones(batch_size, 16, dtype=torch.bool, device=device)
+    key_mask = torch.cat([ones, batch["text_mask"]], dim=1)           # (B, S)
     with torch.no_grad():
         masked = m.llm(prefix, batch["text_tokens"], key_mask)
         causal = m.llm(prefix, batch["text_tokens"], None)
-    real = key_mask.unsqueeze(-1).expand_as(masked)
+    return masked, causal, key_mask.unsqueeze(-1).expand_as(masked)
+
+
+def test_the_unmasked_causal_lm_equals_the_key_masked_lm_at_every_real_position():
+    masked, causal, real = lm_with_and_without_key_mask(torch.device("cpu"), 6)
     assert rel(causal[real], masked[real]) < 1e-6
     assert (causal[~real] - masked[~real]).abs().max() > 1e-3          # padded positions do differ: the test sees them
 

@@ -2,33 +2,20 @@
 # autocast the causal LM without a key mask (flash attention, GQA) gives the masked
 # LM's hidden states at every real position within bf16 tolerance, and the fused
 # RMSNorm kernel equals the written-out one.
-import pytest
 import torch
 
-import model
-from model.batch import example_batch
 from model.n16 import RMSNorm
+from test_fast_paths import lm_with_and_without_key_mask, rel
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+# Registered only with label gpu (ctest -L gpu): without a GPU it fails, it does not skip.
+assert torch.cuda.is_available(), "test_fast_paths_gpu.py needs a CUDA GPU (it runs with ctest -L gpu)"
 DEV = torch.device("cuda")
 BF16_REL = 1e-2
 
 
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a.double() - b.double()).norm() / b.double().norm().clamp(min=1e-30)).item()
-
-
 def test_the_unmasked_causal_lm_equals_the_key_masked_lm_in_bf16():
-    torch.manual_seed(0)
-    cfg = model.get_config("n16-tiny")
-    m = model.build_model(cfg).to(DEV).eval()
-    batch = {k: v.to(DEV) for k, v in example_batch(cfg, 8, seed=3).items()}
-    prefix = torch.randn(8, 16, cfg.llm_width, device=DEV)
-    key_mask = torch.cat([torch.ones(8, 16, dtype=torch.bool, device=DEV), batch["text_mask"]], dim=1)
-    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
-        masked = m.llm(prefix, batch["text_tokens"], key_mask)
-        causal = m.llm(prefix, batch["text_tokens"], None)
-    real = key_mask.unsqueeze(-1).expand_as(masked)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        masked, causal, real = lm_with_and_without_key_mask(DEV, 8)
     assert rel(causal[real], masked[real]) < BF16_REL
 
 

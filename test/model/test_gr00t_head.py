@@ -143,14 +143,19 @@ def compare(oracle, cfg, train: bool, seed=0, std=0.1, constant_only=False):
     assert torch.isfinite(loss_up) and torch.isfinite(res["loss"])
     loss_up.backward()
     res["loss"].backward()
+    return rel(res["pred_velocity"], pred_up), rel(res["loss"], loss_up), worst_grad(up, ours)
+
+
+def worst_grad(up, ours):
+    """-> (largest relative gradient difference over upstream's tensors, its name); every
+    tensor of both heads must have a gradient."""
     ours_params = dict(ours.named_parameters())
     worst = (0.0, "")
     for name, p in up.named_parameters():
         mine = ours_params[conv.to_loongforge("action_head." + name)]
         assert p.grad is not None and mine.grad is not None, name
-        r = rel(mine.grad, p.grad)
-        worst = max(worst, (r, name))
-    return rel(res["pred_velocity"], pred_up), rel(res["loss"], loss_up), worst
+        worst = max(worst, (rel(mine.grad, p.grad), name))
+    return worst
 
 
 def test_the_converted_upstream_head_maps_every_tensor_both_ways(oracle):
@@ -240,11 +245,7 @@ def test_n16_state_mask_token_equals_upstream_with_the_same_drops(oracle):
     assert bool(drop.any()) and not bool(drop.all()), drop
     loss_up.backward()
     res["loss"].backward()
-    ours_params = dict(ours.named_parameters())
-    worst = (0.0, "")
-    for name, p in up.named_parameters():
-        mine = ours_params[conv.to_loongforge("action_head." + name)]
-        worst = max(worst, (rel(mine.grad, p.grad), name))
+    worst = worst_grad(up, ours)
     fwd, loss = rel(res["pred_velocity"], pred_up), rel(res["loss"], loss_up)
     print(f"\n[N1.6 mask token, train] drops {drop.tolist()}; max rel diff: forward {fwd:.2e}, loss {loss:.2e}, "
           f"grad {worst[0]:.2e} ({worst[1]})")
