@@ -18,6 +18,7 @@ TargetOptions g_target;
 double g_duration_s = 2.0;
 int64_t g_max_steps = 1000;
 std::string g_output = "profile.json", g_trace;
+bool g_kernels = false;
 
 void write_file(const std::string& path, const nlohmann::json& j) {
   std::ofstream f(path);
@@ -32,6 +33,9 @@ void profile_step_options(CLI::App& app) {
   app.add_option("--max-steps", g_max_steps, "Profile at most this many steps")->capture_default_str();
   app.add_option("--output,-o", g_output, "Profile JSON (per-phase times)")->capture_default_str();
   app.add_option("--trace", g_trace, "Chrome trace JSON; default: <output>.trace.json");
+  app.add_flag("--kernels", g_kernels,
+               "Also count CUDA work per step (device kernels, copies, host launch calls, graph launches) "
+               "with libtorch's Kineto profiler");
 }
 
 int profile_step_run() {
@@ -42,7 +46,9 @@ int profile_step_run() {
     }
     TargetOptions t = g_target;
     t.timeout_s = std::max(t.timeout_s, g_duration_s + 120);
-    nlohmann::json p = call(t, "profile-step", {{"duration_s", g_duration_s}, {"max_steps", g_max_steps}});
+    nlohmann::json args = {{"duration_s", g_duration_s}, {"max_steps", g_max_steps}};
+    if (g_kernels) args["kernels"] = true;
+    nlohmann::json p = call(t, "profile-step", args);
     const nlohmann::json trace = p["trace"];
     p.erase("trace");
     p["trace_file"] = g_trace;
@@ -62,6 +68,16 @@ int profile_step_run() {
       std::printf("  %-12s %12.3f %7.1f%%\n", name.c_str(), ms, step_ms > 0 ? 100 * ms / step_ms : 0.0);
     }
     std::printf("  %-12s %12.3f\n", "step", step_ms);
+    if (const auto c = p.find("cuda"); c != p.end() && c->is_object()) {
+      if (c->contains("error"))
+        std::printf("CUDA activity: %s\n", c->value("error", std::string()).c_str());
+      else
+        std::printf("CUDA activity per step: %.1f kernels, %.1f copies, %.1f fills on the device; host: %.1f kernel "
+                    "launches, %.1f graph launches, %.1f copy/fill calls\n",
+                    c->value("kernels_per_step", 0.0), c->value("copies_per_step", 0.0),
+                    c->value("fills_per_step", 0.0), c->value("host_launches_per_step", 0.0),
+                    c->value("graph_launches_per_step", 0.0), c->value("host_copy_calls_per_step", 0.0));
+    }
     std::printf("wrote %s and %s (open the trace in https://ui.perfetto.dev or chrome://tracing)\n", g_output.c_str(),
                 g_trace.c_str());
     return kExitOk;

@@ -4,17 +4,24 @@
 # RoPE with one cast fewer) against the model code of another commit
 # (.gpu-carry/model-before: BEFORE=<commit> bash scripts/gpu/prepare_carry.sh):
 #   1. build (scripts/gpu/build.sh), export n16-1b with both model codes;
-#   2. loongforge-train lf-graphs on the new file, the reference trainer's optimized
-#      mode (ref-opt: torch.compile + CUDA graphs, fused AdamW) on the same file, and
-#      lf-graphs-before on the old one, STEPS steps each (default 150), same data;
+#   2. train: the runs of TRAIN_RUNS (see the case below; ref-opt is the reference
+#      trainer's optimized mode: torch.compile + CUDA graphs, fused AdamW), STEPS steps
+#      each (default 150), same model file and data; with PROFILE=1 (default) each
+#      loongforge-train run also gets `profile-step --kernels` at step 60;
 #   3. scripts/gpu/profile_model.py --script-only on both files: forward+backward of
 #      the TorchScript module (eager launches and one CUDA graph), top kernels;
 #   4. scripts/gpu/bench_ops.py: candidate ops alone at n16-1b shapes (SECTIONS=ops);
-#   5. ctest -L gpu -LE long, then the long GPU tests while time is left.
+#   5. ctest -L gpu -LE long, then the long GPU tests while time is left;
+#   compiled (first when picked): the AOTInductor package of n16-1b's micro-step
+#      (scripts/compile_step.py), taken from .gpu-carry/n16-1b-step.pt2 when there
+#      (copy a returned one there; loongforge-train refuses one that does not match),
+#      else compiled (minutes) and returned as $OUT/n16-1b-step.pt2; the train
+#      section's lf-compiled* runs need it.
 # Sections get what is left of a 570 s budget (one device call is 600 s at most);
 # the main log is $OUT/issue11_step.log, every other log and metrics file is in
 # $OUT/logs.tgz (rewritten after each section: a call returns at most 8 files).
-# SECTIONS (default "train profile tests") picks sections: train profile ops tests.
+# SECTIONS (default "train profile tests") picks sections: compiled train profile ops tests;
+# TRAIN_RUNS the runs of section train (default: all but lf-graphs-before and ref-base).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" issue11_step
 steps=${STEPS:-150}
 sections=${SECTIONS:-train profile tests}
@@ -35,23 +42,71 @@ if [ -f .gpu-carry/model-before/model/export.py ]; then
   echo "before: $(cat .gpu-carry/model-before/COMMIT 2>/dev/null)"
 fi
 
-train_lf() {  # name model-file
-  timeout $(left 150) build-gpu/src/daemon/loongforge-train --config $cfg --set model.path=$2 \
-    --set trainer.max_steps=$steps --set run.output_dir=/tmp/runs --set run.name=$1 --set logging.progress=lines \
-    --set logging.interval_steps=50 --set trainer.cuda_graphs=on > "$logs/$1.log" 2>&1; echo "$1: exit $?"
-  cp /tmp/runs/$1/metrics.jsonl "$logs/$1_metrics.jsonl" 2>/dev/null; pack
+# train_lf NAME MODEL-FILE [--set k=v ...]: one loongforge-train run; with PROFILE=1 also
+# `loongforge profile-step --kernels` over steps 61-70 (left out of the steady state).
+skips=()
+train_lf() {
+  local name=$1 file=$2; shift 2
+  local sock=/tmp/lf-ctl/$name.sock
+  timeout $(left 150) build-gpu/src/daemon/loongforge-train --config $cfg --set model.path=$file \
+    --set trainer.max_steps=$steps --set run.output_dir=/tmp/runs --set run.name=$name --set logging.progress=lines \
+    --set logging.interval_steps=50 --set control.socket=$sock "$@" > "$logs/$name.log" 2>&1 &
+  local pid=$!
+  if [ "${PROFILE:-1}" = 1 ]; then
+    wait_for_step $sock 60
+    build-gpu/cli/loongforge profile-step --socket $sock --duration 30 --max-steps 10 --kernels \
+      --output "$logs/$name-profile.json" 2>&1 | tail -12
+    build-gpu/cli/loongforge status --socket $sock --json > "$logs/$name-status.json" 2>/dev/null
+    python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print("status:", {k: s.get(k) for k in ("step_runner", "optimizer_graph")})' \
+      "$logs/$name-status.json" 2>/dev/null
+    skips+=("$name:55-75")
+  fi
+  wait $pid; echo "$name: exit $?"
+  grep -E "compiled step|captured|error" "$logs/$name.log" | head -5
+  cp /tmp/runs/$name/metrics.jsonl "$logs/${name}_metrics.jsonl" 2>/dev/null; pack
 }
+ran=""
+pkg=/dev/shm/n16-1b-step.pt2
+if want compiled; then
+  stamp "compiled: the AOTInductor package of n16-1b's micro-step"
+  [ -f .gpu-carry/n16-1b-step.pt2 ] && cp .gpu-carry/n16-1b-step.pt2 $pkg && echo "carried package"
+  if [ ! -f $pkg ]; then
+    PYTHONPATH=scripts timeout $(left 330) python3 scripts/compile_step.py /dev/shm/n16-1b.pt --batch-size 32 \
+      --device cuda --precision bf16 --out $pkg > "$logs/compile_step.log" 2>&1; echo "compile_step: exit $?"
+    grep -v Warning "$logs/compile_step.log" | tail -3
+    [ -f $pkg ] && cp $pkg "$OUT/n16-1b-step.pt2"
+  fi
+fi
 if want train; then
-  stamp "train: lf-graphs (new model)"; train_lf lf-graphs /dev/shm/n16-1b.pt
-  stamp "train: ref-opt (new model)"
-  PYTHONPATH=scripts timeout $(left 250) python3 scripts/reference/train_torch.py --config $cfg \
-    --set model.path=/dev/shm/n16-1b.pt --set trainer.max_steps=$steps --set run.output_dir=/tmp/runs --mode optimized \
-    --loongforge-train build-gpu/src/daemon/loongforge-train --out /tmp/runs/ref-opt > "$logs/ref-opt.log" 2>&1
-  echo "ref-opt: exit $?"; tail -2 "$logs/ref-opt.log"
-  cp /tmp/runs/ref-opt/metrics.jsonl "$logs/ref-opt_metrics.jsonl" 2>/dev/null; pack
-  if [ -n "$before" ]; then stamp "train: lf-graphs-before"; train_lf lf-graphs-before $before; fi
+  # lf-compiled-graphs: the package, replayed as CUDA graphs, optimizer graph (the defaults with a package)
+  # lf-compiled: the package called without graphs; lf-compiled-adfe: as lf-compiled-graphs, ADFE's source
+  # lf-graphs: the TorchScript forward+backward replayed, optimizer graph; lf-plain: no graphs, per-tensor AdamW
+  for run in ${TRAIN_RUNS:-lf-compiled-graphs lf-compiled lf-compiled-adfe lf-graphs ref-opt lf-plain}; do
+    stamp "train: $run"
+    case $run in
+      lf-compiled-graphs) [ -f $pkg ] && train_lf $run /dev/shm/n16-1b.pt --set trainer.compiled_step=$pkg ;;
+      lf-compiled) [ -f $pkg ] && train_lf $run /dev/shm/n16-1b.pt --set trainer.compiled_step=$pkg \
+                     --set trainer.cuda_graphs=off ;;
+      lf-compiled-adfe) [ -f $pkg ] && train_lf $run /dev/shm/n16-1b.pt --set trainer.compiled_step=$pkg \
+                          --set adfe.enable=true --set adfe.decode_threads=4 ;;
+      lf-graphs) train_lf $run /dev/shm/n16-1b.pt --set trainer.cuda_graphs=on ;;
+      lf-graphs-before) [ -n "$before" ] && train_lf $run $before --set trainer.cuda_graphs=on ;;
+      lf-plain) train_lf $run /dev/shm/n16-1b.pt --set trainer.cuda_graphs=off --set optimizer.implementation=plain ;;
+      ref-opt|ref-base)
+        mode=optimized; [ $run = ref-base ] && mode=baseline
+        PYTHONPATH=scripts timeout $(left 250) python3 scripts/reference/train_torch.py --config $cfg \
+          --set model.path=/dev/shm/n16-1b.pt --set trainer.max_steps=$steps --set run.output_dir=/tmp/runs \
+          --mode $mode --loongforge-train build-gpu/src/daemon/loongforge-train --out /tmp/runs/$run \
+          > "$logs/$run.log" 2>&1
+        echo "$run: exit $?"; tail -2 "$logs/$run.log"
+        cp /tmp/runs/$run/metrics.jsonl "$logs/${run}_metrics.jsonl" 2>/dev/null; pack ;;
+    esac
+    ran="$ran $run"
+  done
+fi
+if [ -n "$ran" ]; then
   stamp "steady state (steps 51-$steps)"
-  python3 scripts/gpu/steady_state.py $logs lf-graphs lf-graphs-before ref-opt
+  python3 scripts/gpu/steady_state.py $logs $ran ${skips[@]+--skip-steps "${skips[@]}"}
 fi
 if want profile; then
   for f in /dev/shm/n16-1b.pt $before; do

@@ -15,11 +15,12 @@
 // forward draws them, so the random stream is the plain runner's. The
 // package's manifest (its "loongforge" metadata) is checked against the
 // model before the package's code is loaded.
-#include <string>   // std::string
-#include <utility>  // std::move
-#include <vector>   // std::vector
+#include <optional>  // std::optional
+#include <string>    // std::string
+#include <utility>   // std::move
+#include <vector>    // std::vector
 
-#include <ATen/ATen.h>  // at::rand, at::randn_like
+#include <ATen/ATen.h>  // at::rand, at::randn_like, at::_foreach_add_
 #include <c10/core/GradMode.h>  // c10::NoGradGuard
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>  // AOTIModelPackageLoader
 #include <torch/version.h>  // TORCH_VERSION
@@ -59,8 +60,20 @@ std::string shape_text(const std::vector<int64_t>& s) {
 
 class CompiledRunner final : public StepRunner {
  public:
-  CompiledRunner(model::Model& net, const std::string& package, bool bf16, c10::Device device)
+  CompiledRunner(model::Model& net, const std::string& package, bool bf16, GraphMode graphs, c10::Device device)
       : net_(net), package_(package), bf16_(bf16) {
+    if (graphs != GraphMode::off) {
+#if LOONGFORGE_WITH_CUDA_KERNELS
+      if (device.is_cuda()) {
+        graphs_ = true, required_ = graphs == GraphMode::required;
+        side_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
+        pool_ = at::cuda::graph_pool_handle();
+      }
+#endif
+      if (graphs == GraphMode::required && !graphs_)
+        throw ConfigError("trainer.cuda_graphs=on with trainer.compiled_step needs a CUDA build and run.device=cuda; "
+                          "set trainer.cuda_graphs=off or auto");
+    }
     const std::string rebuild = "rebuild it: python3 scripts/compile_step.py " + net.info().path +
                                 " --batch-size B --device " + std::string(device.is_cuda() ? "cuda" : "cpu") +
                                 " --precision " + (bf16 ? "bf16" : "fp32") + " --out " + package;
@@ -112,7 +125,7 @@ class CompiledRunner final : public StepRunner {
     beta_alpha_ = net.info().config.value("beta_alpha", 1.5);
     try {
       loader_ = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
-          package, "model", /*run_single_threaded=*/false, /*num_runners=*/1,
+          package, "model", /*run_single_threaded=*/graphs_, /*num_runners=*/1,
           device.is_cuda() ? device.index() : c10::DeviceIndex(-1));
     } catch (const std::exception& e) {
       throw ConfigError("trainer.compiled_step: loading " + package + " failed: " + short_libtorch_message(e.what()) +
@@ -120,49 +133,131 @@ class CompiledRunner final : public StepRunner {
     }
     LF_LOG(logger("fusion"), info) << "compiled step: " << package << " (" << m.value("model_name", std::string("?"))
                                    << ", micro-batch " << (batch_.empty() || batch_[0].shape.empty() ? 0 : batch_[0].shape[0])
-                                   << ", " << want_precision << ")";
+                                   << ", " << want_precision << (graphs_ ? ", replayed as a CUDA graph" : "") << ")";
   }
 
   at::Tensor run(std::vector<data::ReadyBatch>& batches, const std::vector<double>& weights, int64_t step,
                  PhaseRecorder& phases) override {
     at::Tensor total;
-    for (size_t i = 0; i < batches.size(); ++i) {
-      const model::Batch& batch = batches[i].tensors;
-      at::Tensor part;
-      std::vector<at::Tensor> inputs;
-      if (!inputs_for(batch, weights[i], inputs)) {
-        ++fallbacks_;  // a shape the package was not compiled for (e.g. a smaller last batch)
-        part = eager_micro_step(net_, bf16_, fault_, batch, weights[i], step, static_cast<int64_t>(i), phases);
-      } else {
-        Phase p(phases, "forward_backward", step + 1, static_cast<int64_t>(i));
-        fault_.maybe_raise("forward", step + 1);
-        c10::NoGradGuard no_grad;
-        std::vector<at::Tensor> out = loader_->run(inputs);
-        ++calls_;
-        for (size_t j = 0; j < trainable_.size(); ++j) {
-          at::Tensor& g = trainable_[j].mutable_grad();
-          if (!g.defined())
-            g = std::move(out[2 + j]);
-          else
-            g.add_(out[2 + j]);
-        }
-        part = out[0].to(at::kDouble) * weights[i];
+    first_replayed_ = false;
+    auto all = [&] {
+      for (size_t i = 0; i < batches.size(); ++i) {
+        const at::Tensor part = micro_step(batches[i].tensors, weights[i], step, static_cast<int64_t>(i), phases);
+        total = total.defined() ? total + part : part.clone();  // a replay rewrites `part` in place
       }
-      total = total.defined() ? total + part : part;
+    };
+#if LOONGFORGE_WITH_CUDA_KERNELS
+    if (graphs_) {
+      on_side_stream(*side_, all);
+      return total;
     }
+#endif
+    all();
     return total;
   }
 
   nlohmann::json status() const override {
-    return {{"compiled_step", package_}, {"calls", calls_}, {"eager_fallbacks", fallbacks_}};
+    return {{"compiled_step", package_}, {"calls", calls_},         {"eager_fallbacks", fallbacks_},
+            {"cuda_graphs", graphs_},    {"captures", captures_},   {"replays", replays_},
+            {"capture_failures", failures_}};
   }
 
  private:
-  // The package's inputs for this micro-batch; false (and nothing drawn)
-  // when its shapes or dtypes are not the compiled ones. Draws fm_t and
-  // fm_noise when the batch lacks them, exactly as the model's forward would
-  // (model/n16.py), after every check, so an eager fallback draws them itself.
-  bool inputs_for(const model::Batch& batch, double w, std::vector<at::Tensor>& inputs) {
+#if LOONGFORGE_WITH_CUDA_KERNELS
+  struct Captured {
+    std::unique_ptr<at::cuda::CUDAGraph> graph;
+    model::Batch batch;             // static copies of the batch tensors the package reads
+    at::Tensor w32, w64, part;      // w (package input, float32; float64 for the step loss), loss * w
+    std::vector<at::Tensor> grads;  // first: the gradient outputs
+  };
+#endif
+
+  // One micro-batch: eagerly through the TorchScript module when its shapes
+  // are not the package's; else a replay of the captured package call, or
+  // (warm-up, no graphs, or a failed capture) a package call.
+  at::Tensor micro_step(const model::Batch& batch, double w, int64_t step, int64_t micro, PhaseRecorder& phases) {
+    if (!matches(batch)) {
+      ++fallbacks_;  // a shape the package was not compiled for (e.g. a smaller last batch)
+      return eager_micro_step(net_, bf16_, fault_, batch, w, step, micro, phases);
+    }
+    Phase p(phases, "forward_backward", step + 1, micro);
+    fault_.maybe_raise("forward", step + 1);
+    c10::NoGradGuard no_grad;
+#if LOONGFORGE_WITH_CUDA_KERNELS
+    // A later micro-batch's graph adds into the first graph's outputs: only
+    // after that graph was replayed for this step's first micro-batch.
+    if (graphs_ && !capture_failed_ && calls_ >= kGraphWarmupCalls && (micro == 0 || first_replayed_)) {
+      Captured& c = micro == 0 ? first_ : accumulate_;
+      if (!c.graph) capture(c, micro == 0, batch, step);
+      if (c.graph) {
+        for (auto& [key, t] : c.batch) t.copy_(batch.at(key), /*non_blocking=*/true);
+        c.w32.fill_(w), c.w64.fill_(w);
+        c.graph->replay();
+        ++replays_;
+        if (micro == 0) {  // the first micro-batch's gradients are the graph's outputs
+          for (size_t j = 0; j < trainable_.size(); ++j) trainable_[j].mutable_grad() = c.grads[j];
+          first_replayed_ = true;
+        }
+        return c.part;
+      }
+    }
+#endif
+    ++calls_;
+    const at::Tensor w32 = at::scalar_tensor(w, batch.at("actions").options().dtype(at::kFloat));
+    std::vector<at::Tensor> out = loader_->run(inputs(batch, w32));
+    for (size_t j = 0; j < trainable_.size(); ++j) {
+      at::Tensor& g = trainable_[j].mutable_grad();
+      if (!g.defined())
+        g = std::move(out[2 + j]);
+      else
+        g.add_(out[2 + j]);
+    }
+    return out[0].to(at::kDouble) * w;
+  }
+
+#if LOONGFORGE_WITH_CUDA_KERNELS
+  // Records one package call on static copies of the batch and of w (fm_t
+  // and fm_noise drawn inside, so each replay draws fresh ones from the
+  // generator's graph-safe Philox offsets) and loss * w. first: the
+  // package's gradient outputs stay the graph's static outputs, which
+  // become .grad after each replay (nothing is added or zeroed); else they
+  // are added into .grad, which then holds the first graph's outputs, in
+  // one multi-tensor add (a step of K micro-batches: first, then K-1 times
+  // accumulate, in the plain runner's order).
+  void capture(Captured& c, bool first, const model::Batch& batch, int64_t step) {
+    for (const auto& e : batch_)
+      if (auto it = batch.find(e.key); it != batch.end()) c.batch[e.key] = it->second.clone();
+    c.w32 = at::zeros({}, batch.at("actions").options().dtype(at::kFloat));
+    c.w64 = at::zeros({}, c.w32.options().dtype(at::kDouble));
+    try {
+      c.graph = capture_graph(pool_, [&] {
+        std::vector<at::Tensor> out = loader_->run(inputs(c.batch, c.w32));
+        if (first)
+          c.grads.assign(out.begin() + 2, out.end());
+        else
+          at::_foreach_add_(first_.grads, at::TensorList(out).slice(2));
+        c.part = out[0].to(at::kDouble) * c.w64;
+      });
+    } catch (const std::exception& e) {
+      ++failures_;
+      capture_failed_ = true;
+      first_ = Captured{}, accumulate_ = Captured{};
+      const std::string why = short_libtorch_message(e.what());
+      if (required_)
+        throw ConfigError("step " + std::to_string(step + 1) + ": capturing the compiled step as a CUDA graph failed: " +
+                          why + "; set trainer.cuda_graphs=off (or auto, which falls back to uncaptured calls)");
+      LF_LOG(logger("fusion"), warn) << "step " << step + 1 << ": CUDA graph capture of the compiled step failed ("
+                                     << why << "); it runs uncaptured from now on (trainer.cuda_graphs=auto)";
+      return;
+    }
+    ++captures_;
+    LF_LOG(logger("fusion"), info) << "step " << step + 1 << ": captured the compiled step as a CUDA graph ("
+                                   << (first ? "first micro-batch" : "accumulating micro-batches") << ")";
+  }
+#endif
+
+  // Whether the batch has the package's shapes and dtypes (warns once when not).
+  bool matches(const model::Batch& batch) {
     const at::Tensor& actions = batch.at("actions");
     for (const auto& e : batch_) {
       at::ScalarType dtype;
@@ -186,6 +281,14 @@ class CompiledRunner final : public StepRunner {
         return false;
       }
     }
+    return true;
+  }
+
+  // The package's inputs for a matching batch: parameters, batch tensors, w.
+  // Draws fm_t and fm_noise when the batch lacks them, exactly as the
+  // model's forward would (model/n16.py).
+  std::vector<at::Tensor> inputs(const model::Batch& batch, const at::Tensor& w32) {
+    const at::Tensor& actions = batch.at("actions");
     at::Tensor fm_t, fm_noise;
     if (!batch.count("fm_t") || !batch.count("fm_noise")) {
       // model/n16.py: u = rand([B]); t = (s - u^(1/alpha)) / s unless fm_t is given; then noise = randn_like(actions)
@@ -198,17 +301,18 @@ class CompiledRunner final : public StepRunner {
       auto it = batch.find("fm_noise");
       fm_noise = it != batch.end() ? it->second : at::randn_like(actions);
     }
-    inputs.reserve(trainable_.size() + frozen_.size() + batch_.size() + 1);
-    for (const auto& t : trainable_) inputs.push_back(t);
-    for (const auto& t : frozen_) inputs.push_back(t);
+    std::vector<at::Tensor> in;
+    in.reserve(trainable_.size() + frozen_.size() + batch_.size() + 1);
+    for (const auto& t : trainable_) in.push_back(t);
+    for (const auto& t : frozen_) in.push_back(t);
     for (const auto& e : batch_) {
       if (auto it = batch.find(e.key); it != batch.end())
-        inputs.push_back(it->second);
+        in.push_back(it->second);
       else
-        inputs.push_back(e.key == "fm_t" ? fm_t : fm_noise);
+        in.push_back(e.key == "fm_t" ? fm_t : fm_noise);
     }
-    inputs.push_back(at::scalar_tensor(w, actions.options().dtype(at::kFloat)));
-    return true;
+    in.push_back(w32);
+    return in;
   }
 
   model::Model& net_;
@@ -219,15 +323,20 @@ class CompiledRunner final : public StepRunner {
   std::vector<at::Tensor> trainable_, frozen_;
   double noise_s_ = 0.999, beta_alpha_ = 1.5;
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader_;
-  int64_t calls_ = 0, fallbacks_ = 0;
-  bool warned_ = false;
+  int64_t calls_ = 0, fallbacks_ = 0, captures_ = 0, replays_ = 0, failures_ = 0;
+  bool warned_ = false, graphs_ = false, required_ = false, capture_failed_ = false, first_replayed_ = false;
+#if LOONGFORGE_WITH_CUDA_KERNELS
+  std::optional<c10::cuda::CUDAStream> side_;
+  at::cuda::MempoolId_t pool_;
+  Captured first_, accumulate_;
+#endif
 };
 
 }  // namespace
 
 std::unique_ptr<StepRunner> make_compiled_runner(model::Model& net, const std::string& package, bool bf16_autocast,
-                                                 c10::Device device) {
-  return std::make_unique<CompiledRunner>(net, package, bf16_autocast, device);
+                                                 GraphMode graphs, c10::Device device) {
+  return std::make_unique<CompiledRunner>(net, package, bf16_autocast, graphs, device);
 }
 
 }  // namespace loongforge::fusion

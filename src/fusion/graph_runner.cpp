@@ -4,7 +4,7 @@
 // How a micro-batch runs (everything on one side stream, which the caller's
 // stream waits for at the end of run()):
 //  - its signature is the batch's keys, shapes and dtypes; the first
-//    kWarmupCalls micro-batches of a signature run eagerly (as the plain
+//    kGraphWarmupCalls micro-batches of a signature run eagerly (as the plain
 //    runner does), so lazy initialisation (cuBLAS handles and workspaces,
 //    autocast, the allocator's blocks) happens outside any capture;
 //  - then the micro-batch's forward, the backward of w * loss and
@@ -45,8 +45,6 @@ namespace loongforge::fusion {
 #if LOONGFORGE_WITH_CUDA_KERNELS
 namespace {
 
-constexpr int64_t kWarmupCalls = 3;
-
 std::string signature(const model::Batch& b) {
   std::ostringstream s;
   for (const auto& [key, t] : b) s << key << ':' << t.sizes() << ':' << t.scalar_type() << ';';
@@ -71,23 +69,15 @@ class GraphRunner final : public StepRunner {
 
   at::Tensor run(std::vector<data::ReadyBatch>& batches, const std::vector<double>& weights, int64_t step,
                  PhaseRecorder& phases) override {
-    const c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(side_.device_index());
-    at::cuda::CUDAEvent inputs_ready;
-    inputs_ready.record(caller);
-    inputs_ready.block(side_);
     at::Tensor total;
-    {
-      c10::cuda::CUDAStreamGuard on_side(side_);
+    on_side_stream(side_, [&] {
       for (size_t i = 0; i < batches.size(); ++i) {
         const auto micro = static_cast<int64_t>(i);
         Captured& c = graphs_[signature(batches[i].tensors)];
         const at::Tensor part = micro_step(c, batches[i].tensors, weights[i], step, micro, phases);
         total = total.defined() ? total + part : part.clone();
       }
-    }
-    at::cuda::CUDAEvent done;
-    done.record(side_);
-    done.block(caller);
+    });
     return total;
   }
 
@@ -110,7 +100,7 @@ class GraphRunner final : public StepRunner {
       ++replays_;
       return c.part;
     }
-    if (c.eager_only || ++c.calls <= kWarmupCalls) return eager_micro_step(net_, bf16_, fault_, batch, w, step, micro, phases);
+    if (c.eager_only || ++c.calls <= kGraphWarmupCalls) return eager_micro_step(net_, bf16_, fault_, batch, w, step, micro, phases);
     capture(c, batch, step);
     if (!c.graph) return eager_micro_step(net_, bf16_, fault_, batch, w, step, micro, phases);
     return micro_step(c, batch, w, step, micro, phases);
@@ -121,20 +111,14 @@ class GraphRunner final : public StepRunner {
     for (const auto& [key, t] : batch) c.inputs[key] = t.clone();
     c.w32 = at::zeros({}, batch.begin()->second.options().dtype(at::kFloat));
     c.w64 = at::zeros({}, c.w32.options().dtype(at::kDouble));
-    auto graph = std::make_unique<at::cuda::CUDAGraph>();
+    std::unique_ptr<at::cuda::CUDAGraph> graph;
     try {
-      side_.synchronize();  // warm-up work done; nothing else in flight on the capture stream
-      graph->capture_begin(pool_);
-      try {
+      graph = capture_graph(pool_, [&] {
         AutocastScope autocast(bf16_);
         const at::Tensor loss = net_.forward(c.inputs).at("loss");
         (loss * c.w32).backward();
         c.part = loss.detach().to(at::kDouble) * c.w64;
-      } catch (...) {
-        graph->capture_end();  // leaves the stream usable; the graph is discarded
-        throw;
-      }
-      graph->capture_end();
+      });
     } catch (const std::exception& e) {
       ++failures_;
       const std::string why = short_libtorch_message(e.what());
@@ -163,6 +147,34 @@ class GraphRunner final : public StepRunner {
 };
 
 }  // namespace
+
+void on_side_stream(const c10::cuda::CUDAStream& side, const std::function<void()>& fn) {
+  const c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(side.device_index());
+  at::cuda::CUDAEvent inputs_ready;
+  inputs_ready.record(caller);
+  inputs_ready.block(side);
+  {
+    c10::cuda::CUDAStreamGuard guard(side);
+    fn();
+  }
+  at::cuda::CUDAEvent done;
+  done.record(side);
+  done.block(caller);
+}
+
+std::unique_ptr<at::cuda::CUDAGraph> capture_graph(at::cuda::MempoolId_t pool, const std::function<void()>& fn) {
+  auto graph = std::make_unique<at::cuda::CUDAGraph>();
+  c10::cuda::getCurrentCUDAStream().synchronize();  // warm-up work done; nothing else in flight on the stream
+  graph->capture_begin(pool);
+  try {
+    fn();
+  } catch (...) {
+    graph->capture_end();  // leaves the stream usable; the graph is discarded
+    throw;
+  }
+  graph->capture_end();
+  return graph;
+}
 
 std::unique_ptr<StepRunner> make_graph_runner(model::Model& net, bool bf16_autocast, bool required,
                                               c10::Device device) {

@@ -1,5 +1,6 @@
 // What the StepRunners share (fusion room internal): the bf16 autocast scope,
-// the LOONGFORGE_TEST_FAULT hook and one eager forward + backward.
+// the LOONGFORGE_TEST_FAULT hook and one eager forward + backward (the CUDA
+// graph helpers are public: loongforge/fusion/cuda_graph.hpp).
 #pragma once
 
 #include <cstdint>  // int64_t
@@ -8,6 +9,7 @@
 #include <ATen/core/Tensor.h>  // at::Tensor
 
 #include "loongforge/common/phases.hpp"
+#include "loongforge/fusion/cuda_graph.hpp"
 #include "loongforge/model/model.hpp"
 
 namespace loongforge::fusion {

@@ -183,7 +183,11 @@ void ControlPlane::register_verbs(const std::vector<Engine>& engines) {
 
   server_->on_task("profile-step", [this](const json& args, control::Reply reply) {
     if (profile_) throw control::VerbError(code::kBusy, "a profile is already being recorded; retry when it ends");
-    Profile p{reply, 1.0, 1000, Clock::now(), false, {}, {}};
+    Profile p{reply, 1.0, 1000, Clock::now(), false, false, {}, {}, nullptr};
+    if (auto it = args.find("kernels"); it != args.end()) {
+      if (!it->is_boolean()) throw control::VerbError(code::kBadArgs, "kernels must be true or false");
+      p.kernels = it->get<bool>();
+    }
     if (auto it = args.find("duration_s"); it != args.end()) {
       if (!it->is_number() || it->get<double>() <= 0 || it->get<double>() > 3600)
         throw control::VerbError(code::kBadArgs, "duration_s must be a number of seconds in (0, 3600]");
@@ -293,6 +297,8 @@ void ControlPlane::step_begins() {
   if (profile_ && !profile_->started) {
     profile_->started = true;
     profile_->start = Clock::now();
+    std::string why;
+    if (profile_->kernels && !counter_.start(why)) profile_->cuda = {{"error", "cannot count CUDA activity: " + why}};
   }
 }
 
@@ -352,6 +358,8 @@ void ControlPlane::step_done(int64_t step, double step_ms, const json& memory, c
   if (!data.is_null()) profile_->steps.back()["data"] = data;
   const double elapsed = std::chrono::duration<double>(Clock::now() - profile_->start).count();
   if (elapsed < profile_->duration_s && static_cast<int64_t>(profile_->steps.size()) < profile_->max_steps) return;
+  if (profile_->kernels && profile_->cuda.is_null())
+    profile_->cuda = counter_.stop(static_cast<int64_t>(profile_->steps.size()));
 
   // Per-phase totals per step and their means.
   std::map<std::string, double> total_ms;
@@ -393,6 +401,7 @@ void ControlPlane::step_done(int64_t step, double step_ms, const json& memory, c
                  {"per_step", steps},
                  {"memory", memory},
                  {"trace", {{"traceEvents", trace}, {"displayTimeUnit", "ms"}}}};
+  if (profile_->kernels) result["cuda"] = profile_->cuda;
   profile_->reply.ok(result);
   profile_.reset();
 }
@@ -414,6 +423,7 @@ void ControlPlane::shutdown(const json& final_state_in) {
   checkpoint_waiters_.clear();
   for (auto& [token, r] : origin_waiters_) r.error(code::kShuttingDown, "the trainer exited before this request applied");
   origin_waiters_.clear();
+  if (profile_ && profile_->kernels && profile_->cuda.is_null()) (void)counter_.stop(0);
   if (profile_) profile_->reply.error(code::kShuttingDown, "the trainer exited while profiling");
   profile_.reset();
   if (server_) server_->stop();

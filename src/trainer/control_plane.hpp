@@ -45,6 +45,7 @@
 #include "loongforge/common/phases.hpp"
 #include "loongforge/config/config.hpp"
 #include "loongforge/control/server.hpp"
+#include "cuda_activity.hpp"
 
 namespace c10d {
 class Store;
@@ -167,9 +168,12 @@ class ControlPlane final : public PhaseRecorder {
     int64_t max_steps = 1000;
     Clock::time_point start;
     bool started = false;
+    bool kernels = false;  // also count CUDA activity (cuda_activity.hpp)
     std::vector<PhaseEvent> events;
     std::vector<nlohmann::json> steps;
+    nlohmann::json cuda;   // the counts, or why there are none
   };
+  CudaActivityCounter counter_;
   std::optional<Profile> profile_;  // started = false until the next step begins
 };
 

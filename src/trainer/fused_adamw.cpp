@@ -39,8 +39,15 @@ at::Tensor FusedAdamW::clip_grad_norm(double max_norm) {
 }
 
 void FusedAdamW::step(double lr) {
+  set_lr(lr);
+  update();
+  zero_grad();
+}
+
+void FusedAdamW::set_lr(double lr) { lr_.fill_(lr); }
+
+void FusedAdamW::update() {
   at::NoGradGuard no_grad;
-  lr_.fill_(lr);
   for (const bool decay : {true, false}) {
     std::vector<at::Tensor> p, g, m, v, s;
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -55,7 +62,6 @@ void FusedAdamW::step(double lr) {
                       /*grad_scale=*/c10::nullopt, found_inf_);
     at::_foreach_add_(s, found_inf_, -1);  // a skipped update does not count (torch.optim does the same)
   }
-  zero_grad();
 }
 
 std::vector<int64_t> FusedAdamW::step_counts() const {

@@ -196,12 +196,13 @@ void Trainer::open() {
   net_->train();
   open_data();
   const bool compiled = !cfg_.trainer.compiled_step.empty();
-  if (compiled && cfg_.trainer.cuda_graphs == "on")
-    throw ConfigError("trainer.compiled_step runs without CUDA graphs for now; set trainer.cuda_graphs to auto or "
-                      "off (or unset trainer.compiled_step)");
   const bool graphs = cfg_.trainer.cuda_graphs == "on" || (cfg_.trainer.cuda_graphs == "auto" && device_.is_cuda());
   if (compiled)
-    runner_ = fusion::make_compiled_runner(*net_, cfg_.trainer.compiled_step, bf16_ && device_.is_cuda(), device_);
+    runner_ = fusion::make_compiled_runner(
+        *net_, cfg_.trainer.compiled_step, bf16_ && device_.is_cuda(),
+        !graphs ? fusion::GraphMode::off
+                : (cfg_.trainer.cuda_graphs == "on" ? fusion::GraphMode::required : fusion::GraphMode::fallback),
+        device_);
   else if (graphs)
     runner_ = fusion::make_graph_runner(*net_, bf16_ && device_.is_cuda(), cfg_.trainer.cuda_graphs == "on", device_);
   else
@@ -258,9 +259,13 @@ void Trainer::open() {
   } else {
     reducer_ = comm::make_plain_reducer(world_.get());
   }
-  optimizer_->keep_gradients(graphs && !compiled);
+  optimizer_->keep_gradients(graphs && !compiled);  // the compiled runner's graph outputs are the gradients
   if (device_.is_cuda() && optimizer_->skips_nonfinite_on_device() && world_info_.world_size == 1)
     readback_ = std::make_unique<Readback>(device_);
+  if (readback_ && graphs)
+    if (auto* fused_adamw = dynamic_cast<FusedAdamW*>(optimizer_.get()))
+      optimizer_graph_ = make_optimizer_graph(*fused_adamw, cfg_.trainer.grad_clip_norm,
+                                              cfg_.trainer.cuda_graphs == "on", device_);
   schedule_.peak_lr = cfg_.optimizer.lr;
   schedule_.total_steps = cfg_.trainer.max_steps;
   schedule_.warmup_steps = cfg_.schedule.warmup_steps > 0

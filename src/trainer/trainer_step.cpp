@@ -84,8 +84,13 @@ void Trainer::step() {
     // The fast path: no host synchronisation. A non-finite norm skips the
     // update on the device; loss and norm are read at the next boundary.
     Phase p(*control_, "optimizer", s + 1);
-    const at::Tensor norm = optimizer_->clip_grad_norm(cfg_.trainer.grad_clip_norm);
-    optimizer_->step(lr);
+    at::Tensor norm;
+    if (optimizer_graph_) {
+      norm = optimizer_graph_->step(lr);  // clipping + update replayed as one CUDA graph once the gradients stay put
+    } else {
+      norm = optimizer_->clip_grad_norm(cfg_.trainer.grad_clip_norm);
+      optimizer_->step(lr);
+    }
     readback_->post(loss, norm);
   } else {
     Phase p(*control_, "optimizer", s + 1);
@@ -290,6 +295,7 @@ void Trainer::publish(const char* phase, const StepRecord* r) {
                {"eta_s", eta}});
     const nlohmann::json runner = runner_->status();
     if (!runner.is_null()) st["step_runner"] = runner;
+    if (optimizer_graph_) st["optimizer_graph"] = optimizer_graph_->status();
     const nlohmann::json comm = reducer_->comm_status();
     if (!comm.is_null()) st["comm"] = comm;
   }

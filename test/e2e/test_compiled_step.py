@@ -52,18 +52,36 @@ def records(run):
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_the_compiled_step_gives_the_plain_runners_losses_and_gradient_norms(tmp_path, package):
-    train(tmp_path, "plain", "trainer.cuda_graphs=off")
-    r = train(tmp_path, "compiled", f"trainer.compiled_step={package}")
-    assert "compiled step: " in r.stdout + r.stderr
+# (trainer.cuda_graphs, gradient_accumulation_steps); on: after 3 uncaptured calls the package call is captured as
+# CUDA graphs and replayed (the first micro-batch's, and with 2 micro-batches the accumulating one's too).
+GRAPH_MODES = [("off", 1), ("on", 1), ("on", 2)] if DEVICE == "cuda" else [("off", 1)]
+
+
+@pytest.mark.parametrize("graphs,accumulation", GRAPH_MODES)
+def test_the_compiled_step_gives_the_plain_runners_losses_and_gradient_norms(tmp_path, package, graphs, accumulation):
+    k = f"trainer.gradient_accumulation_steps={accumulation}"
+    train(tmp_path, "plain", "trainer.cuda_graphs=off", k)
+    r = train(tmp_path, "compiled", f"trainer.compiled_step={package}", f"trainer.cuda_graphs={graphs}", k)
+    log = r.stdout + r.stderr
+    assert "compiled step: " in log
+    assert ("captured the compiled step as a CUDA graph (first micro-batch)" in log) == (graphs == "on"), log
+    assert ("(accumulating micro-batches)" in log) == (graphs == "on" and accumulation > 1), log
     plain, compiled = records(tmp_path / "plain"), records(tmp_path / "compiled")
     assert [x["step"] for x in compiled] == list(range(1, 9))
     worst = 0.0
     for a, b in zip(plain, compiled):
         for key in ("loss", "grad_norm"):
             worst = max(worst, abs(a[key] - b[key]) / abs(a[key]))
-    print(f"compiled vs plain ({DEVICE}, {PRECISION}, 8 steps): largest relative difference {worst:.3g}")
+    print(f"compiled (graphs {graphs}, {accumulation} micro-batches) vs plain ({DEVICE}, {PRECISION}, 8 steps): "
+          f"largest relative difference {worst:.3g}")
     assert worst <= TOLERANCE
+
+
+if DEVICE == "cpu":  # on a GPU the same setting captures (above)
+    def test_cuda_graphs_on_with_a_compiled_step_on_the_cpu_is_refused(tmp_path, package):
+        r = train(tmp_path, "cpu-graphs", f"trainer.compiled_step={package}", "trainer.cuda_graphs=on", check=False)
+        assert r.returncode != 0
+        assert "trainer.cuda_graphs=on with trainer.compiled_step needs" in r.stderr, r.stderr
 
 
 def test_a_micro_batch_of_another_shape_runs_eagerly_and_is_counted(tmp_path, package):

@@ -3,7 +3,9 @@
 // weights whether forward+backward run eagerly or as replayed CUDA graphs
 // (fp32: bit for bit; bf16 autocast: within 1% over 300 steps), and a
 // steady-state step (replay + clipping + fused AdamW) makes no host
-// synchronisation (CUDA sync-debug mode set to error).
+// synchronisation (CUDA sync-debug mode set to error). The optimizer graph
+// (clipping + fused AdamW replayed) gives the eager optimizer's weights bit
+// for bit, and a gradient tensor that moves drops the graph.
 #include <algorithm>  // std::max
 #include <cmath>      // std::abs
 #include <cstdio>     // std::printf
@@ -18,6 +20,7 @@
 #include "loongforge/fusion/step_runner.hpp"
 #include "loongforge/model/model.hpp"
 #include "loongforge/trainer/optimizer.hpp"
+#include "loongforge/trainer/optimizer_graph.hpp"
 
 using namespace loongforge;
 
@@ -36,7 +39,9 @@ struct Rig {
   model::Model net;
   std::unique_ptr<fusion::StepRunner> runner;
   std::unique_ptr<trainer::Optimizer> opt;
-  Rig(bool graphs, bool bf16) : net(model::Model::load(kModel, at::Device(at::kCUDA, 0))) {
+  std::unique_ptr<trainer::OptimizerGraph> opt_graph;  // optimizer_graph: clipping + update replayed
+  Rig(bool graphs, bool bf16, bool optimizer_graph = false)
+      : net(model::Model::load(kModel, at::Device(at::kCUDA, 0))) {
     if (bf16) net.cast_frozen(at::kBFloat16);
     net.train();
     runner = graphs ? fusion::make_graph_runner(net, bf16, /*required=*/true, at::Device(at::kCUDA, 0))
@@ -46,6 +51,9 @@ struct Rig {
       if (p.info->trainable) ps.push_back({p.info->name, p.tensor, p.info->decay});
     opt = std::make_unique<trainer::FusedAdamW>(ps, trainer::AdamWOptions{});
     opt->keep_gradients(graphs);
+    if (optimizer_graph)
+      opt_graph = trainer::make_optimizer_graph(static_cast<trainer::FusedAdamW&>(*opt), 1.0, /*required=*/true,
+                                                at::Device(at::kCUDA, 0));
   }
   // Step s's `k` micro-batches, on the device.
   std::vector<data::ReadyBatch> batches(int64_t s, int64_t k) {
@@ -63,12 +71,26 @@ struct Rig {
     const std::vector<double> w(bs.size(), 1.0 / static_cast<double>(bs.size()));
     NoPhases phases;
     at::Tensor loss = runner->run(bs, w, s, phases);
-    opt->clip_grad_norm(1.0);
-    opt->step(1e-3);
+    const double lr = 1e-3 * static_cast<double>(s + 1) / 30.0;  // changes every step, as a warm-up does
+    if (opt_graph) {
+      last_norm = opt_graph->step(lr).clone();
+    } else {
+      last_norm = opt->clip_grad_norm(1.0);
+      opt->step(lr);
+    }
     return loss;
   }
   at::Tensor step(int64_t s, int64_t k) { return step(s, batches(s, k)); }
+  at::Tensor last_norm;
 };
+
+void require_equal_weights(Rig& a, Rig& b) {
+  const auto pa = a.net.parameters(), pb = b.net.parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    INFO(pa[i].info->name);
+    REQUIRE(at::equal(pa[i].tensor, pb[i].tensor));
+  }
+}
 
 }  // namespace
 
@@ -79,11 +101,7 @@ TEST_CASE("graph runner: replayed CUDA graphs give the eager losses and weights 
     INFO("step " << s + 1 << ": eager " << a << ", graph " << b);
     REQUIRE(a == b);
   }
-  const auto pe = eager.net.parameters(), pg = graph.net.parameters();
-  for (size_t i = 0; i < pe.size(); ++i) {
-    INFO(pe[i].info->name);
-    REQUIRE(at::equal(pe[i].tensor, pg[i].tensor));
-  }
+  require_equal_weights(eager, graph);
   const auto st = graph.runner->status();
   CHECK(st.at("captures").get<int64_t>() == 1);
   CHECK(st.at("replays").get<int64_t>() == 30 * 2 - 3);
@@ -131,4 +149,37 @@ TEST_CASE("graph runner: a steady-state step (replay, clipping, fused AdamW) nev
   }
   ws.set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
   REQUIRE(caught);
+}
+
+TEST_CASE("optimizer graph: replayed clipping and fused AdamW give the eager optimizer's weights bit for bit") {
+  Rig eager(true, false), replayed(true, false, /*optimizer_graph=*/true);
+  for (int64_t s = 0; s < 20; ++s) {
+    const double a = eager.step(s, 1).item<double>(), b = replayed.step(s, 1).item<double>();
+    INFO("step " << s + 1);
+    REQUIRE(a == b);
+    REQUIRE(eager.last_norm.item<float>() == replayed.last_norm.item<float>());
+  }
+  require_equal_weights(eager, replayed);
+  const auto st = replayed.opt_graph->status();
+  CHECK(st.at("captures").get<int64_t>() == 1);
+  CHECK(st.at("replays").get<int64_t>() == 20 - 3);
+  CHECK(st.at("capture_failures").get<int64_t>() == 0);
+}
+
+TEST_CASE("optimizer graph: a gradient tensor that moves drops the graph and the update stays right") {
+  // Plain runner, gradients kept (zeroed in place): their addresses stay put until the test moves them.
+  Rig eager(false, false), replayed(false, false, /*optimizer_graph=*/true);
+  for (auto* rig : {&eager, &replayed}) rig->opt->keep_gradients(true);
+  for (int64_t s = 0; s < 12; ++s) {
+    if (s == 6)  // new gradient tensors (as after a runner's fallback): the graph must not update from the old ones
+      for (auto* rig : {&eager, &replayed})
+        for (auto& p : rig->opt->params()) const_cast<at::Tensor&>(p).mutable_grad() = p.grad().clone();
+    const double a = eager.step(s, 1).item<double>(), b = replayed.step(s, 1).item<double>();
+    INFO("step " << s + 1);
+    REQUIRE(a == b);
+  }
+  require_equal_weights(eager, replayed);
+  const auto st = replayed.opt_graph->status();
+  CHECK(st.at("invalidations").get<int64_t>() == 1);
+  CHECK(st.at("captures").get<int64_t>() == 2);  // at step 4, and again 3 steps after the move
 }

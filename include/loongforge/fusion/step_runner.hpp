@@ -19,7 +19,7 @@
 //
 // The graph runner (make_graph_runner, graph_runner.cpp) captures one
 // micro-batch's forward + backward as a CUDA graph per input signature after
-// kWarmupCalls eager calls and replays it; it needs the optimizer to keep the
+// kGraphWarmupCalls eager calls and replays it; it needs the optimizer to keep the
 // gradient tensors allocated (Optimizer::keep_gradients). Its phase is
 // "forward_backward" (one replay cannot be split). required: a capture
 // failure throws ConfigError; otherwise it is logged and counted, and that
@@ -31,7 +31,13 @@
 // precision and micro-batch shape; it accumulates the package's gradients
 // into .grad. Phase "forward_backward". Micro-batches of another shape run
 // eagerly (counted). A package that does not match throws ConfigError naming
-// the difference and the command that rebuilds it.
+// the difference and the command that rebuilds it. With graphs (CUDA, not
+// GraphMode::off) the package call and loss * w are captured as CUDA graphs
+// after kGraphWarmupCalls calls and replayed: the first micro-batch's graph
+// outputs become .grad (so the optimizer need not keep gradients), a later
+// micro-batch's graph adds its gradients into them; a failed capture throws
+// (required) or is logged, counted, and the package runs uncaptured
+// (fallback).
 //
 // Example:
 //   auto runner = make_plain_runner(net, /*bf16_autocast=*/device.is_cuda());
@@ -73,9 +79,11 @@ std::unique_ptr<StepRunner> make_plain_runner(model::Model& net, bool bf16_autoc
 std::unique_ptr<StepRunner> make_graph_runner(model::Model& net, bool bf16_autocast, bool required,
                                               c10::Device device);
 
-// AOTInductor package (see above).
+// AOTInductor package (see above). graphs: trainer.cuda_graphs (off, auto =
+// fallback on CUDA devices, on = required).
+enum class GraphMode { off, fallback, required };
 std::unique_ptr<StepRunner> make_compiled_runner(model::Model& net, const std::string& package, bool bf16_autocast,
-                                                 c10::Device device);
+                                                 GraphMode graphs, c10::Device device);
 
 Engine engine(const config::Config& cfg);
 

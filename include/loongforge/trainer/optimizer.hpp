@@ -136,8 +136,14 @@ class FusedAdamW final : public AdamWBase {
  public:
   FusedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions options);
   at::Tensor clip_grad_norm(double max_norm) override;
-  void step(double lr) override;
+  void step(double lr) override;  // = set_lr(lr), update(), zero_grad()
   bool skips_nonfinite_on_device() const override { return true; }
+  // step() in two parts, for the optimizer graph (optimizer_graph.hpp): the
+  // learning rate goes into its device tensor; update() launches only
+  // device work with no host values in it (graph-capturable) and leaves the
+  // gradients as they are.
+  void set_lr(double lr);
+  void update();
 
  private:
   std::vector<int64_t> step_counts() const override;  // reads the device counters (checkpoints only)

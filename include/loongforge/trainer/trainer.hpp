@@ -54,6 +54,7 @@
 #include "loongforge/fusion/step_runner.hpp"
 #include "loongforge/model/model.hpp"
 #include "loongforge/trainer/optimizer.hpp"
+#include "loongforge/trainer/optimizer_graph.hpp"
 #include "loongforge/trainer/progress.hpp"
 #include "loongforge/trainer/readback.hpp"
 #include "loongforge/trainer/state.hpp"
@@ -142,6 +143,7 @@ class Trainer {
   // Set on the fast path (CUDA, an optimizer that skips non-finite updates on
   // the device): the step reads nothing back; records go out one boundary late.
   std::unique_ptr<Readback> readback_;
+  std::unique_ptr<OptimizerGraph> optimizer_graph_;  // fast path with CUDA graphs (optimizer_graph.hpp)
   Clock::time_point step_started_;  // start of the step just taken
   int64_t frames_counted_ = 0;        // source frames_decoded at frames_counted_at_ (decoded_frames_per_s)
   Clock::time_point frames_counted_at_ = Clock::now();

@@ -1,0 +1,50 @@
+// loongforge/fusion/cuda_graph.hpp — what every CUDA-graph user of the
+// trainer shares: the number of eager calls before a capture, running work on
+// a side stream (a graph cannot be captured on the default stream) and one
+// capture. Used by the graph and compiled StepRunners and the optimizer graph
+// (trainer/optimizer_graph.hpp).
+//
+// Contract:
+//  - on_side_stream(side, fn): fn runs with `side` as the current stream,
+//    after the work the caller's current stream has queued; the caller's
+//    stream then waits for what fn queued. Nothing synchronises the host.
+//  - capture_graph(pool, fn): waits for the current stream's queued work,
+//    records what fn() queues on the current (non-default) stream into a new
+//    CUDA graph allocating from `pool`, and returns it; nothing of fn has run
+//    on the device then. When fn or the capture throws, the capture is ended
+//    (the stream stays usable) and the error propagates.
+//  - CUDA builds only (LOONGFORGE_WITH_CUDA_KERNELS); trainer thread.
+//
+// Example:
+//   on_side_stream(side, [&] {
+//     if (!graph) graph = capture_graph(pool, [&] { out = f(static_in); });
+//     graph->replay();
+//   });
+#pragma once
+
+#include <cstdint>  // int64_t
+
+namespace loongforge::fusion {
+
+// Eager calls of an input signature before it is captured: lazy
+// initialisation (cuBLAS handles and workspaces, autocast, allocator blocks,
+// the gradient tensors) happens outside any capture.
+constexpr int64_t kGraphWarmupCalls = 3;
+
+}  // namespace loongforge::fusion
+
+#if LOONGFORGE_WITH_CUDA_KERNELS
+#include <functional>  // std::function
+#include <memory>      // std::unique_ptr
+
+#include <ATen/cuda/CUDAGraph.h>  // at::cuda::CUDAGraph, at::cuda::MempoolId_t
+#include <c10/cuda/CUDAStream.h>  // c10::cuda::CUDAStream
+
+namespace loongforge::fusion {
+
+void on_side_stream(const c10::cuda::CUDAStream& side, const std::function<void()>& fn);
+
+std::unique_ptr<at::cuda::CUDAGraph> capture_graph(at::cuda::MempoolId_t pool, const std::function<void()>& fn);
+
+}  // namespace loongforge::fusion
+#endif

@@ -1,0 +1,108 @@
+// The optimizer graph (optimizer_graph.hpp).
+#include "loongforge/trainer/optimizer_graph.hpp"
+
+#include <cstdint>  // int64_t
+#include <string>   // std::string
+#include <vector>   // std::vector
+
+#include "loongforge/common/error.hpp"
+#include "loongforge/common/log.hpp"
+#include "loongforge/fusion/cuda_graph.hpp"
+
+#if LOONGFORGE_WITH_CUDA_KERNELS
+#include <c10/cuda/CUDAStream.h>  // c10::cuda::getStreamFromPool
+#endif
+
+namespace loongforge::trainer {
+
+#if LOONGFORGE_WITH_CUDA_KERNELS
+namespace {
+
+class CudaOptimizerGraph final : public OptimizerGraph {
+ public:
+  CudaOptimizerGraph(FusedAdamW& opt, double max_norm, bool required, c10::Device device)
+      : opt_(opt), max_norm_(max_norm), required_(required),
+        side_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())),
+        pool_(at::cuda::graph_pool_handle()) {}
+
+  at::Tensor step(double lr) override {
+    std::vector<const void*> now;
+    now.reserve(opt_.params().size());
+    for (const auto& p : opt_.params()) now.push_back(p.grad().defined() ? p.grad().data_ptr() : nullptr);
+    if (now != addresses_) {
+      if (graph_) ++invalidations_;
+      graph_.reset();
+      stable_ = 0;
+      addresses_ = std::move(now);
+    }
+    opt_.set_lr(lr);
+    at::Tensor norm;
+    fusion::on_side_stream(side_, [&] {
+      if (!graph_ && !failed_ && ++stable_ > fusion::kGraphWarmupCalls) capture();
+      if (graph_) {
+        graph_->replay();
+        ++replays_;
+        norm = norm_;
+      } else {
+        norm = opt_.clip_grad_norm(max_norm_);
+        opt_.update();
+      }
+    });
+    opt_.zero_grad();
+    return norm;
+  }
+
+  nlohmann::json status() const override {
+    return {{"captures", captures_}, {"replays", replays_}, {"invalidations", invalidations_},
+            {"capture_failures", failures_}};
+  }
+
+ private:
+  void capture() {
+    try {
+      graph_ = fusion::capture_graph(pool_, [&] {
+        norm_ = opt_.clip_grad_norm(max_norm_);
+        opt_.update();
+      });
+    } catch (const std::exception& e) {
+      ++failures_;
+      failed_ = true;
+      const std::string why = std::string(e.what()).substr(0, std::string(e.what()).find('\n'));
+      if (required_)
+        throw ConfigError("capturing the optimizer step (clipping + fused AdamW) as a CUDA graph failed: " + why +
+                          "; set trainer.cuda_graphs=off (or auto, which runs it eagerly then)");
+      LF_LOG(logger("trainer"), warn) << "capturing the optimizer step as a CUDA graph failed (" << why
+                                      << "); the optimizer runs eagerly from now on (trainer.cuda_graphs=auto)";
+      return;
+    }
+    ++captures_;
+    LF_LOG(logger("trainer"), info) << "captured clipping and the fused AdamW update as a CUDA graph";
+  }
+
+  FusedAdamW& opt_;
+  double max_norm_;
+  bool required_;
+  c10::cuda::CUDAStream side_;
+  at::cuda::MempoolId_t pool_;
+  std::unique_ptr<at::cuda::CUDAGraph> graph_;
+  at::Tensor norm_;
+  std::vector<const void*> addresses_;
+  int64_t stable_ = 0, captures_ = 0, replays_ = 0, invalidations_ = 0, failures_ = 0;
+  bool failed_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<OptimizerGraph> make_optimizer_graph(FusedAdamW& optimizer, double max_norm, bool required,
+                                                     c10::Device device) {
+  if (!device.is_cuda()) return nullptr;
+  return std::make_unique<CudaOptimizerGraph>(optimizer, max_norm, required, device);
+}
+
+#else
+
+std::unique_ptr<OptimizerGraph> make_optimizer_graph(FusedAdamW&, double, bool, c10::Device) { return nullptr; }
+
+#endif
+
+}  // namespace loongforge::trainer
