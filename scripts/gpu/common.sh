@@ -21,13 +21,16 @@ build_test_export() {
   PYTHONPATH=scripts python3 scripts/model/export.py --config n16-1b --out /dev/shm/n16-1b.pt | tail -2 || exit 1
 }
 
-# wait_for_step SOCKET N: waits for the trainer behind SOCKET to serve, then
-# (at most 5 minutes) until it has done N steps; sets $step.
+# wait_for_step SOCKET N [PID]: waits for the trainer behind SOCKET to serve, then
+# (at most 5 minutes) until it has done N steps; sets $step. Returns early when
+# process PID (if given) has exited.
 wait_for_step() {
-  for _ in $(seq 600); do [ -S "$1" ] && break; sleep 0.2; done
+  local alive="true"; [ -n "${3:-}" ] && alive="kill -0 $3"
+  for _ in $(seq 600); do [ -S "$1" ] && break; $alive 2>/dev/null || return 1; sleep 0.2; done
   for _ in $(seq 300); do
+    $alive 2>/dev/null || return 1
     step=$(build-gpu/cli/loongforge status --socket "$1" --json 2>/dev/null |
-           python3 -c 'import json,sys; print(json.load(sys.stdin).get("step",0))')
+           python3 -c 'import json,sys; print(json.load(sys.stdin).get("step",0))' 2>/dev/null)
     [ "${step:-0}" -ge "$2" ] && break; sleep 1
   done
 }

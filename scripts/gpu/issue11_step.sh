@@ -17,16 +17,18 @@
 #      (copy a returned one there; loongforge-train refuses one that does not match),
 #      else compiled (minutes) and returned as $OUT/n16-1b-step.pt2; the train
 #      section's lf-compiled* runs need it.
-# Sections get what is left of a 570 s budget (one device call is 600 s at most);
+# Sections get what is left of a BUDGET s budget (default 570: one device call is 600 s at
+# most; a loongforge-train run gets at most RUN_LIMIT s, default 150);
 # the main log is $OUT/issue11_step.log, every other log and metrics file is in
 # $OUT/logs.tgz (rewritten after each section: a call returns at most 8 files).
 # SECTIONS (default "train profile tests") picks sections: compiled train profile ops tests;
-# TRAIN_RUNS the runs of section train (default: all but lf-graphs-before and ref-base).
+# TRAIN_RUNS the runs of section train (default: all but lf-graphs-before and ref-base);
+# FIRST_TESTS a ctest regex run first in section tests (any label).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" issue11_step
 steps=${STEPS:-150}
 sections=${SECTIONS:-train profile tests}
 want() { [[ " $sections " == *" $1 "* ]]; }
-left() { local l=$(( 570 - ($(date +%s) - t0) )); [ $l -lt 1 ] && l=1; [ $l -lt $1 ] && echo $l || echo $1; }  # min(limit, time left)
+left() { local l=$(( ${BUDGET:-570} - ($(date +%s) - t0) )); [ $l -lt 1 ] && l=1; [ $l -lt $1 ] && echo $l || echo $1; }  # min(limit, time left)
 cfg=configs/bench/n16-1b-h200.yaml
 logs=/tmp/lf-logs; rm -rf $logs; mkdir -p $logs
 pack() { tar -czf "$OUT/logs.tgz" -C $logs . 2>/dev/null; }
@@ -43,26 +45,27 @@ if [ -f .gpu-carry/model-before/model/export.py ]; then
 fi
 
 # train_lf NAME MODEL-FILE [--set k=v ...]: one loongforge-train run; with PROFILE=1 also
-# `loongforge profile-step --kernels` over steps 61-70 (left out of the steady state).
+# `loongforge profile-step --kernels` over the 10 steps after step PROFILE_AT (default 60;
+# steps PROFILE_AT-5 .. PROFILE_AT+15 are left out of the steady state).
 skips=()
 train_lf() {
   local name=$1 file=$2; shift 2
   local sock=/tmp/lf-ctl/$name.sock
-  timeout $(left 150) build-gpu/src/daemon/loongforge-train --config $cfg --set model.path=$file \
+  timeout $(left ${RUN_LIMIT:-150}) build-gpu/src/daemon/loongforge-train --config $cfg --set model.path=$file \
     --set trainer.max_steps=$steps --set run.output_dir=/tmp/runs --set run.name=$name --set logging.progress=lines \
     --set logging.interval_steps=50 --set control.socket=$sock "$@" > "$logs/$name.log" 2>&1 &
   local pid=$!
-  if [ "${PROFILE:-1}" = 1 ]; then
-    wait_for_step $sock 60
+  local at=${PROFILE_AT:-60}
+  if [ "${PROFILE:-1}" = 1 ] && wait_for_step $sock $at $pid; then
     build-gpu/cli/loongforge profile-step --socket $sock --duration 30 --max-steps 10 --kernels \
       --output "$logs/$name-profile.json" 2>&1 | tail -12
     build-gpu/cli/loongforge status --socket $sock --json > "$logs/$name-status.json" 2>/dev/null
     python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print("status:", {k: s.get(k) for k in ("step_runner", "optimizer_graph")})' \
       "$logs/$name-status.json" 2>/dev/null
-    skips+=("$name:55-75")
+    skips+=("$name:$((at - 5))-$((at + 15))")
   fi
   wait $pid; echo "$name: exit $?"
-  grep -E "compiled step|captured|error" "$logs/$name.log" | head -5
+  grep -E "compiled step|captured|error|Error" "$logs/$name.log" | head -5
   cp /tmp/runs/$name/metrics.jsonl "$logs/${name}_metrics.jsonl" 2>/dev/null; pack
 }
 ran=""
@@ -122,7 +125,11 @@ if want ops; then
 fi
 if want tests; then
   stamp "gpu tests"
-  (cd build-gpu && timeout $(left 120) ctest -L gpu -LE long --output-on-failure > "$logs/ctest-gpu.log" 2>&1; echo "ctest exit $?")
+  if [ -n "${FIRST_TESTS:-}" ]; then  # a regex of tests to run first (any label)
+    (cd build-gpu && timeout $(left 300) ctest -R "$FIRST_TESTS" --output-on-failure > "$logs/ctest-first.log" 2>&1; echo "ctest exit $?")
+    grep -E "Test +#|tests passed|FAILED|Failed|difference" "$logs/ctest-first.log" | tail -14; pack
+  fi
+  (cd build-gpu && timeout $(left 120) ctest -L gpu -LE long ${FIRST_TESTS:+-E "$FIRST_TESTS"} --output-on-failure > "$logs/ctest-gpu.log" 2>&1; echo "ctest exit $?")
   grep -E "Test +#|tests passed|FAILED|Failed" "$logs/ctest-gpu.log" | tail -14; pack
   if [ "$(left 300)" -gt 60 ]; then
     stamp "long gpu tests (while time is left)"
