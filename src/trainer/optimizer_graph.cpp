@@ -22,8 +22,7 @@ class CudaOptimizerGraph final : public OptimizerGraph {
  public:
   CudaOptimizerGraph(FusedAdamW& opt, double max_norm, bool required, c10::Device device)
       : opt_(opt), max_norm_(max_norm), required_(required),
-        side_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())),
-        pool_(at::cuda::graph_pool_handle()) {}
+        side_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())) {}
 
   at::Tensor step(double lr) override {
     std::vector<const void*> now;
@@ -60,7 +59,10 @@ class CudaOptimizerGraph final : public OptimizerGraph {
  private:
   void capture() {
     try {
-      graph_ = fusion::capture_graph(pool_, [&] {
+      // A fresh memory pool for each capture: the pool of a dropped graph is
+      // released with it, and the caching allocator refuses to capture into
+      // a released pool's id (INTERNAL ASSERT use_count > 0, seen on the H200).
+      graph_ = fusion::capture_graph(at::cuda::graph_pool_handle(), [&] {
         norm_ = opt_.clip_grad_norm(max_norm_);
         opt_.update();
       });
@@ -83,7 +85,6 @@ class CudaOptimizerGraph final : public OptimizerGraph {
   double max_norm_;
   bool required_;
   c10::cuda::CUDAStream side_;
-  at::cuda::MempoolId_t pool_;
   std::unique_ptr<at::cuda::CUDAGraph> graph_;
   at::Tensor norm_;
   std::vector<const void*> addresses_;
