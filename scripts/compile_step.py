@@ -19,7 +19,9 @@ Contract
   device, precision, the SHA-256 of the model file's config.json and
   params.json (the graph depends on the architecture, names, shapes and
   freezing, not on weight values: a package serves every checkpoint of the
-  model), the parameter names, the batch keys with dtype and shape, and
+  model; the hash does not cover the model's code: a package compiled before
+  a change of scripts/model/ keeps computing the old code, so recompile after
+  one), the parameter names, the batch keys with dtype and shape, and
   the torch version. loongforge-train refuses a package whose manifest does
   not match its model, device, precision or torch, naming the difference.
 - Models that draw random numbers inside the forward other than fm_t and

@@ -1,6 +1,7 @@
 """Every `loongforge` verb against a running loongforge-train (n16-tiny, CPU):
 status shows progress, strategy, engines and world; profile-step writes a
-profile JSON with per-phase times and a Chrome trace that parses;
+profile JSON with per-phase times and a Chrome trace that parses, and with
+--kernels its CUDA activity counts (none on a CPU run);
 checkpoint-now produces a checkpoint that validate-checkpoint accepts;
 engine verbs answer that their engine is not in this build; stop checkpoints
 and the trainer exits 0; target selection and error messages are clear.
@@ -137,6 +138,18 @@ def test_a_request_sent_while_the_model_loads_is_answered_at_the_first_boundary(
         t.kill()
 
 
+def test_profile_step_kernels_counts_cuda_work_and_a_cpu_run_has_none(trainer, tmp_path):
+    out = tmp_path / "kernels.json"
+    r = cli("profile-step", "--socket", trainer.socket, "--duration", "0.5", "--kernels", "--output", str(out))
+    assert "CUDA activity per step: 0.0 kernels" in r.stdout, r.stdout
+    cuda = json.loads(out.read_text())["cuda"]
+    assert cuda["steps"] >= 1
+    assert cuda["kernels_per_step"] == 0 and cuda["host_launches_per_step"] == 0 and cuda["totals"]["kernels"] == 0
+    plain = tmp_path / "plain.json"
+    cli("profile-step", "--socket", trainer.socket, "--duration", "0.5", "--output", str(plain))
+    assert "cuda" not in json.loads(plain.read_text())  # only on request
+
+
 def test_the_protocol_answers_bad_lines_with_errors_and_keeps_the_connection(trainer):
     c = Client(trainer.socket)
     c.send_raw(b"not json\n")
@@ -147,6 +160,9 @@ def test_the_protocol_answers_bad_lines_with_errors_and_keeps_the_connection(tra
     c.send_raw(b'{"v":1,"id":8,"verb":"profile-step","args":{"duration_s":"long"}}\n')
     r = c.read_line()
     assert r["id"] == 8 and r["error"]["code"] == "bad_args"
+    c.send_raw(b'{"v":1,"id":9,"verb":"profile-step","args":{"kernels":"yes"}}\n')
+    r = c.read_line()
+    assert r["id"] == 9 and r["error"]["code"] == "bad_args" and "kernels" in r["error"]["message"]
     assert c.request("status")["ok"]
 
 
