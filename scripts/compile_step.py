@@ -19,9 +19,9 @@ Contract
   device, precision, the SHA-256 of the model file's config.json and
   params.json (the graph depends on the architecture, names, shapes and
   freezing, not on weight values: a package serves every checkpoint of the
-  model; the hash does not cover the model's code: a package compiled before
-  a change of scripts/model/ keeps computing the old code, so recompile after
-  one), the parameter names, the batch keys with dtype and shape, and
+  model), the hash of the model code the package was traced from (this
+  checkout's scripts/model/, export.model_code_hash; a model file whose
+  loongforge/code.json names other code is refused here), the parameter names, the batch keys with dtype and shape, and
   the torch version. loongforge-train refuses a package whose manifest does
   not match its model, device, precision or torch, naming the difference.
 - Models that draw random numbers inside the forward other than fm_t and
@@ -41,6 +41,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from model.batch import example_batch  # noqa: E402
 from model.config import ModelConfig  # noqa: E402
+from model.export import model_code_hash  # noqa: E402
 from model.n16 import build_model  # noqa: E402
 
 FORMAT = 1
@@ -75,14 +76,23 @@ def main() -> int:
     dev = torch.device(args.device)
     bf16 = args.precision == "bf16"
 
-    extra = {"loongforge/config.json": "", "loongforge/params.json": ""}
+    extra = {"loongforge/config.json": "", "loongforge/params.json": "", "loongforge/code.json": ""}
     try:
         scripted = torch.jit.load(args.model, map_location="cpu", _extra_files=extra)
     except Exception as e:  # noqa: BLE001 -- any load failure names the file
         fail(f"{args.model}: not a LoongForge model file ({e.__class__.__name__}: {str(e).splitlines()[0]})")
     config_text, params_text = extra["loongforge/config.json"], extra["loongforge/params.json"]
+    code_text = extra["loongforge/code.json"]
     if isinstance(config_text, bytes):
         config_text, params_text = config_text.decode(), params_text.decode()
+    if isinstance(code_text, bytes):
+        code_text = code_text.decode()
+    # The package is traced from this checkout's model code (build_model below), which must be the
+    # code that exported the model file: the trainer runs the file's TorchScript when it falls back.
+    model_code = model_code_hash()["sha256"]
+    if code_text and json.loads(code_text).get("sha256") != model_code:
+        fail(f"{args.model} was exported by other model code than this checkout's scripts/model/ (code.json "
+             "differs); re-export it with scripts/model/export.py here, or compile in the checkout that exported it")
     cfg = ModelConfig.from_json(config_text)
     params = json.loads(params_text)
     dropouts = {k: v for k, v in cfg.to_dict().items() if "dropout" in k and isinstance(v, (int, float)) and v > 0}
@@ -139,6 +149,7 @@ def main() -> int:
         "precision": args.precision,
         "model_hash": manifest_hash(config_text, params_text),
         "model_name": cfg.name,
+        "model_code": model_code,
         "trainable": trainable,
         "frozen": frozen,
         "batch": [[k, str(batch[k].dtype).replace("torch.", ""), list(batch[k].shape)] for k in keys],

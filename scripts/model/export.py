@@ -21,6 +21,12 @@ Contract
                                 tokenizer whose ids the model reads: the word hash
                                 of tokenizer.py, or --tokenizer's tokenizer.json.
                                 The trainer refuses a dataset tokenized otherwise.
+    loongforge/code.json        {"sha256", "files"}: SHA-256 over the model code
+                                (scripts/model/*.py, names and bytes in name order)
+                                that built the file (model_code_hash); an
+                                AOTInductor package compiled from it records the
+                                same (scripts/compile_step.py), so a package from
+                                other model code is refused.
 - Prints a short summary. Everything is fp32; n16-3b and n16-12b need about
   12 GB and 46 GB of host memory.
 """
@@ -44,6 +50,18 @@ from model.n16 import build_model, decay_flags, param_role  # noqa: E402
 from model import tokenizer as tokenizers_  # noqa: E402
 
 EXTRA_PREFIX = "loongforge/"
+MODEL_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def model_code_hash() -> Dict[str, object]:
+    """SHA-256 over scripts/model/*.py (each file's name, a NUL byte, its bytes, a NUL byte; in name order)."""
+    import hashlib
+    h = hashlib.sha256()
+    names = sorted(n for n in os.listdir(MODEL_DIR) if n.endswith(".py"))
+    for name in names:
+        with open(os.path.join(MODEL_DIR, name), "rb") as f:
+            h.update(name.encode() + b"\0" + f.read() + b"\0")
+    return {"sha256": h.hexdigest(), "files": len(names)}
 
 
 def silence_torchscript_deprecation() -> None:
@@ -87,6 +105,7 @@ def extra_files(cfg, model: torch.nn.Module, tokenizer_path=None) -> Dict[str, s
         "flops.json": flops_per_sample(cfg),
         "counts.json": counts(params),
         "batch_spec.json": spec,
+        "code.json": model_code_hash(),
     }
     return {EXTRA_PREFIX + k: json.dumps(v, indent=1) for k, v in files.items()}
 

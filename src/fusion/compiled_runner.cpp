@@ -106,6 +106,15 @@ class CompiledRunner final : public StepRunner {
     if (m.value("model_hash", "") != net.info().architecture_hash)
       mismatch("was compiled for model '" + m.value("model_name", std::string("?")) +
                "' with another architecture or freezing than " + net.info().path);
+    const std::string package_code = m.value("model_code", std::string());
+    if (!package_code.empty() && !net.info().code_hash.empty() && package_code != net.info().code_hash)
+      mismatch("was compiled from other model code than " + net.info().path +
+               " was exported with (scripts/model/ changed between the two)");
+    if (package_code.empty() || net.info().code_hash.empty())
+      LF_LOG(logger("fusion"), warn) << "compiled step: cannot tell whether " << package << " and "
+                                     << net.info().path << " come from the same model code ("
+                                     << (package_code.empty() ? "the package" : "the model file")
+                                     << " predates that record); recompile the package if scripts/model/ changed";
     std::string torch_version = m.value("torch", "");
     torch_version = torch_version.substr(0, torch_version.find('+'));
     if (torch_version != TORCH_VERSION)

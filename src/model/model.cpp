@@ -71,6 +71,7 @@ Model Model::load(const std::string& path, c10::Device device) {
   torch::jit::setGraphExecutorOptimize(false);  // see the contract in model.hpp
   torch::jit::ExtraFilesMap extra;
   for (const char* name : kExtraFiles) extra[name] = "";
+  extra["loongforge/code.json"] = "";  // optional: files exported before it existed lack it
   auto impl = std::make_unique<Impl>();
   try {
     impl->module = torch::jit::load(path, device, extra);
@@ -91,6 +92,8 @@ Model Model::load(const std::string& path, c10::Device device) {
   info.architecture_hash =
       sha256_hex(extra["loongforge/config.json"] + std::string(1, '\0') + extra["loongforge/params.json"]);
   info.batch_spec = parse_json(extra["loongforge/batch_spec.json"], path, "batch_spec.json");
+  if (!extra["loongforge/code.json"].empty())
+    info.code_hash = parse_json(extra["loongforge/code.json"], path, "code.json").value("sha256", std::string());
   const auto flops = parse_json(extra["loongforge/flops.json"], path, "flops.json");
   const auto counts = parse_json(extra["loongforge/counts.json"], path, "counts.json");
   const auto params = parse_json(extra["loongforge/params.json"], path, "params.json");

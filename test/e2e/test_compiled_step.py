@@ -3,7 +3,7 @@ micro-batch as an AOTInductor package built by scripts/compile_step.py gives
 the plain runner's losses and gradient norms (fp32 on the CPU: within 1e-5
 relative; bf16 on a GPU: within 1%), runs a micro-batch of another shape
 eagerly and counts it, and refuses a package built for another model,
-precision or device with the command that rebuilds it.
+precision, device or model code with the command that rebuilds it.
 
 The package is compiled once per test session (minutes: 6-9 on the 2-core CPU
 machine, so the CPU form is labelled long; the GPU form runs with `ctest -L gpu`).
@@ -64,6 +64,7 @@ def test_the_compiled_step_gives_the_plain_runners_losses_and_gradient_norms(tmp
     r = train(tmp_path, "compiled", f"trainer.compiled_step={package}", f"trainer.cuda_graphs={graphs}", k)
     log = r.stdout + r.stderr
     assert "compiled step: " in log
+    assert "cannot tell whether" not in log, log  # the package and the model file name the same model code
     assert ("captured the compiled step as a CUDA graph (first micro-batch)" in log) == (graphs == "on"), log
     assert ("(accumulating micro-batches)" in log) == (graphs == "on" and accumulation > 1), log
     plain, compiled = records(tmp_path / "plain"), records(tmp_path / "compiled")
@@ -106,6 +107,22 @@ def test_a_package_for_another_precision_or_model_is_refused_with_the_rebuild_co
         what = f"was compiled for precision {PRECISION}"
     assert r.returncode != 0
     assert what in r.stderr and "scripts/compile_step.py" in r.stderr, r.stderr
+
+
+def test_a_package_compiled_from_other_model_code_is_refused(tmp_path, package):
+    # The same module with another model-code record, as if scripts/model/ had changed between export and compile.
+    import torch
+    names = ("config.json", "params.json", "flops.json", "counts.json", "batch_spec.json", "code.json")
+    extra = {"loongforge/" + n: "" for n in names}
+    module = torch.jit.load(str(MODELS / "n16-tiny.pt"), map_location="cpu", _extra_files=extra)
+    code = json.loads(extra["loongforge/code.json"])
+    code["sha256"] = "0" * 64
+    extra["loongforge/code.json"] = json.dumps(code)
+    other = tmp_path / "other-code.pt"
+    torch.jit.save(module, str(other), _extra_files=extra)
+    r = train(tmp_path, "other-code", f"trainer.compiled_step={package}", f"model.path={other}", check=False)
+    assert r.returncode != 0
+    assert "was compiled from other model code" in r.stderr and "scripts/compile_step.py" in r.stderr, r.stderr
 
 
 def test_a_file_that_is_no_package_is_refused(tmp_path):

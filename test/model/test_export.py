@@ -13,7 +13,7 @@ import torch
 import model
 from model import export
 
-NAMES = ["config.json", "params.json", "flops.json", "counts.json", "batch_spec.json"]
+NAMES = ["config.json", "params.json", "flops.json", "counts.json", "batch_spec.json", "code.json"]
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
@@ -74,6 +74,11 @@ def test_export_round_trip_of_n16_tiny_carries_consistent_metadata(tmp_path):
     spec = meta["batch_spec.json"]
     assert [i["key"] for i in spec["inputs"]] == ["images", "text_tokens", "text_mask", "state", "actions",
                                                  "action_mask", "embodiment_id", "fm_t", "fm_noise", "imu"]
+    # The model code that wrote the file: every scripts/model/*.py, hashed as compile_step.py records it.
+    code = meta["code.json"]
+    assert code == export.model_code_hash() and len(code["sha256"]) == 64
+    assert code["files"] == len(list((SCRIPTS / "model").glob("*.py")))
+
     result = module(batch_from_spec(spec, 2))
     assert result["loss"].dim() == 0 and result["num_valid"].item() == 2 * 16 * 64
 

@@ -58,6 +58,7 @@ struct ModelInfo {
   nlohmann::json config;         // loongforge/config.json
   nlohmann::json batch_spec;     // loongforge/batch_spec.json
   std::string architecture_hash; // SHA-256 of config.json, a NUL byte and params.json as stored (scripts/compile_step.py)
+  std::string code_hash;         // loongforge/code.json's sha256 (the model code that wrote the file); "" in older files
   std::vector<ParamInfo> params; // named_parameters() order
   double forward_flops_per_sample = 0;
   double backward_flops_per_sample = 0;
