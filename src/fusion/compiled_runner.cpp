@@ -238,25 +238,20 @@ class CompiledRunner final : public StepRunner {
       if (auto it = batch.find(e.key); it != batch.end()) c.batch[e.key] = it->second.clone();
     c.w32 = at::zeros({}, batch.at("actions").options().dtype(at::kFloat));
     c.w64 = at::zeros({}, c.w32.options().dtype(at::kDouble));
-    try {
-      c.graph = capture_graph(pool_, [&] {
-        std::vector<at::Tensor> out = loader_->run(inputs(c.batch, c.w32));
-        if (first)
-          c.grads.assign(out.begin() + 2, out.end());
-        else
-          at::_foreach_add_(first_.grads, at::TensorList(out).slice(2));
-        c.part = out[0].to(at::kDouble) * c.w64;
-      });
-    } catch (const std::exception& e) {
-      ++failures_;
+    c.graph = capture_or_fallback(
+        pool_,
+        [&] {
+          std::vector<at::Tensor> out = loader_->run(inputs(c.batch, c.w32));
+          if (first)
+            c.grads.assign(out.begin() + 2, out.end());
+          else
+            at::_foreach_add_(first_.grads, at::TensorList(out).slice(2));
+          c.part = out[0].to(at::kDouble) * c.w64;
+        },
+        {"the compiled step", "it runs uncaptured", required_, step + 1, &failures_});
+    if (!c.graph) {
       capture_failed_ = true;
       first_ = Captured{}, accumulate_ = Captured{};
-      const std::string why = short_libtorch_message(e.what());
-      if (required_)
-        throw ConfigError("step " + std::to_string(step + 1) + ": capturing the compiled step as a CUDA graph failed: " +
-                          why + "; set trainer.cuda_graphs=off (or auto, which falls back to uncaptured calls)");
-      LF_LOG(logger("fusion"), warn) << "step " << step + 1 << ": CUDA graph capture of the compiled step failed ("
-                                     << why << "); it runs uncaptured from now on (trainer.cuda_graphs=auto)";
       return;
     }
     ++captures_;

@@ -111,22 +111,16 @@ class GraphRunner final : public StepRunner {
     for (const auto& [key, t] : batch) c.inputs[key] = t.clone();
     c.w32 = at::zeros({}, batch.begin()->second.options().dtype(at::kFloat));
     c.w64 = at::zeros({}, c.w32.options().dtype(at::kDouble));
-    std::unique_ptr<at::cuda::CUDAGraph> graph;
-    try {
-      graph = capture_graph(pool_, [&] {
-        AutocastScope autocast(bf16_);
-        const at::Tensor loss = net_.forward(c.inputs).at("loss");
-        (loss * c.w32).backward();
-        c.part = loss.detach().to(at::kDouble) * c.w64;
-      });
-    } catch (const std::exception& e) {
-      ++failures_;
-      const std::string why = short_libtorch_message(e.what());
-      if (required_)
-        throw ConfigError("step " + std::to_string(step + 1) + ": capturing forward+backward as a CUDA graph failed: " +
-                          why + "; set trainer.cuda_graphs=off (or auto, which falls back to eager kernels)");
-      LF_LOG(log, warn) << "step " << step + 1 << ": CUDA graph capture failed (" << why
-                        << "); this input shape runs eagerly from now on (trainer.cuda_graphs=auto)";
+    auto graph = capture_or_fallback(
+        pool_,
+        [&] {
+          AutocastScope autocast(bf16_);
+          const at::Tensor loss = net_.forward(c.inputs).at("loss");
+          (loss * c.w32).backward();
+          c.part = loss.detach().to(at::kDouble) * c.w64;
+        },
+        {"forward+backward", "this input shape runs eagerly", required_, step + 1, &failures_});
+    if (!graph) {
       c.eager_only = true;
       c.inputs.clear();
       return;
@@ -174,6 +168,23 @@ std::unique_ptr<at::cuda::CUDAGraph> capture_graph(at::cuda::MempoolId_t pool, c
   }
   graph->capture_end();
   return graph;
+}
+
+std::unique_ptr<at::cuda::CUDAGraph> capture_or_fallback(at::cuda::MempoolId_t pool, const std::function<void()>& fn,
+                                                         const CaptureSite& site) {
+  try {
+    return capture_graph(pool, fn);
+  } catch (const std::exception& e) {
+    if (site.failures) ++*site.failures;
+    const std::string why = short_libtorch_message(e.what());
+    const std::string at = site.step >= 0 ? "step " + std::to_string(site.step) + ": " : "";
+    if (site.required)
+      throw ConfigError(at + "capturing " + site.what + " as a CUDA graph failed: " + why +
+                        "; set trainer.cuda_graphs=off, or auto (then " + site.fallback + ")");
+    LF_LOG(logger("fusion"), warn) << at << "capturing " << site.what << " as a CUDA graph failed (" << why << "); "
+                                   << site.fallback << " from now on (trainer.cuda_graphs=auto)";
+    return nullptr;
+  }
 }
 
 std::unique_ptr<StepRunner> make_graph_runner(model::Model& net, bool bf16_autocast, bool required,

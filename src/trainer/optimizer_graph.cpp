@@ -5,7 +5,6 @@
 #include <string>   // std::string
 #include <vector>   // std::vector
 
-#include "loongforge/common/error.hpp"
 #include "loongforge/common/log.hpp"
 #include "loongforge/fusion/cuda_graph.hpp"
 
@@ -58,23 +57,18 @@ class CudaOptimizerGraph final : public OptimizerGraph {
 
  private:
   void capture() {
-    try {
-      // A fresh memory pool for each capture: the pool of a dropped graph is
-      // released with it, and the caching allocator refuses to capture into
-      // a released pool's id (INTERNAL ASSERT use_count > 0, seen on the H200).
-      graph_ = fusion::capture_graph(at::cuda::graph_pool_handle(), [&] {
-        norm_ = opt_.clip_grad_norm(max_norm_);
-        opt_.update();
-      });
-    } catch (const std::exception& e) {
-      ++failures_;
+    // A fresh memory pool for each capture: the pool of a dropped graph is
+    // released with it, and the caching allocator refuses to capture into a
+    // released pool's id (INTERNAL ASSERT use_count > 0, seen on the H200).
+    graph_ = fusion::capture_or_fallback(
+        at::cuda::graph_pool_handle(),
+        [&] {
+          norm_ = opt_.clip_grad_norm(max_norm_);
+          opt_.update();
+        },
+        {"clipping and the fused AdamW update", "the optimizer runs eagerly", required_, -1, &failures_});
+    if (!graph_) {
       failed_ = true;
-      const std::string why = std::string(e.what()).substr(0, std::string(e.what()).find('\n'));
-      if (required_)
-        throw ConfigError("capturing the optimizer step (clipping + fused AdamW) as a CUDA graph failed: " + why +
-                          "; set trainer.cuda_graphs=off (or auto, which runs it eagerly then)");
-      LF_LOG(logger("trainer"), warn) << "capturing the optimizer step as a CUDA graph failed (" << why
-                                      << "); the optimizer runs eagerly from now on (trainer.cuda_graphs=auto)";
       return;
     }
     ++captures_;

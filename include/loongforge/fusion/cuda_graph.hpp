@@ -13,6 +13,10 @@
 //    CUDA graph allocating from `pool`, and returns it; nothing of fn has run
 //    on the device then. When fn or the capture throws, the capture is ended
 //    (the stream stays usable) and the error propagates.
+//  - capture_or_fallback(pool, fn, site): capture_graph, but a failure is
+//    counted in site.failures and then either throws ConfigError (site.required,
+//    trainer.cuda_graphs=on) or is logged once as a warning naming what falls
+//    back (auto); null is returned then.
 //  - CUDA builds only (LOONGFORGE_WITH_CUDA_KERNELS); trainer thread.
 //
 // Example:
@@ -36,6 +40,7 @@ constexpr int64_t kGraphWarmupCalls = 3;
 #if LOONGFORGE_WITH_CUDA_KERNELS
 #include <functional>  // std::function
 #include <memory>      // std::unique_ptr
+#include <string>      // std::string
 
 #include <ATen/cuda/CUDAGraph.h>  // at::cuda::CUDAGraph, at::cuda::MempoolId_t
 #include <c10/cuda/CUDAStream.h>  // c10::cuda::CUDAStream
@@ -45,6 +50,19 @@ namespace loongforge::fusion {
 void on_side_stream(const c10::cuda::CUDAStream& side, const std::function<void()>& fn);
 
 std::unique_ptr<at::cuda::CUDAGraph> capture_graph(at::cuda::MempoolId_t pool, const std::function<void()>& fn);
+
+// Where a capture happens, for its failure: "step N: capturing <what> as a
+// CUDA graph failed ...; <fallback> from now on". step: 1-based, or -1.
+struct CaptureSite {
+  std::string what;      // "forward+backward"
+  std::string fallback;  // "this input shape runs eagerly"
+  bool required = false;
+  int64_t step = -1;
+  int64_t* failures = nullptr;  // incremented on a failure
+};
+
+std::unique_ptr<at::cuda::CUDAGraph> capture_or_fallback(at::cuda::MempoolId_t pool, const std::function<void()>& fn,
+                                                         const CaptureSite& site);
 
 }  // namespace loongforge::fusion
 #endif
