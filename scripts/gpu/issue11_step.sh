@@ -24,23 +24,35 @@
 # SECTIONS (default "train profile tests") picks sections: compiled train profile ops tests;
 # TRAIN_RUNS the runs of section train (default: all but lf-graphs-before and ref-base);
 # FIRST_TESTS a ctest regex run first in section tests (any label).
+# MODEL (default n16-1b) the config exported, EXPORT_SET its export overrides (space separated
+# key=value, e.g. "tune_visual=true tune_llm=true" for full fine-tuning), TAG the name of its model
+# file and package (default MODEL), MB the micro-batch (default 32), ACCUM the gradient accumulation
+# of the loongforge-train runs (default 1). A returned package over 15 MiB comes back in parts
+# ($OUT/TAG-step.pt2.partNN, `cat` them in order into .gpu-carry/TAG-step.pt2).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" issue11_step
 steps=${STEPS:-150}
 sections=${SECTIONS:-train profile tests}
 want() { [[ " $sections " == *" $1 "* ]]; }
 left() { local l=$(( ${BUDGET:-570} - ($(date +%s) - t0) )); [ $l -lt 1 ] && l=1; [ $l -lt $1 ] && echo $l || echo $1; }  # min(limit, time left)
 cfg=configs/bench/n16-1b-h200.yaml
+model=${MODEL:-n16-1b}; tag=${TAG:-$model}; mb=${MB:-32}; accum=${ACCUM:-1}
+mfile=/dev/shm/$tag.pt
+export_set=(); for kv in ${EXPORT_SET:-}; do export_set+=(--set "$kv"); done
 logs=/tmp/lf-logs; rm -rf $logs; mkdir -p $logs
 pack() { tar -czf "$OUT/logs.tgz" -C $logs . 2>/dev/null; }
 
 stamp "environment"; nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv,noheader
-stamp "build"; bash scripts/gpu/build.sh || exit 1
-stamp "export n16-1b (this commit, and the model code of .gpu-carry/model-before)"
-PYTHONPATH=scripts python3 scripts/model/export.py --config n16-1b --out /dev/shm/n16-1b.pt | tail -1 || exit 1
+stamp "build, and export $model ${EXPORT_SET:-} as $tag beside it (this commit, and the model code of .gpu-carry/model-before)"
+PYTHONPATH=scripts python3 scripts/model/export.py --config $model ${export_set[@]+"${export_set[@]}"} --out $mfile \
+  > "$logs/export.log" 2>&1 &
+export_pid=$!
+bash scripts/gpu/build.sh || exit 1
+wait $export_pid || { tail -5 "$logs/export.log"; exit 1; }
+tail -1 "$logs/export.log"; stamp "built and exported"
 before=""
 if [ -f .gpu-carry/model-before/model/export.py ]; then
-  python3 .gpu-carry/model-before/model/export.py --config n16-1b --out /dev/shm/n16-1b-before.pt | tail -1 \
-    && before=/dev/shm/n16-1b-before.pt
+  python3 .gpu-carry/model-before/model/export.py --config $model ${export_set[@]+"${export_set[@]}"} \
+    --out /dev/shm/$tag-before.pt | tail -1 && before=/dev/shm/$tag-before.pt
   echo "before: $(cat .gpu-carry/model-before/COMMIT 2>/dev/null)"
 fi
 
@@ -52,7 +64,8 @@ train_lf() {
   local name=$1 file=$2; shift 2
   local sock=/tmp/lf-ctl/$name.sock
   timeout $(left ${RUN_LIMIT:-150}) build-gpu/src/daemon/loongforge-train --config $cfg --set model.path=$file \
-    --set trainer.max_steps=$steps --set run.output_dir=/tmp/runs --set run.name=$name --set logging.progress=lines \
+    --set trainer.max_steps=$steps --set trainer.micro_batch_size=$mb \
+    --set trainer.gradient_accumulation_steps=$accum --set run.output_dir=/tmp/runs --set run.name=$name --set logging.progress=lines \
     --set logging.interval_steps=50 --set control.socket=$sock "$@" > "$logs/$name.log" 2>&1 &
   local pid=$!
   local at=${PROFILE_AT:-60}
@@ -69,16 +82,20 @@ train_lf() {
   cp /tmp/runs/$name/metrics.jsonl "$logs/${name}_metrics.jsonl" 2>/dev/null; pack
 }
 ran=""
-pkg=/dev/shm/n16-1b-step.pt2
+pkg=/dev/shm/$tag-step.pt2
 if want compiled; then
-  stamp "compiled: the AOTInductor package of n16-1b's micro-step"
-  [ -f .gpu-carry/n16-1b-step.pt2 ] && cp .gpu-carry/n16-1b-step.pt2 $pkg && echo "carried package"
-  if [ ! -f $pkg ]; then
-    PYTHONPATH=scripts timeout $(left 330) python3 scripts/compile_step.py /dev/shm/n16-1b.pt --batch-size 32 \
+  stamp "compiled: the AOTInductor package of $tag's micro-step (batch $mb)"
+  [ -f .gpu-carry/$tag-step.pt2 ] && cp .gpu-carry/$tag-step.pt2 $pkg && echo "carried package"
+  compile_pkg() {
+    PYTHONPATH=scripts timeout $(left ${COMPILE_LIMIT:-330}) python3 scripts/compile_step.py $mfile --batch-size $mb \
       --device cuda --precision bf16 --out $pkg > "$logs/compile_step.log" 2>&1; echo "compile_step: exit $?"
-    grep -v Warning "$logs/compile_step.log" | tail -3
-    [ -f $pkg ] && cp $pkg "$OUT/n16-1b-step.pt2"
-  fi
+    grep -v Warning "$logs/compile_step.log" | tail -3; ls -l $pkg 2>/dev/null
+    if [ -f $pkg ] && [ $(stat -c %s $pkg) -le $((15 << 20)) ]; then cp $pkg "$OUT/$tag-step.pt2"
+    elif [ -f $pkg ]; then split -b 15M -d $pkg "$OUT/$tag-step.pt2.part"; fi
+  }
+  # BG_COMPILE=1: compile while the later sections run (their lf-compiled* runs are skipped)
+  if [ ! -f $pkg ] && [ "${BG_COMPILE:-0}" = 1 ]; then compile_pkg & compile_pid=$!
+  elif [ ! -f $pkg ]; then compile_pkg; fi
 fi
 if want train; then
   # lf-compiled-graphs: the package, replayed as CUDA graphs, optimizer graph (the defaults with a package)
@@ -87,18 +104,18 @@ if want train; then
   for run in ${TRAIN_RUNS:-lf-compiled-graphs lf-compiled lf-compiled-adfe lf-graphs ref-opt lf-plain}; do
     stamp "train: $run"
     case $run in
-      lf-compiled-graphs) [ -f $pkg ] && train_lf $run /dev/shm/n16-1b.pt --set trainer.compiled_step=$pkg ;;
-      lf-compiled) [ -f $pkg ] && train_lf $run /dev/shm/n16-1b.pt --set trainer.compiled_step=$pkg \
+      lf-compiled-graphs) [ -f $pkg ] && [ -z "${compile_pid:-}" ] && train_lf $run $mfile --set trainer.compiled_step=$pkg ;;
+      lf-compiled) [ -f $pkg ] && train_lf $run $mfile --set trainer.compiled_step=$pkg \
                      --set trainer.cuda_graphs=off ;;
-      lf-compiled-adfe) [ -f $pkg ] && train_lf $run /dev/shm/n16-1b.pt --set trainer.compiled_step=$pkg \
+      lf-compiled-adfe) [ -f $pkg ] && train_lf $run $mfile --set trainer.compiled_step=$pkg \
                           --set adfe.enable=true --set adfe.decode_threads=4 ;;
-      lf-graphs) train_lf $run /dev/shm/n16-1b.pt --set trainer.cuda_graphs=on ;;
+      lf-graphs) train_lf $run $mfile --set trainer.cuda_graphs=on ;;
       lf-graphs-before) [ -n "$before" ] && train_lf $run $before --set trainer.cuda_graphs=on ;;
-      lf-plain) train_lf $run /dev/shm/n16-1b.pt --set trainer.cuda_graphs=off --set optimizer.implementation=plain ;;
+      lf-plain) train_lf $run $mfile --set trainer.cuda_graphs=off --set optimizer.implementation=plain ;;
       ref-opt|ref-base)
         mode=optimized; [ $run = ref-base ] && mode=baseline
         PYTHONPATH=scripts timeout $(left 250) python3 scripts/reference/train_torch.py --config $cfg \
-          --set model.path=/dev/shm/n16-1b.pt --set trainer.max_steps=$steps --set run.output_dir=/tmp/runs \
+          --set model.path=$mfile --set trainer.micro_batch_size=$mb --set trainer.max_steps=$steps --set run.output_dir=/tmp/runs \
           --mode $mode --loongforge-train build-gpu/src/daemon/loongforge-train --out /tmp/runs/$run \
           > "$logs/$run.log" 2>&1
         echo "$run: exit $?"; tail -2 "$logs/$run.log"
@@ -112,9 +129,9 @@ if [ -n "$ran" ]; then
   python3 scripts/gpu/steady_state.py $logs $ran ${skips[@]+--skip-steps "${skips[@]}"}
 fi
 if want profile; then
-  for f in /dev/shm/n16-1b.pt $before; do
+  for f in $mfile $before; do
     stamp "profile $f"
-    PYTHONPATH=scripts timeout $(left 60) python3 scripts/gpu/profile_model.py --model $f --batch 32 --top 40 \
+    PYTHONPATH=scripts timeout $(left 60) python3 scripts/gpu/profile_model.py --model $f --batch $mb --top 40 \
       --iters 10 --script-only > "$logs/profile-$(basename $f .pt).log" 2>&1; echo "exit $?"
     grep -E "forward\+backward|device events" "$logs/profile-$(basename $f .pt).log"; pack
   done
@@ -137,4 +154,5 @@ if want tests; then
     grep -E "Test +#|tests passed|FAILED|Failed" "$logs/ctest-gpu-long.log" | tail -6; pack
   fi
 fi
+if [ -n "${compile_pid:-}" ]; then stamp "waiting for the background compile"; wait $compile_pid; pack; fi
 stamp "done"
