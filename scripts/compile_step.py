@@ -39,6 +39,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from model import ops  # noqa: E402
 from model.batch import example_batch  # noqa: E402
 from model.config import ModelConfig  # noqa: E402
 from model.export import model_code_hash  # noqa: E402
@@ -78,9 +79,14 @@ def main() -> int:
 
     extra = {"loongforge/config.json": "", "loongforge/params.json": "", "loongforge/code.json": ""}
     try:
+        ops.load_if_built()  # model files with category_linear=grouped call loongforge:: operators
         scripted = torch.jit.load(args.model, map_location="cpu", _extra_files=extra)
     except Exception as e:  # noqa: BLE001 -- any load failure names the file
-        fail(f"{args.model}: not a LoongForge model file ({e.__class__.__name__}: {str(e).splitlines()[0]})")
+        why = (str(e).strip().splitlines() or [""])[0]
+        if "loongforge" in str(e):
+            fail(f"{args.model} calls LoongForge's operators, which did not load ({why}); build the target "
+                 "loongforge_ops or set LOONGFORGE_OPS_LIBRARY (scripts/model/ops.py)")
+        fail(f"{args.model}: not a LoongForge model file ({e.__class__.__name__}: {why})")
     config_text, params_text = extra["loongforge/config.json"], extra["loongforge/params.json"]
     code_text = extra["loongforge/code.json"]
     if isinstance(config_text, bytes):

@@ -365,6 +365,8 @@ def convert(src: Path, model_path: Path, out: Path, strict: bool = False) -> Dic
     import torch
     from safetensors.torch import save_file
     extra = {"loongforge/batch_spec.json": ""}
+    from model import ops
+    ops.load_if_built()  # model files with category_linear=grouped call loongforge:: operators
     scripted = torch.jit.load(str(model_path), map_location="cpu", _extra_files=extra)
     check_tokenizer(src, model_path, extra["loongforge/batch_spec.json"])
     ours = {n: p.detach().clone() for n, p in scripted.named_parameters()}

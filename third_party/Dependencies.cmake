@@ -55,6 +55,11 @@ set(CAFFE2_USE_CUDNN OFF)
 set(_cuda_flags_before "${CMAKE_CUDA_FLAGS}")
 find_package(Torch REQUIRED)
 set(CMAKE_CUDA_FLAGS "${_cuda_flags_before}")
+# ... and sets CMAKE_CUDA_ARCHITECTURES to OFF (it uses TORCH_CUDA_ARCH_LIST), which left
+# our kernels built for nvcc's default architecture: set ours again.
+if(LOONGFORGE_WITH_CUDA)
+  set(CMAKE_CUDA_ARCHITECTURES ${LOONGFORGE_CUDA_ARCHS})
+endif()
 # TorchConfig adds its flags globally (e.g. -D_GLIBCXX_USE_CXX11_ABI); keep them.
 set(Torch_VERSION_STRING "${Torch_VERSION}")
 

@@ -29,6 +29,12 @@
 # file and package (default MODEL), MB the micro-batch (default 32), ACCUM the gradient accumulation
 # of the loongforge-train runs (default 1). A returned package over 15 MiB comes back in parts
 # ($OUT/TAG-step.pt2.partNN, `cat` them in order into .gpu-carry/TAG-step.pt2).
+# GROUPED=1 also exports TAG-grouped (category_linear=grouped: loongforge::category_linear) for the
+# runs named *-grouped; COMPILE_WHICH=grouped compiles (or takes from .gpu-carry) its package
+# TAG-grouped-step.pt2 instead of TAG-step.pt2. EXTRA_EXPORTS ("tag=config[:k=v,k=v] ...") exports
+# more model files to /dev/shm beside the build (a later invocation in the same call finds them;
+# an existing /dev/shm/TAG.pt is not exported again). Section catlin: scripts/gpu/bench_category_linear.py.
+# GPU_TESTS=first: section tests runs only FIRST_TESTS.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" issue11_step
 steps=${STEPS:-150}
 sections=${SECTIONS:-train profile tests}
@@ -38,17 +44,29 @@ cfg=configs/bench/n16-1b-h200.yaml
 model=${MODEL:-n16-1b}; tag=${TAG:-$model}; mb=${MB:-32}; accum=${ACCUM:-1}
 mfile=/dev/shm/$tag.pt
 export_set=(); for kv in ${EXPORT_SET:-}; do export_set+=(--set "$kv"); done
-logs=/tmp/lf-logs; rm -rf $logs; mkdir -p $logs
-pack() { tar -czf "$OUT/logs.tgz" -C $logs . 2>/dev/null; }
+logs=/tmp/lf-logs-$tag; rm -rf $logs; mkdir -p $logs
+pack() { tar -czf "$OUT/logs-$tag.tgz" -C $logs . 2>/dev/null; }
 
 stamp "environment"; nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv,noheader
 stamp "build, and export $model ${EXPORT_SET:-} as $tag beside it (this commit, and the model code of .gpu-carry/model-before)"
-PYTHONPATH=scripts python3 scripts/model/export.py --config $model ${export_set[@]+"${export_set[@]}"} --out $mfile \
-  > "$logs/export.log" 2>&1 &
-export_pid=$!
+# export_model TAG CONFIG [k=v ...]: /dev/shm/TAG.pt unless there (log $logs/export-TAG.log)
+export_model() {
+  local t=$1 c=$2; shift 2
+  [ -f /dev/shm/$t.pt ] && { echo "export $t: /dev/shm/$t.pt is there"; return 0; }
+  local sets=(); for kv in "$@"; do sets+=(--set "$kv"); done
+  PYTHONPATH=scripts python3 scripts/model/export.py --config $c ${sets[@]+"${sets[@]}"} --out /dev/shm/$t.pt.tmp \
+    > "$logs/export-$t.log" 2>&1 && mv /dev/shm/$t.pt.tmp /dev/shm/$t.pt && tail -1 "$logs/export-$t.log"
+}
+export_pids=()
+export_model $tag $model ${EXPORT_SET:-} & export_pids+=($!)
+[ "${GROUPED:-0}" = 1 ] && { export_model $tag-grouped $model ${EXPORT_SET:-} category_linear=grouped & export_pids+=($!); }
+for spec in ${EXTRA_EXPORTS:-}; do
+  t=${spec%%=*}; rest=${spec#*=}; c=${rest%%:*}; kvs=""; [[ $rest == *:* ]] && kvs=${rest#*:}
+  export_model $t $c ${kvs//,/ } & export_pids+=($!)
+done
 bash scripts/gpu/build.sh || exit 1
-wait $export_pid || { tail -5 "$logs/export.log"; exit 1; }
-tail -1 "$logs/export.log"; stamp "built and exported"
+for p in "${export_pids[@]}"; do wait $p || { tail -5 "$logs"/export-*.log; exit 1; }; done
+stamp "built and exported"
 before=""
 if [ -f .gpu-carry/model-before/model/export.py ]; then
   python3 .gpu-carry/model-before/model/export.py --config $model ${export_set[@]+"${export_set[@]}"} \
@@ -82,20 +100,24 @@ train_lf() {
   cp /tmp/runs/$name/metrics.jsonl "$logs/${name}_metrics.jsonl" 2>/dev/null; pack
 }
 ran=""
-pkg=/dev/shm/$tag-step.pt2
+pkg=/dev/shm/$tag-step.pt2; pkg_grouped=/dev/shm/$tag-grouped-step.pt2
 if want compiled; then
-  stamp "compiled: the AOTInductor package of $tag's micro-step (batch $mb)"
-  [ -f .gpu-carry/$tag-step.pt2 ] && cp .gpu-carry/$tag-step.pt2 $pkg && echo "carried package"
+  ctag=$tag; cfile=$mfile
+  [ "${COMPILE_WHICH:-gather}" = grouped ] && { ctag=$tag-grouped; cfile=/dev/shm/$tag-grouped.pt; pkg=$pkg_grouped; }
+  stamp "compiled: the AOTInductor package of $ctag's micro-step (batch $mb)"
+  [ -f .gpu-carry/$ctag-step.pt2 ] && cp .gpu-carry/$ctag-step.pt2 $pkg && echo "carried package"
   compile_pkg() {
-    PYTHONPATH=scripts timeout $(left ${COMPILE_LIMIT:-330}) python3 scripts/compile_step.py $mfile --batch-size $mb \
+    PYTHONPATH=scripts timeout $(left ${COMPILE_LIMIT:-330}) python3 scripts/compile_step.py $cfile --batch-size $mb \
       --device cuda --precision bf16 --out $pkg > "$logs/compile_step.log" 2>&1; echo "compile_step: exit $?"
     grep -v Warning "$logs/compile_step.log" | tail -3; ls -l $pkg 2>/dev/null
-    if [ -f $pkg ] && [ $(stat -c %s $pkg) -le $((15 << 20)) ]; then cp $pkg "$OUT/$tag-step.pt2"
-    elif [ -f $pkg ]; then split -b 15M -d $pkg "$OUT/$tag-step.pt2.part"; fi
+    if [ -f $pkg ] && [ $(stat -c %s $pkg) -le $((15 << 20)) ]; then cp $pkg "$OUT/$ctag-step.pt2"
+    elif [ -f $pkg ]; then split -b 15M -d $pkg "$OUT/$ctag-step.pt2.part"; fi
   }
   # BG_COMPILE=1: compile while the later sections run (their lf-compiled* runs are skipped)
   if [ ! -f $pkg ] && [ "${BG_COMPILE:-0}" = 1 ]; then compile_pkg & compile_pid=$!
   elif [ ! -f $pkg ]; then compile_pkg; fi
+  pkg=/dev/shm/$tag-step.pt2
+  [ -f .gpu-carry/$tag-step.pt2 ] && [ ! -f $pkg ] && cp .gpu-carry/$tag-step.pt2 $pkg
 fi
 if want train; then
   # lf-compiled-graphs: the package, replayed as CUDA graphs, optimizer graph (the defaults with a package)
@@ -110,6 +132,9 @@ if want train; then
       lf-compiled-adfe) [ -f $pkg ] && train_lf $run $mfile --set trainer.compiled_step=$pkg \
                           --set adfe.enable=true --set adfe.decode_threads=4 ;;
       lf-graphs) train_lf $run $mfile --set trainer.cuda_graphs=on ;;
+      lf-graphs-grouped) train_lf $run /dev/shm/$tag-grouped.pt --set trainer.cuda_graphs=on ;;
+      lf-compiled-graphs-grouped) [ -f $pkg_grouped ] && [ -z "${compile_pid:-}" ] && \
+                                    train_lf $run /dev/shm/$tag-grouped.pt --set trainer.compiled_step=$pkg_grouped ;;
       lf-graphs-before) [ -n "$before" ] && train_lf $run $before --set trainer.cuda_graphs=on ;;
       lf-plain) train_lf $run $mfile --set trainer.cuda_graphs=off --set optimizer.implementation=plain ;;
       ref-opt|ref-base)
@@ -140,15 +165,20 @@ if want ops; then
   stamp "candidate ops (scripts/gpu/bench_ops.py)"
   timeout $(left 90) python3 scripts/gpu/bench_ops.py --batch 32 2>&1 | tee "$logs/bench_ops.log" | grep -v Warning; pack
 fi
+if want catlin; then
+  stamp "the per-embodiment linears three ways (scripts/gpu/bench_category_linear.py)"
+  PYTHONPATH=scripts timeout $(left 120) python3 scripts/gpu/bench_category_linear.py --config n16-1b --config n16-3b \
+    2>&1 | tee "$logs/bench_category_linear.log" | grep -v Warning; pack
+fi
 if want tests; then
   stamp "gpu tests"
   if [ -n "${FIRST_TESTS:-}" ]; then  # a regex of tests to run first (any label)
     (cd build-gpu && timeout $(left 300) ctest -R "$FIRST_TESTS" --output-on-failure > "$logs/ctest-first.log" 2>&1; echo "ctest exit $?")
     grep -E "Test +#|tests passed|FAILED|Failed|difference" "$logs/ctest-first.log" | tail -14; pack
   fi
-  (cd build-gpu && timeout $(left 120) ctest -L gpu -LE long ${FIRST_TESTS:+-E "$FIRST_TESTS"} --output-on-failure > "$logs/ctest-gpu.log" 2>&1; echo "ctest exit $?")
+  [ "${GPU_TESTS:-all}" = first ] || (cd build-gpu && timeout $(left 120) ctest -L gpu -LE long ${FIRST_TESTS:+-E "$FIRST_TESTS"} --output-on-failure > "$logs/ctest-gpu.log" 2>&1; echo "ctest exit $?")
   grep -E "Test +#|tests passed|FAILED|Failed" "$logs/ctest-gpu.log" | tail -14; pack
-  if [ "$(left 300)" -gt 60 ]; then
+  if [ "${GPU_TESTS:-all}" != first ] && [ "$(left 300)" -gt 60 ]; then
     stamp "long gpu tests (while time is left)"
     (cd build-gpu && timeout $(left 300) ctest -L gpu -L long --output-on-failure > "$logs/ctest-gpu-long.log" 2>&1; echo "ctest exit $?")
     grep -E "Test +#|tests passed|FAILED|Failed" "$logs/ctest-gpu-long.log" | tail -6; pack

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from model import ops  # noqa: E402
 from model.batch import example_batch  # noqa: E402
 from model.config import ModelConfig  # noqa: E402
 from model.n16 import build_model  # noqa: E402
@@ -33,6 +34,7 @@ from cuda_timing import median_ms  # noqa: E402 -- scripts/gpu/ is the script's 
 
 def load(path: str, device: torch.device):
     extra = {"loongforge/config.json": "", "loongforge/params.json": ""}
+    ops.load_if_built()  # model files with category_linear=grouped call loongforge:: operators
     scripted = torch.jit.load(path, map_location="cpu", _extra_files=extra)
     cfg = ModelConfig.from_json(extra["loongforge/config.json"])
     trainable = {p["name"]: p["trainable"] for p in json.loads(extra["loongforge/params.json"])}

@@ -120,6 +120,10 @@ class ModelConfig:
     noise_s: float = 0.999
     beta_alpha: float = 1.5
 
+    # ---- per-embodiment linears: "gather" (upstream's W[ids] + bmm) or "grouped"
+    # (loongforge::category_linear, model/embodiment.py; the model file then needs libloongforge_ops)
+    category_linear: str = "gather"
+
     # ---- freezing (connector, action head, embodiment MLPs, imu/audio always train)
     tune_visual: bool = False
     tune_llm: bool = False
@@ -187,6 +191,7 @@ class ModelConfig:
         need(self.timestep_dim % 2 == 0, "timestep_dim", "must be even")
         need(self.dit_width % 2 == 0, "dit_width", "must be even (sinusoidal action-encoder features)")
         need(self.backbone in ("n16", "eagle", "qwen3vl"), "backbone", "must be n16, eagle or qwen3vl")
+        need(self.category_linear in ("gather", "grouped"), "category_linear", "must be gather or grouped")
         if self.backbone != "n16":
             need(bool(self.gr00t_head), "backbone", "the exact GR00T backbones need a gr00t_head")
             need(self.vit_pos_grid >= 1, "vit_pos_grid", "must be >= 1 (side of the learned position table)")

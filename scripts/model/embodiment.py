@@ -1,6 +1,14 @@
 """GR00T's per-embodiment layers (CategorySpecificLinear / CategorySpecificMLP),
 shared by model/n16.py and the upstream-exact head in model/gr00t_head.py: one
-weight (E, in, out) and bias (E, out) per layer, slot ids[b] for batch row b."""
+weight (E, in, out) and bias (E, out) per layer, slot ids[b] for batch row b.
+
+Two forms with the same parameters (checkpoints move between them): CategoryLinear
+gathers B weight slots and runs bmm (upstream's code, the reference);
+GroupedCategoryLinear calls loongforge::category_linear (model/ops.py), which on
+CUDA with bf16 inputs runs segment GEMMs over the used slots without the gather
+(config key category_linear: gather | grouped; group_category_linears swaps them)."""
+from typing import List
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -20,6 +28,40 @@ class CategoryLinear(nn.Module):
         w = self.weight[ids]                    # (B, in, out)
         b = self.bias[ids]                      # (B, out)
         return torch.bmm(x, w) + b.unsqueeze(1)
+
+
+class GroupedCategoryLinear(CategoryLinear):
+    """CategoryLinear through loongforge::category_linear (include/loongforge/ops/ops.hpp)."""
+
+    def __init__(self, num_categories: int, dim_in: int, dim_out: int):
+        super().__init__(num_categories, dim_in, dim_out)
+        from . import ops
+        ops.load()
+
+    @classmethod
+    def sharing(cls, linear: CategoryLinear) -> "GroupedCategoryLinear":
+        """A GroupedCategoryLinear holding linear's parameter tensors themselves (no copy)."""
+        from . import ops
+        ops.load()
+        grouped = cls.__new__(cls)
+        nn.Module.__init__(grouped)
+        grouped.weight, grouped.bias = linear.weight, linear.bias
+        return grouped
+
+    def forward(self, x: Tensor, ids: Tensor) -> Tensor:
+        return torch.ops.loongforge.category_linear(x, self.weight, self.bias, ids)
+
+
+def group_category_linears(model: nn.Module) -> List[str]:
+    """Replaces every CategoryLinear of model by a GroupedCategoryLinear sharing its parameters
+    (names, values and requires_grad unchanged); returns the replaced modules' names."""
+    replaced = []
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            if type(child) is CategoryLinear:
+                setattr(module, child_name, GroupedCategoryLinear.sharing(child))
+                replaced.append(f"{name}.{child_name}" if name else child_name)
+    return replaced
 
 
 class CategoryMLP(nn.Module):

@@ -604,5 +604,8 @@ def build_model(cfg: ModelConfig, device: Optional[torch.device] = None) -> nn.M
     else:
         with device:
             model = cls(cfg)
+    if cfg.category_linear == "grouped":
+        from .embodiment import group_category_linears
+        group_category_linears(model)
     apply_freezing(model, cfg)
     return model

@@ -78,6 +78,7 @@ for p in (str(REPO / "scripts"), str(HERE)):
 
 from lf_dataset import (DataError, LFDataset, MicroBatchSampler, SampleBuilder, SampleDataset,  # noqa: E402
                         collate_samples)
+from model import ops  # noqa: E402
 from model.config import ModelConfig  # noqa: E402
 from model.n16 import build_model, decay_flags  # noqa: E402
 
@@ -135,6 +136,7 @@ def load_model(path: str) -> Tuple[torch.nn.Module, ModelConfig, Dict]:
     names = ["config.json", "params.json", "flops.json"]
     extra = {"loongforge/" + n: "" for n in names}
     try:
+        ops.load_if_built()  # model files with category_linear=grouped call loongforge:: operators
         scripted = torch.jit.load(path, map_location="cpu", _extra_files=extra)
     except (RuntimeError, ValueError) as e:
         raise ValueError(f"model.path '{path}': cannot load TorchScript file ({e}); export it with "

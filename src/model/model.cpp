@@ -10,6 +10,7 @@
 
 #include "loongforge/common/error.hpp"
 #include "loongforge/common/log.hpp"
+#include "loongforge/ops/ops.hpp"
 #include "model_impl.hpp"
 
 namespace loongforge::model {
@@ -69,6 +70,7 @@ Model Model::load(const std::string& path, c10::Device device) {
                      "': export one with `scripts/model/export.py --config n16-tiny --out " + path + "`");
   }
   torch::jit::setGraphExecutorOptimize(false);  // see the contract in model.hpp
+  ops::ensure_registered();  // model files may call loongforge:: operators (category_linear)
   torch::jit::ExtraFilesMap extra;
   for (const char* name : kExtraFiles) extra[name] = "";
   extra["loongforge/code.json"] = "";  // optional: files exported before it existed lack it

@@ -1,0 +1,35 @@
+// LoongForge's custom operators, registered with the PyTorch dispatcher under
+// the namespace `loongforge` (issue #11 items 3 and 4).
+//
+// Contract
+// - The shared library libloongforge_ops (src/ops/) registers, when loaded:
+//     loongforge::category_linear(Tensor x, Tensor weight, Tensor bias, Tensor ids) -> Tensor
+//         GR00T's per-embodiment linear: out[b] = x[b] @ weight[ids[b]] + bias[ids[b]]
+//         for x (B, T, in), weight (E, in, out), bias (E, out), ids (B,) int64.
+//     loongforge::category_linear_backward(Tensor grad_out, Tensor x, Tensor weight, Tensor ids)
+//         -> (Tensor grad_x, Tensor grad_weight, Tensor grad_bias)
+//   with CPU, CUDA, Meta (shapes only, for torch.export / AOTInductor),
+//   Autograd (C++: TorchScript modules trained by loongforge-train) and
+//   AutocastCUDA (x to bf16 under CUDA bf16 autocast, as bmm's autocast does) kernels.
+// - CPU, and CUDA with fp32 x: the gather + bmm composition itself (bitwise the
+//   reference `torch.bmm(x, weight[ids]) + bias[ids].unsqueeze(1)` and its autograd).
+//   CUDA with bf16 x: segment GEMMs (cuda/model/category_linear.cuh) that read
+//   each used slot's weights in place, bf16 products with fp32 accumulation,
+//   output in weight's dtype; no B copies of the weights are gathered.
+// - Python loads the same library (scripts/model/ops.py: torch.ops.load_library),
+//   so the reference trainer and the exporter run the op the C++ trainer runs.
+// - Errors name the argument and the expected shape/dtype (TORCH_CHECK).
+//
+//   loongforge::ops::ensure_registered();   // links the library in; idempotent
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace loongforge::ops {
+
+// The operators the library registered ("loongforge::category_linear", ...).
+// Calling it from a binary guarantees the library is linked and loaded.
+std::vector<std::string> ensure_registered();
+
+}  // namespace loongforge::ops
