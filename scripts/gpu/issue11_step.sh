@@ -44,7 +44,10 @@ cfg=configs/bench/n16-1b-h200.yaml
 model=${MODEL:-n16-1b}; tag=${TAG:-$model}; mb=${MB:-32}; accum=${ACCUM:-1}
 mfile=/dev/shm/$tag.pt
 export_set=(); for kv in ${EXPORT_SET:-}; do export_set+=(--set "$kv"); done
-logs=/tmp/lf-logs-$tag; rm -rf $logs; mkdir -p $logs
+# Logs and runs per TAG; kept across invocations of one call (a later invocation with the same TAG
+# adds to the same logs-TAG.tgz instead of wiping the earlier one's logs).
+logs=/tmp/lf-logs-$tag; mkdir -p $logs
+runs=/tmp/runs-$tag
 pack() { tar -czf "$OUT/logs-$tag.tgz" -C $logs . 2>/dev/null; }
 
 stamp "environment"; nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv,noheader
@@ -88,9 +91,10 @@ skips=()
 train_lf() {
   local name=$1 file=$2; shift 2
   local sock=/tmp/lf-ctl/$name.sock
+  rm -rf $runs/$name  # else the trainer would write to $runs/$name-2 and the metrics below be another run's
   timeout $(left ${RUN_LIMIT:-150}) build-gpu/src/daemon/loongforge-train --config $cfg --set model.path=$file \
     --set trainer.max_steps=$steps --set trainer.micro_batch_size=$mb \
-    --set trainer.gradient_accumulation_steps=$accum --set run.output_dir=/tmp/runs --set run.name=$name --set logging.progress=lines \
+    --set trainer.gradient_accumulation_steps=$accum --set run.output_dir=$runs --set run.name=$name --set logging.progress=lines \
     --set logging.interval_steps=50 --set control.socket=$sock "$@" > "$logs/$name.log" 2>&1 &
   local pid=$!
   local at=${PROFILE_AT:-60}
@@ -104,7 +108,7 @@ train_lf() {
   fi
   wait $pid; echo "$name: exit $?"
   grep -E "compiled step|captured|error|Error" "$logs/$name.log" | head -5
-  cp /tmp/runs/$name/metrics.jsonl "$logs/${name}_metrics.jsonl" 2>/dev/null; pack
+  cp $runs/$name/metrics.jsonl "$logs/${name}_metrics.jsonl" 2>/dev/null; pack
 }
 ran=""
 pkg=/dev/shm/$tag-step.pt2; pkg_grouped=/dev/shm/$tag-grouped-step.pt2
@@ -147,11 +151,11 @@ if want train; then
       ref-opt|ref-base)
         mode=optimized; [ $run = ref-base ] && mode=baseline
         PYTHONPATH=scripts timeout $(left 250) python3 scripts/reference/train_torch.py --config $cfg \
-          --set model.path=$mfile --set trainer.micro_batch_size=$mb --set trainer.max_steps=$steps --set run.output_dir=/tmp/runs \
-          --mode $mode --loongforge-train build-gpu/src/daemon/loongforge-train --out /tmp/runs/$run \
+          --set model.path=$mfile --set trainer.micro_batch_size=$mb --set trainer.max_steps=$steps --set run.output_dir=$runs \
+          --mode $mode --loongforge-train build-gpu/src/daemon/loongforge-train --out $runs/$run \
           > "$logs/$run.log" 2>&1
         echo "$run: exit $?"; tail -2 "$logs/$run.log"
-        cp /tmp/runs/$run/metrics.jsonl "$logs/${run}_metrics.jsonl" 2>/dev/null; pack ;;
+        cp $runs/$run/metrics.jsonl "$logs/${run}_metrics.jsonl" 2>/dev/null; pack ;;
     esac
     ran="$ran $run"
   done
