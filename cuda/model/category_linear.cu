@@ -16,25 +16,42 @@ namespace loongforge::kernels {
 namespace {
 
 constexpr int kBM = 64, kBN = 64, kBK = 32, kThreads = 128;
-constexpr int kLdA = kBK + 8;   // A tile, row-major [kBM][kLdA]
-constexpr int kLdAT = kBM + 8;  // A tile, column-major: stored [kBK][kLdAT]
-constexpr int kLdB = kBN + 8;   // B tile, row-major [kBK][kLdB]
-constexpr int kLdC = kBN + 4;   // fp32 result tile [kBM][kLdC]
+constexpr int kLdA = kBK + 8;                     // A tile, row-major [kBM][kLdA]
+constexpr int kLdAT = kBM + 8;                    // A tile, column-major: stored [kBK][kLdAT]
+constexpr int kLdB = kBN + 8;                     // B tile, row-major [kBK][kLdB]
+constexpr int kLdC = kBN + 4;                     // fp32 result tile [kBM][kLdC]
 constexpr int kPerThread = kBM * kBK / kThreads;  // 16 (A and B tiles are both 2048 elements)
 static_assert(kBM * kBK == kBK * kBN, "A and B tiles hold the same number of elements");
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
+__device__ __forceinline__ float to_float(float v) {
+  return v;
+}
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16(v);
+}
 
 struct Plan {
-  const int* order;     // [B] sample indices sorted by slot (stable)
-  const int* seg;       // [E + 1] first sorted sample of each slot
-  const int* tiles;     // [E + 1] first row tile of each slot (kBM rows of T tokens)
+  const int* order;  // [B] sample indices sorted by slot (stable)
+  const int* seg;    // [E + 1] first sorted sample of each slot
+  const int* tiles;  // [E + 1] first row tile of each slot (kBM rows of T tokens)
   __device__ Plan(const int* p, int B, int E) : order(p), seg(p + B), tiles(p + B + E + 1) {}
 };
+
+// The global token row (sample * T + t) of row r of a slot's rows, -1 past them (first: the
+// slot's first sorted sample; rows: its token rows).
+__device__ __forceinline__ int token_row(const Plan& plan, int first, int rows, int r, int T) {
+  return r < rows ? plan.order[first + r / T] * T + r % T : -1;
+}
 
 __global__ void plan_kernel(const int64_t* ids, int B, int E, int T, int* out) {
   extern __shared__ int count[];  // [E]
@@ -119,9 +136,9 @@ __device__ __forceinline__ void zero_acc(FragC (&acc)[2][2]) {
 // kTransposed = false: Bop_e(k, n) = W[e][k][n] (forward, Kp = K, Np = N);
 // kTransposed = true: Bop_e(k, n) = W[e][n][k] (grad_input, Kp = N, Np = K).
 template <typename AT, typename WT, typename OT, bool kTransposed>
-__global__ void __launch_bounds__(kThreads) rows_kernel(const AT* a, const WT* weight, const WT* bias,
-                                                        const int* plan_ints, int B, int E, int T, int Kp, int Np,
-                                                        OT* out) {
+__global__ void __launch_bounds__(kThreads)
+    rows_kernel(const AT* a, const WT* weight, const WT* bias, const int* plan_ints, int B, int E, int T, int Kp,
+                int Np, OT* out) {
   __shared__ __align__(128) __nv_bfloat16 sA[kBM * kLdA];
   __shared__ __align__(128) __nv_bfloat16 sB[kBK * kLdB];
   __shared__ __align__(128) float sC[kBM * kLdC];
@@ -137,7 +154,10 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const AT* a, const WT* w
     } else {
       while (hi - lo > 1) {
         const int mid = (lo + hi) / 2;
-        if (plan.tiles[mid] <= tile) lo = mid; else hi = mid;
+        if (plan.tiles[mid] <= tile)
+          lo = mid;
+        else
+          hi = mid;
       }
     }
     slot = lo;
@@ -148,8 +168,7 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const AT* a, const WT* w
   const int first = plan.seg[e], rows = (plan.seg[e + 1] - first) * T;
   const int r0 = (tile - plan.tiles[e]) * kBM, n0 = blockIdx.y * kBN;
   for (int m = threadIdx.x; m < kBM; m += kThreads) {
-    const int r = r0 + m;
-    row_of[m] = r < rows ? plan.order[first + r / T] * T + r % T : -1;
+    row_of[m] = token_row(plan, first, rows, r0 + m, T);
   }
   __syncthreads();
   const WT* w = weight + static_cast<int64_t>(e) * Kp * Np;
@@ -179,8 +198,10 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const AT* a, const WT* w
     for (int i = 0; i < kPerThread; ++i) {
       const int idx = threadIdx.x + i * kThreads;
       sA[(idx / kBK) * kLdA + idx % kBK] = __float2bfloat16(ra[i]);
-      if (kTransposed) sB[(idx % kBK) * kLdB + idx / kBK] = __float2bfloat16(rb[i]);
-      else sB[(idx / kBN) * kLdB + idx % kBN] = __float2bfloat16(rb[i]);
+      if (kTransposed)
+        sB[(idx % kBK) * kLdB + idx / kBK] = __float2bfloat16(rb[i]);
+      else
+        sB[(idx / kBN) * kLdB + idx % kBN] = __float2bfloat16(rb[i]);
     }
     __syncthreads();
     if (k0 + kBK < Kp) load(k0 + kBK);  // in flight during the MMAs
@@ -200,9 +221,9 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const AT* a, const WT* w
 // dW[e][i][j] = sum over slot e's rows r of x[r][i] * dy[r][j]; dbias[e][j] = sum of dy[r][j]
 // (blocks of the first i tile). Grid: (E, i tiles x j tiles).
 template <typename WT>
-__global__ void __launch_bounds__(kThreads) grad_weight_kernel(const __nv_bfloat16* x, const WT* dy,
-                                                               const int* plan_ints, int B, int E, int T, int K,
-                                                               int N, WT* dweight, WT* dbias) {
+__global__ void __launch_bounds__(kThreads)
+    grad_weight_kernel(const __nv_bfloat16* x, const WT* dy, const int* plan_ints, int B, int E, int T, int K, int N,
+                       WT* dweight, WT* dbias) {
   __shared__ __align__(128) __nv_bfloat16 sAT[kBK * kLdAT];
   __shared__ __align__(128) __nv_bfloat16 sB[kBK * kLdB];
   __shared__ __align__(128) float sC[kBM * kLdC];
@@ -215,10 +236,7 @@ __global__ void __launch_bounds__(kThreads) grad_weight_kernel(const __nv_bfloat
   const int first = plan.seg[e], rows = (plan.seg[e + 1] - first) * T;
 
   auto rows_at = [&](int r0, int buf) {
-    for (int k = threadIdx.x; k < kBK; k += kThreads) {
-      const int r = r0 + k;
-      row_of[buf][k] = r < rows ? plan.order[first + r / T] * T + r % T : -1;
-    }
+    for (int k = threadIdx.x; k < kBK; k += kThreads) row_of[buf][k] = token_row(plan, first, rows, r0 + k, T);
   };
   float ra[kPerThread], rb[kPerThread];
   auto load = [&](int buf) {
@@ -266,10 +284,8 @@ __global__ void __launch_bounds__(kThreads) grad_weight_kernel(const __nv_bfloat
       const int n = j0 + c;
       if (n >= N) continue;
       float s = 0.f;
-      for (int r = 0; r < rows; ++r) {
-        const int row = plan.order[first + r / T] * T + r % T;
-        s += to_float(dy[static_cast<int64_t>(row) * N + n]);
-      }
+      for (int r = 0; r < rows; ++r)
+        s += to_float(dy[static_cast<int64_t>(token_row(plan, first, rows, r, T)) * N + n]);
       dbias[static_cast<int64_t>(e) * N + n] = from_float<WT>(s);
     }
   }
@@ -282,7 +298,9 @@ int row_tiles_bound(int B, int E, int T) {  // sum over slots of ceil(rows_e / k
 
 }  // namespace
 
-int64_t category_plan_ints(int64_t B, int64_t E) { return B + 2 * (E + 1); }
+int64_t category_plan_ints(int64_t B, int64_t E) {
+  return B + 2 * (E + 1);
+}
 
 cudaError_t category_linear_plan(const int64_t* ids, int B, int E, int T, int* plan, cudaStream_t stream) {
   plan_kernel<<<1, 256, E * sizeof(int), stream>>>(ids, B, E, T, plan);
@@ -301,8 +319,7 @@ template <typename WT>
 cudaError_t category_linear_grad_input(const WT* dy, const WT* weight, const int* plan, int B, int E, int T, int K,
                                        int N, __nv_bfloat16* dx, cudaStream_t stream) {
   const dim3 grid(row_tiles_bound(B, E, T), (K + kBN - 1) / kBN);
-  rows_kernel<WT, WT, __nv_bfloat16, true><<<grid, kThreads, 0, stream>>>(dy, weight, nullptr, plan, B, E, T, N, K,
-                                                                          dx);
+  rows_kernel<WT, WT, __nv_bfloat16, true><<<grid, kThreads, 0, stream>>>(dy, weight, nullptr, plan, B, E, T, N, K, dx);
   return cudaGetLastError();
 }
 
@@ -314,7 +331,7 @@ cudaError_t category_linear_grad_weight(const __nv_bfloat16* x, const WT* dy, co
   return cudaGetLastError();
 }
 
-#define LOONGFORGE_CATEGORY_LINEAR(WT)                                                                              \
+#define LOONGFORGE_CATEGORY_LINEAR(WT)                                                                               \
   template cudaError_t category_linear_forward<WT>(const __nv_bfloat16*, const WT*, const WT*, const int*, int, int, \
                                                    int, int, int, WT*, cudaStream_t);                                \
   template cudaError_t category_linear_grad_input<WT>(const WT*, const WT*, const int*, int, int, int, int, int,     \

@@ -28,8 +28,7 @@ void check_args(const Tensor& x, const Tensor& weight, const Tensor& ids, const 
   TORCH_CHECK(x.size(2) == weight.size(1), op, ": x has ", x.size(2), " features, weight expects ", weight.size(1),
               " (weight shape ", weight.sizes(), ")");
   TORCH_CHECK(x.device() == weight.device() && ids.device() == weight.device(), op,
-              ": x, weight and ids must be on one device, got ", x.device(), ", ", weight.device(), ", ",
-              ids.device());
+              ": x, weight and ids must be on one device, got ", x.device(), ", ", weight.device(), ", ", ids.device());
 }
 
 void check_bias(const Tensor& weight, const Tensor& bias) {
@@ -84,13 +83,17 @@ void cuda_check(cudaError_t err, const char* what) {
 
 template <typename T>
 const auto* device_ptr(const Tensor& t) {
-  if constexpr (std::is_same_v<T, at::BFloat16>) return reinterpret_cast<const __nv_bfloat16*>(t.data_ptr<T>());
-  else return t.data_ptr<T>();
+  if constexpr (std::is_same_v<T, at::BFloat16>)
+    return reinterpret_cast<const __nv_bfloat16*>(t.data_ptr<T>());
+  else
+    return t.data_ptr<T>();
 }
 template <typename T>
 auto* device_mut(Tensor& t) {
-  if constexpr (std::is_same_v<T, at::BFloat16>) return reinterpret_cast<__nv_bfloat16*>(t.data_ptr<T>());
-  else return t.data_ptr<T>();
+  if constexpr (std::is_same_v<T, at::BFloat16>)
+    return reinterpret_cast<__nv_bfloat16*>(t.data_ptr<T>());
+  else
+    return t.data_ptr<T>();
 }
 
 // The segment-GEMM path applies to bf16 x with fp32 or bf16 weights.
@@ -103,8 +106,7 @@ Tensor make_plan(const Tensor& ids, int64_t E, int64_t T) {
   const int64_t B = ids.size(0);
   Tensor plan = at::empty({kernels::category_plan_ints(B, E)}, ids.options().dtype(at::kInt));
   cuda_check(kernels::category_linear_plan(ids.data_ptr<int64_t>(), static_cast<int>(B), static_cast<int>(E),
-                                           static_cast<int>(T), plan.data_ptr<int>(),
-                                           at::cuda::getCurrentCUDAStream()),
+                                           static_cast<int>(T), plan.data_ptr<int>(), at::cuda::getCurrentCUDAStream()),
              "the slot plan kernel");
   return plan;
 }
@@ -121,19 +123,18 @@ Tensor cuda_forward(const Tensor& x_in, const Tensor& weight_in, const Tensor& b
   if (y.numel() == 0) return y;
   const Tensor plan = make_plan(ids, E, T);
   auto stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_SWITCH(weight.scalar_type(), "loongforge::category_linear",
-                     AT_DISPATCH_CASE(at::kFloat, [&] {
-                       cuda_check(kernels::category_linear_forward(
-                                      device_ptr<at::BFloat16>(x), device_ptr<float>(weight), device_ptr<float>(bias),
-                                      plan.data_ptr<int>(), B, E, T, K, N, device_mut<float>(y), stream),
-                                  "the forward kernel");
-                     }) AT_DISPATCH_CASE(at::kBFloat16, [&] {
-                       cuda_check(kernels::category_linear_forward(
-                                      device_ptr<at::BFloat16>(x), device_ptr<at::BFloat16>(weight),
-                                      device_ptr<at::BFloat16>(bias), plan.data_ptr<int>(), B, E, T, K, N,
-                                      device_mut<at::BFloat16>(y), stream),
-                                  "the forward kernel");
-                     }));
+  AT_DISPATCH_SWITCH(
+      weight.scalar_type(), "loongforge::category_linear", AT_DISPATCH_CASE(at::kFloat, [&] {
+        cuda_check(kernels::category_linear_forward(device_ptr<at::BFloat16>(x), device_ptr<float>(weight),
+                                                    device_ptr<float>(bias), plan.data_ptr<int>(), B, E, T, K, N,
+                                                    device_mut<float>(y), stream),
+                   "the forward kernel");
+      }) AT_DISPATCH_CASE(at::kBFloat16, [&] {
+        cuda_check(kernels::category_linear_forward(device_ptr<at::BFloat16>(x), device_ptr<at::BFloat16>(weight),
+                                                    device_ptr<at::BFloat16>(bias), plan.data_ptr<int>(), B, E, T, K, N,
+                                                    device_mut<at::BFloat16>(y), stream),
+                   "the forward kernel");
+      }));
   return y;
 }
 
@@ -144,8 +145,8 @@ Grads cuda_backward(const Tensor& grad_in, const Tensor& x_in, const Tensor& wei
   const Tensor x = x_in.contiguous(), weight = weight_in.contiguous(), ids = ids_in.contiguous();
   const Tensor dy = grad_in.to(weight.scalar_type()).contiguous();
   const int64_t B = x.size(0), T = x.size(1), K = x.size(2), E = weight.size(0), N = weight.size(2);
-  TORCH_CHECK(dy.sizes() == at::IntArrayRef({B, T, N}), "loongforge::category_linear_backward: grad_out must be (",
-              B, ", ", T, ", ", N, "), got ", dy.sizes());
+  TORCH_CHECK(dy.sizes() == at::IntArrayRef({B, T, N}), "loongforge::category_linear_backward: grad_out must be (", B,
+              ", ", T, ", ", N, "), got ", dy.sizes());
   Tensor dx = at::empty_like(x);
   Tensor dw = at::empty_like(weight);
   Tensor db = at::empty({E, N}, weight.options());
@@ -154,16 +155,18 @@ Grads cuda_backward(const Tensor& grad_in, const Tensor& x_in, const Tensor& wei
   auto stream = at::cuda::getCurrentCUDAStream();
   auto run = [&](auto tag) {
     using WT = decltype(tag);
-    cuda_check(kernels::category_linear_grad_input(device_ptr<WT>(dy), device_ptr<WT>(weight), plan.data_ptr<int>(),
-                                                   B, E, T, K, N, device_mut<at::BFloat16>(dx), stream),
+    cuda_check(kernels::category_linear_grad_input(device_ptr<WT>(dy), device_ptr<WT>(weight), plan.data_ptr<int>(), B,
+                                                   E, T, K, N, device_mut<at::BFloat16>(dx), stream),
                "the grad_input kernel");
-    cuda_check(kernels::category_linear_grad_weight(device_ptr<at::BFloat16>(x), device_ptr<WT>(dy),
-                                                    plan.data_ptr<int>(), B, E, T, K, N, device_mut<WT>(dw),
-                                                    device_mut<WT>(db), stream),
-               "the grad_weight kernel");
+    cuda_check(
+        kernels::category_linear_grad_weight(device_ptr<at::BFloat16>(x), device_ptr<WT>(dy), plan.data_ptr<int>(), B,
+                                             E, T, K, N, device_mut<WT>(dw), device_mut<WT>(db), stream),
+        "the grad_weight kernel");
   };
-  if (weight.scalar_type() == at::kFloat) run(float{});
-  else run(at::BFloat16{});
+  if (weight.scalar_type() == at::kFloat)
+    run(float{});
+  else
+    run(at::BFloat16{});
   return {dx, dw, db};
 }
 #endif
@@ -247,7 +250,9 @@ TORCH_LIBRARY_IMPL(loongforge, Meta, m) {
   m.impl("category_linear_backward", &loongforge::ops::meta_backward);
 }
 
-TORCH_LIBRARY_IMPL(loongforge, Autograd, m) { m.impl("category_linear", &loongforge::ops::autograd_forward); }
+TORCH_LIBRARY_IMPL(loongforge, Autograd, m) {
+  m.impl("category_linear", &loongforge::ops::autograd_forward);
+}
 
 #if LOONGFORGE_WITH_CUDA_KERNELS
 TORCH_LIBRARY_IMPL(loongforge, CUDA, m) {
@@ -255,5 +260,7 @@ TORCH_LIBRARY_IMPL(loongforge, CUDA, m) {
   m.impl("category_linear_backward", &loongforge::ops::cuda_backward);
 }
 
-TORCH_LIBRARY_IMPL(loongforge, AutocastCUDA, m) { m.impl("category_linear", &loongforge::ops::autocast_forward); }
+TORCH_LIBRARY_IMPL(loongforge, AutocastCUDA, m) {
+  m.impl("category_linear", &loongforge::ops::autocast_forward);
+}
 #endif

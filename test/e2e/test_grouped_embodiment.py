@@ -3,9 +3,10 @@ loongforge::category_linear, include/loongforge/ops/ops.hpp) trains in loongforg
 registers the operator itself, with the losses and gradient norms of the same model exported with
 upstream's gather + bmm: within 1e-6 relative on the CPU in float32 (the operator's CPU kernel
 is that composition; the gather model's own weight gradients vary by about 1e-7 between two
-backward passes on this CPU), within 1% over the steps in bf16 on a GPU (segment GEMMs). Compiled by scripts/compile_step.py, the
-package calls the operator and gives the plain runner's losses (1e-5 / 1%; about a minute of
-compiling on the 2-core CPU machine, so the CPU form is labelled long).
+backward passes on this CPU), within 1% over the steps in bf16 on a GPU (segment GEMMs).
+Compiled by scripts/compile_step.py, the package calls the operator and gives the plain
+runner's losses (1e-5 / 1%; about a minute of compiling on the 2-core CPU machine, so the CPU
+form is labelled long).
 
 Environment (set by ctest): LOONGFORGE_TRAIN, LOONGFORGE_TEST_DATASET, LOONGFORGE_TEST_MODELS,
 LOONGFORGE_TEST_DEVICE (cpu | cuda), LOONGFORGE_OPS_LIBRARY.
