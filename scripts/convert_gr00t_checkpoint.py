@@ -232,9 +232,9 @@ def head_config_from_upstream(config: Dict, name: str = "from-upstream"):
     """The scripts/model/gr00t_head.py Gr00tHeadConfig of an upstream GR00T N1.6/N1.7 config.json
     (GR00TN17Config / Gr00tN1d6Config fields). Raises ConversionError naming the field for any
     setting the upstream-exact head does not implement (the plain DiT, no vlln, a state history,
-    a Beta beta other than 1, different dropouts in the DiT and vl_self_attention, N1.6's additive
-    state noise). model_type Gr00tN1d6 gives N1.6's state mask token (used when
-    state_dropout_prob > 0)."""
+    a Beta beta other than 1, different dropouts in the DiT and vl_self_attention). model_type
+    Gr00tN1d6 gives N1.6's state mask token (used when state_dropout_prob > 0); its
+    state_additive_noise_scale becomes the head's state_noise_scale."""
     from model.gr00t_head import Gr00tHeadConfig
 
     def need(cond: bool, field: str, what: str):
@@ -267,8 +267,6 @@ def head_config_from_upstream(config: Dict, name: str = "from-upstream"):
         need(float(vl.get("dropout", 0.0)) == float(dit.get("dropout", 0.0)), "vl_self_attention_cfg.dropout",
              "must equal diffusion_model_cfg.dropout (the head has one dropout)")
     state_dropout = float(get("state_dropout_prob", 0.0))
-    need(float(get("state_additive_noise_scale", 0.0) or 0.0) == 0.0, "state_additive_noise_scale",
-         "must be 0 (N1.6's additive state noise is not implemented)")
     cfg = Gr00tHeadConfig(
         name=name, backbone_width=int(get("backbone_embedding_dim")), hidden_size=int(get("hidden_size")),
         input_embedding_dim=int(get("input_embedding_dim")), dit_layers=int(dit["num_layers"]),
@@ -280,6 +278,7 @@ def head_config_from_upstream(config: Dict, name: str = "from-upstream"):
         num_embodiments=int(get("max_num_embodiments", 32)), max_state_dim=int(get("max_state_dim")),
         max_action_dim=int(get("max_action_dim")), action_horizon=int(get("action_horizon")),
         dropout=float(dit.get("dropout", 0.0)), state_dropout=state_dropout,
+        state_noise_scale=float(get("state_additive_noise_scale", 0.0) or 0.0),
         noise_s=float(get("noise_s", 0.999)), beta_alpha=float(get("noise_beta_alpha", 1.5)),
         state_mask_token=get("model_type") == "Gr00tN1d6")
     try:

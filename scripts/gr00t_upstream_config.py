@@ -188,6 +188,7 @@ def model_config_from_upstream(config: Dict, backbone_config: Optional[Dict] = N
         max_action_horizon=max(head.action_horizon, 64), num_embodiments=head.num_embodiments,
         num_timestep_buckets=head.num_timestep_buckets, noise_s=head.noise_s, beta_alpha=head.beta_alpha,
         gr00t_dropout=head.dropout, gr00t_state_dropout=head.state_dropout,
+        gr00t_state_noise_scale=head.state_noise_scale,
         gr00t_state_mask_token=head.state_mask_token, tune_visual=bool(config.get("tune_visual", False)),
         tune_llm=bool(config.get("tune_llm", False)),
         tune_top_llm_layers=min(int(config.get("tune_top_llm_layers", 0)), select))

@@ -100,6 +100,7 @@ class ModelConfig:
     gr00t_dropout: float = -1.0        # >= 0: the head's attention/feed-forward dropout instead of the preset's
     gr00t_state_dropout: float = -1.0  # >= 0: the head's state dropout instead of the preset's
     gr00t_state_mask_token: bool = False  # N1.6: a dropped state token is a learned mask token (else zeroed)
+    gr00t_state_noise_scale: float = -1.0  # >= 0: N1.6's additive state noise std (train mode) instead of the preset's
 
     # ---- per-embodiment MLPs (category-specific linears)
     num_embodiments: int = 32

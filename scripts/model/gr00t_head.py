@@ -37,6 +37,10 @@ Contract
                   action_head.state_mask_token: s * (1 - d) + mask * d.
                   Isaac-GR00T's N1.6 loss forward draws in eval mode too;
                   this head draws only in training mode.
+                  Then, with cfg.state_noise_scale > 0 in training mode (N1.6's
+                  state_additive_noise_scale), the state token gets
+                  randn_like(state token) * state_noise_scale added (upstream's
+                  draw, right after the dropout's, same order).
   loss = sum(mask * (pred - (actions - noise))^2) / max(sum(mask), 1): the
   project's contract (upstream divides by sum(mask) + 1e-6; the two differ by
   1e-6 / sum(mask) relative).
@@ -108,6 +112,8 @@ class Gr00tHeadConfig:
     # mask token (action_head.state_mask_token, (1, 1, input_embedding_dim), 0.02-normal init; it
     # exists only when state_dropout > 0, as upstream's mask_token). N1.7 (lerobot): zeroed.
     state_mask_token: bool = False
+    # N1.6's state_additive_noise_scale: Gaussian noise of this std added to the state token in train mode.
+    state_noise_scale: float = 0.0
     noise_s: float = 0.999             # upstream time: t = (1 - Beta(beta_alpha, 1)) * noise_s
     beta_alpha: float = 1.5
 
@@ -132,6 +138,7 @@ class Gr00tHeadConfig:
         need(1 <= self.action_horizon <= self.max_seq_len,
              f"action_horizon={self.action_horizon} must be in [1, max_seq_len={self.max_seq_len}]")
         need(0.0 <= self.dropout < 1.0 and 0.0 <= self.state_dropout < 1.0, "dropouts must be in [0, 1)")
+        need(self.state_noise_scale >= 0.0, f"state_noise_scale={self.state_noise_scale} must be >= 0")
         return self
 
 
@@ -165,19 +172,21 @@ def head_config_for(model_cfg) -> Gr00tHeadConfig:
     """The head of a ModelConfig (config.py) whose gr00t_head names a HEAD_CONFIGS entry: that
     entry with the fields the model config owns taken from it (backbone width = LM width, state /
     action dims, horizon, embodiment slots, timestep buckets, noise_s, Beta alpha, the dropouts
-    where gr00t_dropout / gr00t_state_dropout are >= 0, and N1.6's state mask token when the preset
-    or gr00t_state_mask_token asks for it)."""
+    where gr00t_dropout / gr00t_state_dropout / gr00t_state_noise_scale are >= 0, and N1.6's state
+    mask token when the preset or gr00t_state_mask_token asks for it)."""
     preset = HEAD_CONFIGS[model_cfg.gr00t_head] if model_cfg.gr00t_head in HEAD_CONFIGS else None
     if preset is None:
         raise ValueError(f"unknown gr00t head config '{model_cfg.gr00t_head}'; choose one of {sorted(HEAD_CONFIGS)}")
     dropout = model_cfg.gr00t_dropout if model_cfg.gr00t_dropout >= 0 else preset.dropout
     state_dropout = model_cfg.gr00t_state_dropout if model_cfg.gr00t_state_dropout >= 0 else preset.state_dropout
+    noise_scale = (model_cfg.gr00t_state_noise_scale if model_cfg.gr00t_state_noise_scale >= 0
+                   else preset.state_noise_scale)
     return get_head_config(model_cfg.gr00t_head, backbone_width=model_cfg.llm_width,
                            max_state_dim=model_cfg.max_state_dim, max_action_dim=model_cfg.max_action_dim,
                            action_horizon=model_cfg.action_horizon, num_embodiments=model_cfg.num_embodiments,
                            num_timestep_buckets=model_cfg.num_timestep_buckets, noise_s=model_cfg.noise_s,
                            beta_alpha=model_cfg.beta_alpha, dropout=dropout, state_dropout=state_dropout,
-                           state_mask_token=preset.state_mask_token or model_cfg.gr00t_state_mask_token)
+                           state_noise_scale=noise_scale, state_mask_token=preset.state_mask_token or model_cfg.gr00t_state_mask_token)
 
 
 # ---------------------------------------------------------------------------- sinusoidal features
@@ -410,6 +419,7 @@ class Gr00tHead(nn.Module):
         cfg.validate()
         self.num_buckets = float(cfg.num_timestep_buckets)
         self.state_dropout = cfg.state_dropout
+        self.state_noise_scale = cfg.state_noise_scale
         self.max_seq_len = cfg.max_seq_len
         self.action_head = Gr00tActionHead(cfg)
         self.embodiment = Gr00tEmbodiment(cfg)
@@ -435,6 +445,8 @@ class Gr00tHead(nn.Module):
                 state_tok = state_tok * (1 - d) + mask_token * d
             else:                        # N1.7: zeroed
                 state_tok = state_tok * (1 - d)
+        if self.training and self.state_noise_scale > 0:  # N1.6's additive state noise
+            state_tok = state_tok + torch.randn_like(state_tok) * self.state_noise_scale
 
         t3 = t.to(actions.dtype)[:, None, None]                                # (B, 1, 1)
         noisy = (1 - t3) * noise + t3 * actions                                 # (B, H, A)

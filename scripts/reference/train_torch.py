@@ -18,8 +18,9 @@ Contract
   state_dict is loaded into it (names must match exactly) and requires_grad
   comes from loongforge/params.json `trainable`. n16-* models have no dropout;
   gr00t-* models have dropout in training unless exported with
-  gr00t_dropout=0 and gr00t_state_dropout=0, and its masks are not the ones
-  loongforge-train draws (docs/models.md s5).
+  gr00t_dropout=0 and gr00t_state_dropout=0 (and N1.6's additive state noise
+  unless gr00t_state_noise_scale=0), and those draws are not the ones
+  loongforge-train makes (docs/models.md s5).
 - `--mode parity` (default): one process, fp32 (TF32 off on CUDA), on
   `run.device`; micro-batches from `SampleBuilder.micro_batch` in the exact
   order, and the optimizer step of docs/training-semantics.md section 5

@@ -203,7 +203,9 @@ def make_n16_mask_token_pair(oracle, cfg, seed=0):
     state_dropout_prob 0): `mask_token = nn.Parameter(0.02 * randn(1, 1, input_embedding_dim))`, and
     right after the state encoder `d = rand(B) < state_dropout_prob; s = s * (1 - d) + mask_token * d`
     (a forward hook on state_encoder: the draw happens where upstream's does, before the noise and
-    time). -> (upstream head, ours, {"drop": the last drawn (B,) mask})."""
+    time); with cfg.state_noise_scale > 0 also its additive state noise right after the dropout,
+    `s = s + randn_like(s) * state_additive_noise_scale`. -> (upstream head, ours, {"drop": the last
+    drawn (B,) mask})."""
     torch.manual_seed(seed)
     up = oracle.n17.GR00TN17ActionHead(upstream_config(oracle, dataclasses.replace(cfg, state_dropout=0.0)))
     up.mask_token = torch.nn.Parameter(0.02 * torch.randn(1, 1, cfg.input_embedding_dim))
@@ -213,7 +215,10 @@ def make_n16_mask_token_pair(oracle, cfg, seed=0):
         d = torch.rand(out.shape[0], device=out.device) < cfg.state_dropout
         drawn["drop"] = d
         d = d[:, None, None].to(out.dtype)
-        return out * (1 - d) + up.mask_token * d
+        out = out * (1 - d) + up.mask_token * d
+        if cfg.state_noise_scale > 0:
+            out = out + torch.randn_like(out) * cfg.state_noise_scale
+        return out
 
     up.state_encoder.register_forward_hook(n16_state_dropout)
     with torch.no_grad():
@@ -261,6 +266,36 @@ def test_n16_state_mask_token_equals_upstream_with_the_same_drops(oracle):
     ours.eval()
     forced = ours(dict(batch, state_drop=torch.zeros(3)))["loss"]
     assert torch.equal(forced, ours(batch)["loss"])
+
+
+def test_n16_additive_state_noise_equals_upstream_with_the_same_draws(oracle):
+    """N1.6's state_additive_noise_scale 0.3 beside state dropout 0.5: in train mode, seeded alike,
+    velocity, loss and every gradient agree with the transcribed upstream steps; the noise really
+    enters (the same seed without it gives another loss) and only in train mode."""
+    cfg = dataclasses.replace(TINY, name="tiny-n1.6-noise", vl_layers=0, state_dropout=0.5, action_horizon=4,
+                              state_mask_token=True, state_noise_scale=0.3)
+    up, ours, _ = make_n16_mask_token_pair(oracle, cfg)
+    batch = make_inputs(cfg)
+    up.train()
+    ours.train()
+    torch.manual_seed(5)
+    loss_up, pred_up = run_upstream(oracle, up, batch)
+    torch.manual_seed(5)
+    res = ours(batch)
+    loss_up.backward()
+    res["loss"].backward()
+    worst = worst_grad(up, ours)
+    fwd, loss = rel(res["pred_velocity"], pred_up), rel(res["loss"], loss_up)
+    print(f"\n[N1.6 additive state noise, train] max rel diff: forward {fwd:.2e}, loss {loss:.2e}, "
+          f"grad {worst[0]:.2e} ({worst[1]})")
+    assert fwd <= FWD_RTOL and loss <= FWD_RTOL and worst[0] <= GRAD_RTOL, (fwd, loss, worst)
+    ours.state_noise_scale = 0.0
+    torch.manual_seed(5)
+    assert ours(batch)["loss"].item() != res["loss"].item()
+    ours.eval()
+    quiet = ours(batch)["loss"]
+    ours.state_noise_scale = 0.3
+    assert torch.equal(ours(batch)["loss"], quiet)
 
 
 def test_full_width_few_layers_equals_upstream(oracle):

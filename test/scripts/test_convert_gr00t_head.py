@@ -153,8 +153,8 @@ def test_an_unsupported_upstream_setting_is_refused_naming_the_field(upstream):
 
 def test_an_n16_config_with_state_dropout_gives_the_state_mask_token(upstream):
     """Gr00tN1d6 with state_dropout_prob > 0 reads back as N1.6's mask-token head (converted by the
-    table row action_head.mask_token -> action_head.state_mask_token); N1.6's additive state noise,
-    which the head does not implement, is refused by name."""
+    table row action_head.mask_token -> action_head.state_mask_token); N1.6's additive state noise
+    becomes the head's state_noise_scale (0 when absent)."""
     oracle = upstream[0]
     data = json.loads(lerobot_oracle.upstream_head_config(oracle, CFG).to_json_string(use_diff=False))
     data.update(model_type="Gr00tN1d6", state_dropout_prob=0.3)
@@ -163,8 +163,8 @@ def test_an_n16_config_with_state_dropout_gives_the_state_mask_token(upstream):
     assert conv.to_loongforge("action_head.mask_token") == "action_head.state_mask_token"
     head = build_head(got)
     assert tuple(head.action_head.state_mask_token.shape) == (1, 1, CFG.input_embedding_dim)
-    with pytest.raises(conv.ConversionError, match="state_additive_noise_scale=0.1"):
-        conv.head_config_from_upstream(dict(data, state_additive_noise_scale=0.1))
+    assert got.state_noise_scale == 0.0
+    assert conv.head_config_from_upstream(dict(data, state_additive_noise_scale=0.1)).state_noise_scale == 0.1
 
 
 BACKBONE_FIELDS = ("backbone", "image_size", "patch_size", "vit_layers", "vit_width", "vit_heads", "vit_ffn",
