@@ -117,9 +117,11 @@ class ModelConfig:
     audio_tokens: int = 8
     series_hidden: int = 64       # conv width of the imu/audio encoders
 
-    # ---- flow matching: t = (noise_s - Beta(beta_alpha, 1)) / noise_s
+    # ---- flow matching: the trainers draw t = (noise_s - Beta(beta_alpha, 1)) / noise_s ("n16") or
+    # t = (1 - Beta(beta_alpha, 1)) * noise_s ("upstream": GR00T N1.6/N1.7's sample_time), fm_time
     noise_s: float = 0.999
     beta_alpha: float = 1.5
+    fm_time: str = "n16"
 
     # ---- per-embodiment linears: "gather" (upstream's W[ids] + bmm) or "grouped"
     # (loongforge::category_linear, model/embodiment.py; the model file then needs libloongforge_ops)
@@ -193,6 +195,7 @@ class ModelConfig:
         need(self.dit_width % 2 == 0, "dit_width", "must be even (sinusoidal action-encoder features)")
         need(self.backbone in ("n16", "eagle", "qwen3vl"), "backbone", "must be n16, eagle or qwen3vl")
         need(self.category_linear in ("gather", "grouped"), "category_linear", "must be gather or grouped")
+        need(self.fm_time in ("n16", "upstream"), "fm_time", "must be n16 or upstream")
         if self.backbone != "n16":
             need(bool(self.gr00t_head), "backbone", "the exact GR00T backbones need a gr00t_head")
             need(self.vit_pos_grid >= 1, "vit_pos_grid", "must be >= 1 (side of the learned position table)")
@@ -326,6 +329,9 @@ CONFIGS.update({
     "gr00t-n1.7-3b": ModelConfig(name="gr00t-n1.7-3b", gr00t_head="gr00t-n1.7-3b", max_state_dim=132,
                                  max_action_dim=132, action_horizon=40, tune_top_llm_layers=0, **_QWEN3VL_3B),
 })
+# The GR00T models train with upstream's flow-matching time, (1 - Beta(1.5, 1)) * 0.999.
+for _name in [n for n in CONFIGS if n.startswith("gr00t-")]:
+    CONFIGS[_name] = dataclasses.replace(CONFIGS[_name], fm_time="upstream")
 
 
 def get_config(name: str, **overrides) -> ModelConfig:

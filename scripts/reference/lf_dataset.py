@@ -666,6 +666,10 @@ def _mcfg(model_cfg, key: str):
     return model_cfg[key] if isinstance(model_cfg, dict) else getattr(model_cfg, key)
 
 
+def _mcfg_or(model_cfg, key: str, default):
+    return model_cfg.get(key, default) if isinstance(model_cfg, dict) else getattr(model_cfg, key, default)
+
+
 class SampleBuilder:
     """Samples (training-semantics s3) and micro-batches (s2 + s4) of one dataset for one model."""
 
@@ -686,6 +690,13 @@ class SampleBuilder:
             raise ValueError(f"the model's image_crop_fraction={self.crop} must be in (0, 1]; re-export it")
         self.max_state = int(_mcfg(model_cfg, "max_state_dim"))
         self.max_action = int(_mcfg(model_cfg, "max_action_dim"))
+        # flow-matching time form (section 4; exports before these fields: n16's, 0.999, 1.5)
+        self.noise_s = float(_mcfg_or(model_cfg, "noise_s", 0.999))
+        self.beta_alpha = float(_mcfg_or(model_cfg, "beta_alpha", 1.5))
+        fm_time = _mcfg_or(model_cfg, "fm_time", "n16")
+        if fm_time not in ("n16", "upstream"):
+            raise ValueError(f"the model's fm_time={fm_time!r} must be n16 or upstream; re-export it")
+        self.fm_upstream = fm_time == "upstream"
         if self.H > int(_mcfg(model_cfg, "max_action_horizon")):
             raise ValueError(f"data.action_horizon={self.H} exceeds the model's max_action_horizon="
                              f"{_mcfg(model_cfg, 'max_action_horizon')}; lower it or re-export the model")
@@ -804,7 +815,8 @@ class SampleBuilder:
         g = torch.Generator(device="cpu")
         g.manual_seed((self.seed * 1000003 + p) % (1 << 63))
         u = torch.rand(1, generator=g)                                                   # (1,)
-        fm_t = (0.999 - torch.pow(u, 0.6666666666666666)) / 0.999                       # (1,)
+        beta = torch.pow(u, 1.0 / self.beta_alpha)                                       # a Beta(alpha, 1) draw
+        fm_t = (1.0 - beta) * self.noise_s if self.fm_upstream else (self.noise_s - beta) / self.noise_s
         noise = torch.randn(self.H, self.max_action, generator=g)                        # (H, A)
         return fm_t, noise
 

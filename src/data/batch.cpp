@@ -531,8 +531,10 @@ MicroBatch BatchBuilder::micro_batch(int64_t step, int64_t i) {
   for (int64_t b = 0; b < B; ++b) {
     const auto p = static_cast<uint64_t>(sampler_.stream_position(step, i, b));
     auto gen = at::make_generator<at::CPUGeneratorImpl>((opt_.seed * 1000003ull + p) & 0x7FFFFFFFFFFFFFFFull);
-    const at::Tensor u = at::rand({1}, gen, at::kFloat);  // (1,)
-    fm_t.narrow(0, b, 1).copy_(at::div(at::rsub(at::pow(u, 1.0 / 1.5), 0.999), 0.999));
+    const at::Tensor u = at::rand({1}, gen, at::kFloat);                     // (1,)
+    const at::Tensor beta = at::pow(u, 1.0 / opt_.beta_alpha);               // a Beta(alpha, 1) draw
+    fm_t.narrow(0, b, 1).copy_(opt_.fm_time_upstream ? at::mul(at::rsub(beta, 1.0), opt_.noise_s)
+                                                     : at::div(at::rsub(beta, opt_.noise_s), opt_.noise_s));
     noise[b].copy_(at::randn({opt_.action_horizon, opt_.max_action_dim}, gen, at::kFloat));  // (H, A)
   }
   mb.tensors["fm_t"] = fm_t;

@@ -110,6 +110,13 @@ void Trainer::open_data() {
   so.num_views = mc.at("num_views").get<int64_t>();
   so.max_state_dim = mc.at("max_state_dim").get<int64_t>();
   so.max_action_dim = mc.at("max_action_dim").get<int64_t>();
+  so.noise_s = mc.value("noise_s", 0.999);
+  so.beta_alpha = mc.value("beta_alpha", 1.5);
+  const std::string fm_time = mc.value("fm_time", std::string("n16"));  // exports before the field: n16
+  if (fm_time != "n16" && fm_time != "upstream")
+    throw ConfigError("model.path " + net_->info().path + ": config.json fm_time='" + fm_time +
+                      "' must be n16 or upstream; re-export the model");
+  so.fm_time_upstream = fm_time == "upstream";
   so.model_path = net_->info().path;
   if (const auto& spec = net_->info().batch_spec; spec.contains("tokenizer")) {  // Note [Tokenizer match]
     const auto& t = spec.at("tokenizer");

@@ -208,6 +208,19 @@ TEST_CASE("data: a sample's draws come from a generator seeded with seed * 10000
   REQUIRE(at::equal(mb.tensors["fm_noise"][2], at::randn({16, 64}, gen, at::kFloat)));
 }
 
+TEST_CASE("data: the flow-matching time follows the model's form, noise_s and beta_alpha (fm_time upstream)") {
+  const Dataset ds = Dataset::open(kData);
+  SampleOptions o = tiny_options();
+  o.fm_time_upstream = true, o.noise_s = 0.99, o.beta_alpha = 2.0;
+  BatchBuilder builder(ds, o);
+  MicroBatch mb = builder.micro_batch(0, 0);
+  const int64_t p = builder.sampler().stream_position(0, 0, 1);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(42ull * 1000003ull + static_cast<uint64_t>(p));
+  const at::Tensor u = at::rand({1}, gen, at::kFloat);
+  REQUIRE(mb.tensors["fm_t"][1].item<float>() == at::mul(at::rsub(at::pow(u, 0.5), 1.0), 0.99).item<float>());
+  REQUIRE(mb.tensors["fm_t"].max().item<float>() < 0.99f);  // upstream's t stays below noise_s
+}
+
 TEST_CASE("data: a micro-batch's counts equal the sums of its masks, also at an episode end") {
   const Dataset ds = Dataset::open(kData);
   SampleOptions o = tiny_options();

@@ -293,6 +293,20 @@ def test_flow_matching_draws_are_a_pure_function_of_seed_and_stream_position(bui
     assert torch.equal(a["fm_noise"][3], torch.randn(16, 64, generator=g))
 
 
+def test_a_gr00t_model_draws_upstreams_flow_matching_time(ds):
+    """gr00t-* configs have fm_time upstream: t = (1 - u^(1/beta_alpha)) * noise_s, GR00T's sample_time
+    form, from the same generator and u as n16's form; the C++ builder's test checks the same formula."""
+    cfg = get_config("gr00t-tiny")
+    assert cfg.fm_time == "upstream"
+    b = lfd.SampleBuilder(ds, dict(cfg.to_dict(), noise_s=0.99, beta_alpha=2.0), data_cfg())
+    d = b.fm_draws(0, 0, rank=0, world=1)
+    p = b.sampler(0, 1).stream_position(0, 0, 1)
+    g = torch.Generator().manual_seed((42 * 1000003 + p) % 2**63)
+    u = torch.rand(1, generator=g)
+    assert torch.equal(d["fm_t"][1:2], (1.0 - torch.pow(u, 0.5)) * 0.99)
+    assert d["fm_t"].max() < 0.99
+
+
 def test_a_micro_batch_holds_the_sampled_rows_with_the_model_batch_shapes(builder):
     batch = builder.micro_batch(0, 0, rank=0, world=1)
     shapes = {k: tuple(v.shape) for k, v in batch.items()}

@@ -108,6 +108,13 @@ struct SampleOptions {
   int64_t num_views = 1;
   int64_t max_state_dim = 64;
   int64_t max_action_dim = 64;
+  // Flow-matching time from u ~ U[0, 1) (config.json noise_s, beta_alpha, fm_time;
+  // training-semantics s4): b = u^(1 / beta_alpha), a Beta(beta_alpha, 1) draw, then
+  // t = (noise_s - b) / noise_s (n16) or t = (1 - b) * noise_s (fm_time "upstream":
+  // GR00T N1.6/N1.7's sample_time).
+  double noise_s = 0.999;
+  double beta_alpha = 1.5;
+  bool fm_time_upstream = false;
   // The tokenizer the model was exported for (batch_spec.json "tokenizer"; kind empty:
   // an export older than that record) and the model file, for messages.
   TokenizerInfo model_tokenizer;
