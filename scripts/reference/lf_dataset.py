@@ -383,12 +383,73 @@ def epoch_permutation(n: int, seed: int, epoch: int, shuffle: bool = True) -> Li
     return perm
 
 
+EPISODE_ORDER_SALT = 0x6570697365646573   # "episodes"
+
+
+def episode_order(lengths: List[int], seed: int, epoch: int, open_episodes: int, buffer: int) -> List[int]:
+    """data.sampler=episode (section 2): `open_episodes` episodes, in the order of
+    epoch_permutation(#episodes, seed ^ salt, epoch), read front to back one sample from each in
+    turn; each sample enters a buffer, and once `buffer` are held a uniformly drawn one leaves
+    (swap with the last); a finished episode is replaced by the next; the buffer drains at the end."""
+    start = [0]
+    for n in lengths:
+        start.append(start[-1] + n)
+    salted = seed ^ EPISODE_ORDER_SALT
+    episodes = epoch_permutation(len(lengths), salted, epoch)
+    rng = SplitMix64(salted + GOLDEN_GAMMA // 2, epoch)
+    taken = 0
+
+    def open_next():
+        nonlocal taken
+        while taken < len(episodes):
+            e = episodes[taken]
+            taken += 1
+            if lengths[e] > 0:
+                return [start[e], start[e + 1]]
+        return None
+
+    reading = []
+    while len(reading) < open_episodes:
+        c = open_next()
+        if c is None:
+            break
+        reading.append(c)
+    out, held = [], []
+
+    def release():
+        k = rng.next() % len(held)
+        out.append(held[k])
+        held[k] = held[-1]
+        held.pop()
+
+    j = 0
+    while reading:
+        held.append(reading[j][0])
+        reading[j][0] += 1
+        if reading[j][0] == reading[j][1]:
+            c = open_next()
+            if c is None:
+                del reading[j]
+                if j == len(reading):
+                    j = 0
+            else:
+                reading[j] = c
+                j = (j + 1) % len(reading)
+        else:
+            j = (j + 1) % len(reading)
+        if len(held) >= buffer:
+            release()
+    while held:
+        release()
+    return out
+
+
 class Sampler:
     """Which samples micro-batch i of optimizer step s of a rank holds (training-semantics s2):
     block position q = i*B*W + b*W + r of the step's global batch perm_e[j*G .. (j+1)*G)."""
 
     def __init__(self, num_samples: int, seed: int, shuffle: bool, rank: int, world: int, micro_batch_size: int,
-                 accumulation: int):
+                 accumulation: int, episodes: Optional[Tuple[List[int], int, int]] = None):
         if world < 1 or not 0 <= rank < world or micro_batch_size < 1 or accumulation < 1:
             raise DataError(f"sampler: rank {rank} of world {world}, micro_batch_size {micro_batch_size}, "
                             f"accumulation {accumulation}: need 0 <= rank < world and sizes >= 1")
@@ -402,6 +463,10 @@ class Sampler:
                             "(trainer.micro_batch_size x trainer.gradient_accumulation_steps x world size): lower "
                             "trainer.micro_batch_size or trainer.gradient_accumulation_steps, or use fewer ranks")
         self._epoch, self._perm = -1, []
+        # data.sampler=episode: (episode lengths, open_episodes, shuffle_buffer)
+        self.episodes = episodes
+        if episodes is not None and sum(episodes[0]) != num_samples:
+            raise DataError(f"sampler: episode order over {sum(episodes[0])} samples for a dataset of {num_samples}")
 
     def epoch_of_step(self, step: int) -> int:
         return step // self.steps_per_epoch
@@ -412,7 +477,10 @@ class Sampler:
             raise DataError(f"sampler: micro-batch {i} of a step with gradient_accumulation_steps {self.K}")
         epoch, j = divmod(step, self.steps_per_epoch)
         if epoch != self._epoch:
-            self._perm = epoch_permutation(self.n, self.seed, epoch, self.shuffle)
+            if self.shuffle and self.episodes is not None:
+                self._perm = episode_order(self.episodes[0], self.seed, epoch, self.episodes[1], self.episodes[2])
+            else:
+                self._perm = epoch_permutation(self.n, self.seed, epoch, self.shuffle)
             self._epoch = epoch
         block = j * self.G
         return [self._perm[block + i * self.B * self.world + b * self.world + self.rank] for b in range(self.B)]
@@ -646,6 +714,13 @@ def min_max_normalize(x: np.ndarray, mn: np.ndarray, mx: np.ndarray) -> np.ndarr
 # ---------------------------------------------------------------------------- samples and batches
 
 
+def _get_or(cfg: Dict, dotted: str, default):
+    try:
+        return _get(cfg, dotted)
+    except KeyError:
+        return default
+
+
 def _get(cfg: Dict, dotted: str):
     node = cfg
     for part in dotted.split("."):
@@ -682,6 +757,11 @@ class SampleBuilder:
         self.L = int(_get(data_cfg, "data.max_text_len"))
         self.embodiment_id = int(_get(data_cfg, "data.embodiment_id"))
         self.shuffle = _as_bool(_get(data_cfg, "data.shuffle"))
+        self.sampler_kind = str(_get_or(data_cfg, "data.sampler", "uniform"))
+        self.open_episodes = int(_get_or(data_cfg, "data.open_episodes", 4))
+        self.shuffle_buffer = int(_get_or(data_cfg, "data.shuffle_buffer", 256))
+        if self.sampler_kind == "episode" and not self.shuffle:
+            raise ValueError("data.sampler=episode orders a shuffled epoch, but data.shuffle is false")
         self.S = int(_mcfg(model_cfg, "image_size"))
         # exports made before the field have no crop (as loongforge-train reads them)
         self.crop = float(model_cfg.get("image_crop_fraction", 1.0) if isinstance(model_cfg, dict)
@@ -759,7 +839,11 @@ class SampleBuilder:
     def sampler(self, rank: int, world: int) -> Sampler:
         key = (rank, world)
         if key not in self._samplers:
-            self._samplers[key] = Sampler(self.ds.num_samples, self.seed, self.shuffle, rank, world, self.B, self.K)
+            episodes = None
+            if self.sampler_kind == "episode":
+                episodes = ([e.length for e in self.ds.episodes], self.open_episodes, self.shuffle_buffer)
+            self._samplers[key] = Sampler(self.ds.num_samples, self.seed, self.shuffle, rank, world, self.B, self.K,
+                                          episodes)
         return self._samplers[key]
 
     # -- one sample

@@ -45,6 +45,64 @@ std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch) 
   return perm;
 }
 
+std::vector<int64_t> episode_order(const std::vector<int64_t>& lengths, uint64_t seed, int64_t epoch, int64_t open,
+                                   int64_t buffer) {
+  std::vector<int64_t> start(lengths.size() + 1, 0);
+  for (size_t e = 0; e < lengths.size(); ++e) start[e + 1] = start[e] + lengths[e];
+  const std::vector<int64_t> episodes =
+      epoch_permutation(static_cast<int64_t>(lengths.size()), seed ^ kEpisodeOrderSalt, epoch);
+  SplitMix64 rng{(seed ^ kEpisodeOrderSalt) + static_cast<uint64_t>(epoch) * kGolden + kGolden / 2};
+  struct Cursor {
+    int64_t next, end;
+  };
+  std::vector<Cursor> reading;  // the open episodes
+  size_t taken = 0;             // episodes opened so far, in `episodes` order
+  auto open_next = [&](Cursor& c) {  // the next non-empty episode; false when none is left
+    while (taken < episodes.size()) {
+      const int64_t e = episodes[taken++];
+      if (lengths[e] > 0) {
+        c = {start[e], start[e + 1]};
+        return true;
+      }
+    }
+    return false;
+  };
+  for (Cursor c{}; static_cast<int64_t>(reading.size()) < open && open_next(c);) reading.push_back(c);
+  std::vector<int64_t> out, held;
+  out.reserve(static_cast<size_t>(start.back()));
+  auto release = [&] {  // a uniformly drawn held sample leaves (swap with the last)
+    const auto k = static_cast<size_t>(rng.next() % held.size());
+    out.push_back(held[k]);
+    held[k] = held.back();
+    held.pop_back();
+  };
+  size_t j = 0;
+  while (!reading.empty()) {
+    held.push_back(reading[j].next++);
+    if (reading[j].next == reading[j].end && !open_next(reading[j])) {
+      reading.erase(reading.begin() + static_cast<std::ptrdiff_t>(j));
+      if (j == reading.size()) j = 0;
+    } else {
+      j = (j + 1) % reading.size();
+    }
+    if (static_cast<int64_t>(held.size()) >= buffer) release();
+  }
+  while (!held.empty()) release();
+  return out;
+}
+
+void Sampler::use_episode_order(std::vector<int64_t> episode_lengths, int64_t open, int64_t buffer) {
+  int64_t total = 0;
+  for (const int64_t l : episode_lengths) total += l;
+  if (total != n_ || open < 1 || buffer < 1)
+    throw DataError("sampler: episode order over " + std::to_string(total) + " samples for a dataset of " +
+                    std::to_string(n_) + " (open " + std::to_string(open) + ", buffer " + std::to_string(buffer) +
+                    ")");
+  episode_lengths_ = std::move(episode_lengths);
+  open_episodes_ = open, shuffle_buffer_ = buffer;
+  cached_epoch_ = -1;
+}
+
 Sampler::Sampler(int64_t num_samples, uint64_t seed, bool shuffle, int64_t rank, int64_t world,
                  int64_t micro_batch_size, int64_t accumulation)
     : n_(num_samples),
@@ -74,7 +132,9 @@ std::vector<int64_t> Sampler::micro_batch(int64_t step, int64_t i) {
                     std::to_string(accumulation_));
   const int64_t epoch = step / steps_per_epoch_;
   if (epoch != cached_epoch_) {
-    if (shuffle_) {
+    if (shuffle_ && !episode_lengths_.empty()) {
+      perm_ = episode_order(episode_lengths_, seed_, epoch, open_episodes_, shuffle_buffer_);
+    } else if (shuffle_) {
       perm_ = epoch_permutation(n_, seed_, epoch);
     } else {
       perm_.resize(static_cast<size_t>(n_));
@@ -150,6 +210,11 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
                options.micro_batch_size, options.accumulation) {
   episode_start_.push_back(0);
   for (const auto& e : ds_.episodes()) episode_start_.push_back(episode_start_.back() + e.length);
+  if (opt_.sampler == "episode") {
+    std::vector<int64_t> lengths;
+    for (const auto& e : ds_.episodes()) lengths.push_back(e.length);
+    sampler_.use_episode_order(std::move(lengths), opt_.open_episodes, opt_.shuffle_buffer);
+  }
 
   state_col_ = ds_.column_by_role("state");
   action_col_ = ds_.column_by_role("action");

@@ -4,6 +4,7 @@
 #include <cstdio>   // std::snprintf
 #include <cstdlib>  // std::malloc
 #include <fstream>  // std::ifstream
+#include <map>      // std::map
 #include <mutex>    // std::lock_guard
 
 #include <ATen/ATen.h>             // at::NoGradGuard
@@ -37,12 +38,16 @@ std::string optimizer_file(int64_t rank) {
 // accumulation is recorded but not compared: a resume keeps the global batch
 // (micro batch x accumulation x world size) instead (check_resume).
 constexpr const char* kRecordedKeys[] = {
-    "run.seed", "data.action_horizon", "data.max_text_len", "data.embodiment_id", "data.shuffle", "data.normalization",
+    "run.seed", "data.action_horizon", "data.max_text_len", "data.embodiment_id", "data.shuffle", "data.sampler",
+    "data.open_episodes", "data.shuffle_buffer", "data.normalization",
     "trainer.micro_batch_size", "trainer.gradient_accumulation_steps", "trainer.max_steps",
     "trainer.grad_clip_norm", "optimizer.name", "optimizer.lr", "optimizer.weight_decay", "optimizer.beta1",
     "optimizer.beta2", "optimizer.eps", "schedule.name", "schedule.warmup_steps", "schedule.warmup_ratio",
     "schedule.min_lr_ratio", "precision.mode"};
 constexpr const char* kNotCompared = "trainer.gradient_accumulation_steps";
+// Keys recorded since a later version: a checkpoint written before them trained with these values.
+const std::map<std::string, std::string> kRecordedSince = {
+    {"data.sampler", "uniform"}, {"data.open_episodes", "4"}, {"data.shuffle_buffer", "256"}};
 
 std::string hex(const at::Tensor& bytes) {
   static const char* d = "0123456789abcdef";
@@ -395,7 +400,12 @@ nlohmann::json resume_from(const std::string& dir, const config::Config& cfg, mo
   for (const auto& [key, value] : now.items()) {
     if (key == kNotCompared) continue;
     const auto saved = report.manifest.config.find(key);
-    if (saved == report.manifest.config.end())
+    const auto implied = kRecordedSince.find(key);
+    if (saved == report.manifest.config.end() && implied != kRecordedSince.end()) {
+      if (implied->second != value.get<std::string>())
+        diffs.push_back("config " + key + ": checkpoint " + implied->second + " (written before the key existed), now " +
+                        value.get<std::string>());
+    } else if (saved == report.manifest.config.end())
       diffs.push_back("config " + key + ": not recorded in the checkpoint");
     else if (*saved != value)
       diffs.push_back("config " + key + ": checkpoint " + saved->get<std::string>() + ", now " +

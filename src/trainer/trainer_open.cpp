@@ -96,6 +96,12 @@ void Trainer::open_data() {
   so.embodiment_id = cfg_.data.embodiment_id;
   so.normalization = cfg_.data.normalization;
   so.shuffle = cfg_.data.shuffle;
+  so.sampler = cfg_.data.sampler;
+  so.open_episodes = cfg_.data.open_episodes;
+  so.shuffle_buffer = cfg_.data.shuffle_buffer;
+  if (so.sampler == "episode" && !so.shuffle)
+    throw ConfigError("data.sampler=episode orders a shuffled epoch, but data.shuffle is false (unshuffled, the "
+                      "order is already episode by episode): set data.shuffle=true or data.sampler=uniform");
   so.on_bad_video = cfg_.data.on_bad_video;
   so.seed = static_cast<uint64_t>(cfg_.run.seed);
   so.micro_batch_size = cfg_.trainer.micro_batch_size;

@@ -278,6 +278,22 @@ def test_an_incompatible_checkpoint_is_refused_listing_every_difference(straight
     assert "global batch: checkpoint 2, now 4" in r.stderr
 
 
+def test_a_checkpoint_from_before_the_sampler_keys_resumes_as_the_uniform_order(straight, tmp_path):
+    """Checkpoints written before data.sampler / open_episodes / shuffle_buffer were recorded trained
+    with the uniform order: they resume under the defaults and are refused under another order."""
+    shutil.copytree(straight, tmp_path / "old")
+    ckpt = tmp_path / "old/checkpoints/epoch_0_step_90"
+    manifest = json.loads((ckpt / "MANIFEST.json").read_text())
+    for key in ("data.sampler", "data.open_episodes", "data.shuffle_buffer"):
+        del manifest["config"][key]
+    (ckpt / "MANIFEST.json").write_text(json.dumps(manifest))
+    r = train(tmp_path, "x", "trainer.max_steps=100", f"checkpoint.resume={ckpt}", "data.shuffle=true",
+              "data.sampler=episode", check=False)
+    assert r.returncode == 1
+    assert "config data.sampler: checkpoint uniform (written before the key existed), now episode" in r.stderr
+    train(tmp_path, "y", "trainer.max_steps=100", f"checkpoint.resume={ckpt}")
+
+
 def test_a_full_disk_fails_the_write_but_not_the_training(tmp_path):
     mnt = tmp_path / "small"
     mnt.mkdir()

@@ -7,9 +7,11 @@
 // docs/training-semantics.md says (episode-end padding and masks, min-max
 // normalization, task tokens); and the frame paired with row t is the one the
 // timestamps say, checked against an independent decode by the ffmpeg CLI.
+#include <algorithm>   // std::sort, std::upper_bound
 #include <cstdio>      // popen
 #include <fstream>     // std::fstream
 #include <map>         // std::map
+#include <set>         // std::set
 #include <tuple>       // std::tuple
 #include <vector>      // std::vector
 
@@ -206,6 +208,37 @@ TEST_CASE("data: a sample's draws come from a generator seeded with seed * 10000
   REQUIRE(mb.tensors["fm_t"][2].item<float>() ==
           at::div(at::rsub(at::pow(u, 1.0 / 1.5), 0.999), 0.999).item<float>());
   REQUIRE(at::equal(mb.tensors["fm_noise"][2], at::randn({16, 64}, gen, at::kFloat)));
+}
+
+TEST_CASE("data: the episode order is a permutation, a pure function of its inputs, read few episodes at a time") {
+  const std::vector<int64_t> lengths = {5, 0, 40, 17, 33, 8};
+  const std::vector<int64_t> a = episode_order(lengths, 42, 3, 2, 6);
+  REQUIRE(a == episode_order(lengths, 42, 3, 2, 6));
+  REQUIRE(a != episode_order(lengths, 42, 4, 2, 6));
+  REQUIRE(a != episode_order(lengths, 42, 3, 3, 6));
+  std::vector<int64_t> sorted = a;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t k = 0; k < 103; ++k) REQUIRE(sorted[static_cast<size_t>(k)] == k);
+  REQUIRE(sorted.size() == 103u);
+
+  // On the bundled dataset (5 episodes of ~400 samples): the first 64 samples of the epoch come
+  // from data.open_episodes = 2 episodes only; the uniform order touches every episode.
+  const Dataset ds = Dataset::open(kData);
+  std::vector<int64_t> first{0};
+  for (const auto& e : ds.episodes()) first.push_back(first.back() + e.length);
+  auto episodes_in_first_64 = [&](SampleOptions o) {
+    BatchBuilder builder(ds, o);
+    Sampler sampler = builder.sampler();
+    std::set<int64_t> seen;
+    for (int64_t step = 0; step < 16; ++step)
+      for (const int64_t id : sampler.micro_batch(step, 0))
+        seen.insert(std::upper_bound(first.begin(), first.end(), id) - first.begin() - 1);
+    return seen.size();
+  };
+  SampleOptions o = tiny_options();
+  REQUIRE(episodes_in_first_64(o) == ds.episodes().size());
+  o.sampler = "episode", o.open_episodes = 2, o.shuffle_buffer = 16;
+  REQUIRE(episodes_in_first_64(o) == 2u);
 }
 
 TEST_CASE("data: the flow-matching time follows the model's form, noise_s and beta_alpha (fm_time upstream)") {

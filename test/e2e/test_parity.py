@@ -3,8 +3,8 @@
 on the bundled PickNPlace dataset on the CPU in fp32, from the same model
 file, data order and flow-matching draws (docs/training-semantics.md). Their
 per-step losses agree to a relative 1e-4 -- with the whole model trainable,
-with gradient accumulation 4, with GR00T's default frozen backbone, and with
-mean/std normalization. The GR00T head (gr00t-tiny, dropouts off, upstream's flow-matching
+with gradient accumulation 4, with GR00T's default frozen backbone, with
+mean/std normalization, and with the episode-aware sample order. The GR00T head (gr00t-tiny, dropouts off, upstream's flow-matching
 time) gives the same losses in both trainers too, bit for bit over 10 steps.
 
 Environment (set by ctest): LOONGFORGE_TRAIN (the binary), LOONGFORGE_TEST_DATASET
@@ -34,6 +34,7 @@ CASES = {
                                                               "trainer.micro_batch_size=4"]),
     "frozen_backbone": ([], []),
     "mean_std_normalization": ([], ["data.normalization=mean_std"]),
+    "episode_sampler": ([], ["data.sampler=episode", "data.open_episodes=2", "data.shuffle_buffer=64"]),
 }
 
 
@@ -83,7 +84,8 @@ def test_cpp_and_reference_losses_agree_step_by_step(case, tmp_path):
     (SCRATCH / f"parity-{case}.json").write_text(json.dumps(report, indent=2))
     print(json.dumps(report))
     assert rel[worst] <= TOLERANCE, report
-    assert a[-1] < a[0], "training should lower the loss over the run"
+    if case != "episode_sampler":  # its first and last steps read other episodes: their losses do not compare
+        assert a[-1] < a[0], "training should lower the loss over the run"
 
 
 def test_the_gr00t_head_with_upstreams_flow_matching_time_gives_the_same_losses_in_both_trainers(tmp_path):

@@ -293,6 +293,20 @@ def test_flow_matching_draws_are_a_pure_function_of_seed_and_stream_position(bui
     assert torch.equal(a["fm_noise"][3], torch.randn(16, 64, generator=g))
 
 
+def test_the_episode_order_is_a_permutation_read_a_few_episodes_at_a_time(ds):
+    """data.sampler=episode (section 2): every sample once per epoch, a pure function of (seed, epoch,
+    open_episodes, shuffle_buffer); the first 64 samples come from the 2 open episodes. The C++ order
+    is the same (test/e2e/test_parity.py, case episode_sampler: equal losses step by step)."""
+    lengths = [5, 0, 40, 17, 33, 8]
+    a = lfd.episode_order(lengths, 42, 3, 2, 6)
+    assert a == lfd.episode_order(lengths, 42, 3, 2, 6) and a != lfd.episode_order(lengths, 42, 4, 2, 6)
+    assert sorted(a) == list(range(103))
+    b = lfd.SampleBuilder(ds, get_config("n16-tiny"), data_cfg(sampler="episode", open_episodes=2, shuffle_buffer=16))
+    s = b.sampler(0, 1)
+    ids = [i for step in range(8) for i in s.micro_batch(step, 0)]
+    assert len({ds.locate(i)[0] for i in ids}) == 2
+
+
 def test_a_gr00t_model_draws_upstreams_flow_matching_time(ds):
     """gr00t-* configs have fm_time upstream: t = (1 - u^(1/beta_alpha)) * noise_s, GR00T's sample_time
     form, from the same generator and u as n16's form; the C++ builder's test checks the same formula."""

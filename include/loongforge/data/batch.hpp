@@ -64,6 +64,17 @@ using Batch = std::map<std::string, at::Tensor>;
 // SplitMix64 Fisher-Yates permutation of [0, n) for an epoch (s2).
 std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch);
 
+// The episode-aware order of an epoch (s2, data.sampler=episode): a permutation of the
+// samples of episodes with these lengths (samples numbered episode by episode), a pure
+// function of (seed, epoch, open, buffer). `open` episodes, taken in the order of
+// epoch_permutation(#episodes, seed ^ kEpisodeOrderSalt, epoch), are read front to back,
+// one sample from each in turn; each sample enters a buffer of `buffer` samples, and once
+// the buffer is full a uniformly drawn one leaves it (swap with the last); a finished
+// episode is replaced by the next one; the buffer drains the same way at the end.
+constexpr uint64_t kEpisodeOrderSalt = 0x6570697365646573ull;  // "episodes"
+std::vector<int64_t> episode_order(const std::vector<int64_t>& lengths, uint64_t seed, int64_t epoch, int64_t open,
+                                   int64_t buffer);
+
 // Which samples each micro-batch of each optimizer step holds (s2). Throws
 // DataError when the dataset is smaller than one global batch B x K x W.
 class Sampler {
@@ -76,6 +87,9 @@ class Sampler {
   // Sample ids of micro-batch i (0..K-1) of optimizer step `step` on this
   // rank, slot order b = 0..B-1.
   std::vector<int64_t> micro_batch(int64_t step, int64_t i);
+  // Shuffled epochs in episode_order (data.sampler=episode) instead of epoch_permutation;
+  // the lengths must sum to the sample count.
+  void use_episode_order(std::vector<int64_t> episode_lengths, int64_t open, int64_t buffer);
   // Stream position p = step*G + i*B*W + b*W + rank of slot b of micro-batch
   // i of step `step` on this rank (the flow-matching draws' seed input, s4).
   int64_t stream_position(int64_t step, int64_t i, int64_t b) const;
@@ -86,6 +100,8 @@ class Sampler {
   bool shuffle_;
   int64_t cached_epoch_ = -1;
   std::vector<int64_t> perm_;  // the permutation of cached_epoch_
+  std::vector<int64_t> episode_lengths_;  // non-empty: episode_order
+  int64_t open_episodes_ = 0, shuffle_buffer_ = 0;
 };
 
 struct SampleOptions {
@@ -95,6 +111,8 @@ struct SampleOptions {
   int64_t embodiment_id = 0;
   std::string normalization = "min_max";  // or "mean_std" (training-semantics s3)
   bool shuffle = true;
+  std::string sampler = "uniform";  // or "episode" (data.sampler; open_episodes, shuffle_buffer)
+  int64_t open_episodes = 4, shuffle_buffer = 256;
   uint64_t seed = 42;
   int64_t micro_batch_size = 8;
   int64_t rank = 0, world = 1;
