@@ -14,6 +14,11 @@ converted dataset (training-semantics s2 order, seed 42, one rank).
 
     python3 scripts/bench_data.py [--data DIR] [--micro-batches 20] [--batch 8]
         [--image-size 64] [--repeats 1] [--json OUT]
+    python3 scripts/bench_data.py --orders [--frame-cache-mb 2048 ...]
+
+--orders measures instead the plain source under the uniform and the episode-aware order
+(data.sampler=episode, 2 open episodes, a 64-sample buffer) with each frame cache size given:
+samples/s and the videos decoded, same micro-batch count.
 
 Caches at their defaults (loongforge 2048 MB of decoded, resized frames
 shared by the decode threads; the reference 2 GiB of full-size RGB frames per
@@ -35,9 +40,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts" / "reference"))
 
 
-def native(binary, data, kind, threads, args, cache_mb):
+def native(binary, data, kind, threads, args, cache_mb, order=()):
     cmd = [str(binary), str(data), kind, str(threads), "4", str(args.micro_batches), str(args.batch),
-           str(args.image_size), str(cache_mb)]
+           str(args.image_size), str(cache_mb)] + [str(x) for x in order]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -76,9 +81,24 @@ def main():
     p.add_argument("--image-size", type=int, default=64)
     p.add_argument("--repeats", type=int, default=1, help="runs per configuration; the median is reported")
     p.add_argument("--json", help="also write the rows here")
+    p.add_argument("--orders", action="store_true", help="uniform against episode-aware order (plain source)")
+    p.add_argument("--frame-cache-mb", type=int, action="append", help="with --orders: cache sizes (default 2048)")
     args = p.parse_args()
     if not Path(args.bench_binary).exists():
         sys.exit(f"bench_data.py: {args.bench_binary} not found: cmake --build build --target bench_data")
+    if args.orders:
+        print("| frame cache MB | order | samples/s | videos decoded | frames decoded |")
+        print("|---|---|---|---|---|")
+        for mb in args.frame_cache_mb or [2048]:
+            for name, order in (("uniform", ()), ("episode (2 open, buffer 64)", ("episode", 2, 64))):
+                runs = sorted((native(args.bench_binary, args.data, "sync", 0, args, mb, order)
+                               for _ in range(args.repeats)), key=lambda r: r["samples_per_s"])
+                r = runs[len(runs) // 2]
+                print(f"| {mb} | {name} | {r['samples_per_s']:.1f} | {r['videos_decoded']} | {r['frames_decoded']} |",
+                      flush=True)
+        print(f"\nmachine: {platform.node()}, {os.cpu_count()} CPUs; {args.micro_batches} micro-batches x "
+              f"{args.batch} samples, {args.image_size} px, median of {args.repeats}")
+        return
     native_mb, ref_bytes = 2048, 2 << 30
 
     configs = [("loongforge plain (sync)", lambda: native(args.bench_binary, args.data, "sync", 0, args, native_mb)),

@@ -26,8 +26,9 @@ struct NoPhases final : PhaseRecorder {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 9) {
-    std::cerr << "usage: bench_data DATASET sync|adfe THREADS PREFETCH MICRO_BATCHES BATCH IMAGE_SIZE FRAME_CACHE_MB\n";
+  if (argc != 9 && argc != 12) {
+    std::cerr << "usage: bench_data DATASET sync|adfe THREADS PREFETCH MICRO_BATCHES BATCH IMAGE_SIZE FRAME_CACHE_MB "
+                 "[uniform|episode OPEN_EPISODES SHUFFLE_BUFFER]\n";
     return 2;
   }
   const std::string path = argv[1], kind = argv[2];
@@ -37,6 +38,11 @@ int main(int argc, char** argv) {
   o.image_size = std::atoll(argv[7]);
   o.frame_cache_mb = std::atoll(argv[8]);
   o.accumulation = 1;
+  if (argc == 12) {  // data.sampler, data.open_episodes, data.shuffle_buffer
+    o.sampler = argv[9];
+    o.open_episodes = std::atoll(argv[10]);
+    o.shuffle_buffer = std::atoll(argv[11]);
+  }
   try {
     const Dataset ds = Dataset::open(path);
     NoPhases phases;
