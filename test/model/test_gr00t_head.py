@@ -230,6 +230,24 @@ def make_n16_mask_token_pair(oracle, cfg, seed=0):
     return up, ours, drawn
 
 
+def train_step_equals_upstream(oracle, up, ours, batch, label, seed=5):
+    """One train-mode forward+backward of both heads seeded alike: velocity, loss and every gradient
+    within tolerance (printed under `label`). -> our result."""
+    up.train()
+    ours.train()
+    torch.manual_seed(seed)
+    loss_up, pred_up = run_upstream(oracle, up, batch)
+    torch.manual_seed(seed)
+    res = ours(batch)
+    loss_up.backward()
+    res["loss"].backward()
+    worst = worst_grad(up, ours)
+    fwd, loss = rel(res["pred_velocity"], pred_up), rel(res["loss"], loss_up)
+    print(f"\n[{label}] max rel diff: forward {fwd:.2e}, loss {loss:.2e}, grad {worst[0]:.2e} ({worst[1]})")
+    assert fwd <= FWD_RTOL and loss <= FWD_RTOL and worst[0] <= GRAD_RTOL, (fwd, loss, worst)
+    return res
+
+
 def test_n16_state_mask_token_equals_upstream_with_the_same_drops(oracle):
     """N1.6 shape (no vl_self_attention) with state dropout 0.5 and the mask token: in train mode,
     seeded alike, the same samples are dropped (some, not all), and the velocity, loss and every
@@ -240,21 +258,9 @@ def test_n16_state_mask_token_equals_upstream_with_the_same_drops(oracle):
     up, ours, drawn = make_n16_mask_token_pair(oracle, cfg)
     assert tuple(ours.action_head.state_mask_token.shape) == (1, 1, cfg.input_embedding_dim)
     batch = make_inputs(cfg)
-    up.train()
-    ours.train()
-    torch.manual_seed(5)                                            # drops sample 1, keeps 0 and 2
-    loss_up, pred_up = run_upstream(oracle, up, batch)
-    torch.manual_seed(5)
-    res = ours(batch)
+    res = train_step_equals_upstream(oracle, up, ours, batch, "N1.6 mask token, train")  # seed 5: drops sample 1
     drop = drawn["drop"]
     assert bool(drop.any()) and not bool(drop.all()), drop
-    loss_up.backward()
-    res["loss"].backward()
-    worst = worst_grad(up, ours)
-    fwd, loss = rel(res["pred_velocity"], pred_up), rel(res["loss"], loss_up)
-    print(f"\n[N1.6 mask token, train] drops {drop.tolist()}; max rel diff: forward {fwd:.2e}, loss {loss:.2e}, "
-          f"grad {worst[0]:.2e} ({worst[1]})")
-    assert fwd <= FWD_RTOL and loss <= FWD_RTOL and worst[0] <= GRAD_RTOL, (fwd, loss, worst)
     assert ours.action_head.state_mask_token.grad.abs().max() > 0
     # the dropped samples see the mask token: another token value gives another loss (a random
     # change: a constant one would vanish in the LayerNorms)
@@ -276,19 +282,7 @@ def test_n16_additive_state_noise_equals_upstream_with_the_same_draws(oracle):
                               state_mask_token=True, state_noise_scale=0.3)
     up, ours, _ = make_n16_mask_token_pair(oracle, cfg)
     batch = make_inputs(cfg)
-    up.train()
-    ours.train()
-    torch.manual_seed(5)
-    loss_up, pred_up = run_upstream(oracle, up, batch)
-    torch.manual_seed(5)
-    res = ours(batch)
-    loss_up.backward()
-    res["loss"].backward()
-    worst = worst_grad(up, ours)
-    fwd, loss = rel(res["pred_velocity"], pred_up), rel(res["loss"], loss_up)
-    print(f"\n[N1.6 additive state noise, train] max rel diff: forward {fwd:.2e}, loss {loss:.2e}, "
-          f"grad {worst[0]:.2e} ({worst[1]})")
-    assert fwd <= FWD_RTOL and loss <= FWD_RTOL and worst[0] <= GRAD_RTOL, (fwd, loss, worst)
+    res = train_step_equals_upstream(oracle, up, ours, batch, "N1.6 additive state noise, train")
     ours.state_noise_scale = 0.0
     torch.manual_seed(5)
     assert ours(batch)["loss"].item() != res["loss"].item()
