@@ -20,8 +20,8 @@
 # Sections get what is left of a BUDGET s budget (default 570: one device call is 600 s at
 # most; a loongforge-train run gets at most RUN_LIMIT s, default 150);
 # the main log is $OUT/issue11_step.log, every other log and metrics file is in
-# $OUT/logs.tgz (rewritten after each section: a call returns at most 8 files).
-# SECTIONS (default "train profile tests") picks sections: compiled train profile ops tests;
+# $OUT/logs-TAG.tgz (rewritten after each section: a call returns at most 8 files).
+# SECTIONS (default "train profile tests") picks sections: compiled train profile ops catlin tests;
 # TRAIN_RUNS the runs of section train (default: all but lf-graphs-before and ref-base);
 # FIRST_TESTS a ctest regex run first in section tests (any label).
 # MODEL (default n16-1b) the config exported, EXPORT_SET its export overrides (space separated

@@ -31,12 +31,8 @@ class CategoryLinear(nn.Module):
 
 
 class GroupedCategoryLinear(CategoryLinear):
-    """CategoryLinear through loongforge::category_linear (include/loongforge/ops/ops.hpp)."""
-
-    def __init__(self, num_categories: int, dim_in: int, dim_out: int):
-        super().__init__(num_categories, dim_in, dim_out)
-        from . import ops
-        ops.load()
+    """CategoryLinear through loongforge::category_linear (include/loongforge/ops/ops.hpp); made
+    from a CategoryLinear by sharing() (group_category_linears), which loads the operator library."""
 
     @classmethod
     def sharing(cls, linear: CategoryLinear) -> "GroupedCategoryLinear":

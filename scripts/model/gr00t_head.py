@@ -186,7 +186,8 @@ def head_config_for(model_cfg) -> Gr00tHeadConfig:
                            action_horizon=model_cfg.action_horizon, num_embodiments=model_cfg.num_embodiments,
                            num_timestep_buckets=model_cfg.num_timestep_buckets, noise_s=model_cfg.noise_s,
                            beta_alpha=model_cfg.beta_alpha, dropout=dropout, state_dropout=state_dropout,
-                           state_noise_scale=noise_scale, state_mask_token=preset.state_mask_token or model_cfg.gr00t_state_mask_token)
+                           state_noise_scale=noise_scale,
+                           state_mask_token=preset.state_mask_token or model_cfg.gr00t_state_mask_token)
 
 
 # ---------------------------------------------------------------------------- sinusoidal features

@@ -764,8 +764,7 @@ class SampleBuilder:
             raise ValueError("data.sampler=episode orders a shuffled epoch, but data.shuffle is false")
         self.S = int(_mcfg(model_cfg, "image_size"))
         # exports made before the field have no crop (as loongforge-train reads them)
-        self.crop = float(model_cfg.get("image_crop_fraction", 1.0) if isinstance(model_cfg, dict)
-                          else getattr(model_cfg, "image_crop_fraction", 1.0))
+        self.crop = float(_mcfg_or(model_cfg, "image_crop_fraction", 1.0))
         if not 0.0 < self.crop <= 1.0:
             raise ValueError(f"the model's image_crop_fraction={self.crop} must be in (0, 1]; re-export it")
         self.max_state = int(_mcfg(model_cfg, "max_state_dim"))

@@ -102,6 +102,15 @@ bool segment_path(const Tensor& x, const Tensor& weight) {
          (weight.scalar_type() == at::kFloat || weight.scalar_type() == at::kBFloat16);
 }
 
+// fn(float{}) or fn(at::BFloat16{}) by the weight's dtype (segment_path allows only these).
+template <typename Fn>
+void with_weight_type(const Tensor& weight, Fn&& fn) {
+  if (weight.scalar_type() == at::kFloat)
+    fn(float{});
+  else
+    fn(at::BFloat16{});
+}
+
 Tensor make_plan(const Tensor& ids, int64_t E, int64_t T) {
   const int64_t B = ids.size(0);
   Tensor plan = at::empty({kernels::category_plan_ints(B, E)}, ids.options().dtype(at::kInt));
@@ -123,18 +132,13 @@ Tensor cuda_forward(const Tensor& x_in, const Tensor& weight_in, const Tensor& b
   if (y.numel() == 0) return y;
   const Tensor plan = make_plan(ids, E, T);
   auto stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_SWITCH(
-      weight.scalar_type(), "loongforge::category_linear", AT_DISPATCH_CASE(at::kFloat, [&] {
-        cuda_check(kernels::category_linear_forward(device_ptr<at::BFloat16>(x), device_ptr<float>(weight),
-                                                    device_ptr<float>(bias), plan.data_ptr<int>(), B, E, T, K, N,
-                                                    device_mut<float>(y), stream),
-                   "the forward kernel");
-      }) AT_DISPATCH_CASE(at::kBFloat16, [&] {
-        cuda_check(kernels::category_linear_forward(device_ptr<at::BFloat16>(x), device_ptr<at::BFloat16>(weight),
-                                                    device_ptr<at::BFloat16>(bias), plan.data_ptr<int>(), B, E, T, K, N,
-                                                    device_mut<at::BFloat16>(y), stream),
-                   "the forward kernel");
-      }));
+  with_weight_type(weight, [&](auto tag) {
+    using WT = decltype(tag);
+    cuda_check(
+        kernels::category_linear_forward(device_ptr<at::BFloat16>(x), device_ptr<WT>(weight), device_ptr<WT>(bias),
+                                         plan.data_ptr<int>(), B, E, T, K, N, device_mut<WT>(y), stream),
+        "the forward kernel");
+  });
   return y;
 }
 
@@ -153,7 +157,7 @@ Grads cuda_backward(const Tensor& grad_in, const Tensor& x_in, const Tensor& wei
   if (B * T == 0) return {dx, dw.zero_(), db.zero_()};
   const Tensor plan = make_plan(ids, E, T);
   auto stream = at::cuda::getCurrentCUDAStream();
-  auto run = [&](auto tag) {
+  with_weight_type(weight, [&](auto tag) {
     using WT = decltype(tag);
     cuda_check(kernels::category_linear_grad_input(device_ptr<WT>(dy), device_ptr<WT>(weight), plan.data_ptr<int>(), B,
                                                    E, T, K, N, device_mut<at::BFloat16>(dx), stream),
@@ -162,11 +166,7 @@ Grads cuda_backward(const Tensor& grad_in, const Tensor& x_in, const Tensor& wei
         kernels::category_linear_grad_weight(device_ptr<at::BFloat16>(x), device_ptr<WT>(dy), plan.data_ptr<int>(), B,
                                              E, T, K, N, device_mut<WT>(dw), device_mut<WT>(db), stream),
         "the grad_weight kernel");
-  };
-  if (weight.scalar_type() == at::kFloat)
-    run(float{});
-  else
-    run(at::BFloat16{});
+  });
   return {dx, dw, db};
 }
 #endif
@@ -229,9 +229,7 @@ Tensor autocast_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
 
 }  // namespace
 
-std::vector<std::string> ensure_registered() {
-  return {"loongforge::category_linear", "loongforge::category_linear_backward"};
-}
+void ensure_registered() {}
 
 }  // namespace loongforge::ops
 

@@ -23,13 +23,10 @@
 //   loongforge::ops::ensure_registered();   // links the library in; idempotent
 #pragma once
 
-#include <string>
-#include <vector>
-
 namespace loongforge::ops {
 
-// The operators the library registered ("loongforge::category_linear", ...).
-// Calling it from a binary guarantees the library is linked and loaded.
-std::vector<std::string> ensure_registered();
+// Does nothing; calling it from a binary guarantees the library (and so its
+// TORCH_LIBRARY registrations) is linked and loaded.
+void ensure_registered();
 
 }  // namespace loongforge::ops
