@@ -69,7 +69,13 @@ def main() -> int:
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="bf16", help="precision.mode (bf16: CUDA only)")
     ap.add_argument("--out", required=True, help="package to write (.pt2)")
+    ap.add_argument("--stacks-every", type=float, default=0.0, metavar="S",
+                    help="print every thread's Python stack to stderr every S seconds (0: never): where a long "
+                         "compile spends its time, even when it is killed before it ends")
     args = ap.parse_args()
+    if args.stacks_every > 0:
+        import faulthandler
+        faulthandler.dump_traceback_later(args.stacks_every, repeat=True, file=sys.stderr)
     if args.precision == "bf16" and args.device != "cuda":
         fail("--precision bf16 needs --device cuda (the trainer runs bf16 autocast on CUDA only)")
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -147,8 +153,13 @@ def main() -> int:
     from torch.fx.experimental.proxy_tensor import make_fx
     gm = make_fx(step)(*flat)
     t1 = time.time()
+    print(f"traced: {len(gm.graph.nodes)} graph nodes in {t1 - t0:.0f} s", flush=True)
+    del leaves, flat
+    if dev.type == "cuda":  # the trace ran the step: give its blocks back (a trainer may share this GPU)
+        torch.cuda.empty_cache()
     ep = torch.export.export(gm, tuple(plain))
     t2 = time.time()
+    print(f"exported in {t2 - t1:.0f} s; compiling", flush=True)
     manifest = {
         "format": FORMAT,
         "device": args.device,
@@ -172,6 +183,11 @@ def main() -> int:
     print(f"compiled {cfg.name} micro-step (batch {args.batch_size}, {args.device}, {args.precision}): "
           f"{len(gm.graph.nodes)} graph nodes; trace {t1 - t0:.0f} s, export {t2 - t1:.0f} s, "
           f"compile {t3 - t2:.0f} s -> {out} ({out.stat().st_size / 1e6:.1f} MB)")
+    if args.stacks_every > 0:
+        import faulthandler
+        faulthandler.cancel_dump_traceback_later()
+        from torch._dynamo.utils import compile_times
+        print(compile_times(repr="str"))  # Inductor's own time per phase
     return 0
 
 

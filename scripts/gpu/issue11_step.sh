@@ -34,7 +34,8 @@
 # TAG-grouped-step.pt2 instead of TAG-step.pt2. EXTRA_EXPORTS ("tag=config[:k=v,k=v] ...") exports
 # more model files to /dev/shm beside the build (a later invocation in the same call finds them;
 # an existing /dev/shm/TAG.pt is not exported again). Section catlin: scripts/gpu/bench_category_linear.py.
-# GPU_TESTS=first: section tests runs only FIRST_TESTS. BUILD=0 skips scripts/gpu/build.sh.
+# GPU_TESTS=first: section tests runs only FIRST_TESTS. BUILD=0 skips scripts/gpu/build.sh. PROFILE_LIMIT: seconds
+# for profile_model.py per model file (default 60). FINAL_KILL=1: see train_lf.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" issue11_step
 steps=${STEPS:-150}
 sections=${SECTIONS:-train profile tests}
@@ -60,15 +61,43 @@ export_model() {
   PYTHONPATH=scripts python3 scripts/model/export.py --config $c ${sets[@]+"${sets[@]}"} --out /dev/shm/$t.pt.tmp \
     > "$logs/export-$t.log" 2>&1 && mv /dev/shm/$t.pt.tmp /dev/shm/$t.pt && tail -1 "$logs/export-$t.log"
 }
+pkg=/dev/shm/$tag-step.pt2; pkg_grouped=/dev/shm/$tag-grouped-step.pt2
+ctag=$tag; cfile=$mfile
+[ "${COMPILE_WHICH:-gather}" = grouped ] && { ctag=$tag-grouped; cfile=/dev/shm/$tag-grouped.pt; pkg=$pkg_grouped; }
+# compile_pkg: scripts/compile_step.py of $cfile into $pkg (log $logs/compile_step.log, Python stacks every
+# 60 s in it), returned in $OUT (in parts over 15 MiB). COMPILE_ENV: variables for it (e.g.
+# AOT_INDUCTOR_COMPILE_WRAPPER_OPT_LEVEL=O0).
+compile_pkg() {
+  env ${COMPILE_ENV:-} PYTHONPATH=scripts timeout $(left ${COMPILE_LIMIT:-330}) python3 scripts/compile_step.py $cfile \
+    --batch-size $mb --device cuda --precision bf16 --out $pkg --stacks-every 60 > "$logs/compile_step.log" 2>&1
+  echo "compile_step: exit $?"
+  grep -E "^(traced|exported|compiled)" "$logs/compile_step.log"; ls -l $pkg 2>/dev/null
+  if [ -f $pkg ] && [ $(stat -c %s $pkg) -le $((15 << 20)) ]; then cp $pkg "$OUT/$ctag-step.pt2"
+  elif [ -f $pkg ]; then split -b 15M -d $pkg "$OUT/$ctag-step.pt2.part"; fi
+}
 export_pids=()
-export_model $tag $model ${EXPORT_SET:-} & export_pids+=($!)
+# BG_COMPILE=1 (section compiled, gather form, no carried package): the compile starts once the model
+# file is exported, beside the build, so its trace (which runs the step on the GPU) is over before the
+# trainers start.
+early_compile=0
+if want compiled && [ "${BG_COMPILE:-0}" = 1 ] && [ "$ctag" = "$tag" ] && [ ! -f .gpu-carry/$ctag-step.pt2 ]; then
+  early_compile=1
+fi
+if [ $early_compile = 1 ]; then
+  (export_model $tag $model ${EXPORT_SET:-} && compile_pkg) & compile_pid=$!
+else
+  export_model $tag $model ${EXPORT_SET:-} & export_pids+=($!)
+fi
 for spec in ${EXTRA_EXPORTS:-}; do
   t=${spec%%=*}; rest=${spec#*=}; c=${rest%%:*}; kvs=""; [[ $rest == *:* ]] && kvs=${rest#*:}
   export_model $t $c ${kvs//,/ } & export_pids+=($!)
 done
 if [ "${BUILD:-1}" = 1 ]; then bash scripts/gpu/build.sh || exit 1; fi  # BUILD=0: build-gpu/ as it is
 export_failed=0
-for p in "${export_pids[@]}"; do wait $p || export_failed=1; done
+for p in ${export_pids[@]+"${export_pids[@]}"}; do wait $p || export_failed=1; done
+if [ $early_compile = 1 ]; then  # the export runs inside the compile's job: wait for the file only
+  while [ ! -f $mfile ] && kill -0 $compile_pid 2>/dev/null; do sleep 2; done
+fi
 # The grouped model file calls loongforge:: operators: exported after the build made libloongforge_ops.so.
 export LOONGFORGE_OPS_LIBRARY=$PWD/build-gpu/src/ops/libloongforge_ops.so
 if [ "${GROUPED:-0}" = 1 ]; then export_model $tag-grouped $model ${EXPORT_SET:-} category_linear=grouped || export_failed=1; fi
@@ -106,59 +135,57 @@ train_lf() {
       "$logs/$name-status.json" 2>/dev/null
     skips+=("$name:$((at - 5))-$((at + 15))")
   fi
+  # FINAL_KILL=1: once the last step is done the trainer is killed, so a big model's final checkpoint
+  # (37 GB for n16-3b full fine-tuning, 144 s) does not spend the call; the run's metrics are written by then.
+  if [ "${FINAL_KILL:-0}" = 1 ] && wait_for_step $sock $steps $pid; then
+    sleep 2; kill -KILL $pid 2>/dev/null && echo "$name: killed after step $step (FINAL_KILL=1)"
+  fi
   wait $pid; echo "$name: exit $?"
   grep -E "compiled step|captured|error|Error" "$logs/$name.log" | head -5
   cp $runs/$name/metrics.jsonl "$logs/${name}_metrics.jsonl" 2>/dev/null; pack
 }
 ran=""
-pkg=/dev/shm/$tag-step.pt2; pkg_grouped=/dev/shm/$tag-grouped-step.pt2
 if want compiled; then
-  ctag=$tag; cfile=$mfile
-  [ "${COMPILE_WHICH:-gather}" = grouped ] && { ctag=$tag-grouped; cfile=/dev/shm/$tag-grouped.pt; pkg=$pkg_grouped; }
   stamp "compiled: the AOTInductor package of $ctag's micro-step (batch $mb)"
   [ -f .gpu-carry/$ctag-step.pt2 ] && cp .gpu-carry/$ctag-step.pt2 $pkg && echo "carried package"
-  compile_pkg() {
-    PYTHONPATH=scripts timeout $(left ${COMPILE_LIMIT:-330}) python3 scripts/compile_step.py $cfile --batch-size $mb \
-      --device cuda --precision bf16 --out $pkg > "$logs/compile_step.log" 2>&1; echo "compile_step: exit $?"
-    grep -v Warning "$logs/compile_step.log" | tail -3; ls -l $pkg 2>/dev/null
-    if [ -f $pkg ] && [ $(stat -c %s $pkg) -le $((15 << 20)) ]; then cp $pkg "$OUT/$ctag-step.pt2"
-    elif [ -f $pkg ]; then split -b 15M -d $pkg "$OUT/$ctag-step.pt2.part"; fi
-  }
   # BG_COMPILE=1: compile while the later sections run (their lf-compiled* runs are skipped)
-  if [ ! -f $pkg ] && [ "${BG_COMPILE:-0}" = 1 ]; then compile_pkg & compile_pid=$!
+  if [ $early_compile = 1 ]; then echo "compiling since the export (background)"
+  elif [ ! -f $pkg ] && [ "${BG_COMPILE:-0}" = 1 ]; then compile_pkg & compile_pid=$!
   elif [ ! -f $pkg ]; then compile_pkg; fi
   pkg=/dev/shm/$tag-step.pt2
   [ -f .gpu-carry/$tag-step.pt2 ] && [ ! -f $pkg ] && cp .gpu-carry/$tag-step.pt2 $pkg
 fi
+# lf-compiled-graphs: the package, replayed as CUDA graphs, optimizer graph (the defaults with a package)
+# lf-compiled: the package called without graphs; lf-compiled-adfe: as lf-compiled-graphs, ADFE's source
+# lf-graphs: the TorchScript forward+backward replayed, optimizer graph; lf-plain: no graphs, per-tensor AdamW
+run_one() {  # run_one RUN: one run of section train (the names below)
+  local run=$1
+  stamp "train: $run"
+  case $run in
+    lf-compiled-graphs) [ -f $pkg ] && [ -z "${compile_pid:-}" ] && train_lf $run $mfile --set trainer.compiled_step=$pkg ;;
+    lf-compiled) [ -f $pkg ] && train_lf $run $mfile --set trainer.compiled_step=$pkg \
+                   --set trainer.cuda_graphs=off ;;
+    lf-compiled-adfe) [ -f $pkg ] && train_lf $run $mfile --set trainer.compiled_step=$pkg \
+                        --set adfe.enable=true --set adfe.decode_threads=4 ;;
+    lf-graphs) train_lf $run $mfile --set trainer.cuda_graphs=on ;;
+    lf-graphs-grouped) train_lf $run /dev/shm/$tag-grouped.pt --set trainer.cuda_graphs=on ;;
+    lf-compiled-graphs-grouped) [ -f $pkg_grouped ] && [ -z "${compile_pid:-}" ] && \
+                                  train_lf $run /dev/shm/$tag-grouped.pt --set trainer.compiled_step=$pkg_grouped ;;
+    lf-graphs-before) [ -n "$before" ] && train_lf $run $before --set trainer.cuda_graphs=on ;;
+    lf-plain) train_lf $run $mfile --set trainer.cuda_graphs=off --set optimizer.implementation=plain ;;
+    ref-opt|ref-base)
+      mode=optimized; [ $run = ref-base ] && mode=baseline
+      PYTHONPATH=scripts timeout $(left 250) python3 scripts/reference/train_torch.py --config $cfg \
+        --set model.path=$mfile --set trainer.micro_batch_size=$mb --set trainer.max_steps=$steps --set run.output_dir=$runs \
+        --mode $mode --loongforge-train build-gpu/src/daemon/loongforge-train --out $runs/$run \
+        > "$logs/$run.log" 2>&1
+      echo "$run: exit $?"; tail -2 "$logs/$run.log"
+      cp $runs/$run/metrics.jsonl "$logs/${run}_metrics.jsonl" 2>/dev/null; pack ;;
+  esac
+  ran="$ran $run"
+}
 if want train; then
-  # lf-compiled-graphs: the package, replayed as CUDA graphs, optimizer graph (the defaults with a package)
-  # lf-compiled: the package called without graphs; lf-compiled-adfe: as lf-compiled-graphs, ADFE's source
-  # lf-graphs: the TorchScript forward+backward replayed, optimizer graph; lf-plain: no graphs, per-tensor AdamW
-  for run in ${TRAIN_RUNS:-lf-compiled-graphs lf-compiled lf-compiled-adfe lf-graphs ref-opt lf-plain}; do
-    stamp "train: $run"
-    case $run in
-      lf-compiled-graphs) [ -f $pkg ] && [ -z "${compile_pid:-}" ] && train_lf $run $mfile --set trainer.compiled_step=$pkg ;;
-      lf-compiled) [ -f $pkg ] && train_lf $run $mfile --set trainer.compiled_step=$pkg \
-                     --set trainer.cuda_graphs=off ;;
-      lf-compiled-adfe) [ -f $pkg ] && train_lf $run $mfile --set trainer.compiled_step=$pkg \
-                          --set adfe.enable=true --set adfe.decode_threads=4 ;;
-      lf-graphs) train_lf $run $mfile --set trainer.cuda_graphs=on ;;
-      lf-graphs-grouped) train_lf $run /dev/shm/$tag-grouped.pt --set trainer.cuda_graphs=on ;;
-      lf-compiled-graphs-grouped) [ -f $pkg_grouped ] && [ -z "${compile_pid:-}" ] && \
-                                    train_lf $run /dev/shm/$tag-grouped.pt --set trainer.compiled_step=$pkg_grouped ;;
-      lf-graphs-before) [ -n "$before" ] && train_lf $run $before --set trainer.cuda_graphs=on ;;
-      lf-plain) train_lf $run $mfile --set trainer.cuda_graphs=off --set optimizer.implementation=plain ;;
-      ref-opt|ref-base)
-        mode=optimized; [ $run = ref-base ] && mode=baseline
-        PYTHONPATH=scripts timeout $(left 250) python3 scripts/reference/train_torch.py --config $cfg \
-          --set model.path=$mfile --set trainer.micro_batch_size=$mb --set trainer.max_steps=$steps --set run.output_dir=$runs \
-          --mode $mode --loongforge-train build-gpu/src/daemon/loongforge-train --out $runs/$run \
-          > "$logs/$run.log" 2>&1
-        echo "$run: exit $?"; tail -2 "$logs/$run.log"
-        cp $runs/$run/metrics.jsonl "$logs/${run}_metrics.jsonl" 2>/dev/null; pack ;;
-    esac
-    ran="$ran $run"
-  done
+  for run in ${TRAIN_RUNS:-lf-compiled-graphs lf-compiled lf-compiled-adfe lf-graphs ref-opt lf-plain}; do run_one $run; done
 fi
 if [ -n "$ran" ]; then
   stamp "steady state (steps 51-$steps)"
@@ -167,7 +194,7 @@ fi
 if want profile; then
   for f in $mfile $before; do
     stamp "profile $f"
-    PYTHONPATH=scripts timeout $(left 60) python3 scripts/gpu/profile_model.py --model $f --batch $mb --top 40 \
+    PYTHONPATH=scripts timeout $(left ${PROFILE_LIMIT:-60}) python3 scripts/gpu/profile_model.py --model $f --batch $mb --top 40 \
       --iters 10 --script-only > "$logs/profile-$(basename $f .pt).log" 2>&1; echo "exit $?"
     grep -E "forward\+backward|device events" "$logs/profile-$(basename $f .pt).log"; pack
   done
@@ -195,5 +222,12 @@ if want tests; then
     grep -E "Test +#|tests passed|FAILED|Failed" "$logs/ctest-gpu-long.log" | tail -6; pack
   fi
 fi
-if [ -n "${compile_pid:-}" ]; then stamp "waiting for the background compile"; wait $compile_pid; pack; fi
+if [ -n "${compile_pid:-}" ]; then
+  stamp "waiting for the background compile"; wait $compile_pid; compile_pid=""; pack
+  # AFTER_COMPILE_RUNS: runs of section train made once the background compile is done
+  if [ -f $pkg ] && [ -n "${AFTER_COMPILE_RUNS:-}" ]; then
+    for run in $AFTER_COMPILE_RUNS; do run_one $run; done
+    python3 scripts/gpu/steady_state.py $logs $ran ${skips[@]+--skip-steps "${skips[@]}"}
+  fi
+fi
 stamp "done"

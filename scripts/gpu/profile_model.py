@@ -32,15 +32,17 @@ from model.n16 import build_model  # noqa: E402
 from cuda_timing import median_ms  # noqa: E402 -- scripts/gpu/ is the script's own folder
 
 
-def load(path: str, device: torch.device):
+def load(path: str, device: torch.device, with_eager: bool = True):
     extra = {"loongforge/config.json": "", "loongforge/params.json": ""}
     ops.load_if_built()  # model files with category_linear=grouped call loongforge:: operators
     scripted = torch.jit.load(path, map_location="cpu", _extra_files=extra)
     cfg = ModelConfig.from_json(extra["loongforge/config.json"])
     trainable = {p["name"]: p["trainable"] for p in json.loads(extra["loongforge/params.json"])}
-    eager = build_model(cfg)
-    eager.load_state_dict(scripted.state_dict())
-    for m in (eager, scripted):
+    eager = None
+    if with_eager:
+        eager = build_model(cfg)
+        eager.load_state_dict(scripted.state_dict())
+    for m in (x for x in (eager, scripted) if x is not None):
         for n, p in m.named_parameters():
             p.requires_grad_(trainable[n])
             if not trainable[n]:
@@ -98,6 +100,25 @@ def regions(model, batch, iters: int):
     return {k: statistics.median(v) for k, v in res.items()}
 
 
+KINDS = (  # (kind, substrings of the kernel name), first match wins
+    ("attention", ("flash", "fmha", "attention", "attn")),
+    ("gemm", ("gemm", "cutlass", "xmma", "nvjet", "cublas", "sm90_", "wgmma")),
+    ("norm", ("layer_norm", "rms_norm", "layernorm", "rmsnorm", "norm_")),
+    ("copy/cast", ("copy", "memcpy", "to_copy", "cat_", "catarray")),
+    ("reduce", ("reduce", "sum_", "softmax")),
+    ("fill", ("fill", "memset", "zero")),
+    ("elementwise", ("elementwise", "vectorized", "unrolled", "triton_")),
+)
+
+
+def kernel_category(name: str) -> str:
+    low = name.lower()
+    for kind, keys in KINDS:
+        if any(k in low for k in keys):
+            return kind
+    return "other"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
@@ -111,7 +132,7 @@ def main() -> int:
     # (with them on, autocast around a scripted forward can crash; docs/architecture.md s9).
     torch._C._set_graph_executor_optimize(False)
     dev = torch.device("cuda")
-    cfg, eager, scripted = load(args.model, dev)
+    cfg, eager, scripted = load(args.model, dev, with_eager=not args.script_only)
     batch = {k: v.to(dev) for k, v in example_batch(cfg, args.batch, seed=0).items()}
     print(f"config {cfg.name}, batch {args.batch}, torch {torch.__version__}, {torch.cuda.get_device_name()}")
 
@@ -165,6 +186,13 @@ def main() -> int:
             k = e.name[:90]
             n, t = by.get(k, (0, 0.0))
             by[k] = (n + 1, t + e.device_time / 1000.0 / 3)
+        cats = {}
+        for k, (n, t) in by.items():
+            c = kernel_category(k)
+            cn, ct = cats.get(c, (0, 0.0))
+            cats[c] = (cn + n / 3, ct + t)
+        print("by kind: " + ", ".join(f"{c} {t:.2f} ms ({t / total * 100:.1f}%, x{n:.0f})"
+                                      for c, (n, t) in sorted(cats.items(), key=lambda kv: -kv[1][1])))
         for k, (n, t) in sorted(by.items(), key=lambda kv: -kv[1][1])[: args.top]:
             print(f"{t:8.2f} ms {t / total * 100:5.1f}%  x{n / 3:5.0f}  {k}")
         print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=args.top, max_name_column_width=60))
