@@ -62,6 +62,28 @@ def fail(msg: str) -> None:
     sys.exit(2)
 
 
+def sample_stacks(every_s: float) -> None:
+    """Every `every_s` seconds a daemon thread prints where the main thread is (its innermost
+    frames), under the GIL. (faulthandler's watchdog reads frames without the GIL and crashed a
+    3b compile: docs/benchmarks.md 2026-12-01.)"""
+    import threading
+    import traceback
+    main_id = threading.main_thread().ident
+    t0 = time.time()
+
+    def loop():
+        while True:
+            time.sleep(every_s)
+            frame = sys._current_frames().get(main_id)
+            if frame is None:
+                return
+            inner = traceback.extract_stack(frame)[-12:]
+            where = " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(inner))
+            print(f"[{time.time() - t0:.0f} s] main thread in: {where}", file=sys.stderr, flush=True)
+
+    threading.Thread(target=loop, name="stack-sampler", daemon=True).start()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model", help="model file written by scripts/model/export.py")
@@ -70,12 +92,11 @@ def main() -> int:
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="bf16", help="precision.mode (bf16: CUDA only)")
     ap.add_argument("--out", required=True, help="package to write (.pt2)")
     ap.add_argument("--stacks-every", type=float, default=0.0, metavar="S",
-                    help="print every thread's Python stack to stderr every S seconds (0: never): where a long "
-                         "compile spends its time, even when it is killed before it ends")
+                    help="print the main thread's innermost Python frames to stderr every S seconds (0: never): "
+                         "where a long compile spends its time, even when it is killed before it ends")
     args = ap.parse_args()
     if args.stacks_every > 0:
-        import faulthandler
-        faulthandler.dump_traceback_later(args.stacks_every, repeat=True, file=sys.stderr)
+        sample_stacks(args.stacks_every)
     if args.precision == "bf16" and args.device != "cuda":
         fail("--precision bf16 needs --device cuda (the trainer runs bf16 autocast on CUDA only)")
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -184,8 +205,6 @@ def main() -> int:
           f"{len(gm.graph.nodes)} graph nodes; trace {t1 - t0:.0f} s, export {t2 - t1:.0f} s, "
           f"compile {t3 - t2:.0f} s -> {out} ({out.stat().st_size / 1e6:.1f} MB)")
     if args.stacks_every > 0:
-        import faulthandler
-        faulthandler.cancel_dump_traceback_later()
         from torch._dynamo.utils import compile_times
         print(compile_times(repr="str"))  # Inductor's own time per phase
     return 0

@@ -138,7 +138,8 @@ train_lf() {
   # FINAL_KILL=1: once the last step is done the trainer is killed, so a big model's final checkpoint
   # (37 GB for n16-3b full fine-tuning, 144 s) does not spend the call; the run's metrics are written by then.
   if [ "${FINAL_KILL:-0}" = 1 ] && wait_for_step $sock $steps $pid; then
-    sleep 2; kill -KILL $pid 2>/dev/null && echo "$name: killed after step $step (FINAL_KILL=1)"
+    sleep 2; pkill -KILL -P $pid; kill -KILL $pid 2>/dev/null  # $pid is timeout's: the trainer is its child
+    echo "$name: killed after step $step (FINAL_KILL=1)"
   fi
   wait $pid; echo "$name: exit $?"
   grep -E "compiled step|captured|error|Error" "$logs/$name.log" | head -5
@@ -168,6 +169,10 @@ run_one() {  # run_one RUN: one run of section train (the names below)
     lf-compiled-adfe) [ -f $pkg ] && train_lf $run $mfile --set trainer.compiled_step=$pkg \
                         --set adfe.enable=true --set adfe.decode_threads=4 ;;
     lf-graphs) train_lf $run $mfile --set trainer.cuda_graphs=on ;;
+    lf-graphs-adfe) train_lf $run $mfile --set trainer.cuda_graphs=on --set adfe.enable=true --set adfe.decode_threads=4 ;;
+    lf-graphs-adfe-mb2x)  # twice the micro-batch, half the accumulation: the same global batch
+      train_lf $run $mfile --set trainer.cuda_graphs=on --set adfe.enable=true --set adfe.decode_threads=4 \
+        --set trainer.micro_batch_size=$((mb * 2)) --set trainer.gradient_accumulation_steps=$(( accum > 1 ? accum / 2 : 1 )) ;;
     lf-graphs-grouped) train_lf $run /dev/shm/$tag-grouped.pt --set trainer.cuda_graphs=on ;;
     lf-compiled-graphs-grouped) [ -f $pkg_grouped ] && [ -z "${compile_pid:-}" ] && \
                                   train_lf $run /dev/shm/$tag-grouped.pt --set trainer.compiled_step=$pkg_grouped ;;

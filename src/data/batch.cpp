@@ -6,6 +6,7 @@
 #include <chrono>     // std::chrono::steady_clock
 #include <cmath>      // std::fabs
 #include <cstdio>     // std::snprintf
+#include <cstring>    // std::memcpy
 #include <exception>  // std::rethrow_exception
 #include <mutex>      // std::lock_guard, std::unique_lock
 
@@ -21,6 +22,9 @@ namespace loongforge::data {
 
 namespace {
 constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+// Full-size frames a decoding thread holds before resizing them (Note [Frame cache]):
+// this many bytes of uint8 RGB, at least one frame, at most 64 frames.
+constexpr int64_t kStagingBytes = 8 << 20;
 
 struct SplitMix64 {
   uint64_t state;
@@ -303,7 +307,14 @@ BatchBuilder::Location BatchBuilder::locate(int64_t sample_id) const {
 // log lines) is done by the micro_batch() thread when it uses an entry, in
 // sample order, exactly as if it had decoded the video itself. An entry
 // handed out is an at::Tensor reference: eviction never frees frames a
-// micro-batch is still copying from.
+// micro-batch is still copying from. A decode streams (video.hpp's FrameSink):
+// full-size frames pass through a staging buffer of kStagingBytes (at least one
+// frame), are resized a chunk at a time into the entry's tensor, and are never
+// all in memory at once; the chunking does not change the bits (the resize and
+// normalisation are per frame). So a decoding thread holds one entry's resized
+// frames plus the staging buffer and its float copy (5 x kStagingBytes), and
+// the cache holds at most data.frame_cache_mb of resized frames besides the
+// entries in use.
 
 BatchBuilder::Entry BatchBuilder::decode(int64_t key) const {
   const size_t episode = static_cast<size_t>(key / 1024);
@@ -327,9 +338,33 @@ BatchBuilder::Entry BatchBuilder::decode(int64_t key) const {
                       cam.key + " has " + std::to_string(pts.rows) + " rows but loongforge_dataset.json records " +
                       std::to_string(info.frame_count) + " frames; re-run scripts/convert_lerobot.py");
     check.pts_s = pts.as<double>();
-    RgbFrames rgb;
+    // Frames stream from the decoder into a bounded staging buffer of full-size frames, are
+    // cropped and resized a chunk at a time, and only the resized ones are kept (Note [Frame cache]).
+    const int64_t S = opt_.image_size, h = cam.height, w = cam.width, frame_bytes = h * w * 3;
+    const int64_t chunk = std::clamp<int64_t>(kStagingBytes / std::max<int64_t>(frame_bytes, 1), 1, 64);
+    at::Tensor out = at::empty({info.frame_count, 3, S, S}, at::kFloat);
+    at::Tensor staging = at::empty({chunk, h, w, 3}, at::kByte);
+    int64_t first = 0, staged = 0;  // frames [first, first + staged) are in `staging`
+    auto resize_staged = [&] {
+      if (staged == 0) return;
+      at::Tensor u8 = staging.narrow(0, 0, staged);
+      if (opt_.image_crop_fraction < 1.0) {  // center crop (SampleOptions::image_crop_fraction)
+        const int64_t ch = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(h) * opt_.image_crop_fraction));
+        const int64_t cw = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(w) * opt_.image_crop_fraction));
+        u8 = u8.narrow(1, (h - ch) / 2, ch).narrow(2, (w - cw) / 2, cw);  // (n, ch, cw, 3)
+      }
+      at::Tensor f = u8.permute({0, 3, 1, 2}).to(at::kFloat).contiguous();  // (n, 3, h', w')
+      at::Tensor pooled = at::adaptive_avg_pool2d(f, {S, S});                // (n, 3, S, S)
+      out.narrow(0, first, staged).copy_(((pooled / 255.0) - 0.5) / 0.5);
+      first += staged;
+      staged = 0;
+    };
     try {
-      rgb = decode_video_checked(path, check);
+      decode_video_checked(path, check, [&](const DecodedFrame& frame) {
+        std::memcpy(staging.data_ptr<uint8_t>() + staged * frame_bytes, frame.rgb, static_cast<size_t>(frame_bytes));
+        if (++staged == chunk) resize_staged();
+      });
+      resize_staged();
     } catch (const BadVideoError& e) {
       const std::string where = "shard " + ep.shard_file + ", episode " + std::to_string(ep.index) + ", camera '" +
                                 cam.key + "', video " + e.path() +
@@ -341,23 +376,6 @@ BatchBuilder::Entry BatchBuilder::decode(int64_t key) const {
       entry.state = Entry::State::kBad;
       entry.cause = where;
       return entry;
-    }
-    const int64_t S = opt_.image_size;
-    auto u8 = at::from_blob(rgb.pixels.data(), {rgb.count, rgb.height, rgb.width, 3}, at::kByte);
-    if (opt_.image_crop_fraction < 1.0) {  // center crop (SampleOptions::image_crop_fraction)
-      const int64_t ch = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(rgb.height) *
-                                                                   opt_.image_crop_fraction));
-      const int64_t cw = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(rgb.width) *
-                                                                   opt_.image_crop_fraction));
-      u8 = u8.narrow(1, (rgb.height - ch) / 2, ch).narrow(2, (rgb.width - cw) / 2, cw);  // (count, ch, cw, 3)
-    }
-    at::Tensor out = at::empty({rgb.count, 3, S, S}, at::kFloat);
-    constexpr int64_t kChunk = 64;  // bounds the float copy of full-size frames
-    for (int64_t i = 0; i < rgb.count; i += kChunk) {
-      const int64_t n = std::min(kChunk, rgb.count - i);
-      at::Tensor f = u8.narrow(0, i, n).permute({0, 3, 1, 2}).to(at::kFloat).contiguous();  // (n, 3, h', w')
-      at::Tensor pooled = at::adaptive_avg_pool2d(f, {S, S});                                  // (n, 3, S, S)
-      out.narrow(0, i, n).copy_(((pooled / 255.0) - 0.5) / 0.5);
     }
     entry.state = Entry::State::kReady;
     entry.frames = out;
@@ -438,7 +456,9 @@ at::Tensor BatchBuilder::frames(size_t episode, int camera, std::string* cause) 
 
 DataStats BatchBuilder::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  DataStats d = stats_;
+  d.cache_bytes = cache_bytes_;
+  return d;
 }
 
 std::vector<int64_t> BatchBuilder::videos_of(const std::vector<int64_t>& sample_ids) const {

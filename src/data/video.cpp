@@ -169,9 +169,11 @@ void install_ffmpeg_log() {
 
 namespace {
 
-// The decode shared by both entry points. `memory` (may be null: read the
-// file by path) holds the whole file; `check` (may be null) the index's facts.
-RgbFrames decode(const std::string& path, const MemoryFile* memory, const VideoCheck* check, int64_t max_frames) {
+// The decode shared by every entry point. `memory` (may be null: read the
+// file by path) holds the whole file; `check` (may be null) the index's facts;
+// each frame goes to `sink` from one reused buffer.
+VideoFormat decode(const std::string& path, const MemoryFile* memory, const VideoCheck* check, int64_t max_frames,
+                   const FrameSink& sink) {
   install_ffmpeg_log();
   auto fail = [&](int64_t frame, const std::string& what) { return BadVideoError(path, frame, what); };
   MemoryFile reader;
@@ -212,7 +214,7 @@ RgbFrames decode(const std::string& path, const MemoryFile* memory, const VideoC
   dec->flags |= AV_CODEC_FLAG_OUTPUT_CORRUPT;
   if ((rc = avcodec_open2(dec.get(), codec, nullptr)) < 0) throw fail(-1, "cannot open decoder (" + av_error(rc) + ")");
 
-  RgbFrames out;
+  VideoFormat out;
   out.width = dec->width;
   out.height = dec->height;
   out.codec = avcodec_get_name(st->codecpar->codec_id);
@@ -230,6 +232,7 @@ RgbFrames decode(const std::string& path, const MemoryFile* memory, const VideoC
   std::unique_ptr<AVFrame, FrameFree> frame(av_frame_alloc());
   std::unique_ptr<AVPacket, PacketFree> packet(av_packet_alloc());
   std::unique_ptr<SwsContext, SwsFree> sws;
+  std::vector<uint8_t> rgb(frame_bytes);  // the one frame in flight
 
   auto take = [&](AVFrame* f) {
     if (max_frames >= 0 && out.count >= max_frames) return;
@@ -261,8 +264,7 @@ RgbFrames decode(const std::string& path, const MemoryFile* memory, const VideoC
         throw fail(i, what);
       }
     }
-    out.pixels.resize(out.pixels.size() + frame_bytes);
-    uint8_t* dst = out.pixels.data() + i * frame_bytes;
+    uint8_t* dst = rgb.data();
     if (f->format == AV_PIX_FMT_YUV420P) {
       yuv420p_to_rgb(f->data[0], f->linesize[0], f->data[1], f->linesize[1], f->data[2], f->linesize[2], out.width,
                      out.height, dst);
@@ -276,7 +278,7 @@ RgbFrames decode(const std::string& path, const MemoryFile* memory, const VideoC
       int strides[4] = {static_cast<int>(out.width * 3), 0, 0, 0};
       sws_scale(sws.get(), f->data, f->linesize, 0, f->height, planes, strides);
     }
-    out.pts_s.push_back(pts_s);
+    sink(DecodedFrame{i, out.height, out.width, dst, pts_s});
     ++out.count;
   };
   auto drain = [&]() {
@@ -315,13 +317,33 @@ RgbFrames decode(const std::string& path, const MemoryFile* memory, const VideoC
   return out;
 }
 
+// The RgbFrames forms: a sink that keeps every frame.
+RgbFrames keep_all(const std::function<VideoFormat(const FrameSink&)>& run) {
+  RgbFrames out;
+  const VideoFormat f = run([&](const DecodedFrame& frame) {
+    out.pixels.insert(out.pixels.end(), frame.rgb, frame.rgb + frame.height * frame.width * 3);
+    out.pts_s.push_back(frame.pts_s);
+  });
+  out.count = f.count;
+  out.height = f.height;
+  out.width = f.width;
+  out.codec = f.codec;
+  out.decoder = f.decoder;
+  out.bit_exact = f.bit_exact;
+  return out;
+}
+
 }  // namespace
 
 RgbFrames decode_video_rgb(const std::string& path, int64_t max_frames) {
-  return decode(path, nullptr, nullptr, max_frames);
+  return keep_all([&](const FrameSink& sink) { return decode(path, nullptr, nullptr, max_frames, sink); });
 }
 
 RgbFrames decode_video_checked(const std::string& path, const VideoCheck& check) {
+  return keep_all([&](const FrameSink& sink) { return decode_video_checked(path, check, sink); });
+}
+
+VideoFormat decode_video_checked(const std::string& path, const VideoCheck& check, const FrameSink& sink) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw BadVideoError(path, -1, "cannot open the video file; check the dataset's videos/ folder");
   const auto size = static_cast<int64_t>(in.tellg());
@@ -341,7 +363,7 @@ RgbFrames decode_video_checked(const std::string& path, const VideoCheck& check)
   MemoryFile memory;
   memory.data = reinterpret_cast<const uint8_t*>(bytes.data());
   memory.size = size;
-  return decode(path, &memory, &check, -1);
+  return decode(path, &memory, &check, -1, sink);
 }
 
 }  // namespace loongforge::data

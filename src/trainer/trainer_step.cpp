@@ -250,7 +250,9 @@ nlohmann::json Trainer::data_status(const StepRecord* r) const {
                       {"on_bad_video", cfg_.data.on_bad_video},
                       {"source", cfg_.adfe.enable ? "adfe" : "sync"},
                       {"videos_decoded", ds.videos_decoded},
-                      {"frames_decoded", ds.frames_decoded}};
+                      {"frames_decoded", ds.frames_decoded},
+                      {"frame_cache_mb", static_cast<double>(ds.cache_bytes) / (1 << 20)},
+                      {"frame_cache_limit_mb", cfg_.data.frame_cache_mb}};
   if (cfg_.adfe.enable)
     d.update({{"queue_depth", ds.queue_depth},
               {"prefetch_factor", cfg_.adfe.prefetch_factor},

@@ -14,7 +14,9 @@
 //    position p = s*G + q (s4), and the counts the loss weights and metrics
 //    need (counted while filling: no tensor reads).
 //  - Decoded, resized frames are cached per episode (LRU bounded by bytes);
-//    a video is decoded sequentially once per cache miss, never per sample.
+//    a video is decoded sequentially once per cache miss, never per sample,
+//    and streamed: its full-size frames are resized a few at a time, never
+//    all held (Note [Frame cache]).
 //    Entries that are in use stay alive until their user drops them, so the
 //    bound can be exceeded by the videos of the micro-batches in flight.
 //  - Each video is checked against the dataset index when decoded
@@ -137,7 +139,7 @@ struct SampleOptions {
   // an export older than that record) and the model file, for messages.
   TokenizerInfo model_tokenizer;
   std::string model_path;
-  // Decoded-frame cache.
+  // Decoded-frame cache (data.frame_cache_mb).
   int64_t frame_cache_mb = 2048;
   // data.on_bad_video (Note [Bad videos] in batch.cpp): "error" or "skip".
   std::string on_bad_video = "error";
@@ -150,6 +152,7 @@ struct DataStats {
   int64_t videos_bad = 0;       // videos found bad (on_bad_video=skip; each logged at warn with its cause)
   int64_t samples_skipped = 0;  // samples masked out because their video is bad (each logged)
   int64_t queue_depth = 0;      // ADFE: micro-batches ready when the trainer took the last one
+  int64_t cache_bytes = 0;      // resized frames in the frame cache now (bounded by SampleOptions::frame_cache_mb)
 };
 
 // Shape and dtype of each tensor of a micro-batch of B samples (the model's

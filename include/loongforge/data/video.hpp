@@ -14,13 +14,18 @@
 //  - decode_video_checked() also checks the file against what the dataset
 //    index recorded (VideoCheck): size and SHA-256 before decoding, the
 //    resolution, each decoded frame's timestamp, and the frame count.
+//  - Its streaming form hands each frame to a FrameSink as it is decoded and
+//    keeps none: one full-size RGB frame is held at a time (besides the
+//    compressed file and the decoder's own reference frames), whatever the
+//    video's length. The frames are the bits the RgbFrames forms return.
 //  - FFmpeg's own log lines go to the "data" logger at their level
 //    (installed on first use).
 //  - Stateless and thread-safe: each call owns its FFmpeg contexts.
 #pragma once
 
-#include <cstdint>  // uint8_t, int64_t
-#include <string>   // std::string
+#include <cstdint>     // uint8_t, int64_t
+#include <functional>  // std::function
+#include <string>      // std::string
 #include <vector>   // std::vector
 
 #include "loongforge/common/error.hpp"
@@ -68,6 +73,28 @@ struct VideoCheck {
 // Reads the whole file, checks its size and SHA-256, then decodes it from
 // memory with the checks of VideoCheck. Throws BadVideoError on any mismatch.
 RgbFrames decode_video_checked(const std::string& path, const VideoCheck& check);
+
+// What a streaming decode saw; its frames went to the sink.
+struct VideoFormat {
+  int64_t count = 0, height = 0, width = 0;
+  std::string codec, decoder;
+  bool bit_exact = true;
+};
+// One decoded frame as a FrameSink sees it: its index, its RGB pixels
+// (height x width x 3, HWC; valid only during the call) and its presentation
+// time in seconds.
+struct DecodedFrame {
+  int64_t index = 0, height = 0, width = 0;
+  const uint8_t* rgb = nullptr;
+  double pts_s = 0;
+};
+// Called once per frame, in presentation order, after that frame's checks.
+// An exception it throws ends the decode and propagates.
+using FrameSink = std::function<void(const DecodedFrame& frame)>;
+// decode_video_checked, streaming: the same checks, the frames to `sink`.
+// The count check comes after the last frame: a sink may have seen the
+// frames of a video that then fails it.
+VideoFormat decode_video_checked(const std::string& path, const VideoCheck& check, const FrameSink& sink);
 
 // Routes FFmpeg's log (av_log) to the "data" logger; idempotent. Called by
 // the decode functions; exposed for tests.
