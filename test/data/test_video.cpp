@@ -16,7 +16,9 @@
 
 #include <cmath>    // std::log10
 #include <cstdio>   // popen, std::fflush
+#include <cstring>  // std::memcmp
 #include <fstream>  // std::ifstream, std::ofstream
+#include <set>      // std::set
 #include <sstream>  // std::stringstream
 #include <string>   // std::string
 #include <vector>   // std::vector
@@ -109,8 +111,8 @@ void forge_index(const std::string& dir, int episode) {
   std::ofstream(json_path, std::ios::trunc) << j.dump(1);
 }
 
-// decode_video_checked with the index's facts about episode position `episode`.
-RgbFrames decode_checked(const Dataset& ds, size_t episode) {
+// The index's facts about episode position `episode`'s video.
+VideoCheck check_of(const Dataset& ds, size_t episode) {
   const EpisodeInfo& e = ds.episodes()[episode];
   VideoCheck c;
   c.bytes = e.videos[0].bytes;
@@ -120,7 +122,12 @@ RgbFrames decode_checked(const Dataset& ds, size_t episode) {
   c.height = ds.cameras()[0].height;
   const ArrayView pts = ds.array(episode, ds.column_by_name("video_pts:" + kCamera));
   c.pts_s = pts.as<double>();
-  return decode_video_checked(e.video_paths[0], c);
+  return c;
+}
+
+// decode_video_checked with the index's facts about episode position `episode`.
+RgbFrames decode_checked(const Dataset& ds, size_t episode) {
+  return decode_video_checked(ds.episodes()[episode].video_paths[0], check_of(ds, episode));
 }
 
 SampleOptions options(const std::string& policy) {
@@ -157,6 +164,28 @@ TEST_CASE("video: a clean episode video passes every check and decodes to the sa
   REQUIRE(checked.pixels == plain.pixels);
   const ArrayView pts = ds.array(0, ds.column_by_name("video_pts:" + kCamera));
   for (int64_t i = 0; i < checked.count; ++i) REQUIRE(checked.pts_s[i] == pts.as<double>()[i]);
+}
+
+TEST_CASE("video: the streaming decode hands over each frame once, in order, from one frame-sized buffer, "
+          "with the bits and timestamps of the whole-video decode") {
+  const Dataset ds = Dataset::open(kData);
+  const RgbFrames whole = decode_checked(ds, 0);
+  const size_t frame_bytes = static_cast<size_t>(whole.height * whole.width * 3);
+  std::set<const uint8_t*> buffers;
+  int64_t next = 0;
+  const VideoFormat f = decode_video_checked(ds.episodes()[0].video_paths[0], check_of(ds, 0),
+                                             [&](const DecodedFrame& frame) {
+    REQUIRE(frame.index == next);
+    REQUIRE(frame.height == whole.height);
+    REQUIRE(frame.width == whole.width);
+    REQUIRE(frame.pts_s == whole.pts_s[static_cast<size_t>(next)]);
+    REQUIRE(std::memcmp(frame.rgb, whole.pixels.data() + static_cast<size_t>(next) * frame_bytes, frame_bytes) == 0);
+    buffers.insert(frame.rgb);
+    ++next;
+  });
+  REQUIRE(f.count == whole.count);
+  REQUIRE(next == whole.count);
+  REQUIRE(buffers.size() == 1);  // one full-size frame held, whatever the video's length
 }
 
 TEST_CASE("video: 4 KiB flipped inside a keyframe is refused before decoding by its SHA-256, naming the file") {
