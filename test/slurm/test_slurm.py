@@ -49,18 +49,27 @@ def submit(slurm, out, name, *extra_sbatch):
     """single-node.sbatch with 2 CPU tasks training n16-tiny; returns (job id, log path)."""
     out.mkdir(parents=True, exist_ok=True)
     log = out / f"{name}.out"
-    env = dict(os.environ, LOONGFORGE_HOME=str(REPO), LOONGFORGE_TRAIN=TRAIN)
-    for v in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(v, None)
     args = ["--job-name", name, "--ntasks-per-node=2", "--gpus-per-node=0", "--cpus-per-task=1",
             "--time=10", f"--output={log}", f"--chdir={out}", *extra_sbatch,
-            str(REPO / "scripts/slurm/single-node.sbatch"),
-            "--config", str(REPO / "configs/n16-tiny.yaml"), "--set", f"model.path={MODEL}",
+            str(REPO / "scripts/slurm/single-node.sbatch"), *trainer_args(out, name)]
+    return slurm.sbatch(args, job_env()), log
+
+
+def job_env(train=TRAIN):
+    """The submitting environment: the repository and the trainer; no torchrun-style rank variables."""
+    env = dict(os.environ, LOONGFORGE_HOME=str(REPO), LOONGFORGE_TRAIN=str(train))
+    for v in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(v, None)
+    return env
+
+
+def trainer_args(out, name):
+    """loongforge-train's arguments: n16-tiny for STEPS steps into out/name (test_multi_rank.launch's settings)."""
+    return ["--config", str(REPO / "configs/n16-tiny.yaml"), "--set", f"model.path={MODEL}",
             "--set", f"data.path={DATA}", "--set", f"run.output_dir={out}", "--set", f"run.name={name}",
             "--set", f"trainer.max_steps={STEPS}", "--set", "trainer.micro_batch_size=4",
             "--set", "run.threads=1", "--set", "run.deterministic=true", "--set", "logging.progress=lines",
             "--set", "checkpoint.interval_steps=1000000"]  # control socket: the per-process default
-    return slurm.sbatch(args, env), log
 
 
 def completed(j):
