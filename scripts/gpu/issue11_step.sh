@@ -170,6 +170,9 @@ run_one() {  # run_one RUN: one run of section train (the names below)
                         --set adfe.enable=true --set adfe.decode_threads=4 ;;
     lf-graphs) train_lf $run $mfile --set trainer.cuda_graphs=on ;;
     lf-graphs-adfe) train_lf $run $mfile --set trainer.cuda_graphs=on --set adfe.enable=true --set adfe.decode_threads=4 ;;
+    lf-graphs-adfe-ckpt)  # as lf-graphs-adfe with a checkpoint every CKPT_EVERY steps (default 400)
+      train_lf $run $mfile --set trainer.cuda_graphs=on --set adfe.enable=true --set adfe.decode_threads=4 \
+        --set checkpoint.interval_steps=${CKPT_EVERY:-400} --set checkpoint.keep_last=1 ;;
     lf-graphs-adfe-mb2x)  # twice the micro-batch, half the accumulation: the same global batch
       train_lf $run $mfile --set trainer.cuda_graphs=on --set adfe.enable=true --set adfe.decode_threads=4 \
         --set trainer.micro_batch_size=$((mb * 2)) --set trainer.gradient_accumulation_steps=$(( accum > 1 ? accum / 2 : 1 )) ;;
@@ -195,6 +198,11 @@ fi
 if [ -n "$ran" ]; then
   stamp "steady state (steps 51-$steps)"
   python3 scripts/gpu/steady_state.py $logs $ran ${skips[@]+--skip-steps "${skips[@]}"}
+fi
+if [[ " $ran " == *" lf-graphs-adfe-ckpt "* ]]; then
+  stamp "data wait while checkpoints are written (scripts/gpu/ckpt_data_wait.py)"
+  python3 scripts/gpu/ckpt_data_wait.py $logs lf-graphs-adfe-ckpt \
+    $([[ " $ran " == *" lf-graphs-adfe "* ]] && echo --baseline lf-graphs-adfe)
 fi
 if want profile; then
   for f in $mfile $before; do

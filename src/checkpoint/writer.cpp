@@ -18,6 +18,7 @@
 #include "loongforge/common/error.hpp"
 #include "loongforge/common/files.hpp"
 #include "loongforge/common/sha256.hpp"
+#include "loongforge/common/threads.hpp"
 
 namespace loongforge::checkpoint {
 
@@ -227,6 +228,8 @@ WriteResult write_checkpoint_dir(const std::string& parent, const Snapshot& snap
       w.rel = rel_;
       const NamedTensors* tensors = &tensors_;
       workers.emplace_back([&w, tensors, &tmp] {
+        set_thread_name("lf-ckpt-file");
+        lower_thread_priority(kCheckpointThreadNice);  // below the data path (common/threads.hpp)
         try {
           detail::test_delay();
           const auto slash = w.rel.rfind('/');
@@ -277,7 +280,12 @@ WriteResult write_checkpoint_dir(const std::string& parent, const Snapshot& snap
 Writer::Writer(std::string dir, int64_t keep_last, bool async, bool leader)
     : dir_(std::move(dir)), keep_last_(keep_last), async_(async), leader_(leader) {
   if (leader_) recover_interrupted_writes(dir_);
-  if (async_) thread_ = std::thread([this] { loop(); });
+  if (async_)
+    thread_ = std::thread([this] {
+      set_thread_name("lf-ckpt-writer");
+      lower_thread_priority(kCheckpointThreadNice);  // hashing and copying yield to the trainer and the data path
+      loop();
+    });
 }
 
 void recover_interrupted_writes(const std::string& parent) {

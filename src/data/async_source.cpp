@@ -1,11 +1,5 @@
 // ADFE, the asynchronous BatchSource: a producer thread, a decode pool, a
 // bounded queue and (CUDA) pinned slots with a copy stream (source.hpp).
-#include <sys/resource.h>  // getpriority, setpriority
-#include <sys/syscall.h>   // SYS_gettid
-#include <unistd.h>        // syscall
-
-#include <algorithm>           // std::min
-#include <cerrno>              // errno
 #include <condition_variable>  // std::condition_variable
 #include <cstdio>              // std::snprintf
 #include <deque>               // std::deque
@@ -17,6 +11,7 @@
 
 #include "loongforge/common/error.hpp"
 #include "loongforge/common/log.hpp"
+#include "loongforge/common/threads.hpp"
 #include "loongforge/data/source.hpp"
 
 #if LOONGFORGE_WITH_CUDA_KERNELS
@@ -43,18 +38,15 @@ namespace loongforge::data {
 // entries; it then stops at an exception, so nothing past a bad micro-batch
 // is handed out, and the trainer gets the exception from next() of exactly
 // that micro-batch. Priorities: the producer and the decoders lower their
-// own nice value by kDataThreadNice (Linux nice values are per thread), so
-// the trainer thread wins a busy core; they are not pinned.
+// own nice value by kDataThreadNice (common/threads.hpp), so the trainer
+// thread wins a busy core and they win it from the checkpoint writer.
 
 namespace {
 
-// Lowers the calling thread's CPU priority by kDataThreadNice (never raises it).
+// The calling data thread yields a busy core to the trainer (common/threads.hpp).
 void lower_priority() {
-  const auto tid = static_cast<id_t>(syscall(SYS_gettid));
-  errno = 0;
-  const int now = getpriority(PRIO_PROCESS, tid);
-  if (errno == 0 && setpriority(PRIO_PROCESS, tid, std::min(19, now + kDataThreadNice)) != 0)
-    LF_LOG(logger("data"), debug) << "ADFE: could not lower a data thread's priority (errno " << errno << ")";
+  if (!lower_thread_priority(kDataThreadNice))
+    LF_LOG(logger("data"), debug) << "ADFE: could not lower a data thread's priority";
 }
 
 constexpr int64_t kSlotAlign = 256;  // bytes: each tensor of a pinned slot starts aligned
@@ -102,6 +94,7 @@ class DecodePool {
 
  private:
   void work() {
+    set_thread_name("lf-data-decode");
     lower_priority();
     for (;;) {
       int64_t key = 0;
@@ -222,6 +215,7 @@ class AsyncSource final : public BatchSource {
   }
 
   void produce(int64_t first) {
+    set_thread_name("lf-data-produce");
     lower_priority();
 #if LOONGFORGE_WITH_CUDA_KERNELS
     std::unique_ptr<c10::cuda::CUDAGuard> guard;

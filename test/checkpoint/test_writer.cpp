@@ -8,8 +8,11 @@
 #include <stdlib.h>  // setenv, unsetenv
 #include <unistd.h>  // getpid
 
+#include <algorithm>  // std::min
 #include <atomic>   // std::atomic
+#include <chrono>   // std::chrono::milliseconds
 #include <fstream>  // std::ifstream
+#include <sstream>  // std::istringstream
 #include <string>
 #include <thread>  // std::thread
 #include <vector>
@@ -19,6 +22,7 @@
 #include "catch_compat.hpp"
 #include "loongforge/checkpoint/checkpoint.hpp"
 #include "loongforge/common/files.hpp"
+#include "loongforge/common/threads.hpp"
 #include "snapshots.hpp"
 
 using namespace loongforge;
@@ -47,7 +51,47 @@ std::vector<std::string> leftovers(const std::string& dir) {
   return out;
 }
 
+// Nice values of this process's threads whose name starts with `prefix` (/proc/self/task).
+std::vector<int> nice_of_threads(const std::string& prefix) {
+  std::vector<int> out;
+  DIR* d = ::opendir("/proc/self/task");
+  while (dirent* e = ::readdir(d)) {
+    const std::string tid = e->d_name;
+    if (tid[0] == '.') continue;
+    std::string comm;
+    std::getline(std::ifstream("/proc/self/task/" + tid + "/comm"), comm);
+    if (comm.rfind(prefix, 0) != 0) continue;
+    std::string stat;
+    std::getline(std::ifstream("/proc/self/task/" + tid + "/stat"), stat);
+    std::istringstream fields(stat.substr(stat.rfind(')') + 2));  // after "pid (comm) "
+    std::string f;
+    for (int i = 3; i <= 19 && fields >> f; ++i) {  // field 19 of stat(5) is the nice value
+    }
+    out.push_back(std::stoi(f));
+  }
+  ::closedir(d);
+  return out;
+}
+
 }  // namespace
+
+TEST_CASE("checkpoint: the writer and its file threads run nicer than the data path, so a write never takes its core") {
+  lf_test::ScratchDir parent;
+  const ScopedEnv slow("LOONGFORGE_TEST_CHECKPOINT_DELAY_MS", "300");  // each file waits: the threads are alive
+  Writer writer(parent.path, /*keep_last=*/3, /*async=*/true);
+  writer.submit(lf_test::make_snapshot(5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  const std::vector<int> writer_nice = nice_of_threads("lf-ckpt-writer");
+  const std::vector<int> file_nice = nice_of_threads("lf-ckpt-file");
+  writer.wait();
+  const int base = nice_of_threads("")[0];  // the main thread's (the first task)
+  const int want = std::min(19, base + kCheckpointThreadNice);
+  REQUIRE(kCheckpointThreadNice > kDataThreadNice);
+  REQUIRE(writer_nice == std::vector<int>{want});
+  REQUIRE_FALSE(file_nice.empty());
+  for (const int n : file_nice) REQUIRE(n == want);
+  REQUIRE(validate_checkpoint(parent.path + "/epoch_0_step_5").ok());
+}
 
 TEST_CASE("checkpoint: replacing a checkpoint of the same step never leaves the step without one") {
   lf_test::ScratchDir parent;

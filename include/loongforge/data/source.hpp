@@ -25,7 +25,7 @@
 //    decode_threads threads to decode the videos of the micro-batches up to
 //    prefetch_factor ahead of the one it builds (BatchBuilder::prefetch). The
 //    producer and the decoders run at a lower CPU priority than the trainer
-//    thread (nice +kDataThreadNice, per thread).
+//    thread and above the checkpoint writer (common/threads.hpp).
 //  - Same bits: micro-batch (s, i) is BatchBuilder::micro_batch(s, i)
 //    whatever the thread count and timing (Note [Frame cache] in batch.cpp).
 //  - Errors: an exception building micro-batch (s, i) (a bad video with
@@ -63,7 +63,6 @@
 namespace loongforge::data {
 
 constexpr bool kAdfeBuilt = true;
-constexpr int kDataThreadNice = 5;  // ADFE's threads: this much nicer than the process
 
 struct ReadyBatch {
   Batch tensors;              // the model's batch, on the device
