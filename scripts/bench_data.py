@@ -5,16 +5,31 @@
   - ADFE's asynchronous source with 1 and 2 decode threads (adfe.enable),
   - the reference PyTorch trainer's data path (scripts/reference/: a
     DataLoader whose workers decode the same mp4s through the ffmpeg CLI,
-    collate, then the flow-matching draws in the main process) with 1 and 2
-    workers,
+    whole videos into a per-worker frame cache, collate, then the
+    flow-matching draws in the main process) with 1 and 2 workers,
+  - the same DataLoader with torchcodec (LeRobot's decoder) instead of the
+    ffmpeg CLI, with 1 and 2 workers: each sample's frame is decoded as
+    LeRobot 0.6.1's dataset decodes it (a torchcodec VideoDecoder per video
+    file, seek_mode="approximate", kept per worker in an LRU of 100 as
+    LeRobot's VideoDecoderCache; get_frames_at(indices=[round(ts * fps)])
+    seeks to the keyframe before the frame and decodes up to it; no frame
+    cache), then the reference's resize and normalisation (TorchcodecSampleBuilder),
 
 each from a cold start (the source or the DataLoader with its workers is
 made inside the timed region) over the same micro-batches of the same
 converted dataset (training-semantics s2 order, seed 42, one rank).
 
     python3 scripts/bench_data.py [--data DIR] [--micro-batches 20] [--batch 8]
-        [--image-size 64] [--repeats 1] [--json OUT]
+        [--image-size 64] [--repeats 1] [--json OUT] [--no-check]
     python3 scripts/bench_data.py --orders [--frame-cache-mb 2048 ...]
+
+--data takes any converted dataset: the bundled h264 one (the default,
+build/test-data/robot_sim.PickNPlace.lf) or the tests' AV1 copy
+(build/test-data/robot_sim.PickNPlace.av1.lf, test/data/av1_fixture.cmake);
+every row reads both. Before the timed rows, the torchcodec samples of the
+first 2 micro-batches are checked against the reference's (--no-check skips
+it): all non-image tensors equal, and the frames' max |diff| and PSNR are
+printed (not bitwise: another decoder and YUV->RGB conversion).
 
 --orders measures instead the plain source under the uniform and the episode-aware order
 (data.sampler=episode, 2 open episodes, a 64-sample buffer) with each frame cache size given:
@@ -24,8 +39,16 @@ Caches at their defaults (loongforge 2048 MB of decoded, resized frames
 shared by the decode threads; the reference 2 GiB of full-size RGB frames per
 worker), so each video is decoded once per cache: a short run (20
 micro-batches) is dominated by decoding, a full epoch (262 micro-batches of
-8 samples on the bundled dataset) also by building samples.
+8 samples on the bundled dataset) also by building samples. torchcodec keeps
+no frames, so its cost per sample is the seek: on the bundled h264 videos
+(keyframes 250 frames apart) ~110 frames decoded per sample on average, on
+the AV1 copy (-g 2, as LeRobot encodes) at most 2.
+The table's ratios are each row's samples/s over the plain source's, the
+reference's with 2 workers and torchcodec's with 2 workers; --repeats N
+reports the run at index N // 2 of the N sorted by samples/s (the faster of 2).
 The C++ side runs build/test/data/bench_data (built with the tests).
+torchcodec comes from scripts/requirements-test.txt (the CPU wheel uses the
+system FFmpeg shared libraries).
 """
 import argparse
 import json
@@ -38,6 +61,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts" / "reference"))
+from lf_dataset import LFDataset, MicroBatchSampler, SampleBuilder, SampleDataset, collate_samples  # noqa: E402
 
 
 def native(binary, data, kind, threads, args, cache_mb, order=()):
@@ -47,17 +71,73 @@ def native(binary, data, kind, threads, args, cache_mb, order=()):
     return json.loads(out.strip().splitlines()[-1])
 
 
-def reference(data, workers, args, cache_bytes):
-    import torch
-    from lf_dataset import LFDataset, MicroBatchSampler, SampleBuilder, SampleDataset, collate_samples
+MODEL_CFG = {"max_state_dim": 64, "max_action_dim": 64, "max_action_horizon": 16, "num_embodiments": 32,
+             "use_imu": False, "use_audio": False, "num_views": 1}
 
-    model_cfg = {"image_size": args.image_size, "max_state_dim": 64, "max_action_dim": 64, "max_action_horizon": 16,
-                 "num_embodiments": 32, "use_imu": False, "use_audio": False, "num_views": 1}
-    cfg = {"run": {"seed": 42}, "trainer": {"micro_batch_size": args.batch, "gradient_accumulation_steps": 1},
-           "data": {"action_horizon": 16, "max_text_len": 32, "embodiment_id": 0, "shuffle": True,
-                    "normalization": "min_max"}}
+
+def trainer_cfg(args):
+    return {"run": {"seed": 42}, "trainer": {"micro_batch_size": args.batch, "gradient_accumulation_steps": 1},
+            "data": {"action_horizon": 16, "max_text_len": 32, "embodiment_id": 0, "shuffle": True,
+                     "normalization": "min_max"}}
+
+
+class TorchcodecSampleBuilder(SampleBuilder):
+    """The reference trainer's samples, except that each frame is decoded by torchcodec the way
+    LeRobot 0.6.1's dataset decodes it (lerobot/datasets/video_utils.py, backend "torchcodec"):
+    one VideoDecoder(seek_mode="approximate") per video file, kept in a per-process LRU of 100
+    decoders (LeRobot's VideoDecoderCache default); per sample and camera the query timestamp
+    (the presentation time of the frame the reference decodes, video_pts:<key>[video_frame:<key>[t]])
+    becomes index round(ts * average_fps), get_frames_at(indices=[...]) seeks to the keyframe before
+    it and decodes up to it, and the returned pts must lie within 1/fps - 1e-4 s of the query
+    (LeRobot's default tolerance). No frame cache: every sample decodes its own frames. The
+    (3, h, w) uint8 frame then goes through the reference's crop/resize/normalisation
+    (lf_dataset.image_to_model), so the work after decoding is the same as the reference rows'."""
+
+    DECODERS_KEPT = 100
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self._decoders, self._decoders_pid = None, None
+
+    def _decoder(self, path):
+        import collections
+        from torchcodec.decoders import VideoDecoder
+        if self._decoders_pid != os.getpid():          # a DataLoader worker: its own decoders
+            self._decoders, self._decoders_pid = collections.OrderedDict(), os.getpid()
+        key = str(path)
+        dec = self._decoders.get(key)
+        if dec is None:
+            dec = self._decoders[key] = VideoDecoder(key, seek_mode="approximate")
+            while len(self._decoders) > self.DECODERS_KEPT:
+                self._decoders.popitem(last=False)
+        else:
+            self._decoders.move_to_end(key)
+        return dec
+
+    def rgb_frame(self, e, camera, t):
+        """(h, w, 3) uint8 view of frame video_frame:<key>[t] of episode position e, from torchcodec."""
+        path, _ = self.ds.video_file(e, camera["camera_id"])
+        frame = int(self.ds.array(e, "video_frame:" + camera["key"])[t, 0])
+        ts = float(self.ds.array(e, "video_pts:" + camera["key"])[frame, 0])
+        dec = self._decoder(path)
+        got = dec.get_frames_at(indices=[round(ts * dec.metadata.average_fps)])
+        tolerance = 1.0 / float(camera["fps"]) - 1e-4
+        if abs(float(got.pts_seconds[0]) - ts) >= tolerance:
+            raise RuntimeError(f"{path}: torchcodec returned pts {float(got.pts_seconds[0]):.4f} s for "
+                               f"{ts:.4f} s (tolerance {tolerance:.4f} s)")
+        return got.data[0].permute(1, 2, 0).numpy()                                   # (h, w, 3)
+
+
+def dataloader(data, workers, args, cache_bytes, decoder="ffmpeg"):
+    """The reference trainer's data path, cold: builder + DataLoader + workers made inside the timed
+    region, the flow-matching draws added in the main process. decoder "ffmpeg": the reference's
+    whole-video ffmpeg CLI decode into its per-worker frame cache; "torchcodec": per-sample seeks."""
+    import torch
+
+    builder_cls = TorchcodecSampleBuilder if decoder == "torchcodec" else SampleBuilder
     t0 = time.perf_counter()
-    builder = SampleBuilder(LFDataset(str(data)), model_cfg, cfg, cache_bytes=cache_bytes)
+    builder = builder_cls(LFDataset(str(data)), dict(MODEL_CFG, image_size=args.image_size), trainer_cfg(args),
+                          cache_bytes=cache_bytes)
     loader = torch.utils.data.DataLoader(
         SampleDataset(builder), batch_sampler=MicroBatchSampler(builder, 0, 1, 0, args.micro_batches),
         collate_fn=collate_samples, num_workers=workers, persistent_workers=False,
@@ -68,8 +148,44 @@ def reference(data, workers, args, cache_bytes):
         n += b["images"].shape[0]
     del loader
     seconds = time.perf_counter() - t0
-    return {"source": "reference DataLoader", "threads": workers, "samples": n, "seconds": seconds,
-            "samples_per_s": n / seconds}
+    source = "torchcodec DataLoader" if decoder == "torchcodec" else "reference DataLoader"
+    return {"source": source, "threads": workers, "samples": n, "seconds": seconds, "samples_per_s": n / seconds}
+
+
+def check_torchcodec(data, args, micro_batches=2):
+    """torchcodec's frames against the reference path's for the first micro-batches (same sample ids):
+    every non-image tensor must be equal; prints the frame differences (uint8 RGB before the resize
+    and the model images after it) and the PSNR of the RGB frames."""
+    import numpy as np
+    import torch
+
+    cfg, mcfg = trainer_cfg(args), dict(MODEL_CFG, image_size=args.image_size)
+    ref = SampleBuilder(LFDataset(str(data)), mcfg, cfg)
+    tc = TorchcodecSampleBuilder(LFDataset(str(data)), mcfg, cfg)
+    rgb_max, sq, count, img_max, samples, frames = 0, 0.0, 0, 0.0, 0, set()
+    for i in range(micro_batches):
+        for j in ref.micro_batch_indices(i, 0, 0, 1):
+            a, b = ref.sample(j), tc.sample(j)
+            for k in a:
+                if k != "images" and not torch.equal(a[k], b[k]):
+                    raise SystemExit(f"bench_data.py: torchcodec sample {j}: {k} differs from the reference's")
+            img_max = max(img_max, float((a["images"] - b["images"]).abs().max()))
+            e, t = ref.ds.locate(j)
+            for c in ref.cameras:
+                x = ref.rgb_frame(e, c, t).astype(np.int32)
+                y = tc.rgb_frame(e, c, t).astype(np.int32)
+                d = x - y
+                rgb_max, sq, count = max(rgb_max, int(np.abs(d).max())), sq + float((d * d).sum()), count + d.size
+                frames.add((e, int(ref.ds.array(e, "video_frame:" + c["key"])[t, 0])))
+            samples += 1
+    mse = sq / count
+    psnr = float("inf") if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)
+    print(f"torchcodec vs reference frames, {samples} samples ({len(frames)} distinct frames, "
+          f"{len({e for e, _ in frames})} videos): RGB uint8 max |diff| {rgb_max}, mean squared diff {mse:.3f}, "
+          f"PSNR {psnr:.1f} dB; model images ({args.image_size} px, -1..1) max |diff| {img_max:.4f}; "
+          "all other sample tensors equal", flush=True)
+    return {"samples": samples, "rgb_max_abs_diff": rgb_max, "rgb_mse": mse, "psnr_db": psnr,
+            "image_max_abs_diff": img_max}
 
 
 def main():
@@ -81,6 +197,7 @@ def main():
     p.add_argument("--image-size", type=int, default=64)
     p.add_argument("--repeats", type=int, default=1, help="runs per configuration; the median is reported")
     p.add_argument("--json", help="also write the rows here")
+    p.add_argument("--no-check", action="store_true", help="skip the torchcodec-against-reference frame check")
     p.add_argument("--orders", action="store_true", help="uniform against episode-aware order (plain source)")
     p.add_argument("--frame-cache-mb", type=int, action="append", help="with --orders: cache sizes (default 2048)")
     args = p.parse_args()
@@ -100,14 +217,23 @@ def main():
               f"{args.batch} samples, {args.image_size} px, median of {args.repeats}")
         return
     native_mb, ref_bytes = 2048, 2 << 30
+    try:
+        import torchcodec
+    except ImportError:
+        sys.exit("bench_data.py: torchcodec is not installed: pip install -r scripts/requirements-test.txt")
+    print(f"data: {args.data}; torchcodec {torchcodec.__version__}", flush=True)
+    check = None if args.no_check else check_torchcodec(args.data, args)
 
     configs = [("loongforge plain (sync)", lambda: native(args.bench_binary, args.data, "sync", 0, args, native_mb)),
                ("loongforge ADFE, 1 decode thread",
                 lambda: native(args.bench_binary, args.data, "adfe", 1, args, native_mb)),
                ("loongforge ADFE, 2 decode threads",
                 lambda: native(args.bench_binary, args.data, "adfe", 2, args, native_mb)),
-               ("reference DataLoader, 1 worker", lambda: reference(args.data, 1, args, ref_bytes)),
-               ("reference DataLoader, 2 workers", lambda: reference(args.data, 2, args, ref_bytes))]
+               ("reference DataLoader, 1 worker", lambda: dataloader(args.data, 1, args, ref_bytes)),
+               ("reference DataLoader, 2 workers", lambda: dataloader(args.data, 2, args, ref_bytes)),
+               ("torchcodec DataLoader, 1 worker", lambda: dataloader(args.data, 1, args, ref_bytes, "torchcodec")),
+               ("torchcodec DataLoader, 2 workers",
+                lambda: dataloader(args.data, 2, args, ref_bytes, "torchcodec"))]
     rows = []
     for name, fn in configs:
         runs = sorted((fn() for _ in range(args.repeats)), key=lambda r: r["samples_per_s"])
@@ -116,18 +242,21 @@ def main():
         rows.append(r)
         print(f"{name:36s} {r['samples_per_s']:9.1f} samples/s  ({r['samples']} samples in {r['seconds']:.2f} s)",
               flush=True)
-    base = rows[0]["samples_per_s"]
-    ref2 = rows[4]["samples_per_s"]
+    by_name = {r["name"]: r["samples_per_s"] for r in rows}
+    base = by_name["loongforge plain (sync)"]
+    ref2 = by_name["reference DataLoader, 2 workers"]
+    tc2 = by_name["torchcodec DataLoader, 2 workers"]
     print(f"\nmachine: {platform.node()}, {os.cpu_count()} CPUs, {platform.processor() or platform.machine()}; "
           f"{args.micro_batches} micro-batches x {args.batch} samples, {args.image_size} px; "
-          f"load average {os.getloadavg()[0]:.2f} at the end")
-    print("| path | samples/s | vs plain | vs reference, 2 workers |")
-    print("|---|---|---|---|")
+          f"load average {os.getloadavg()[0]:.2f} at the end; data {Path(args.data).name}")
+    print("| path | samples/s | vs plain | vs reference, 2 workers | vs torchcodec, 2 workers |")
+    print("|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['name']} | {r['samples_per_s']:.1f} | {r['samples_per_s'] / base:.2f}x | "
-              f"{r['samples_per_s'] / ref2:.2f}x |")
+              f"{r['samples_per_s'] / ref2:.2f}x | {r['samples_per_s'] / tc2:.2f}x |")
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+        Path(args.json).write_text(json.dumps({"data": str(args.data), "check": check, "rows": rows}, indent=1)
+                                   + "\n")
     return 0
 
 
