@@ -170,6 +170,9 @@ run_one() {  # run_one RUN: one run of section train (the names below)
                         --set adfe.enable=true --set adfe.decode_threads=4 ;;
     lf-graphs) train_lf $run $mfile --set trainer.cuda_graphs=on ;;
     lf-graphs-adfe) train_lf $run $mfile --set trainer.cuda_graphs=on --set adfe.enable=true --set adfe.decode_threads=4 ;;
+    lf-graphs-adfe-cpuresize)  # as lf-graphs-adfe with the frames resized on the CPU (data.frame_resize=cpu)
+      train_lf $run $mfile --set trainer.cuda_graphs=on --set adfe.enable=true --set adfe.decode_threads=4 \
+        --set data.frame_resize=cpu ;;
     lf-graphs-adfe-ckpt)  # as lf-graphs-adfe with a checkpoint every CKPT_EVERY steps (default 400)
       train_lf $run $mfile --set trainer.cuda_graphs=on --set adfe.enable=true --set adfe.decode_threads=4 \
         --set checkpoint.interval_steps=${CKPT_EVERY:-400} --set checkpoint.keep_last=1 ;;
@@ -198,6 +201,20 @@ fi
 if [ -n "$ran" ]; then
   stamp "steady state (steps 51-$steps)"
   python3 scripts/gpu/steady_state.py $logs $ran ${skips[@]+--skip-steps "${skips[@]}"}
+fi
+if [[ " $ran " == *" lf-graphs-adfe "* && " $ran " == *" lf-graphs-adfe-cpuresize "* ]]; then
+  stamp "losses: frames resized on the device (lf-graphs-adfe) against the CPU (lf-graphs-adfe-cpuresize)"
+  python3 - $logs <<'PY'
+import json, sys
+from pathlib import Path
+d = Path(sys.argv[1])
+a, b = ([json.loads(l)["loss"] for l in (d / f"{n}_metrics.jsonl").read_text().splitlines() if l.strip()]
+        for n in ("lf-graphs-adfe", "lf-graphs-adfe-cpuresize"))
+n = min(len(a), len(b))
+same = sum(x == y for x, y in zip(a[:n], b[:n]))
+rel = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a[:n], b[:n])) if n else float("nan")
+print(f"{n} steps: {same} losses equal, max relative difference {rel:.3g}")
+PY
 fi
 if [[ " $ran " == *" lf-graphs-adfe-ckpt "* ]]; then
   stamp "data wait while checkpoints are written (scripts/gpu/ckpt_data_wait.py)"

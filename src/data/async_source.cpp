@@ -137,7 +137,8 @@ class AsyncSource final : public BatchSource {
         async_(async),
         accumulation_(options.accumulation),
         image_tokens_per_sample_(options.num_views * tokens_per_view + 1),  // + the state token
-        batch_size_(options.micro_batch_size) {
+        batch_size_(options.micro_batch_size),
+        image_size_(options.image_size) {
     if (async_.prefetch_factor < 1 || async_.decode_threads < 1)
       throw ConfigError("adfe.prefetch_factor and adfe.decode_threads must be >= 1 (got " +
                         std::to_string(async_.prefetch_factor) + ", " + std::to_string(async_.decode_threads) + ")");
@@ -233,10 +234,12 @@ class AsyncSource final : public BatchSource {
         item.batch.tokens = mb.text_tokens + mb.action_tokens + batch_size_ * image_tokens_per_sample_;
         const DataStats st = builder_.stats();
         item.samples_skipped = st.samples_skipped, item.videos_bad = st.videos_bad;
-        if (device_.is_cuda())
+        if (device_.is_cuda()) {
           stage(mb, item);
-        else
+        } else {
           item.batch.tensors = std::move(mb.tensors);
+          finish_images(item.batch.tensors, image_size_, mb.blank_slots);
+        }
       } catch (...) {
         item = Item{};
         item.error = std::current_exception();
@@ -284,6 +287,7 @@ class AsyncSource final : public BatchSource {
       item.batch.tensors.emplace(key, std::move(dev));
       offset += aligned(bytes);
     }
+    finish_images(item.batch.tensors, image_size_, mb.blank_slots);  // on the copy stream, before its event
     item.copied = std::make_shared<at::cuda::CUDAEvent>();
     item.copied->record(*copy_stream_);
     slot.copied = item.copied;
@@ -296,7 +300,7 @@ class AsyncSource final : public BatchSource {
   Sampler lookahead_;  // the producer's: which videos the coming micro-batches need
   c10::Device device_;
   AsyncOptions async_;
-  int64_t accumulation_, image_tokens_per_sample_, batch_size_;
+  int64_t accumulation_, image_tokens_per_sample_, batch_size_, image_size_;
 
   std::unique_ptr<DecodePool> pool_;
   std::thread producer_;

@@ -13,6 +13,7 @@
 #include <ATen/ATen.h>  // at::adaptive_avg_pool2d, at::rand, at::randn
 
 #include "loongforge/common/log.hpp"
+#include "loongforge/data/frames.hpp"
 #include "loongforge/data/video.hpp"
 
 namespace loongforge::data {
@@ -159,6 +160,10 @@ int64_t Sampler::stream_position(int64_t step, int64_t i, int64_t b) const {
 // ---------------------------------------------------------------------------
 // Sample construction (s3)
 
+int64_t cropped_size(int64_t n, double f) {
+  return f < 1.0 ? std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(n) * f)) : n;
+}
+
 namespace {
 std::vector<double> require_stat(const std::vector<double>& v, int64_t width, const std::string& what) {
   if (static_cast<int64_t>(v.size()) != width)
@@ -255,6 +260,16 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
     frame_cols_.push_back(col);
     pts_cols_.push_back(pts_col);
   }
+  if (opt_.frames_on_device)
+    for (const int cam : cameras_) {
+      const CameraInfo& c = ds_.cameras()[cam];
+      const auto cropped = [&](int64_t n) { return cropped_size(n, opt_.image_crop_fraction); };
+      if (cropped(c.height) != opt_.frame_height || cropped(c.width) != opt_.frame_width)
+        throw DataError(ds_.dir() + ": camera '" + c.key + "' gives " + std::to_string(cropped(c.width)) + "x" +
+                        std::to_string(cropped(c.height)) + " frames after the crop, but frames resized on the device " +
+                        "need every camera at " + std::to_string(opt_.frame_width) + "x" +
+                        std::to_string(opt_.frame_height) + "; set data.frame_resize=cpu");
+    }
   timestamp_col_ = ds_.column_by_role("timestamp");
   if (!cameras_.empty() && timestamp_col_ < 0)
     throw DataError(ds_.dir() + ": the dataset has cameras but no timestamp column; re-run scripts/convert_lerobot.py");
@@ -340,27 +355,32 @@ BatchBuilder::Entry BatchBuilder::decode(int64_t key) const {
     check.pts_s = pts.as<double>();
     // Frames stream from the decoder into a bounded staging buffer of full-size frames, are
     // cropped and resized a chunk at a time, and only the resized ones are kept (Note [Frame cache]).
+    // With frames_on_device the cropped uint8 frames are kept instead (the device resizes them).
     const int64_t S = opt_.image_size, h = cam.height, w = cam.width, frame_bytes = h * w * 3;
-    const int64_t chunk = std::clamp<int64_t>(kStagingBytes / std::max<int64_t>(frame_bytes, 1), 1, 64);
-    at::Tensor out = at::empty({info.frame_count, 3, S, S}, at::kFloat);
-    at::Tensor staging = at::empty({chunk, h, w, 3}, at::kByte);
+    const int64_t ch = cropped_size(h, opt_.image_crop_fraction), cw = cropped_size(w, opt_.image_crop_fraction);
+    const int64_t chunk = opt_.frames_on_device
+                              ? 1
+                              : std::clamp<int64_t>(kStagingBytes / std::max<int64_t>(frame_bytes, 1), 1, 64);
+    at::Tensor out = opt_.frames_on_device ? at::empty({info.frame_count, ch, cw, 3}, at::kByte)
+                                           : at::empty({info.frame_count, 3, S, S}, at::kFloat);
+    at::Tensor staging = opt_.frames_on_device ? at::Tensor() : at::empty({chunk, h, w, 3}, at::kByte);
     int64_t first = 0, staged = 0;  // frames [first, first + staged) are in `staging`
     auto resize_staged = [&] {
       if (staged == 0) return;
-      at::Tensor u8 = staging.narrow(0, 0, staged);
-      if (opt_.image_crop_fraction < 1.0) {  // center crop (SampleOptions::image_crop_fraction)
-        const int64_t ch = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(h) * opt_.image_crop_fraction));
-        const int64_t cw = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(w) * opt_.image_crop_fraction));
-        u8 = u8.narrow(1, (h - ch) / 2, ch).narrow(2, (w - cw) / 2, cw);  // (n, ch, cw, 3)
-      }
-      at::Tensor f = u8.permute({0, 3, 1, 2}).to(at::kFloat).contiguous();  // (n, 3, h', w')
-      at::Tensor pooled = at::adaptive_avg_pool2d(f, {S, S});                // (n, 3, S, S)
-      out.narrow(0, first, staged).copy_(((pooled / 255.0) - 0.5) / 0.5);
+      const at::Tensor u8 = staging.narrow(0, 0, staged).narrow(1, (h - ch) / 2, ch).narrow(2, (w - cw) / 2, cw);
+      out.narrow(0, first, staged).copy_(resize_frames(u8, S));  // (n, 3, S, S)
       first += staged;
       staged = 0;
     };
+    auto keep_cropped = [&](const DecodedFrame& frame) {  // frames_on_device: rows of the crop, uint8
+      uint8_t* dst = out.data_ptr<uint8_t>() + frame.index * ch * cw * 3;
+      for (int64_t y = 0; y < ch; ++y)
+        std::memcpy(dst + y * cw * 3, frame.rgb + ((y + (h - ch) / 2) * w + (w - cw) / 2) * 3,
+                    static_cast<size_t>(cw * 3));
+    };
     try {
       decode_video_checked(path, check, [&](const DecodedFrame& frame) {
+        if (opt_.frames_on_device) return keep_cropped(frame);
         std::memcpy(staging.data_ptr<uint8_t>() + staged * frame_bytes, frame.rgb, static_cast<size_t>(frame_bytes));
         if (++staged == chunk) resize_staged();
       });
@@ -389,7 +409,7 @@ BatchBuilder::Entry BatchBuilder::decode(int64_t key) const {
 
 void BatchBuilder::store_locked(int64_t key, Entry entry) {
   const bool ready = entry.state == Entry::State::kReady;
-  const int64_t bytes = ready ? entry.frames.numel() * 4 : 0;
+  const int64_t bytes = ready ? static_cast<int64_t>(entry.frames.nbytes()) : 0;
   if (ready) {
     stats_.videos_decoded += 1;
     stats_.frames_decoded += entry.frames.size(0);
@@ -401,7 +421,7 @@ void BatchBuilder::store_locked(int64_t key, Entry entry) {
   while (cache_bytes_ > opt_.frame_cache_mb * (1 << 20) && lru_.size() > 1) {
     const int64_t old = lru_.back();
     lru_.pop_back();
-    cache_bytes_ -= cache_[old].frames.numel() * 4;
+    cache_bytes_ -= static_cast<int64_t>(cache_[old].frames.nbytes());
     cache_.erase(old);
   }
 }
@@ -556,13 +576,19 @@ void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb) {
     mb.text_tokens += 1;
   }
 
-  if (skipped) b["images"][slot].zero_();
+  if (skipped) {
+    b["images"][slot].zero_();
+    mb.blank_slots.push_back(slot);  // zeros after a device resize too (frames.hpp model_images)
+  }
   b["embodiment_id"][slot].fill_(opt_.embodiment_id);
 }
 
 std::vector<TensorSpec> micro_batch_spec(const SampleOptions& o) {
   const int64_t B = o.micro_batch_size, H = o.action_horizon, A = o.max_action_dim, L = o.max_text_len;
-  return {{"images", {B, o.num_views, 3, o.image_size, o.image_size}, at::kFloat},  // (B, V, 3, S, S)
+  const TensorSpec images = o.frames_on_device
+                                ? TensorSpec{"images", {B, o.num_views, o.frame_height, o.frame_width, 3}, at::kByte}
+                                : TensorSpec{"images", {B, o.num_views, 3, o.image_size, o.image_size}, at::kFloat};
+  return {images,                                                                   // (B, V, 3, S, S) or (B, V, h, w, 3)
           {"state", {B, o.max_state_dim}, at::kFloat},                              // (B, D)
           {"actions", {B, H, A}, at::kFloat},                                       // (B, H, A)
           {"action_mask", {B, H, A}, at::kFloat},                                   // (B, H, A)
@@ -599,7 +625,8 @@ Batch empty_batch(const SampleOptions& o, int64_t B) {
 }  // namespace
 
 Batch BatchBuilder::sample(int64_t sample_id) {
-  MicroBatch mb{empty_batch(opt_, 1)};
+  MicroBatch mb;
+  mb.tensors = empty_batch(opt_, 1);
   fill(0, sample_id, mb);
   return std::move(mb.tensors);
 }
@@ -607,7 +634,8 @@ Batch BatchBuilder::sample(int64_t sample_id) {
 MicroBatch BatchBuilder::micro_batch(int64_t step, int64_t i) {
   const std::vector<int64_t> ids = sampler_.micro_batch(step, i);
   const int64_t B = static_cast<int64_t>(ids.size());
-  MicroBatch mb{empty_batch(opt_, B)};
+  MicroBatch mb;
+  mb.tensors = empty_batch(opt_, B);
   for (int64_t b = 0; b < B; ++b) fill(b, ids[b], mb);
 
   // Flow-matching draws, one generator per sample at its stream position (s4).

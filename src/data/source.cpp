@@ -2,6 +2,8 @@
 // host-to-device copy (source.hpp).
 #include "loongforge/data/source.hpp"
 
+#include "loongforge/data/frames.hpp"
+
 namespace loongforge::data {
 
 namespace {
@@ -12,7 +14,8 @@ class SyncSource final : public BatchSource {
       : builder_(dataset, options),
         device_(device),
         image_tokens_per_sample_(options.num_views * tokens_per_view + 1),  // + the state token
-        batch_size_(options.micro_batch_size) {}
+        batch_size_(options.micro_batch_size),
+        image_size_(options.image_size) {}
 
   ReadyBatch next(int64_t step, int64_t micro, PhaseRecorder& phases) override {
     ReadyBatch r;
@@ -28,6 +31,7 @@ class SyncSource final : public BatchSource {
     // memory the host would wait for it).
     for (auto& [key, t] : mb.tensors)
       r.tensors.emplace(key, device_.is_cuda() ? t.pin_memory().to(device_, /*non_blocking=*/true) : t);
+    finish_images(r.tensors, image_size_, mb.blank_slots);
     return r;
   }
   const Sampler& sampler() const override { return builder_.sampler(); }
@@ -36,10 +40,16 @@ class SyncSource final : public BatchSource {
  private:
   BatchBuilder builder_;
   c10::Device device_;
-  int64_t image_tokens_per_sample_, batch_size_;
+  int64_t image_tokens_per_sample_, batch_size_, image_size_;
 };
 
 }  // namespace
+
+void finish_images(Batch& tensors, int64_t image_size, const std::vector<int64_t>& blank_slots) {
+  const auto it = tensors.find("images");
+  if (it != tensors.end() && it->second.scalar_type() == at::kByte)
+    it->second = model_images(it->second, image_size, blank_slots);
+}
 
 std::unique_ptr<BatchSource> make_sync_source(const Dataset& dataset, const SampleOptions& options,
                                               c10::Device device, int64_t tokens_per_view) {

@@ -87,6 +87,40 @@ std::string Trainer::choose_resume_dir() {
   return agree("resume_dir", dir);
 }
 
+namespace {
+
+// data.frame_resize (SampleOptions::frames_on_device): device on CUDA runs of a build with the
+// kernels when every used camera has one size after the crop; "device" where that cannot be
+// is refused naming the reason, "auto" falls back to the CPU with a log line.
+void choose_frame_resize(data::SampleOptions& so, const data::Dataset& ds, const std::string& mode, bool cuda) {
+  if (mode == "cpu") return;
+  std::string why;
+  int64_t h = 0, w = 0;
+  for (const auto& cam : ds.cameras()) {
+    if (cam.modality_name.empty()) continue;
+    const int64_t ch = data::cropped_size(cam.height, so.image_crop_fraction);
+    const int64_t cw = data::cropped_size(cam.width, so.image_crop_fraction);
+    if (h == 0) h = ch, w = cw;
+    if ((ch != h || cw != w) && why.empty())
+      why = "its cameras differ in size after the crop (" + std::to_string(w) + "x" + std::to_string(h) + " and '" +
+            cam.key + "' " + std::to_string(cw) + "x" + std::to_string(ch) + ")";
+  }
+  if (!cuda) why = "this run is not on a CUDA device";
+  if (!LOONGFORGE_WITH_CUDA_KERNELS) why = "this build has no LoongForge CUDA kernels";
+  if (h == 0 && why.empty()) why = "the dataset has no cameras";
+  if (!why.empty()) {
+    if (mode == "device")
+      throw ConfigError("data.frame_resize=device resizes frames on the GPU, but " + why +
+                        "; set data.frame_resize=auto or cpu");
+    if (cuda) LF_LOG(logger("data"), info) << "frames are resized on the CPU (data.frame_resize=auto): " << why;
+    return;
+  }
+  so.frames_on_device = true;
+  so.frame_height = h, so.frame_width = w;
+}
+
+}  // namespace
+
 void Trainer::open_data() {
   const auto& mc = net_->info().config;
   dataset_ = std::make_unique<data::Dataset>(data::Dataset::open(cfg_.data.path));
@@ -114,6 +148,7 @@ void Trainer::open_data() {
   if (!(so.image_crop_fraction > 0.0 && so.image_crop_fraction <= 1.0))
     throw ConfigError("model.path " + net_->info().path + ": config.json image_crop_fraction=" +
                       std::to_string(so.image_crop_fraction) + " must be in (0, 1]; re-export the model");
+  choose_frame_resize(so, *dataset_, cfg_.data.frame_resize, device_.is_cuda());
   so.num_views = mc.at("num_views").get<int64_t>();
   so.max_state_dim = mc.at("max_state_dim").get<int64_t>();
   so.max_action_dim = mc.at("max_action_dim").get<int64_t>();

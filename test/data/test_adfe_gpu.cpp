@@ -54,6 +54,34 @@ TEST_CASE("adfe gpu: micro-batches staged through pinned slots and the copy stre
     }
 }
 
+TEST_CASE("adfe gpu: with frames resized on the device, both sources' micro-batches equal the CPU-resize ones "
+          "bit for bit") {
+  const Dataset ds = Dataset::open(LOONGFORGE_TEST_DATASET);
+  const SampleOptions o = options();
+  SampleOptions dev = o;
+  dev.image_crop_fraction = 0.9;
+  SampleOptions cpu_crop = dev;
+  dev.frames_on_device = true;
+  dev.frame_height = cropped_size(ds.cameras()[0].height, dev.image_crop_fraction);
+  dev.frame_width = cropped_size(ds.cameras()[0].width, dev.image_crop_fraction);
+  const c10::Device gpu(c10::kCUDA, 0);
+  auto want_src = make_sync_source(ds, cpu_crop, c10::kCPU, 16);
+  auto sync = make_sync_source(ds, dev, gpu, 16);
+  auto adfe = make_async_source(ds, dev, gpu, 16, {2, 2, 8.0});
+  for (int64_t s = 0; s < 3; ++s)
+    for (int64_t i = 0; i < o.accumulation; ++i) {
+      INFO("step " << s << " micro " << i);
+      const ReadyBatch want = want_src->next(s, i, no_phases);
+      for (auto* src : {sync.get(), adfe.get()}) {
+        const ReadyBatch got = src->next(s, i, no_phases);
+        const at::Tensor images = got.tensors.at("images").clone();  // on the caller's stream
+        REQUIRE(images.device() == gpu);
+        REQUIRE(images.scalar_type() == at::kFloat);
+        REQUIRE(at::equal(images.cpu(), want.tensors.at("images")));
+      }
+    }
+}
+
 TEST_CASE("adfe gpu: a micro-batch larger than adfe.slot_mb is refused when the source is made") {
   const Dataset ds = Dataset::open(LOONGFORGE_TEST_DATASET);
   SampleOptions o = options();

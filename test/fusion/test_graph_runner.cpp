@@ -7,16 +7,22 @@
 // (clipping + fused AdamW replayed) gives the eager optimizer's weights bit
 // for bit, and a gradient tensor that moves drops the graph.
 #include <algorithm>  // std::max
+#include <atomic>     // std::atomic
 #include <cmath>      // std::abs
 #include <cstdio>     // std::printf
 #include <memory>     // std::unique_ptr
 #include <string>     // std::string
+#include <thread>     // std::thread
 
 #include <ATen/ATen.h>                // at::Tensor
+#include <ATen/cuda/CUDAEvent.h>     // at::cuda::CUDAEvent
 #include <c10/cuda/CUDAFunctions.h>   // c10::cuda::device_synchronize, warning_state
+#include <c10/cuda/CUDAGuard.h>       // c10::cuda::CUDAStreamGuard
+#include <c10/cuda/CUDAStream.h>      // c10::cuda::getStreamFromPool
 
 #include "catch_compat.hpp"
 #include "loongforge/common/phases.hpp"
+#include "loongforge/fusion/cuda_graph.hpp"
 #include "loongforge/fusion/step_runner.hpp"
 #include "loongforge/model/model.hpp"
 #include "loongforge/trainer/optimizer.hpp"
@@ -182,4 +188,43 @@ TEST_CASE("optimizer graph: a gradient tensor that moves drops the graph and the
   const auto st = replayed.opt_graph->status();
   CHECK(st.at("invalidations").get<int64_t>() == 1);
   CHECK(st.at("captures").get<int64_t>() == 2);  // at step 4, and again 3 steps after the move
+}
+
+TEST_CASE("graph capture: another thread synchronising its own copy stream, as ADFE's producer does, does not "
+          "invalidate a capture") {
+  const at::Tensor x = at::randn({256, 256}, at::TensorOptions().device(at::kCUDA));
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> syncs{0};
+  std::thread producer([&] {  // what ADFE's producer does: copies on its stream, then waits for them
+    const c10::cuda::CUDAStream copy = c10::cuda::getStreamFromPool(false, x.device().index());
+    const at::Tensor host = at::empty({1 << 20}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+    at::Tensor dev = at::empty({1 << 20}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA));
+    while (!stop) {
+      c10::cuda::CUDAStreamGuard on_copy(copy);
+      dev.copy_(host, /*non_blocking=*/true);
+      at::cuda::CUDAEvent done;
+      done.record(copy);
+      done.synchronize();
+      ++syncs;
+    }
+  });
+  while (syncs < 10) std::this_thread::yield();
+  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, x.device().index());
+  at::Tensor y;
+  std::unique_ptr<at::cuda::CUDAGraph> graph;
+  const int64_t before = syncs;
+  loongforge::fusion::on_side_stream(side, [&] {
+    graph = loongforge::fusion::capture_graph(at::cuda::graph_pool_handle(), [&] {
+      y = x;
+      for (int i = 0; i < 2000; ++i) y = at::tanh(y.mm(x) * 1e-3);  // a capture long enough to overlap
+    });
+    graph->replay();
+  });
+  const int64_t during = syncs - before;
+  stop = true;
+  producer.join();
+  c10::cuda::device_synchronize();
+  INFO("the producer synchronised " << during << " times during the capture and replay");
+  REQUIRE(during > 0);
+  REQUIRE(at::isfinite(y).all().item<bool>());
 }

@@ -77,6 +77,10 @@ constexpr uint64_t kEpisodeOrderSalt = 0x6570697365646573ull;  // "episodes"
 std::vector<int64_t> episode_order(const std::vector<int64_t>& lengths, uint64_t seed, int64_t epoch, int64_t open,
                                    int64_t buffer);
 
+// A frame side of n pixels after the center crop of SampleOptions::image_crop_fraction f:
+// max(1, int(n * f)), n itself when f = 1 (docs/training-semantics.md s3).
+int64_t cropped_size(int64_t n, double f);
+
 // Which samples each micro-batch of each optimizer step holds (s2). Throws
 // DataError when the dataset is smaller than one global batch B x K x W.
 class Sampler {
@@ -141,6 +145,11 @@ struct SampleOptions {
   std::string model_path;
   // Decoded-frame cache (data.frame_cache_mb).
   int64_t frame_cache_mb = 2048;
+  // Frames resized on the device (data.frame_resize; frames.hpp): the cache keeps the cropped
+  // uint8 frames and the micro-batch's "images" are uint8 (B, V, frame_height, frame_width, 3),
+  // which every used camera's cropped size must equal; the source resizes them after the copy.
+  bool frames_on_device = false;
+  int64_t frame_height = 0, frame_width = 0;
   // data.on_bad_video (Note [Bad videos] in batch.cpp): "error" or "skip".
   std::string on_bad_video = "error";
 };
@@ -171,6 +180,7 @@ struct MicroBatch {
   int64_t num_valid = 0;      // valid action elements (== sum of action_mask)
   int64_t text_tokens = 0;    // == sum of text_mask
   int64_t action_tokens = 0;  // action rows with at least one valid element (== action_mask.amax(2).sum())
+  std::vector<int64_t> blank_slots;  // samples skipped for a bad video: zero images (frames.hpp model_images)
 };
 
 class BatchBuilder {
@@ -204,7 +214,7 @@ class BatchBuilder {
   // One frame-cache entry (Note [Frame cache]).
   struct Entry {
     enum class State { kDecoding, kReady, kBad, kFailed } state = State::kDecoding;
-    at::Tensor frames;         // kReady: (len, 3, S, S) float32
+    at::Tensor frames;         // kReady: (len, 3, S, S) float32, or (len, h, w, 3) uint8 with frames_on_device
     std::string cause;         // kBad (on_bad_video=skip): where and why
     std::exception_ptr error;  // kFailed: raised by the micro-batch that needs it
   };

@@ -64,6 +64,11 @@ namespace loongforge::data {
 
 constexpr bool kAdfeBuilt = true;
 
+// Every source's last step before handing a micro-batch out: uint8 images (frames resized on
+// the device, SampleOptions::frames_on_device) become the model's float images where they are,
+// on the current stream (frames.hpp model_images); float images are left as they are.
+void finish_images(Batch& tensors, int64_t image_size, const std::vector<int64_t>& blank_slots);
+
 struct ReadyBatch {
   Batch tensors;              // the model's batch, on the device
   int64_t num_valid = 0;      // valid action elements (the loss is averaged over them)

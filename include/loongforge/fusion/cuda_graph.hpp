@@ -12,7 +12,11 @@
 //    records what fn() queues on the current (non-default) stream into a new
 //    CUDA graph allocating from `pool`, and returns it; nothing of fn has run
 //    on the device then. When fn or the capture throws, the capture is ended
-//    (the stream stays usable) and the error propagates.
+//    (the stream stays usable) and the error propagates. The capture is
+//    thread-local (cudaStreamCaptureModeThreadLocal): other threads of the
+//    process (ADFE's producer synchronising its copy stream and slots, the
+//    checkpoint writer) may make calls a global capture forbids without
+//    invalidating it (Note [Thread-local capture] in graph_runner.cpp).
 //  - capture_or_fallback(pool, fn, site): capture_graph, but a failure is
 //    counted in site.failures and then either throws ConfigError (site.required,
 //    trainer.cuda_graphs=on) or is logged once as a warning naming what falls

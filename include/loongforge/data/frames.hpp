@@ -1,0 +1,28 @@
+// loongforge/data/frames.hpp — decoded frames to the model's image input, on
+// the CPU or on the device (issue #12 level 2).
+//
+// Contract:
+//  - resize_frames(u8, S): u8 is uint8 (..., h, w, 3), HWC frames with any
+//    leading dimensions; returns float32 (..., 3, S, S) on u8's device: each
+//    frame box-resized over ATen's adaptive-average windows and normalised as
+//    ((x / 255) - 0.5) / 0.5 (docs/training-semantics.md s3). On the CPU it is
+//    ATen's adaptive_avg_pool2d (the frame cache's path); on CUDA it is
+//    cuda/data's kernel on the current stream, bit for bit the same
+//    (cuda/data/frame_math.hpp; test_frames, test_frame_convert_gpu).
+//  - model_images(u8, S, blank): resize_frames of a micro-batch's uint8
+//    images (B, V, h, w, 3), then the samples listed in `blank` (skipped for a
+//    bad video) set to zeros, as the CPU path leaves them.
+//  - A CUDA tensor in a build without LoongForge's CUDA kernels throws DataError.
+#pragma once
+
+#include <cstdint>  // int64_t
+#include <vector>   // std::vector
+
+#include <ATen/core/Tensor.h>  // at::Tensor
+
+namespace loongforge::data {
+
+at::Tensor resize_frames(const at::Tensor& u8, int64_t S);
+at::Tensor model_images(const at::Tensor& u8, int64_t S, const std::vector<int64_t>& blank);
+
+}  // namespace loongforge::data

@@ -1,0 +1,50 @@
+// Decoded frames to the model's image input (contract in frames.hpp).
+#include "loongforge/data/frames.hpp"
+
+#include <ATen/ATen.h>  // at::adaptive_avg_pool2d
+
+#include "loongforge/common/error.hpp"
+
+#if LOONGFORGE_WITH_CUDA_KERNELS
+#include <c10/cuda/CUDAStream.h>  // c10::cuda::getCurrentCUDAStream
+
+#include "frame_convert.cuh"
+#endif
+
+namespace loongforge::data {
+
+at::Tensor resize_frames(const at::Tensor& u8, int64_t S) {
+  if (u8.scalar_type() != at::kByte || u8.dim() < 3 || u8.size(-1) != 3)
+    throw DataError("resize_frames: expected uint8 frames (..., h, w, 3), got " + std::string(u8.toString()) +
+                    " of " + std::to_string(u8.dim()) + " dimensions");
+  std::vector<int64_t> lead(u8.sizes().begin(), u8.sizes().end() - 3);
+  const int64_t h = u8.size(-3), w = u8.size(-2);
+  int64_t n = 1;
+  for (const int64_t d : lead) n *= d;
+  std::vector<int64_t> out_shape = lead;
+  out_shape.insert(out_shape.end(), {3, S, S});
+  if (u8.is_cuda()) {
+#if LOONGFORGE_WITH_CUDA_KERNELS
+    const at::Tensor src = u8.contiguous();
+    at::Tensor out = at::empty(out_shape, u8.options().dtype(at::kFloat));
+    const cudaError_t rc = cuda::frames_resize_to_chw_launch(src.data_ptr<uint8_t>(), out.data_ptr<float>(), n, h, w,
+                                                            S, c10::cuda::getCurrentCUDAStream(u8.device().index()));
+    if (rc != cudaSuccess)
+      throw DataError(std::string("resizing frames on the device failed: ") + cudaGetErrorString(rc));
+    return out;
+#else
+    throw DataError("resize_frames: frames on a CUDA device, but this build has no LoongForge CUDA kernels");
+#endif
+  }
+  const at::Tensor f = u8.reshape({n, h, w, 3}).permute({0, 3, 1, 2}).to(at::kFloat).contiguous();  // (n, 3, h, w)
+  const at::Tensor pooled = at::adaptive_avg_pool2d(f, {S, S});                                   // (n, 3, S, S)
+  return (((pooled / 255.0) - 0.5) / 0.5).reshape(out_shape);
+}
+
+at::Tensor model_images(const at::Tensor& u8, int64_t S, const std::vector<int64_t>& blank) {
+  at::Tensor out = resize_frames(u8, S);
+  for (const int64_t slot : blank) out[slot].zero_();
+  return out;
+}
+
+}  // namespace loongforge::data

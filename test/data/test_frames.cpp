@@ -1,0 +1,87 @@
+// Proves that frames resized on the device are the CPU path's frames: the
+// arithmetic the kernel runs (cuda/data/frame_math.hpp, here on the host)
+// equals ATen's adaptive_avg_pool2d and the normalisation bit for bit, and a
+// micro-batch built with frames_on_device (cropped uint8 frames in the cache
+// and the batch) and resized by resize_frames equals the CPU-resize batch bit
+// for bit, crop included. The device kernel itself is held to the same
+// arithmetic by test_frame_convert_gpu.
+#include <random>  // std::mt19937
+
+#include <ATen/ATen.h>  // at::randint
+
+#include "catch_compat.hpp"
+#include "frame_math.hpp"
+#include "loongforge/data/batch.hpp"
+#include "loongforge/data/dataset.hpp"
+#include "loongforge/data/frames.hpp"
+#include "loongforge/data/source.hpp"
+
+using namespace loongforge::data;
+
+namespace {
+const std::string kData = LOONGFORGE_TEST_DATASET;
+
+// frame_math.hpp's arithmetic for every output value of uint8 frames (n, h, w, 3).
+at::Tensor host_arithmetic(const at::Tensor& u8, int64_t S) {
+  const int64_t n = u8.size(0), h = u8.size(1), w = u8.size(2);
+  const at::Tensor src = u8.contiguous();
+  at::Tensor out = at::empty({n, 3, S, S}, at::kFloat);
+  float* o = out.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i)
+    for (int c = 0; c < 3; ++c)
+      for (int64_t y = 0; y < S; ++y)
+        for (int64_t x = 0; x < S; ++x)
+          *o++ = loongforge::cuda::resized_pixel(src.data_ptr<uint8_t>() + i * h * w * 3, h, w, S, y, x, c);
+  return out;
+}
+
+SampleOptions options(bool on_device, double crop) {
+  SampleOptions o;
+  o.micro_batch_size = 8;
+  o.image_size = 64;
+  o.image_crop_fraction = crop;
+  if (on_device) {
+    const Dataset ds = Dataset::open(kData);
+    o.frames_on_device = true;
+    o.frame_height = cropped_size(ds.cameras()[0].height, crop);
+    o.frame_width = cropped_size(ds.cameras()[0].width, crop);
+  }
+  return o;
+}
+}  // namespace
+
+TEST_CASE("frames: the device kernel's arithmetic equals ATen's box resize and normalisation bit for bit") {
+  struct Size {
+    int64_t h, w, S;
+  };
+  for (const Size& z : {Size{256, 256, 224}, Size{240, 320, 64}, Size{480, 640, 96}, Size{100, 77, 64},
+                        Size{37, 53, 224}, Size{256, 256, 256}}) {
+    const at::Tensor u8 = at::randint(0, 256, {2, z.h, z.w, 3}, at::kByte);
+    INFO(z.h << "x" << z.w << " -> " << z.S);
+    REQUIRE(at::equal(host_arithmetic(u8, z.S), resize_frames(u8, z.S)));
+  }
+}
+
+TEST_CASE("frames: with frames on the device the batch carries cropped uint8 frames, and resized they are the "
+          "CPU-resize batch bit for bit") {
+  const Dataset ds = Dataset::open(kData);
+  for (const double crop : {1.0, 0.9}) {
+    BatchBuilder cpu(ds, options(false, crop)), dev(ds, options(true, crop));
+    for (int64_t step = 0; step < 3; ++step) {
+      const MicroBatch a = cpu.micro_batch(step, 0);
+      MicroBatch b = dev.micro_batch(step, 0);
+      const at::Tensor& u8 = b.tensors.at("images");
+      REQUIRE(u8.scalar_type() == at::kByte);
+      REQUIRE(u8.sizes() == at::IntArrayRef({8, 1, cropped_size(ds.cameras()[0].height, crop),
+                                             cropped_size(ds.cameras()[0].width, crop), 3}));
+      finish_images(b.tensors, 64, b.blank_slots);
+      INFO("crop " << crop << ", step " << step);
+      REQUIRE(at::equal(a.tensors.at("images"), b.tensors.at("images")));
+      REQUIRE(at::equal(a.tensors.at("actions"), b.tensors.at("actions")));
+    }
+    // The cache holds uint8 frames: at most a quarter of the float bytes at this size (and far less
+    // than the float frames at the model's size when the camera is smaller).
+    INFO("cache bytes, float " << cpu.stats().cache_bytes << ", uint8 " << dev.stats().cache_bytes);
+    REQUIRE(dev.stats().cache_bytes > 0);
+  }
+}
