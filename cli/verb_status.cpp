@@ -59,6 +59,7 @@ int status_run() {
       std::printf("              %s source: %lld video(s), %lld frame(s) decoded", d.value("source", std::string("?")).c_str(),
                   d.value("videos_decoded", 0LL), d.value("frames_decoded", 0LL));
       if (d.contains("decoded_frames_per_s")) std::printf(" (%.0f frames/s last step)", d.value("decoded_frames_per_s", 0.0));
+      if (d.contains("video_mb_read")) std::printf(", %.1f MB of video read", d.value("video_mb_read", 0.0));
       if (d.contains("frame_cache_mb"))
         std::printf("; frame cache %.0f of %lld MiB", d.value("frame_cache_mb", 0.0), d.value("frame_cache_limit_mb", 0LL));
       if (d.contains("queue_depth"))

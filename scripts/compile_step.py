@@ -62,6 +62,22 @@ def fail(msg: str) -> None:
     sys.exit(2)
 
 
+def read_records(path: str):
+    """config.json, params.json and code.json ("" when absent) of a model file written by
+    scripts/model/export.py, read from its zip archive (torch.jit.save's extra/ folder)."""
+    import zipfile
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = {n.split("/extra/", 1)[1]: n for n in z.namelist() if "/extra/loongforge/" in n}
+            if "loongforge/config.json" not in names or "loongforge/params.json" not in names:
+                fail(f"{path}: not a LoongForge model file (no loongforge/config.json and params.json records; "
+                     "write it with scripts/model/export.py)")
+            text = {k: z.read(v).decode() for k, v in names.items()}
+    except (OSError, zipfile.BadZipFile) as e:
+        fail(f"{path}: not a LoongForge model file ({e.__class__.__name__}: {e})")
+    return text["loongforge/config.json"], text["loongforge/params.json"], text.get("loongforge/code.json", "")
+
+
 def sample_stacks(every_s: float) -> None:
     """Every `every_s` seconds a daemon thread prints where the main thread is (its innermost
     frames), under the GIL. (faulthandler's watchdog reads frames without the GIL and crashed a
@@ -104,22 +120,10 @@ def main() -> int:
     dev = torch.device(args.device)
     bf16 = args.precision == "bf16"
 
-    extra = {"loongforge/config.json": "", "loongforge/params.json": "", "loongforge/code.json": ""}
-    try:
-        ops.load_if_built()  # model files with category_linear=grouped call loongforge:: operators
-        scripted = torch.jit.load(args.model, map_location="cpu", _extra_files=extra)
-    except Exception as e:  # noqa: BLE001 -- any load failure names the file
-        why = (str(e).strip().splitlines() or [""])[0]
-        if "loongforge" in str(e):
-            fail(f"{args.model} calls LoongForge's operators, which did not load ({why}); build the target "
-                 "loongforge_ops or set LOONGFORGE_OPS_LIBRARY (scripts/model/ops.py)")
-        fail(f"{args.model}: not a LoongForge model file ({e.__class__.__name__}: {why})")
-    config_text, params_text = extra["loongforge/config.json"], extra["loongforge/params.json"]
-    code_text = extra["loongforge/code.json"]
-    if isinstance(config_text, bytes):
-        config_text, params_text = config_text.decode(), params_text.decode()
-    if isinstance(code_text, bytes):
-        code_text = code_text.decode()
+    # Only the file's records are read (not its weights: the graph does not depend on their values,
+    # and loading 12 GB of n16-3b took a minute on the H200); the trace runs on freshly built weights.
+    have_ops = ops.load_if_built()  # model files with category_linear=grouped call loongforge:: operators
+    config_text, params_text, code_text = read_records(args.model)
     # The package is traced from this checkout's model code (build_model below), which must be the
     # code that exported the model file: the trainer runs the file's TorchScript when it falls back.
     model_code = model_code_hash()["sha256"]
@@ -135,9 +139,11 @@ def main() -> int:
     if dropouts:
         fail(f"{args.model}: dropout {dropouts} draws inside the forward; export with it set to 0")
 
-    model = build_model(cfg)
-    model.load_state_dict(scripted.state_dict())
-    del scripted
+    if cfg.category_linear == "grouped" and not have_ops:
+        fail(f"{args.model} calls LoongForge's operators (category_linear=grouped), which are not built; build the "
+             "target loongforge_ops or set LOONGFORGE_OPS_LIBRARY (scripts/model/ops.py)")
+    with torch.device(dev):  # initialised where it runs: values are irrelevant to the graph (see above)
+        model = build_model(cfg)
     trainable = [p["name"] for p in params if p["trainable"]]
     frozen = [p["name"] for p in params if not p["trainable"]]
     named = dict(model.named_parameters())

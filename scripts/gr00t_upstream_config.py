@@ -27,8 +27,11 @@ How each part is chosen
 - image_size: N1.7's image_target_size (must be square); N1.6: the Eagle
   vision config's image_size (force_image_size) or the released 224.
   image_crop_fraction: crop_fraction, else image_crop_size / image_target_size
-  (crop_fraction_of); the frame pipeline center-crops by it before its
-  resize (docs/training-semantics.md s3; the resampling filter stays ours).
+  (crop_fraction_of). N1.7: image_resample bicubic_aa, upstream's default
+  transform (antialiased bicubic to shortest_image_edge or the target size,
+  the crop, bicubic to the target; docs/training-semantics.md s3); its
+  use_albumentations (cv2 INTER_AREA) and letter_box_transform are refused.
+  N1.6: the box resize after the crop (Eagle's processor is not reproduced).
 - overrides: ModelConfig `key=value` strings applied last (num_views,
   max_text_len: the data's shape, which no checkpoint records).
 """
@@ -180,6 +183,14 @@ def model_config_from_upstream(config: Dict, backbone_config: Optional[Dict] = N
         _need(len(target) == 2 and target[0] == target[1], "image_target_size", target, "must be square")
         fields["image_size"] = int(target[0])
     fields["image_crop_fraction"] = crop_fraction_of(config)
+    if layout == "n1.7":  # lerobot's default N1.7 transform (not its cv2 INTER_AREA albumentations path)
+        _need(not config.get("use_albumentations", False), "use_albumentations", config.get("use_albumentations"),
+              "must be false: the cv2 INTER_AREA transform of albumentations checkpoints is not implemented "
+              "(image_resample supports box and bicubic_aa)")
+        _need(not config.get("letter_box_transform", False), "letter_box_transform",
+              config.get("letter_box_transform"), "must be false: letterboxing is not implemented")
+        fields["image_resample"] = "bicubic_aa"
+        fields["image_resize_edge"] = int(config.get("shortest_image_edge") or 0)
     select = int(config.get("select_layer", 16))
     _need(select >= 1, "select_layer", select, "must be >= 1 (the LM layers kept)")
     fields.update(

@@ -674,6 +674,30 @@ def center_crop(frame: np.ndarray, fraction: float) -> np.ndarray:
     return frame[top:top + ch, left:left + cw]
 
 
+def bicubic_aa_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: float, edge: int) -> Tensor:
+    """image_resample=bicubic_aa (training-semantics s3; GR00T N1.7's default transform): each frame
+    (h, w, 3) uint8 as a (1, 3, h, w) uint8 tensor is resized to (E, E) (E = edge, or size when 0) by
+    antialiased bicubic interpolation on uint8 unless it is E x E, center-cropped to c = round(E * f)
+    rows and columns from (E - c) // 2 when 0 < f < 1, resized to (size, size) the same way unless it
+    is, then ((v / 255) - 0.5) / 0.5 in float32. -> (V, 3, S, S)."""
+    E = edge or size
+
+    def resize(x: Tensor, side: int) -> Tensor:
+        if tuple(x.shape[-2:]) == (side, side):
+            return x
+        return F.interpolate(x, size=(side, side), mode="bicubic", antialias=True)
+
+    out = []
+    for f in frames_rgb:
+        x = resize(torch.from_numpy(np.ascontiguousarray(f.transpose(2, 0, 1)))[None], E)  # (1, 3, E, E) uint8
+        if 0.0 < crop_fraction < 1.0:
+            ch, cw = max(1, int(round(x.shape[-2] * crop_fraction))), max(1, int(round(x.shape[-1] * crop_fraction)))
+            top, left = (x.shape[-2] - ch) // 2, (x.shape[-1] - cw) // 2
+            x = x[..., top:top + ch, left:left + cw].contiguous()
+        out.append(resize(x, size)[0])                                                        # (3, S, S) uint8
+    return ((torch.stack(out).to(torch.float32) / 255) - 0.5) / 0.5
+
+
 def image_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: float = 1.0) -> Tensor:
     """V RGB frames (h, w, 3) uint8 -> (V, 3, S, S) float32: center_crop(crop_fraction), then
     adaptive_avg_pool2d of the 0..255 values, then ((v / 255) - 0.5) / 0.5."""
@@ -765,6 +789,10 @@ class SampleBuilder:
         self.S = int(_mcfg(model_cfg, "image_size"))
         # exports made before the field have no crop (as loongforge-train reads them)
         self.crop = float(_mcfg_or(model_cfg, "image_crop_fraction", 1.0))
+        self.resample = str(_mcfg_or(model_cfg, "image_resample", "box"))  # exports before the field: box
+        self.resize_edge = int(_mcfg_or(model_cfg, "image_resize_edge", 0))
+        if self.resample not in ("box", "bicubic_aa"):
+            raise ValueError(f"the model's image_resample={self.resample!r} must be box or bicubic_aa; re-export it")
         if not 0.0 < self.crop <= 1.0:
             raise ValueError(f"the model's image_crop_fraction={self.crop} must be in (0, 1]; re-export it")
         self.max_state = int(_mcfg(model_cfg, "max_state_dim"))
@@ -890,7 +918,10 @@ class SampleBuilder:
         return video.rgb(frame)
 
     def images(self, e: int, t: int) -> Tensor:
-        return image_to_model([self.rgb_frame(e, c, t) for c in self.cameras], self.S, self.crop)  # (V, 3, S, S)
+        frames = [self.rgb_frame(e, c, t) for c in self.cameras]
+        if self.resample == "bicubic_aa":
+            return bicubic_aa_to_model(frames, self.S, self.crop, self.resize_edge)  # (V, 3, S, S)
+        return image_to_model(frames, self.S, self.crop)  # (V, 3, S, S)
 
     # -- batches
     def sample_draws(self, p: int) -> Tuple[Tensor, Tensor]:

@@ -260,6 +260,12 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
     frame_cols_.push_back(col);
     pts_cols_.push_back(pts_col);
   }
+  if (opt_.image_resample != "box" && opt_.image_resample != "bicubic_aa")
+    throw DataError("model.path " + opt_.model_path + ": config.json image_resample='" + opt_.image_resample +
+                    "' is neither box nor bicubic_aa; re-export the model");
+  if (opt_.frames_on_device && opt_.image_resample != "box")
+    throw DataError("frames resized on the device do the box resize only, but the model's image_resample is " +
+                    opt_.image_resample + "; set data.frame_resize=cpu");
   if (opt_.frames_on_device)
     for (const int cam : cameras_) {
       const CameraInfo& c = ds_.cameras()[cam];
@@ -357,7 +363,9 @@ BatchBuilder::Entry BatchBuilder::decode(int64_t key) const {
     // cropped and resized a chunk at a time, and only the resized ones are kept (Note [Frame cache]).
     // With frames_on_device the cropped uint8 frames are kept instead (the device resizes them).
     const int64_t S = opt_.image_size, h = cam.height, w = cam.width, frame_bytes = h * w * 3;
-    const int64_t ch = cropped_size(h, opt_.image_crop_fraction), cw = cropped_size(w, opt_.image_crop_fraction);
+    const bool bicubic = opt_.image_resample == "bicubic_aa";  // its crop comes after its first resize
+    const int64_t ch = bicubic ? h : cropped_size(h, opt_.image_crop_fraction);
+    const int64_t cw = bicubic ? w : cropped_size(w, opt_.image_crop_fraction);
     const int64_t chunk = opt_.frames_on_device
                               ? 1
                               : std::clamp<int64_t>(kStagingBytes / std::max<int64_t>(frame_bytes, 1), 1, 64);
@@ -368,7 +376,10 @@ BatchBuilder::Entry BatchBuilder::decode(int64_t key) const {
     auto resize_staged = [&] {
       if (staged == 0) return;
       const at::Tensor u8 = staging.narrow(0, 0, staged).narrow(1, (h - ch) / 2, ch).narrow(2, (w - cw) / 2, cw);
-      out.narrow(0, first, staged).copy_(resize_frames(u8, S));  // (n, 3, S, S)
+      out.narrow(0, first, staged)
+          .copy_(bicubic ? resize_frames_bicubic_aa(u8, opt_.image_resize_edge > 0 ? opt_.image_resize_edge : S,
+                                                    opt_.image_crop_fraction, S)
+                         : resize_frames(u8, S));  // (n, 3, S, S)
       first += staged;
       staged = 0;
     };
@@ -399,6 +410,7 @@ BatchBuilder::Entry BatchBuilder::decode(int64_t key) const {
     }
     entry.state = Entry::State::kReady;
     entry.frames = out;
+    entry.bytes_read = static_cast<int64_t>(info.bytes);
   } catch (...) {
     entry.state = Entry::State::kFailed;
     entry.frames = at::Tensor();
@@ -413,6 +425,7 @@ void BatchBuilder::store_locked(int64_t key, Entry entry) {
   if (ready) {
     stats_.videos_decoded += 1;
     stats_.frames_decoded += entry.frames.size(0);
+    stats_.video_bytes_read += entry.bytes_read;
   }
   cache_[key] = std::move(entry);
   if (!ready) return;

@@ -1,7 +1,10 @@
 // Decoded frames to the model's image input (contract in frames.hpp).
 #include "loongforge/data/frames.hpp"
 
-#include <ATen/ATen.h>  // at::adaptive_avg_pool2d
+#include <algorithm>  // std::max
+#include <cmath>      // std::nearbyint
+
+#include <ATen/ATen.h>  // at::adaptive_avg_pool2d, at::_upsample_bicubic2d_aa
 
 #include "loongforge/common/error.hpp"
 
@@ -39,6 +42,23 @@ at::Tensor resize_frames(const at::Tensor& u8, int64_t S) {
   const at::Tensor f = u8.reshape({n, h, w, 3}).permute({0, 3, 1, 2}).to(at::kFloat).contiguous();  // (n, 3, h, w)
   const at::Tensor pooled = at::adaptive_avg_pool2d(f, {S, S});                                   // (n, 3, S, S)
   return (((pooled / 255.0) - 0.5) / 0.5).reshape(out_shape);
+}
+
+at::Tensor resize_frames_bicubic_aa(const at::Tensor& u8, int64_t E, double f, int64_t S) {
+  const auto resize = [](const at::Tensor& x, int64_t side) {  // (n, 3, h, w) uint8
+    if (x.size(-2) == side && x.size(-1) == side) return x;
+    return at::_upsample_bicubic2d_aa(x, {side, side}, /*align_corners=*/false);
+  };
+  at::Tensor x = resize(u8.permute({0, 3, 1, 2}).contiguous(), E);  // (n, 3, E, E)
+  if (f > 0.0 && f < 1.0) {
+    const auto side = [&](int64_t n) {
+      return std::max<int64_t>(1, static_cast<int64_t>(std::nearbyint(static_cast<double>(n) * f)));
+    };
+    const int64_t ch = side(x.size(2)), cw = side(x.size(3));
+    x = x.narrow(2, (x.size(2) - ch) / 2, ch).narrow(3, (x.size(3) - cw) / 2, cw).contiguous();
+  }
+  x = resize(x, S);  // (n, 3, S, S) uint8
+  return ((x.to(at::kFloat) / 255.0) - 0.5) / 0.5;
 }
 
 at::Tensor model_images(const at::Tensor& u8, int64_t S, const std::vector<int64_t>& blank) {

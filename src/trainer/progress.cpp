@@ -43,7 +43,8 @@ std::vector<std::pair<std::string, double>> scalars_of(const StepRecord& r) {
           {"data/samples_skipped", r.samples_skipped},
           {"data/videos_bad", r.videos_bad},
           {"data/queue_depth", r.data_queue_depth},
-          {"data/decoded_frames_per_s", r.decoded_frames_per_s}};
+          {"data/decoded_frames_per_s", r.decoded_frames_per_s},
+          {"data/read_mb_per_s", r.read_mb_per_s}};
 }
 
 Progress::Progress(std::string mode, int64_t interval_steps, int64_t total_steps, const std::string& metrics_path,

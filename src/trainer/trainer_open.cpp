@@ -105,6 +105,7 @@ void choose_frame_resize(data::SampleOptions& so, const data::Dataset& ds, const
       why = "its cameras differ in size after the crop (" + std::to_string(w) + "x" + std::to_string(h) + " and '" +
             cam.key + "' " + std::to_string(cw) + "x" + std::to_string(ch) + ")";
   }
+  if (so.image_resample != "box") why = "the model's image_resample is " + so.image_resample + " (a CPU resize)";
   if (!cuda) why = "this run is not on a CUDA device";
   if (!LOONGFORGE_WITH_CUDA_KERNELS) why = "this build has no LoongForge CUDA kernels";
   if (h == 0 && why.empty()) why = "the dataset has no cameras";
@@ -148,6 +149,8 @@ void Trainer::open_data() {
   if (!(so.image_crop_fraction > 0.0 && so.image_crop_fraction <= 1.0))
     throw ConfigError("model.path " + net_->info().path + ": config.json image_crop_fraction=" +
                       std::to_string(so.image_crop_fraction) + " must be in (0, 1]; re-export the model");
+  so.image_resample = mc.value("image_resample", std::string("box"));  // exports before the field: box
+  so.image_resize_edge = mc.value("image_resize_edge", int64_t{0});
   choose_frame_resize(so, *dataset_, cfg_.data.frame_resize, device_.is_cuda());
   so.num_views = mc.at("num_views").get<int64_t>();
   so.max_state_dim = mc.at("max_state_dim").get<int64_t>();

@@ -121,7 +121,9 @@ void Trainer::step() {
   r.data_queue_depth = static_cast<double>(ds.queue_depth);
   const double since_ms = std::chrono::duration<double, std::milli>(Clock::now() - frames_counted_at_).count();
   r.decoded_frames_per_s = static_cast<double>(ds.frames_decoded - frames_counted_) / std::max(since_ms / 1000.0, 1e-6);
+  r.read_mb_per_s = static_cast<double>(ds.video_bytes_read - bytes_counted_) / (1 << 20) / std::max(since_ms / 1000.0, 1e-6);
   frames_counted_ = ds.frames_decoded;
+  bytes_counted_ = ds.video_bytes_read;
   frames_counted_at_ = Clock::now();
   set_step_time(r, ms_since(t_step));  // the fast path corrects it once the step's values are back
   step_started_ = t_step;
@@ -169,7 +171,8 @@ void Trainer::step_boundary() {
   collect_writes();
   if (newest) publish("training", newest);
   control_->step_done(s, record_.step_ms + ms_since(t_step_end), memory::to_json(memory::stats(device_)),
-                      {{"queue_depth", record_.data_queue_depth}, {"decoded_frames_per_s", record_.decoded_frames_per_s}});
+                      {{"queue_depth", record_.data_queue_depth}, {"decoded_frames_per_s", record_.decoded_frames_per_s},
+                       {"read_mb_per_s", record_.read_mb_per_s}});
 }
 
 // Step time and the rates derived from it.
@@ -251,13 +254,14 @@ nlohmann::json Trainer::data_status(const StepRecord* r) const {
                       {"source", cfg_.adfe.enable ? "adfe" : "sync"},
                       {"videos_decoded", ds.videos_decoded},
                       {"frames_decoded", ds.frames_decoded},
+                      {"video_mb_read", static_cast<double>(ds.video_bytes_read) / (1 << 20)},
                       {"frame_cache_mb", static_cast<double>(ds.cache_bytes) / (1 << 20)},
                       {"frame_cache_limit_mb", cfg_.data.frame_cache_mb}};
   if (cfg_.adfe.enable)
     d.update({{"queue_depth", ds.queue_depth},
               {"prefetch_factor", cfg_.adfe.prefetch_factor},
               {"decode_threads", cfg_.adfe.decode_threads}});
-  if (r) d["decoded_frames_per_s"] = r->decoded_frames_per_s;
+  if (r) d["decoded_frames_per_s"] = r->decoded_frames_per_s, d["read_mb_per_s"] = r->read_mb_per_s;
   return d;
 }
 

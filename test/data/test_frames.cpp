@@ -85,3 +85,14 @@ TEST_CASE("frames: with frames on the device the batch carries cropped uint8 fra
     REQUIRE(dev.stats().cache_bytes > 0);
   }
 }
+
+TEST_CASE("frames: the bytes read counter adds each decoded video's file size once") {
+  const Dataset ds = Dataset::open(kData);
+  BatchBuilder b(ds, options(false, 1.0));
+  int64_t all = 0;
+  for (const auto& e : ds.episodes()) all += static_cast<int64_t>(e.videos[0].bytes);
+  for (int64_t step = 0; step < 200 && b.stats().videos_decoded < static_cast<int64_t>(ds.episodes().size()); ++step)
+    b.micro_batch(step, 0);
+  REQUIRE(b.stats().videos_decoded == static_cast<int64_t>(ds.episodes().size()));
+  REQUIRE(b.stats().video_bytes_read == all);  // the cache holds them all: none is read twice
+}

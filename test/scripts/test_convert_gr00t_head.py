@@ -185,6 +185,10 @@ def test_lerobots_default_n17_config_json_imports_as_gr00t_n17_3b_with_its_crop(
     assert {f: getattr(got, f) for f in BACKBONE_FIELDS} == {f: getattr(want, f) for f in BACKBONE_FIELDS}
     assert head_config_for(got) == head_config_for(want)
     assert got.image_crop_fraction == 230 / 256
+    # upstream's default N1.7 image transform (antialiased bicubic; test/reference/test_image_resample.py)
+    assert got.image_resample == "bicubic_aa" and got.image_resize_edge == int(data.get("shortest_image_edge") or 0)
+    with pytest.raises(guc.UpstreamConfigError, match="use_albumentations.*cv2 INTER_AREA"):
+        guc.model_config_from_upstream(dict(data, use_albumentations=True), guc.read_backbone_config(data))
     data["model_name"] = "someone/else"
     with pytest.raises(guc.UpstreamConfigError, match="model_name='someone/else'.*--backbone-config"):
         guc.read_backbone_config(data)
@@ -212,6 +216,7 @@ def test_an_n16_config_json_imports_as_gr00t_n16_3b_with_the_mask_token_and_crop
     assert {f: getattr(got, f) for f in BACKBONE_FIELDS} == {f: getattr(want, f) for f in BACKBONE_FIELDS}
     head = head_config_for(got)
     assert head.state_mask_token and head.state_dropout == 0.2 and got.image_crop_fraction == 0.95
+    assert got.image_resample == "box"  # Eagle's processor is not reproduced (docs/models.md s5)
     assert dataclasses_replace(head, state_dropout=0.0) == head_config_for(want)
     with pytest.raises(guc.UpstreamConfigError, match="nearest 'gr00t-n1.6-3b' differs in dit_layers=31"):
         guc.model_config_from_upstream(dict(data, diffusion_model_cfg=dict(dit, num_layers=31)))

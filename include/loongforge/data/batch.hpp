@@ -129,6 +129,10 @@ struct SampleOptions {
   // (h, w) keeps rows [(h - ch) / 2, + ch), ch = int(h * f), likewise columns
   // (docs/training-semantics.md s3; upstream GR00T's crop, taken from its checkpoint).
   double image_crop_fraction = 1.0;
+  // config.json image_resample / image_resize_edge (frames.hpp): "box" (the crop above, then
+  // resize_frames) or "bicubic_aa" (resize_frames_bicubic_aa; the crop applies after its first resize).
+  std::string image_resample = "box";
+  int64_t image_resize_edge = 0;
   int64_t num_views = 1;
   int64_t max_state_dim = 64;
   int64_t max_action_dim = 64;
@@ -162,6 +166,7 @@ struct DataStats {
   int64_t samples_skipped = 0;  // samples masked out because their video is bad (each logged)
   int64_t queue_depth = 0;      // ADFE: micro-batches ready when the trainer took the last one
   int64_t cache_bytes = 0;      // resized frames in the frame cache now (bounded by SampleOptions::frame_cache_mb)
+  int64_t video_bytes_read = 0;  // video file bytes read for the decodes counted in videos_decoded (level 0)
 };
 
 // Shape and dtype of each tensor of a micro-batch of B samples (the model's
@@ -217,6 +222,7 @@ class BatchBuilder {
     at::Tensor frames;         // kReady: (len, 3, S, S) float32, or (len, h, w, 3) uint8 with frames_on_device
     std::string cause;         // kBad (on_bad_video=skip): where and why
     std::exception_ptr error;  // kFailed: raised by the micro-batch that needs it
+    int64_t bytes_read = 0;    // kReady: the video file's bytes (read whole, hashed, decoded from memory)
   };
   Location locate(int64_t sample_id) const;
   void fill(int64_t slot, int64_t sample_id, MicroBatch& mb);  // also adds to mb's counts

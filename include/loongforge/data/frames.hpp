@@ -12,6 +12,14 @@
 //  - model_images(u8, S, blank): resize_frames of a micro-batch's uint8
 //    images (B, V, h, w, 3), then the samples listed in `blank` (skipped for a
 //    bad video) set to zeros, as the CPU path leaves them.
+//  - resize_frames_bicubic_aa(u8, E, f, S) (config.json image_resample
+//    "bicubic_aa", GR00T N1.7's default transform): u8 uint8 (n, h, w, 3), CPU;
+//    each frame resized to E x E by ATen's antialiased bicubic interpolation on
+//    uint8 (skipped when it is E x E), center-cropped to c = round(E * f) rows
+//    and columns (half to even, as Python rounds) from (E - c) / 2 when
+//    0 < f < 1, resized to S x S the same way (skipped when it is), then
+//    normalised as above -> float32 (n, 3, S, S). Bit for bit the reference
+//    trainer's and the uint8 frames upstream's (test_image_resample.py).
 //  - A CUDA tensor in a build without LoongForge's CUDA kernels throws DataError.
 #pragma once
 
@@ -24,5 +32,6 @@ namespace loongforge::data {
 
 at::Tensor resize_frames(const at::Tensor& u8, int64_t S);
 at::Tensor model_images(const at::Tensor& u8, int64_t S, const std::vector<int64_t>& blank);
+at::Tensor resize_frames_bicubic_aa(const at::Tensor& u8, int64_t E, double f, int64_t S);
 
 }  // namespace loongforge::data

@@ -31,6 +31,7 @@ struct StepRecord {
   double videos_bad = 0;           // this rank's videos found bad so far
   double data_queue_depth = 0;     // ADFE: micro-batches ready when the step took its last one (0 off ADFE)
   double decoded_frames_per_s = 0; // frames this rank decoded since the previous step's end, per second
+  double read_mb_per_s = 0;        // video MB (2^20 bytes) this rank read since the previous step's end, per second
 };
 
 // The scalars of a record, by their TensorBoard tag (also the metrics.jsonl

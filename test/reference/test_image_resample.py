@@ -1,0 +1,69 @@
+"""image_resample=bicubic_aa (training-semantics s3) is GR00T N1.7's default image transform:
+
+- the reference trainer's frames (lf_dataset.bicubic_aa_to_model) are, before the normalisation,
+  bit for bit what upstream's own function makes of the same uint8 frames: lerobot 0.6.1's
+  `_transform_n1_7_image_for_vlm_torch`, its source taken unchanged from the wheel
+  (test/lerobot_oracle.py) and run here on torch and torchvision;
+- for random frames of the bundled cameras' size (256 x 256) and of other shapes (non-square,
+  upscaled, already at the first size), with and without the crop, and with a shortest_image_edge
+  of its own.
+
+loongforge-train's frames equal the reference trainer's bit for bit through e2e_parity's
+bicubic_resample case (the whole training run).
+"""
+import ast
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+for p in (REPO / "scripts", REPO / "scripts" / "reference", REPO / "test"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+import lf_dataset as lfd  # noqa: E402
+import lerobot_oracle  # noqa: E402
+
+UPSTREAM = "lerobot/policies/groot/processor_groot.py"
+FUNCTION = "_transform_n1_7_image_for_vlm_torch"
+
+
+@pytest.fixture(scope="module")
+def upstream_transform():
+    """Upstream's function, compiled alone from the wheel's source (the module itself imports
+    cv2 and transformers' Qwen3-VL processors, which this test does not need)."""
+    import torchvision.transforms.v2.functional as tv_functional
+    from torchvision.transforms import InterpolationMode
+    source = (lerobot_oracle.unpacked_wheel() / UPSTREAM).read_text()
+    tree = ast.parse(source)
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == FUNCTION)
+    namespace = {"torch": torch, "tv_functional": tv_functional, "InterpolationMode": InterpolationMode}
+    exec(compile(ast.Module(body=[node], type_ignores=[]), UPSTREAM, "exec"), namespace)
+    return namespace[FUNCTION]
+
+
+def normalised(u8_chw: torch.Tensor) -> torch.Tensor:
+    return ((u8_chw.to(torch.float32) / 255) - 0.5) / 0.5
+
+
+@pytest.mark.parametrize("shape,size,crop_size,edge", [
+    ((256, 256), 224, 200, None),   # the bundled cameras' size, N1.7-like crop
+    ((480, 640), 256, 230, None),   # non-square: upstream resizes to a square first
+    ((480, 640), 256, 230, 288),    # shortest_image_edge of its own
+    ((100, 77), 64, None, None),    # upscaled, no crop
+    ((256, 256), 256, 230, None),   # already at the first size: upstream's resize is a no-op
+])
+def test_the_reference_frames_equal_upstream_n17_transform_bit_for_bit(upstream_transform, shape, size, crop_size, edge):
+    g = torch.Generator().manual_seed(sum(shape) + size)
+    frames = [torch.randint(0, 256, (*shape, 3), dtype=torch.uint8, generator=g).numpy() for _ in range(2)]
+    fraction = crop_size / size if crop_size else 1.0
+    ours = lfd.bicubic_aa_to_model(frames, size, fraction, edge or 0)
+    for v, f in enumerate(frames):
+        up = upstream_transform(torch.from_numpy(np.ascontiguousarray(f.transpose(2, 0, 1))),
+                                image_crop_size=[crop_size, crop_size] if crop_size else None,
+                                image_target_size=[size, size], shortest_image_edge=edge, crop_fraction=None)
+        assert up.dtype == torch.uint8 and tuple(up.shape) == (3, size, size)
+        assert torch.equal(ours[v], normalised(up)), f"view {v}"
