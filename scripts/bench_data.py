@@ -195,7 +195,7 @@ def main():
     p.add_argument("--micro-batches", type=int, default=20)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--image-size", type=int, default=64)
-    p.add_argument("--repeats", type=int, default=1, help="runs per configuration; the median is reported")
+    p.add_argument("--repeats", type=int, default=1, help="runs per configuration; the median is reported (of an even count, the faster of the middle two)")
     p.add_argument("--json", help="also write the rows here")
     p.add_argument("--no-check", action="store_true", help="skip the torchcodec-against-reference frame check")
     p.add_argument("--orders", action="store_true", help="uniform against episode-aware order (plain source)")

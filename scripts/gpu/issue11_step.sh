@@ -245,7 +245,7 @@ if want tests; then
     grep -E "Test +#|tests passed|FAILED|Failed|difference" "$logs/ctest-first.log" | tail -14; pack
   fi
   [ "${GPU_TESTS:-all}" = first ] || (cd build-gpu && timeout $(left 120) ctest -L gpu -LE long ${FIRST_TESTS:+-E "$FIRST_TESTS"} --output-on-failure > "$logs/ctest-gpu.log" 2>&1; echo "ctest exit $?")
-  grep -E "Test +#|tests passed|FAILED|Failed" "$logs/ctest-gpu.log" | tail -14; pack
+  [ -f "$logs/ctest-gpu.log" ] && grep -E "Test +#|tests passed|FAILED|Failed" "$logs/ctest-gpu.log" | tail -14; pack
   if [ "${GPU_TESTS:-all}" != first ] && [ "$(left 300)" -gt 60 ]; then
     stamp "long gpu tests (while time is left)"
     (cd build-gpu && timeout $(left 300) ctest -L gpu -L long --output-on-failure > "$logs/ctest-gpu-long.log" 2>&1; echo "ctest exit $?")
