@@ -32,6 +32,7 @@
 #include "loongforge/common/sha256.hpp"
 #include "loongforge/data/batch.hpp"
 #include "loongforge/data/dataset.hpp"
+#include "loongforge/data/source.hpp"
 #include "loongforge/data/video.hpp"
 
 using namespace loongforge;
@@ -314,6 +315,28 @@ TEST_CASE("video: with on_bad_video=skip a bad video's samples keep their slots,
   REQUIRE(bad.stats().samples_skipped == skipped);
   REQUIRE(bad.stats().videos_bad == 1);  // found once, never decoded again
   REQUIRE(good.stats().samples_skipped == 0);
+}
+
+TEST_CASE("video: with frames resized on the device, a skipped sample's images are zeros after the resize too") {
+  const std::string dir = copy_dataset("skip-device");
+  flip_4k_in_keyframe(video_of(dir, 0));
+  const Dataset bad_ds = Dataset::open(dir);
+  SampleOptions dev = options("skip");
+  dev.frames_on_device = true;
+  dev.frame_height = bad_ds.cameras()[0].height;
+  dev.frame_width = bad_ds.cameras()[0].width;
+  BatchBuilder bad_cpu(bad_ds, options("skip")), bad_dev(bad_ds, dev);
+  int64_t blanks = 0;
+  for (int64_t step = 0; step < 4; ++step) {
+    const MicroBatch want = bad_cpu.micro_batch(step, 0);
+    MicroBatch got = bad_dev.micro_batch(step, 0);
+    blanks += static_cast<int64_t>(got.blank_slots.size());
+    finish_images(got.tensors, 64, got.blank_slots);  // the sources' last step (on the CPU here)
+    INFO("step " << step);
+    REQUIRE(got.blank_slots == want.blank_slots);
+    REQUIRE(at::equal(got.tensors.at("images"), want.tensors.at("images")));
+  }
+  REQUIRE(blanks > 0);
 }
 
 // Decodes `path`, expecting a BadVideoError, with stderr captured; returns it.
