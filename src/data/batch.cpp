@@ -164,6 +164,24 @@ int64_t cropped_size(int64_t n, double f) {
   return f < 1.0 ? std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(n) * f)) : n;
 }
 
+std::pair<int64_t, int64_t> common_cropped_size(const Dataset& ds, double f, std::string* why) {
+  int64_t h = 0, w = 0;
+  std::string first;
+  for (const auto& cam : ds.cameras()) {
+    if (cam.modality_name.empty()) continue;
+    const int64_t ch = cropped_size(cam.height, f), cw = cropped_size(cam.width, f);
+    if (h == 0) {
+      h = ch, w = cw, first = cam.key;
+    } else if (ch != h || cw != w) {
+      *why = "its cameras differ in size after the crop ('" + first + "' " + std::to_string(w) + "x" +
+             std::to_string(h) + ", '" + cam.key + "' " + std::to_string(cw) + "x" + std::to_string(ch) + ")";
+      return {0, 0};
+    }
+  }
+  if (h == 0) *why = "the dataset has no cameras";
+  return {h, w};
+}
+
 namespace {
 std::vector<double> require_stat(const std::vector<double>& v, int64_t width, const std::string& what) {
   if (static_cast<int64_t>(v.size()) != width)
@@ -266,16 +284,15 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
   if (opt_.frames_on_device && opt_.image_resample != "box")
     throw DataError("frames resized on the device do the box resize only, but the model's image_resample is " +
                     opt_.image_resample + "; set data.frame_resize=cpu");
-  if (opt_.frames_on_device)
-    for (const int cam : cameras_) {
-      const CameraInfo& c = ds_.cameras()[cam];
-      const auto cropped = [&](int64_t n) { return cropped_size(n, opt_.image_crop_fraction); };
-      if (cropped(c.height) != opt_.frame_height || cropped(c.width) != opt_.frame_width)
-        throw DataError(ds_.dir() + ": camera '" + c.key + "' gives " + std::to_string(cropped(c.width)) + "x" +
-                        std::to_string(cropped(c.height)) + " frames after the crop, but frames resized on the device " +
-                        "need every camera at " + std::to_string(opt_.frame_width) + "x" +
-                        std::to_string(opt_.frame_height) + "; set data.frame_resize=cpu");
-    }
+  if (opt_.frames_on_device) {
+    std::string why;
+    const auto [fh, fw] = common_cropped_size(ds_, opt_.image_crop_fraction, &why);
+    if (fh != opt_.frame_height || fw != opt_.frame_width)
+      throw DataError(ds_.dir() + ": frames resized on the device need every camera at " +
+                      std::to_string(opt_.frame_width) + "x" + std::to_string(opt_.frame_height) + " after the crop, " +
+                      "but " + (why.empty() ? "they are " + std::to_string(fw) + "x" + std::to_string(fh) : why) +
+                      "; set data.frame_resize=cpu");
+  }
   timestamp_col_ = ds_.column_by_role("timestamp");
   if (!cameras_.empty() && timestamp_col_ < 0)
     throw DataError(ds_.dir() + ": the dataset has cameras but no timestamp column; re-run scripts/convert_lerobot.py");
@@ -332,8 +349,9 @@ BatchBuilder::Location BatchBuilder::locate(int64_t sample_id) const {
 // full-size frames pass through a staging buffer of kStagingBytes (at least one
 // frame), are resized a chunk at a time into the entry's tensor, and are never
 // all in memory at once; the chunking does not change the bits (the resize and
-// normalisation are per frame). So a decoding thread holds one entry's resized
-// frames plus the staging buffer and its float copy (5 x kStagingBytes), and
+// normalisation are per frame; with frames_on_device the chunk is only
+// cropped). So a decoding thread holds one entry's frames plus the staging
+// buffer and its float copy (5 x kStagingBytes), and
 // the cache holds at most data.frame_cache_mb of resized frames besides the
 // entries in use.
 
@@ -366,36 +384,27 @@ BatchBuilder::Entry BatchBuilder::decode(int64_t key) const {
     const bool bicubic = opt_.image_resample == "bicubic_aa";  // its crop comes after its first resize
     const int64_t ch = bicubic ? h : cropped_size(h, opt_.image_crop_fraction);
     const int64_t cw = bicubic ? w : cropped_size(w, opt_.image_crop_fraction);
-    const int64_t chunk = opt_.frames_on_device
-                              ? 1
-                              : std::clamp<int64_t>(kStagingBytes / std::max<int64_t>(frame_bytes, 1), 1, 64);
+    const int64_t chunk = std::clamp<int64_t>(kStagingBytes / std::max<int64_t>(frame_bytes, 1), 1, 64);
     at::Tensor out = opt_.frames_on_device ? at::empty({info.frame_count, ch, cw, 3}, at::kByte)
                                            : at::empty({info.frame_count, 3, S, S}, at::kFloat);
-    at::Tensor staging = opt_.frames_on_device ? at::Tensor() : at::empty({chunk, h, w, 3}, at::kByte);
+    at::Tensor staging = at::empty({chunk, h, w, 3}, at::kByte);
     int64_t first = 0, staged = 0;  // frames [first, first + staged) are in `staging`
-    auto resize_staged = [&] {
+    auto flush_staged = [&] {  // the staged frames, cropped, in the cache's form
       if (staged == 0) return;
       const at::Tensor u8 = staging.narrow(0, 0, staged).narrow(1, (h - ch) / 2, ch).narrow(2, (w - cw) / 2, cw);
       out.narrow(0, first, staged)
-          .copy_(bicubic ? resize_frames_bicubic_aa(u8, opt_.image_resize_edge > 0 ? opt_.image_resize_edge : S,
-                                                    opt_.image_crop_fraction, S)
-                         : resize_frames(u8, S));  // (n, 3, S, S)
+          .copy_(opt_.frames_on_device ? u8                                                      // (n, ch, cw, 3)
+                 : bicubic ? resize_frames_bicubic_aa(u8, opt_.image_resize_edge, opt_.image_crop_fraction, S)
+                           : resize_frames(u8, S));                                             // (n, 3, S, S)
       first += staged;
       staged = 0;
     };
-    auto keep_cropped = [&](const DecodedFrame& frame) {  // frames_on_device: rows of the crop, uint8
-      uint8_t* dst = out.data_ptr<uint8_t>() + frame.index * ch * cw * 3;
-      for (int64_t y = 0; y < ch; ++y)
-        std::memcpy(dst + y * cw * 3, frame.rgb + ((y + (h - ch) / 2) * w + (w - cw) / 2) * 3,
-                    static_cast<size_t>(cw * 3));
-    };
     try {
       decode_video_checked(path, check, [&](const DecodedFrame& frame) {
-        if (opt_.frames_on_device) return keep_cropped(frame);
         std::memcpy(staging.data_ptr<uint8_t>() + staged * frame_bytes, frame.rgb, static_cast<size_t>(frame_bytes));
-        if (++staged == chunk) resize_staged();
+        if (++staged == chunk) flush_staged();
       });
-      resize_staged();
+      flush_staged();
     } catch (const BadVideoError& e) {
       const std::string where = "shard " + ep.shard_file + ", episode " + std::to_string(ep.index) + ", camera '" +
                                 cam.key + "', video " + e.path() +

@@ -49,7 +49,7 @@ at::Tensor resize_frames_bicubic_aa(const at::Tensor& u8, int64_t E, double f, i
     if (x.size(-2) == side && x.size(-1) == side) return x;
     return at::_upsample_bicubic2d_aa(x, {side, side}, /*align_corners=*/false);
   };
-  at::Tensor x = resize(u8.permute({0, 3, 1, 2}).contiguous(), E);  // (n, 3, E, E)
+  at::Tensor x = resize(u8.permute({0, 3, 1, 2}).contiguous(), E > 0 ? E : S);  // (n, 3, E, E)
   if (f > 0.0 && f < 1.0) {
     const auto side = [&](int64_t n) {
       return std::max<int64_t>(1, static_cast<int64_t>(std::nearbyint(static_cast<double>(n) * f)));

@@ -160,12 +160,12 @@ void on_side_stream(const c10::cuda::CUDAStream& side, const std::function<void(
 // In CUDA's default (global) capture mode, a call that could synchronise with
 // the capturing stream -- cudaEventSynchronize, cudaStreamSynchronize, a
 // blocking cudaMemcpy -- made by ANY thread of the process while a capture is
-// open invalidates the capture. ADFE's producer makes exactly such calls
-// (waiting for a pinned slot's previous copy, staging on its copy stream), so
-// with ADFE on, a capture failed whenever the two overlapped: on the H200,
-// n16-1b lf-graphs-adfe stopped at step 4 with cudaErrorStreamCaptureInvalidated
-// (docs/benchmarks.md, 2026-12-01), while the same run with checkpoints beside
-// it captured. Thread-local mode forbids those calls to the capturing thread
+// open invalidates the capture. ADFE's producer makes such calls (waiting for
+// a pinned slot's previous copy, staging on its copy stream). On the H200 one
+// of four ADFE runs stopped at step 4 with cudaErrorStreamCaptureInvalidated
+// (n16-1b lf-graphs-adfe, docs/benchmarks.md 2026-12-01): the producer is the
+// likely cause (inferred; the GPU test "graph capture: another thread ..." is
+// to show it). Thread-local mode forbids those calls to the capturing thread
 // only, which runs nothing but the captured work. Other threads' work on other
 // streams is not part of the graph either way.
 std::unique_ptr<at::cuda::CUDAGraph> capture_graph(at::cuda::MempoolId_t pool, const std::function<void()>& fn) {

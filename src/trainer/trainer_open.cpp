@@ -95,20 +95,10 @@ namespace {
 void choose_frame_resize(data::SampleOptions& so, const data::Dataset& ds, const std::string& mode, bool cuda) {
   if (mode == "cpu") return;
   std::string why;
-  int64_t h = 0, w = 0;
-  for (const auto& cam : ds.cameras()) {
-    if (cam.modality_name.empty()) continue;
-    const int64_t ch = data::cropped_size(cam.height, so.image_crop_fraction);
-    const int64_t cw = data::cropped_size(cam.width, so.image_crop_fraction);
-    if (h == 0) h = ch, w = cw;
-    if ((ch != h || cw != w) && why.empty())
-      why = "its cameras differ in size after the crop (" + std::to_string(w) + "x" + std::to_string(h) + " and '" +
-            cam.key + "' " + std::to_string(cw) + "x" + std::to_string(ch) + ")";
-  }
+  const auto [h, w] = data::common_cropped_size(ds, so.image_crop_fraction, &why);
   if (so.image_resample != "box") why = "the model's image_resample is " + so.image_resample + " (a CPU resize)";
   if (!cuda) why = "this run is not on a CUDA device";
   if (!LOONGFORGE_WITH_CUDA_KERNELS) why = "this build has no LoongForge CUDA kernels";
-  if (h == 0 && why.empty()) why = "the dataset has no cameras";
   if (!why.empty()) {
     if (mode == "device")
       throw ConfigError("data.frame_resize=device resizes frames on the GPU, but " + why +

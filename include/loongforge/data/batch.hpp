@@ -53,6 +53,7 @@
 #include <mutex>               // std::mutex
 #include <set>                 // std::set
 #include <string>              // std::string
+#include <utility>             // std::pair
 #include <vector>              // std::vector
 
 #include <ATen/core/Tensor.h>  // at::Tensor
@@ -80,6 +81,11 @@ std::vector<int64_t> episode_order(const std::vector<int64_t>& lengths, uint64_t
 // A frame side of n pixels after the center crop of SampleOptions::image_crop_fraction f:
 // max(1, int(n * f)), n itself when f = 1 (docs/training-semantics.md s3).
 int64_t cropped_size(int64_t n, double f);
+
+// The (height, width) every camera the batches use (those with a modality name) has after the
+// crop of f: frames resized on the device need one size. {0, 0} with *why set when the cameras
+// differ (naming two) or there is none.
+std::pair<int64_t, int64_t> common_cropped_size(const Dataset& ds, double f, std::string* why);
 
 // Which samples each micro-batch of each optimizer step holds (s2). Throws
 // DataError when the dataset is smaller than one global batch B x K x W.

@@ -14,7 +14,7 @@
 //    bad video) set to zeros, as the CPU path leaves them.
 //  - resize_frames_bicubic_aa(u8, E, f, S) (config.json image_resample
 //    "bicubic_aa", GR00T N1.7's default transform): u8 uint8 (n, h, w, 3), CPU;
-//    each frame resized to E x E by ATen's antialiased bicubic interpolation on
+//    each frame resized to E x E (E = 0: S) by ATen's antialiased bicubic interpolation on
 //    uint8 (skipped when it is E x E), center-cropped to c = round(E * f) rows
 //    and columns (half to even, as Python rounds) from (E - c) / 2 when
 //    0 < f < 1, resized to S x S the same way (skipped when it is), then
