@@ -80,8 +80,8 @@ def read_records(path: str):
 
 def sample_stacks(every_s: float) -> None:
     """Every `every_s` seconds a daemon thread prints where the main thread is (its innermost
-    frames), under the GIL. (faulthandler's watchdog reads frames without the GIL and crashed a
-    3b compile: docs/benchmarks.md 2026-12-01.)"""
+    frames), under the GIL. (faulthandler's watchdog reads them without the GIL; a 3b compile
+    crashed while it was printing, its likely cause: docs/benchmarks.md 2026-12-01.)"""
     import threading
     import traceback
     main_id = threading.main_thread().ident
