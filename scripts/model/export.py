@@ -29,6 +29,11 @@ Contract
                                 other model code is refused.
 - Prints a short summary. Everything is fp32; n16-3b and n16-12b need about
   12 GB and 46 GB of host memory.
+- --records-only writes a zip holding only the extra files above, byte for byte
+  the ones a full export writes, from a model built on the meta device (no
+  weights, seconds for any size). It is not a model file the trainer can run:
+  it is for scripts/compile_step.py, which reads only these records, so a large
+  model's step can be compiled without writing its weights first.
 """
 
 import argparse
@@ -131,6 +136,24 @@ def save_model(cfg, model: torch.nn.Module, out: str, tokenizer: str = None) -> 
     return files
 
 
+def export_records(config: str, out: str, overrides: List[str] = (), tokenizer: str = None) -> Dict[str, str]:
+    """The extra files of export() without weights or TorchScript, as a zip laid out like
+    torch.jit.save's archive (<name>/extra/loongforge/...), written atomically."""
+    import zipfile
+    cfg = apply_overrides(get_config(config), list(overrides))
+    with torch.device("meta"):  # shapes, names and requires_grad only; no memory, no init
+        model = build_model(cfg)
+    files = extra_files(cfg, model, tokenizer)
+    stem = os.path.splitext(os.path.basename(out))[0] or "records"
+    tmp = out + ".partial"
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with zipfile.ZipFile(tmp, "w") as z:
+        for name, text in files.items():
+            z.writestr(f"{stem}/extra/{name}", text)
+    os.replace(tmp, out)
+    return files
+
+
 def main(argv: List[str] = None) -> int:
     ap = argparse.ArgumentParser(description="Export an N1.6-style model to TorchScript.")
     ap.add_argument("--config", required=True, help="a named config: " + ", ".join(CONFIGS))
@@ -141,15 +164,21 @@ def main(argv: List[str] = None) -> int:
     ap.add_argument("--tokenizer", default=None, metavar="TOKENIZER_JSON",
                     help="the Hugging Face tokenizer.json the model reads ids of (convert the dataset with the "
                     "same file); default: the word hash of scripts/model/tokenizer.py")
+    ap.add_argument("--records-only", action="store_true",
+                    help="write only the loongforge/*.json records (no weights, no TorchScript) for "
+                    "scripts/compile_step.py; the trainer cannot run such a file")
     args = ap.parse_args(argv)
     try:
-        files = export(args.config, args.out, args.seed, args.overrides, args.tokenizer)
+        if args.records_only:
+            files = export_records(args.config, args.out, args.overrides, args.tokenizer)
+        else:
+            files = export(args.config, args.out, args.seed, args.overrides, args.tokenizer)
     except ValueError as e:
         print(f"export: {e}", file=sys.stderr)
         return 2
     c = json.loads(files[EXTRA_PREFIX + "counts.json"])
     f = json.loads(files[EXTRA_PREFIX + "flops.json"])
-    print(f"exported {args.config} -> {args.out}")
+    print(f"exported {args.config} -> {args.out}" + (" (records only)" if args.records_only else ""))
     print(f"  params: {c['total'] / 1e6:.2f} M total, {c['trainable'] / 1e6:.2f} M trainable")
     for role, r in sorted(c["by_role"].items()):
         print(f"    {role:<10} {r['total'] / 1e6:10.2f} M  ({r['trainable'] / 1e6:.2f} M trainable)")
