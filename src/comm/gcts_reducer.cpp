@@ -61,7 +61,8 @@ class GctsReducer final : public GradientReducer {
               bool overlap)
       : world_(world), params_(std::move(params)), shard_(shard), strategy_(cfg.gcts.comm_strategy),
         dtype_(cfg.gcts.reduce_dtype == "bf16" ? at::kBFloat16 : at::kFloat), overlap_(overlap),
-        rebuild_interval_(cfg.gcts.rebuild_interval) {
+        rebuild_interval_(cfg.gcts.rebuild_interval), configured_strategy_(cfg.gcts.comm_strategy),
+        configured_bucket_bytes_(static_cast<int64_t>(cfg.gcts.bucket_mb * 1e6)) {
     const int64_t esize = dtype_ == at::kFloat ? 4 : 2;
     in_.params = &params_;
     in_.ready_pos = detail::readiness_positions(params_);
@@ -189,6 +190,9 @@ class GctsReducer final : public GradientReducer {
                         {"overlap", overlap_},
                         {"bucket_numel", in_.bucket_numel},
                         {"first_bucket_numel", in_.first_numel},
+                        {"bucket_bytes", in_.bucket_numel * esize()},
+                        // What the run was started with (Note [Resuming the plan]).
+                        {"configured", {{"strategy", configured_strategy_}, {"bucket_bytes", configured_bucket_bytes_}}},
                         {"simple", {{"units", detail::plan_json(simple_, params_)}}},
                         {"hybrid", {{"units", detail::plan_json(hybrid_, params_)}}}};
     if (shard_) {
@@ -239,6 +243,41 @@ class GctsReducer final : public GradientReducer {
     return total;
   }
 
+  // Note [Resuming the plan]
+  // A checkpoint's plan records the strategy and bucket size in use at the
+  // save and the ones the run was configured with. On resume, a value that
+  // the run changed at runtime (switch-strategy; a gcts.rebuild_interval
+  // re-plan) is taken back when the resumed run's config still has the
+  // configured value of the saved run: the user changed nothing, so the run
+  // continues as it was. A config changed since wins (the user asked for
+  // it), and so does a checkpoint written before the plan recorded these.
+  // Neither value changes what an element is summed with (Note [GCTS
+  // strategies]), so this is about keeping the measured bucket size and the
+  // operator's choice, not about numbers.
+ public:
+  std::string restore_plan(const nlohmann::json& saved) override {
+    if (!saved.contains("configured")) return "";
+    const nlohmann::json& conf = saved.at("configured");
+    std::string took;
+    const std::string s = saved.value("strategy", strategy_);
+    if (conf.value("strategy", std::string()) == configured_strategy_ && s != strategy_ &&
+        (s == "simple" || s == "hybrid")) {
+      took += "strategy " + s + " (switched at runtime; gcts.comm_strategy is " + configured_strategy_ + ")";
+      strategy_ = s;
+    }
+    const int64_t bytes = saved.value("bucket_bytes", int64_t{0});
+    if (conf.value("bucket_bytes", int64_t{-1}) == configured_bucket_bytes_ && bytes > 0 &&
+        bytes != in_.bucket_numel * esize()) {
+      if (!took.empty()) took += ", ";
+      took += "bucket " + std::to_string(bytes) + " bytes (re-planned; gcts.bucket_mb gives " +
+              std::to_string(in_.bucket_numel * esize()) + ")";
+      in_.bucket_numel = std::max<int64_t>(1, bytes / esize());
+      replan();
+    }
+    return took;
+  }
+
+ private:
   const Plan& active() const { return strategy_ == "simple" ? simple_ : hybrid_; }
   int64_t esize() const { return dtype_ == at::kFloat ? 4 : 2; }
 
@@ -261,8 +300,8 @@ class GctsReducer final : public GradientReducer {
   // element, never what it is summed with (Note [GCTS strategies]). The fit
   // needs two distinct bucket sizes (the first bucket is smaller, so a plan
   // with more than one bucket has them); without them, or with a
-  // non-positive slope, the plan stays. A resumed run starts again from
-  // gcts.bucket_mb.
+  // non-positive slope, the plan stays. A resumed run continues with the
+  // re-planned size (Note [Resuming the plan]).
   void rebuild() {
     nlohmann::json d = {{"step", step_}, {"samples", window_.size()}};
     if (world_->rank() == 0) decide(d);
@@ -506,6 +545,8 @@ class GctsReducer final : public GradientReducer {
   at::ScalarType dtype_;
   bool overlap_;
   int64_t rebuild_interval_;
+  std::string configured_strategy_;
+  int64_t configured_bucket_bytes_;
   detail::PlanInputs in_;
   Plan simple_, hybrid_;
   std::vector<bool> sharded_;

@@ -129,6 +129,11 @@ void attach(Engine& e, GradientReducer& reducer, nlohmann::json mdg) {
       v.run = [r](const nlohmann::json& args) { return r->switch_strategy(args.at("strategy").get<std::string>()); };
   e.status = [r] { return nlohmann::json{{"strategy", r->strategy()}}; };
   e.save_state = [r, mdg = std::move(mdg)] { return nlohmann::json{{"plan", r->plan()}, {"mdg", mdg}}; };
+  e.load_state = [r](const nlohmann::json& state) {
+    if (!state.contains("plan") || !state.at("plan").is_object()) return;
+    const std::string took = r->restore_plan(state.at("plan"));
+    if (!took.empty()) LF_LOG(logger("comm"), info) << "resume: " << took;
+  };
 }
 
 }  // namespace loongforge::comm

@@ -342,3 +342,62 @@ def test_monitor_comm_reports_the_plan_bytes_and_replanning_changes_nothing(simp
     print("re-planning:", "; ".join(f"step {s}: {d}" for s, d in decisions[0]))
     # Other buckets, same sums: bitwise the run after backward with gcts.bucket_mb=1.
     assert_bitwise(out / "mon", simple_after_backward)
+
+
+def switch_after(out, procs, rank, step, strategy):
+    """Asks rank `rank` for switch-strategy once the job has done `step` steps; returns the applying step."""
+    sock = str(out / f"ctl{rank}" / "s.sock")
+    wait_socket(sock, procs)
+    c = Client(sock)
+    while c.request("status")["result"].get("step", 0) < step:
+        time.sleep(0.05)
+    r = c.request("switch-strategy", {"strategy": strategy})
+    assert r["ok"], r
+    return r["result"]["applied_at_step"]
+
+
+def first_rebuild_after(log, step):
+    """(step, bucket bytes before) of the first re-planning line after `step` in a rank's log."""
+    for s, before in re.findall(r"gcts.rebuild_interval: step (\d+): .*?bucket (\d+) -> ", log):
+        if int(s) > step:
+            return int(s), int(before)
+    raise AssertionError(f"no re-planning after step {step} in:\n{log[-3000:]}")
+
+
+def test_a_resumed_run_keeps_its_switched_strategy_and_replanned_buckets_unless_the_config_changed(tmp_path):
+    sets = [*BASE, "trainer.gradient_accumulation_steps=2", "gcts.enable=true", "gcts.comm_strategy=hybrid",
+            "gcts.rebuild_interval=2", "gcts.bucket_mb=0.01", "gcts.first_bucket_mb=0.005"]
+    out = tmp_path / "a"
+    procs = launch(out, 2, *sets, "trainer.steps_per_run=8", name="r", steps=16)
+    try:
+        at = switch_after(out, procs, 1, 2, "simple")
+    finally:
+        wait_all(procs, out, timeout=300)
+    assert at < 8
+    ckpt8 = out / "r/checkpoints/epoch_0_step_8"
+    plan8 = json.loads((ckpt8 / "loongforge_state/gcts.json").read_text())["plan"]
+    assert plan8["strategy"] == "simple"
+    assert plan8["configured"] == {"strategy": "hybrid", "bucket_bytes": 10000}
+    replanned = plan8["bucket_bytes"]
+    assert replanned != 10000, plan8  # re-planned at step 2, 4, 6 or 8 (the size is clamped to >= 64 KiB)
+
+    # Same config: the run continues with the switched strategy and the re-planned size, on both ranks.
+    logs = wait_all(launch(out, 2, *sets, "checkpoint.resume=latest", name="r", steps=16), out)
+    took = (f"resume: strategy simple (switched at runtime; gcts.comm_strategy is hybrid), bucket {replanned} bytes "
+            "(re-planned; gcts.bucket_mb gives 10000)")
+    assert logs.count(took) == 2, logs[-4000:]
+    for r in range(2):
+        log = (out / f"rank{r}.log").read_text().split("resume: ", 1)[1]
+        assert first_rebuild_after(log, 8) == (10, replanned)  # the size in use from step 9 on
+    plan16 = json.loads((out / "r/checkpoints/epoch_0_step_16/loongforge_state/gcts.json").read_text())["plan"]
+    assert plan16["strategy"] == "simple"
+    print(f"resumed at step 8: strategy simple and bucket {replanned} bytes taken back on both ranks")
+
+    # The config changed since (gcts.bucket_mb): the config's bucket wins, the switch is still taken back.
+    other = tmp_path / "b"
+    logs = wait_all(launch(other, 2, *[s for s in sets if not s.startswith("gcts.bucket_mb")], "gcts.bucket_mb=0.02",
+                           f"checkpoint.resume={ckpt8}", name="r", steps=16), other)
+    assert "resume: strategy simple (switched at runtime; gcts.comm_strategy is hybrid)\n" in logs
+    assert "(re-planned; gcts.bucket_mb gives" not in logs
+    assert first_rebuild_after((other / "rank0.log").read_text(), 8) == (10, 20000)
+    print("resumed with gcts.bucket_mb changed: the config's 20000 bytes used, the switched strategy kept")

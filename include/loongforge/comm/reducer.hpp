@@ -91,6 +91,12 @@ class GradientReducer {
   virtual nlohmann::json switch_strategy(const std::string& strategy);
   // GCTS: the plan (buckets, groups, dtype, shards) as JSON; null otherwise.
   virtual nlohmann::json plan() const { return nullptr; }
+  // GCTS, on resume: takes back from a checkpoint's plan() what the run
+  // changed at runtime (a switch-strategy, a gcts.rebuild_interval re-plan)
+  // where the config still says what the saved run was started with; where
+  // the config was changed since, the config wins. Same on every rank (they
+  // read the same file). Returns what it took (for the log).
+  virtual std::string restore_plan(const nlohmann::json& saved) { (void)saved; return ""; }
 };
 
 // The plain path: one flat fp32 all-reduce of every gradient after backward
@@ -108,8 +114,8 @@ std::unique_ptr<GradientReducer> make_gcts_reducer(const config::Config& cfg, Wo
 
 // The GCTS record; attach() connects its verbs, status and checkpoint state
 // (loongforge_state/gcts.json: {"plan": plan(), "mdg": mdg}, the model's
-// dependency graph as model::Mdg::to_json() gives it) to the running reducer
-// (which must outlive the record's use).
+// dependency graph as model::Mdg::to_json() gives it; on resume its plan goes
+// to restore_plan()) to the running reducer (which must outlive the record's use).
 Engine engine(const config::Config& cfg);
 void attach(Engine& e, GradientReducer& reducer, nlohmann::json mdg = nullptr);
 
