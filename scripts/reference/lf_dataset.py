@@ -679,7 +679,8 @@ def bicubic_aa_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: 
     (h, w, 3) uint8 as a (1, 3, h, w) uint8 tensor is resized to (E, E) (E = edge, or size when 0) by
     antialiased bicubic interpolation on uint8 unless it is E x E, center-cropped to c = round(E * f)
     rows and columns from (E - c) // 2 when 0 < f < 1, resized to (size, size) the same way unless it
-    is, then ((v / 255) - 0.5) / 0.5 in float32. -> (V, 3, S, S)."""
+    is, then (v - 127.5) / 127.5 in float32, as upstream's Qwen3-VL processor normalises (its rescale
+    fused into mean and std 0.5 * 255). -> (V, 3, S, S)."""
     E = edge or size
 
     def resize(x: Tensor, side: int) -> Tensor:
@@ -695,7 +696,7 @@ def bicubic_aa_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: 
             top, left = (x.shape[-2] - ch) // 2, (x.shape[-1] - cw) // 2
             x = x[..., top:top + ch, left:left + cw].contiguous()
         out.append(resize(x, size)[0])                                                        # (3, S, S) uint8
-    return ((torch.stack(out).to(torch.float32) / 255) - 0.5) / 0.5
+    return (torch.stack(out).to(torch.float32) - 127.5) / 127.5
 
 
 def image_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: float = 1.0) -> Tensor:

@@ -58,7 +58,9 @@ at::Tensor resize_frames_bicubic_aa(const at::Tensor& u8, int64_t E, double f, i
     x = x.narrow(2, (x.size(2) - ch) / 2, ch).narrow(3, (x.size(3) - cw) / 2, cw).contiguous();
   }
   x = resize(x, S);  // (n, 3, S, S) uint8
-  return ((x.to(at::kFloat) / 255.0) - 0.5) / 0.5;
+  // As upstream's Qwen3-VL processor normalises, its rescale fused into mean and std (0.5 * 255):
+  // (v - 127.5) / 127.5 in float32, not ((v / 255) - 0.5) / 0.5 (docs/training-semantics.md s3).
+  return (x.to(at::kFloat) - 127.5) / 127.5;
 }
 
 at::Tensor model_images(const at::Tensor& u8, int64_t S, const std::vector<int64_t>& blank) {

@@ -4,7 +4,10 @@
 // micro-batch built with frames_on_device (cropped uint8 frames in the cache
 // and the batch) and resized by resize_frames equals the CPU-resize batch bit
 // for bit, crop included. The device kernel itself is held to the same
-// arithmetic by test_frame_convert_gpu.
+// arithmetic by test_frame_convert_gpu. The bicubic_aa path (GR00T N1.7)
+// normalises every uint8 value as upstream's Qwen3-VL processor does,
+// (v - 127.5) / 127.5 in float (test/reference/test_n17_pixel_values.py holds
+// upstream's pixel_values to the same IEEE division).
 #include <random>  // std::mt19937
 
 #include <ATen/ATen.h>  // at::randint
@@ -60,6 +63,21 @@ TEST_CASE("frames: the device kernel's arithmetic equals ATen's box resize and n
     INFO(z.h << "x" << z.w << " -> " << z.S);
     REQUIRE(at::equal(host_arithmetic(u8, z.S), resize_frames(u8, z.S)));
   }
+}
+
+TEST_CASE("frames: bicubic_aa frames are normalised as upstream's Qwen3-VL processor, (v - 127.5) / 127.5 in "
+          "float, for every uint8 value") {
+  // A 16 x 16 frame holding each value once per channel, already at S = 16: no resize, no crop.
+  const at::Tensor u8 =
+      at::arange(256, at::kInt).to(at::kByte).reshape({1, 16, 16, 1}).expand({1, 16, 16, 3}).contiguous();
+  const at::Tensor out = resize_frames_bicubic_aa(u8, 0, 1.0, 16).contiguous();  // (1, 3, 16, 16)
+  REQUIRE(out.scalar_type() == at::kFloat);
+  const float* p = out.data_ptr<float>();
+  for (int c = 0; c < 3; ++c)
+    for (int v = 0; v < 256; ++v) {
+      INFO("channel " << c << ", value " << v);
+      REQUIRE(p[c * 256 + v] == (static_cast<float>(v) - 127.5f) / 127.5f);
+    }
 }
 
 TEST_CASE("frames: with frames on the device the batch carries cropped uint8 frames, and resized they are the "

@@ -46,7 +46,8 @@ def upstream_transform():
 
 
 def normalised(u8_chw: torch.Tensor) -> torch.Tensor:
-    return ((u8_chw.to(torch.float32) / 255) - 0.5) / 0.5
+    """Upstream's Qwen3-VL normalisation of the uint8 frame (test_n17_pixel_values.py)."""
+    return (u8_chw.to(torch.float32) - 127.5) / 127.5
 
 
 @pytest.mark.parametrize("shape,size,crop_size,edge", [

@@ -18,8 +18,10 @@
 //    uint8 (skipped when it is E x E), center-cropped to c = round(E * f) rows
 //    and columns (half to even, as Python rounds) from (E - c) / 2 when
 //    0 < f < 1, resized to S x S the same way (skipped when it is), then
-//    normalised as above -> float32 (n, 3, S, S). Bit for bit the reference
-//    trainer's and the uint8 frames upstream's (test_image_resample.py).
+//    normalised as upstream's Qwen3-VL processor does, (x - 127.5) / 127.5 in
+//    float32 (the same values as above up to one float rounding) -> float32
+//    (n, 3, S, S). Bit for bit the reference trainer's, and upstream's
+//    pixel_values (test_image_resample.py, test_n17_pixel_values.py).
 //  - A CUDA tensor in a build without LoongForge's CUDA kernels throws DataError.
 #pragma once
 

@@ -1,0 +1,192 @@
+"""GR00T N1.7's model input (image_resample bicubic_aa, training-semantics s3) is upstream's
+`pixel_values` bit for bit.
+
+Upstream (lerobot 0.6.1, processor_groot.py) hands each (C, H, W) uint8 frame that
+`_transform_n1_7_image_for_vlm_torch` returns to transformers' `Qwen2VLImageProcessor`
+(`_build_n1_7_processor`: `from_pretrained` of nvidia/Cosmos-Reason2-2B, whose
+preprocessor_config.json is Qwen3-VL's, PREPROCESSOR below). Its `_preprocess` (transformers
+5.5.4, the torchvision backend) makes `pixel_values`:
+  1. smart_resize to multiples of patch * merge = 32 with at least shortest_edge = 65,536 pixels:
+     256 x 256 stays (torchvision's resize returns a same-size tensor unchanged); 224 x 224 would
+     be resized again, to 256 x 256 (asserted here; not done by our data path);
+  2. the rescale fused into the normalisation: mean and std become 0.5 * (1 / (1/255)) = 127.5,
+     and torchvision's normalize computes (v - 127.5) / 127.5 on the float32 frame;
+  3. the still frame repeated to temporal_patch_size 2, and each 16 x 16 patch flattened as
+     (C, t, p, p) in 2 x 2 merge-window order: the layout of the Conv3d patch embedding's
+     weight (w, 3, 2, 16, 16).
+
+Ours (lf_dataset.bicubic_aa_to_model, and src/data/frames.cpp's resize_frames_bicubic_aa with
+the same ATen ops: test_frames, e2e_parity bicubic_resample) ends in (v - 127.5) / 127.5 in
+float32, the model patchifies it itself (scripts/model/backbones.py PatchEmbed3d: conv2d with the
+weight summed over time, then the merge-window order).
+
+Checked here, upstream's code taken from the wheel (test/lerobot_oracle.py) and the installed
+transformers, never copied:
+- real frames (the bundled robot_sim.PickNPlace ego view, 256 x 256) through upstream's transform
+  and processor equal our tensor, patchified by the processor with resize, rescale and
+  normalisation off (a pure rearrangement, checked by undoing it), bit for bit in float32;
+- for every uint8 value, upstream's normalisation equals ours and IEEE float32 division; the
+  former formula ((v / 255) - 0.5) / 0.5 differs from it by up to 2^-24 (counted, printed);
+- upstream's Conv3d patch embedding of `pixel_values` equals our PatchEmbed3d of our tensor in
+  the merge-window order within float rounding (the sum over the two frames; printed).
+"""
+import ast
+import json
+import os
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+for p in (REPO / "scripts", REPO / "scripts" / "reference", REPO / "test"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+import lf_dataset as lfd  # noqa: E402
+import lerobot_oracle  # noqa: E402
+
+UPSTREAM = "lerobot/policies/groot/processor_groot.py"
+TRANSFORM = "_transform_n1_7_image_for_vlm_torch"
+# nvidia/Cosmos-Reason2-2B's preprocessor_config.json (the released Qwen3-VL processor: patch 16,
+# temporal 2, merge 2, mean and std 0.5, shortest_edge 65,536 / longest_edge 16,777,216 pixels).
+# The repository is gated and not readable here; these are the Qwen3-VL values it inherits.
+PREPROCESSOR = {"size": {"longest_edge": 16777216, "shortest_edge": 65536}, "patch_size": 16,
+                "temporal_patch_size": 2, "merge_size": 2, "image_mean": [0.5, 0.5, 0.5],
+                "image_std": [0.5, 0.5, 0.5], "processor_class": "Qwen3VLProcessor",
+                "image_processor_type": "Qwen2VLImageProcessorFast"}
+TARGET, CROP = 256, 230  # lerobot's N1_7_DEFAULT_IMAGE_TARGET_SIZE / _CROP_SIZE
+DATA = Path(os.environ.get("LOONGFORGE_TEST_DATASET", REPO / "build" / "test-data" / "robot_sim.PickNPlace.lf"))
+SOURCE = Path(os.environ.get("LOONGFORGE_PICKNPLACE", REPO.parent / "shared" / "datasets" / "robot_sim.PickNPlace"))
+torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="module")
+def upstream_transform():
+    """lerobot's transform, compiled alone from the wheel's source (as test_image_resample.py)."""
+    import torchvision.transforms.v2.functional as tv_functional
+    from torchvision.transforms import InterpolationMode
+    source = (lerobot_oracle.unpacked_wheel() / UPSTREAM).read_text()
+    node = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == TRANSFORM)
+    namespace = {"torch": torch, "tv_functional": tv_functional, "InterpolationMode": InterpolationMode}
+    exec(compile(ast.Module(body=[node], type_ignores=[]), UPSTREAM, "exec"), namespace)
+    return namespace[TRANSFORM]
+
+
+@pytest.fixture(scope="module")
+def processor(tmp_path_factory):
+    """The image processor as upstream builds it: Qwen2VLImageProcessor.from_pretrained of a folder
+    holding the backbone's preprocessor_config.json."""
+    from transformers import Qwen2VLImageProcessor
+    folder = tmp_path_factory.mktemp("cosmos-reason2-2b")
+    (folder / "preprocessor_config.json").write_text(json.dumps(PREPROCESSOR))
+    proc = Qwen2VLImageProcessor.from_pretrained(str(folder))
+    assert proc.backend == "torchvision" and proc.do_resize and proc.do_rescale and proc.do_normalize
+    return proc
+
+
+@pytest.fixture(scope="module")
+def frames():
+    """Every 4th frame of episode 0's ego view, (h, w, 3) uint8: from the converted dataset the
+    trainers read, else decoded from the source video."""
+    if DATA.exists():
+        ds = lfd.LFDataset(DATA)
+        path, info = ds.video_file(0, ds.cameras[0]["camera_id"])
+        count = int(info["frame_count"])
+    else:
+        videos = sorted(SOURCE.glob("videos/chunk-000/*/episode_000000.mp4"))
+        if not videos:
+            pytest.skip(f"no converted dataset at {DATA} and no source video under {SOURCE}")
+        path = videos[0]
+        count = int(json.loads((SOURCE / "meta" / "episodes.jsonl").read_text().splitlines()[0])["length"])
+    video = lfd.decode_video(path, count)
+    out = [video.rgb(i) for i in range(0, video.frames.shape[0], 4)]
+    assert len(out) >= 50 and out[0].shape == (256, 256, 3)
+    return out
+
+
+def chw(frame: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(frame.transpose(2, 0, 1)))
+
+
+def unpatchify(pv: torch.Tensor, n: int, g: int, m: int = 2, t: int = 2, p: int = 16) -> torch.Tensor:
+    """The processor's layout undone: (n * g * g, 3 * t * p * p) -> (n, t, 3, g * p, g * p)."""
+    x = pv.reshape(n, 1, g // m, g // m, m, m, 3, t, p, p)        # (b, T, bh, bw, mh, mw, C, t, ph, pw)
+    x = x.permute(0, 1, 7, 6, 2, 4, 8, 3, 5, 9)                   # (b, T, t, C, bh, mh, ph, bw, mw, pw)
+    return x.reshape(n, t, 3, g * p, g * p)
+
+
+def test_n17_model_input_equals_upstreams_pixel_values_bit_for_bit(upstream_transform, processor, frames):
+    ours = lfd.bicubic_aa_to_model(frames, TARGET, CROP / TARGET, 0)             # (n, 3, 256, 256) float32
+    u8 = [upstream_transform(chw(f), image_crop_size=[CROP, CROP], image_target_size=[TARGET, TARGET],
+                             shortest_image_edge=None, crop_fraction=None) for f in frames]
+    up = processor(images=u8, return_tensors="pt")
+    n, g = len(frames), TARGET // 16
+    assert up["pixel_values"].dtype == torch.float32 and tuple(up["pixel_values"].shape) == (n * g * g, 3 * 2 * 16 * 16)
+    assert up["image_grid_thw"].tolist() == [[1, g, g]] * n                      # no resize at 256 x 256
+    mine = processor(images=list(ours), do_resize=False, do_rescale=False, do_normalize=False, return_tensors="pt")
+    assert torch.equal(unpatchify(mine["pixel_values"], n, g), ours[:, None].expand(n, 2, 3, TARGET, TARGET))
+    assert torch.equal(mine["pixel_values"], up["pixel_values"])
+    # the former normalisation differs in float rounding only, on the same frames
+    old = ((torch.stack(u8).to(torch.float32) / 255) - 0.5) / 0.5
+    diff = (unpatchify(up["pixel_values"], n, g)[:, 0] - old).abs()
+    print(f"\nformer ((v / 255) - 0.5) / 0.5 vs upstream on {n} frames: max |diff| {diff.max().item():.3g}, "
+          f"{int((diff > 0).sum())} of {diff.numel()} values differ")
+    assert 0 < diff.max().item() <= 2 ** -24
+
+
+def test_every_uint8_value_is_normalised_as_upstream_and_ieee_division(processor):
+    v = torch.arange(256, dtype=torch.uint8).reshape(1, 16, 16).repeat(3, 2, 2)     # each value 12 times
+    up = processor(images=[v], do_resize=False, return_tensors="pt")["pixel_values"]
+    ours = lfd.bicubic_aa_to_model([v.permute(1, 2, 0).contiguous().numpy()], 32, 1.0, 0)
+    mine = processor(images=list(ours), do_resize=False, do_rescale=False, do_normalize=False,
+                     return_tensors="pt")["pixel_values"]
+    assert torch.equal(mine, up)
+    ieee = (np.arange(256, dtype=np.float32) - np.float32(127.5)) / np.float32(127.5)
+    assert np.array_equal(ours[0, 0, :16, :16].reshape(-1).numpy(), ieee)
+    old = ((np.arange(256, dtype=np.float32) / np.float32(255)) - np.float32(0.5)) / np.float32(0.5)
+    diff = np.abs(old - ieee)
+    ulp = diff / np.spacing(np.abs(ieee))
+    print(f"\nformer formula: {int((old != ieee).sum())} of 256 values differ, max |diff| {diff.max():.3g} "
+          f"(at most {ulp.max():.0f} ulp of the value, near v = 127.5)")
+    assert (old != ieee).any() and diff.max() <= 2 ** -24
+
+
+def test_the_processor_would_resize_224_to_256():
+    """What the docs say is not exact: an N1.7 target below 256 x 256 (65,536 pixels) is resized
+    again by upstream's processor; our data path feeds the target size itself."""
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
+    pixels = PREPROCESSOR["size"]
+    factor = PREPROCESSOR["patch_size"] * PREPROCESSOR["merge_size"]
+    resized = lambda s: smart_resize(s, s, factor, pixels["shortest_edge"], pixels["longest_edge"])  # noqa: E731
+    assert resized(256) == (256, 256) and resized(288) == (288, 288)
+    assert resized(224) == (256, 256) and resized(240) == (256, 256)
+
+
+def test_upstreams_conv3d_patch_embedding_equals_ours_within_rounding(upstream_transform, processor, frames):
+    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionPatchEmbed
+    from model.backbones import PatchEmbed3d, Qwen3VLVision
+    few = frames[:4]
+    ours = lfd.bicubic_aa_to_model(few, TARGET, CROP / TARGET, 0)
+    u8 = [upstream_transform(chw(f), image_crop_size=[CROP, CROP], image_target_size=[TARGET, TARGET],
+                             shortest_image_edge=None, crop_fraction=None) for f in few]
+    pv = processor(images=u8, return_tensors="pt")["pixel_values"]
+    width = 1024
+    up = Qwen3VLVisionPatchEmbed(SimpleNamespace(patch_size=16, temporal_patch_size=2, in_channels=3,
+                                                 hidden_size=width))
+    torch.manual_seed(0)
+    torch.nn.init.normal_(up.proj.weight, std=0.02)
+    torch.nn.init.normal_(up.proj.bias, std=0.02)
+    mine = PatchEmbed3d(width, 2, 16)
+    with torch.no_grad():
+        mine.weight.copy_(up.proj.weight)        # the converter copies (w, 3, 2, 16, 16) unchanged
+        mine.bias.copy_(up.proj.bias)
+        want = up(pv)                                                              # (n * 256, w)
+        x = mine(ours).permute(0, 2, 3, 1)                                         # (n, g, g, w)
+        got = Qwen3VLVision.window_order(SimpleNamespace(grid=TARGET // 16, merge=2), x).reshape(-1, width)
+    rel = ((got - want).abs().max() / want.abs().max()).item()
+    print(f"\npatch embedding, Conv3d over two frames vs conv2d of the time-summed weight: max rel {rel:.3g}")
+    assert rel < 1e-5
