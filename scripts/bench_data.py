@@ -84,9 +84,9 @@ from lf_dataset import (LFDataset, MicroBatchSampler, SampleBuilder, SampleDatas
                         have_ffmpeg_cli)
 
 
-def native(binary, data, kind, threads, args, cache_mb, order=()):
+def native(binary, data, kind, threads, args, cache_mb, order=(), video_decode="whole"):
     cmd = [str(binary), str(data), kind, str(threads), "4", str(args.micro_batches), str(args.batch),
-           str(args.image_size), str(cache_mb)] + [str(x) for x in order]
+           str(args.image_size), str(cache_mb)] + [str(x) for x in order] + [f"video_decode={video_decode}"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -281,6 +281,9 @@ def main():
                                     "first on PATH (default: ffmpeg on PATH)")
     p.add_argument("--budget-s", type=float, help="cut the row running this many seconds after the start and skip "
                                                   "the rest; the rows done are still reported")
+    p.add_argument("--span", action="store_true",
+                   help="also ADFE rows with data.video_decode=span (each miss decodes only the keyframe span of "
+                   "the frame it needs)")
     p.add_argument("--json", help="also write the rows here")
     p.add_argument("--no-check", action="store_true", help="skip the torchcodec-against-reference frame check")
     p.add_argument("--orders", action="store_true", help="uniform against episode-aware order (plain source)")
@@ -337,6 +340,10 @@ def main():
     configs = [("loongforge plain (sync)", lambda: native(args.bench_binary, args.data, "sync", 0, args, native_mb))]
     configs += [(f"loongforge ADFE, {plural(n, 'decode thread')}",
                  lambda n=n: native(args.bench_binary, args.data, "adfe", n, args, native_mb)) for n in counts]
+    if args.span:
+        configs += [(f"loongforge ADFE span, {plural(n, 'decode thread')}",
+                     lambda n=n: native(args.bench_binary, args.data, "adfe", n, args, native_mb, (), "span"))
+                    for n in counts]
     configs += [(f"reference DataLoader, {plural(n, 'worker')}", lambda n=n: dataloader(args.data, n, args, ref_bytes))
                 for n in counts]
     configs += [(f"torchcodec DataLoader, {plural(n, 'worker')}",
@@ -379,14 +386,17 @@ def main():
               f"{ratio(r['samples_per_s'], ref_top)} | {ratio(r['samples_per_s'], tc_top)} |")
     for name in not_run:
         print(f"| {name} | not run (budget) | | | |")
-    print("\n| threads / workers | ADFE samples/s | reference | torchcodec | ADFE / reference | ADFE / torchcodec |")
-    print("|---|---|---|---|---|---|")
+    kinds = [("ADFE", "loongforge ADFE")] + ([("ADFE span", "loongforge ADFE span")] if args.span else [])
+    print("\n| threads / workers | " + " | ".join(f"{k} samples/s" for k, _ in kinds) + " | reference | torchcodec | " +
+          " | ".join(f"{k} / reference | {k} / torchcodec" for k, _ in kinds) + " |")
+    print("|---|" + "---|" * (3 * len(kinds) + 2))
     for n in counts:
-        a = by_name.get(f"loongforge ADFE, {plural(n, 'decode thread')}")
+        ours = [by_name.get(f"{prefix}, {plural(n, 'decode thread')}") for _, prefix in kinds]
         ref_n, tc_n = f"reference DataLoader, {plural(n, 'worker')}", f"torchcodec DataLoader, {plural(n, 'worker')}"
         cells = [f"{by_name[k]:.1f}" if k in by_name else "n/a" for k in (ref_n, tc_n)]
-        print(f"| {n} | {'n/a' if a is None else f'{a:.1f}'} | {cells[0]} | {cells[1]} | "
-              f"{'n/a' if a is None else ratio(a, ref_n)} | {'n/a' if a is None else ratio(a, tc_n)} |")
+        vs = [f"{'n/a' if a is None else ratio(a, ref_n)} | {'n/a' if a is None else ratio(a, tc_n)}" for a in ours]
+        print(f"| {n} | " + " | ".join("n/a" if a is None else f"{a:.1f}" for a in ours) +
+              f" | {cells[0]} | {cells[1]} | " + " | ".join(vs) + " |")
     if args.json:
         Path(args.json).write_text(json.dumps({
             "data": str(args.data), "check": check, "rows": rows, "not_run": not_run,

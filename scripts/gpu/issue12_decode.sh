@@ -10,8 +10,11 @@
 #      ffprobe (--ffmpeg) and torchcodec its libraries (LD_LIBRARY_PATH)
 #   3. compares both decoders' output with the CPU machine's, bit for bit
 #      (scripts/gpu/decode_digest.py against the carried decode-digests.txt)
-#   4. runs bench_data.py on each dataset: tables in $OUT/decode-tables.md,
-#      rows in $OUT/decode-h264.json and $OUT/decode-av1.json
+#   4. runs bench_data.py on each dataset (--span: ADFE rows with data.video_decode=span
+#      too): tables in $OUT/decode-tables.md, rows in $OUT/decode-h264.json and
+#      $OUT/decode-av1.json
+#   5. with GRAPH_TEST=1, then builds test_graph_runner and runs its "graph capture*"
+#      cases (the GPU test of Note [Thread-local capture])
 # Prepare on the CPU machine: bash scripts/gpu/prepare_decode_carry.sh. Carry:
 #   .gpu-carry/ffmpeg .gpu-carry/ffmpeg-bench .gpu-carry/datasets/robot_sim.PickNPlace.lf
 #   .gpu-carry/datasets/robot_sim.PickNPlace.av1.lf .gpu-carry/datasets/decode-digests.txt .whl
@@ -86,10 +89,17 @@ run_bench() {  # NAME DATASET SHARE_PERCENT: bench_data.py gets that share of th
   [ "$share" -gt 20 ] || { echo "no time left for $1 (BUDGET=$budget)"; return; }
   python3 scripts/bench_data.py --data "$2" --bench-binary build-gpu/test/data/bench_data \
     --ffmpeg "$ff/bin/ffmpeg" --threads "$threads" --micro-batches "$mb" --repeats "$repeats" \
-    --budget-s "$share" --json "$OUT/decode-$1.json" | tee -a "$OUT/decode-tables.md"
+    --budget-s "$share" --span --json "$OUT/decode-$1.json" | tee -a "$OUT/decode-tables.md"
 }
 # h264 first, with 62% of what is left (its torchcodec rows decode ~110 frames a
 # sample); AV1 gets the rest.
 run_bench h264 "$ds/robot_sim.PickNPlace.lf" 62
 run_bench av1 "$ds/robot_sim.PickNPlace.av1.lf" 100
+if [ "${GRAPH_TEST:-0}" = 1 ]; then
+  stamp "build test_graph_runner"
+  ninja -C build-gpu -j"$(nproc)" test_graph_runner >> "$OUT/build.log" 2>&1 \
+    || { grep -E "error|FAILED" -A5 "$OUT/build.log" | tail -40; exit 1; }
+  stamp "test_graph_runner graph capture*"
+  (cd build-gpu && ./test/fusion/test_graph_runner "graph capture*" 2>&1 | tail -30)
+fi
 stamp "done"

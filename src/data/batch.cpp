@@ -301,6 +301,8 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
     throw DataError(ds_.dir() + ": the timestamp column is not float32 or float64; re-run scripts/convert_lerobot.py");
   if (opt_.on_bad_video != "error" && opt_.on_bad_video != "skip")
     throw DataError("data.on_bad_video is '" + opt_.on_bad_video + "'; expected error or skip");
+  if (opt_.video_decode != "whole" && opt_.video_decode != "span")
+    throw DataError("data.video_decode is '" + opt_.video_decode + "'; expected whole or span");
   check_tokenizer_match(ds_, opt_);
   if (static_cast<int64_t>(cameras_.size()) != opt_.num_views)
     throw DataError(ds_.dir() + ": the dataset has " + std::to_string(cameras_.size()) +
@@ -355,28 +357,72 @@ BatchBuilder::Location BatchBuilder::locate(int64_t sample_id) const {
 // the cache holds at most data.frame_cache_mb of resized frames besides the
 // entries in use.
 
-BatchBuilder::Entry BatchBuilder::decode(int64_t key) const {
-  const size_t episode = static_cast<size_t>(key / 1024);
-  const int camera = static_cast<int>(key % 1024);
+namespace {
+// Frame-cache keys (Note [Frame cache]): (episode * 1024 + camera) << kSpanBits | the span's
+// first frame (0: a whole video), or | kFileKey for span decoding's file entry.
+constexpr int kSpanBits = 20;
+constexpr int64_t kFileKey = (int64_t{1} << kSpanBits) - 1;
+int64_t video_key(size_t episode, int camera) { return static_cast<int64_t>(episode) * 1024 + camera; }
+}  // namespace
+
+int64_t BatchBuilder::Entry::bytes() const {
+  if (frames.defined()) return static_cast<int64_t>(frames.nbytes());
+  return file ? static_cast<int64_t>(file->bytes.size()) : 0;
+}
+
+// The index's facts about one video (VideoCheck), and its path.
+VideoCheck BatchBuilder::video_check(size_t episode, int camera) const {
+  const EpisodeInfo& ep = ds_.episodes()[episode];
+  const VideoInfo& info = ep.videos.at(camera);
+  const CameraInfo& cam = ds_.cameras().at(camera);
+  VideoCheck check;
+  check.bytes = info.bytes;
+  check.sha256 = info.sha256;
+  check.frame_count = info.frame_count;
+  check.width = cam.width;
+  check.height = cam.height;
+  const size_t v = static_cast<size_t>(std::find(cameras_.begin(), cameras_.end(), camera) - cameras_.begin());
+  const ArrayView pts = ds_.array(episode, pts_cols_.at(v));
+  if (pts.rows != info.frame_count)
+    throw DataError(ds_.dir() + "/" + ep.shard_file + ": episode " + std::to_string(ep.index) + ": video_pts:" +
+                    cam.key + " has " + std::to_string(pts.rows) + " rows but loongforge_dataset.json records " +
+                    std::to_string(info.frame_count) + " frames; re-run scripts/convert_lerobot.py");
+  if (info.frame_count >= kFileKey)
+    throw DataError(ep.video_paths.at(camera) + ": " + std::to_string(info.frame_count) +
+                    " frames; videos of more than " + std::to_string(kFileKey - 1) + " frames are not supported");
+  check.pts_s = pts.as<double>();
+  return check;
+}
+
+// A bad video's entry under data.on_bad_video (Note [Bad videos]): skip keeps the cause, error
+// throws the DataError the micro-batch that needs it raises.
+BatchBuilder::Entry BatchBuilder::bad_video(size_t episode, int camera, const BadVideoError& e) const {
+  const EpisodeInfo& ep = ds_.episodes()[episode];
+  const std::string where = "shard " + ep.shard_file + ", episode " + std::to_string(ep.index) + ", camera '" +
+                            ds_.cameras().at(camera).key + "', video " + e.path() +
+                            (e.frame() >= 0 ? ", frame " + std::to_string(e.frame()) : std::string()) + ": " +
+                            e.cause();
+  if (opt_.on_bad_video == "error")
+    throw DataError("bad video (data.on_bad_video=error): " + where +
+                    "; or set data.on_bad_video=skip to train without its samples");
+  Entry entry;
+  entry.state = Entry::State::kBad;
+  entry.cause = where;
+  return entry;
+}
+
+BatchBuilder::Entry BatchBuilder::decode(int64_t key, const VideoFile* file) const {
+  const int64_t vk = key >> kSpanBits, first = key & kFileKey;
+  const size_t episode = static_cast<size_t>(vk / 1024);
+  const int camera = static_cast<int>(vk % 1024);
   Entry entry;
   try {
     const EpisodeInfo& ep = ds_.episodes()[episode];
     const std::string& path = ep.video_paths.at(camera);
     const VideoInfo& info = ep.videos.at(camera);
     const CameraInfo& cam = ds_.cameras().at(camera);
-    VideoCheck check;
-    check.bytes = info.bytes;
-    check.sha256 = info.sha256;
-    check.frame_count = info.frame_count;
-    check.width = cam.width;
-    check.height = cam.height;
-    const size_t v = static_cast<size_t>(std::find(cameras_.begin(), cameras_.end(), camera) - cameras_.begin());
-    const ArrayView pts = ds_.array(episode, pts_cols_.at(v));
-    if (pts.rows != info.frame_count)
-      throw DataError(ds_.dir() + "/" + ep.shard_file + ": episode " + std::to_string(ep.index) + ": video_pts:" +
-                      cam.key + " has " + std::to_string(pts.rows) + " rows but loongforge_dataset.json records " +
-                      std::to_string(info.frame_count) + " frames; re-run scripts/convert_lerobot.py");
-    check.pts_s = pts.as<double>();
+    const VideoCheck check = video_check(episode, camera);
+    const int64_t end = file != nullptr ? file->span_of(first).second : info.frame_count;
     // Frames stream from the decoder into a bounded staging buffer of full-size frames, are
     // cropped and resized a chunk at a time, and only the resized ones are kept (Note [Frame cache]).
     // With frames_on_device the cropped uint8 frames are kept instead (the device resizes them).
@@ -385,44 +431,62 @@ BatchBuilder::Entry BatchBuilder::decode(int64_t key) const {
     const int64_t ch = bicubic ? h : cropped_size(h, opt_.image_crop_fraction);
     const int64_t cw = bicubic ? w : cropped_size(w, opt_.image_crop_fraction);
     const int64_t chunk = std::clamp<int64_t>(kStagingBytes / std::max<int64_t>(frame_bytes, 1), 1, 64);
-    at::Tensor out = opt_.frames_on_device ? at::empty({info.frame_count, ch, cw, 3}, at::kByte)
-                                           : at::empty({info.frame_count, 3, S, S}, at::kFloat);
+    at::Tensor out = opt_.frames_on_device ? at::empty({end - first, ch, cw, 3}, at::kByte)
+                                           : at::empty({end - first, 3, S, S}, at::kFloat);
     at::Tensor staging = at::empty({chunk, h, w, 3}, at::kByte);
-    int64_t first = 0, staged = 0;  // frames [first, first + staged) are in `staging`
+    int64_t done = 0, staged = 0;  // rows [done, done + staged) of `out` are in `staging`
     auto flush_staged = [&] {  // the staged frames, cropped, in the cache's form
       if (staged == 0) return;
       const at::Tensor u8 = staging.narrow(0, 0, staged).narrow(1, (h - ch) / 2, ch).narrow(2, (w - cw) / 2, cw);
-      out.narrow(0, first, staged)
+      out.narrow(0, done, staged)
           .copy_(opt_.frames_on_device ? u8                                                      // (n, ch, cw, 3)
                  : bicubic ? resize_frames_bicubic_aa(u8, opt_.image_resize_edge, opt_.image_crop_fraction, S)
                            : resize_frames(u8, S));                                             // (n, 3, S, S)
-      first += staged;
+      done += staged;
       staged = 0;
     };
+    const FrameSink sink = [&](const DecodedFrame& frame) {
+      std::memcpy(staging.data_ptr<uint8_t>() + staged * frame_bytes, frame.rgb, static_cast<size_t>(frame_bytes));
+      if (++staged == chunk) flush_staged();
+    };
     try {
-      decode_video_checked(path, check, [&](const DecodedFrame& frame) {
-        std::memcpy(staging.data_ptr<uint8_t>() + staged * frame_bytes, frame.rgb, static_cast<size_t>(frame_bytes));
-        if (++staged == chunk) flush_staged();
-      });
+      if (file != nullptr)
+        decode_span_checked(*file, check, first, end, sink);
+      else
+        decode_video_checked(path, check, sink);
       flush_staged();
     } catch (const BadVideoError& e) {
-      const std::string where = "shard " + ep.shard_file + ", episode " + std::to_string(ep.index) + ", camera '" +
-                                cam.key + "', video " + e.path() +
-                                (e.frame() >= 0 ? ", frame " + std::to_string(e.frame()) : std::string()) + ": " +
-                                e.cause();
-      if (opt_.on_bad_video == "error")
-        throw DataError("bad video (data.on_bad_video=error): " + where +
-                        "; or set data.on_bad_video=skip to train without its samples");
-      entry.state = Entry::State::kBad;
-      entry.cause = where;
-      return entry;
+      return bad_video(episode, camera, e);
     }
     entry.state = Entry::State::kReady;
     entry.frames = out;
-    entry.bytes_read = static_cast<int64_t>(info.bytes);
+    entry.bytes_read = file != nullptr ? 0 : static_cast<int64_t>(info.bytes);  // a span's file was read at its open
   } catch (...) {
+    entry = Entry{};
     entry.state = Entry::State::kFailed;
-    entry.frames = at::Tensor();
+    entry.error = std::current_exception();
+  }
+  return entry;
+}
+
+BatchBuilder::Entry BatchBuilder::open_file(int64_t key) const {
+  const int64_t vk = key >> kSpanBits;
+  const size_t episode = static_cast<size_t>(vk / 1024);
+  const int camera = static_cast<int>(vk % 1024);
+  Entry entry;
+  try {
+    const VideoCheck check = video_check(episode, camera);
+    try {
+      entry.file = std::make_shared<const VideoFile>(
+          open_video_checked(ds_.episodes()[episode].video_paths.at(camera), check));
+    } catch (const BadVideoError& e) {
+      return bad_video(episode, camera, e);
+    }
+    entry.state = Entry::State::kReady;
+    entry.bytes_read = static_cast<int64_t>(check.bytes);
+  } catch (...) {
+    entry = Entry{};
+    entry.state = Entry::State::kFailed;
     entry.error = std::current_exception();
   }
   return entry;
@@ -430,11 +494,14 @@ BatchBuilder::Entry BatchBuilder::decode(int64_t key) const {
 
 void BatchBuilder::store_locked(int64_t key, Entry entry) {
   const bool ready = entry.state == Entry::State::kReady;
-  const int64_t bytes = ready ? static_cast<int64_t>(entry.frames.nbytes()) : 0;
+  const int64_t bytes = ready ? entry.bytes() : 0;
   if (ready) {
-    stats_.videos_decoded += 1;
-    stats_.frames_decoded += entry.frames.size(0);
+    stats_.videos_decoded += entry.bytes_read > 0 ? 1 : 0;  // a whole video, or a file opened for its spans
     stats_.video_bytes_read += entry.bytes_read;
+    if (entry.frames.defined()) {
+      stats_.spans_decoded += 1;
+      stats_.frames_decoded += entry.frames.size(0);
+    }
   }
   cache_[key] = std::move(entry);
   if (!ready) return;
@@ -443,57 +510,91 @@ void BatchBuilder::store_locked(int64_t key, Entry entry) {
   while (cache_bytes_ > opt_.frame_cache_mb * (1 << 20) && lru_.size() > 1) {
     const int64_t old = lru_.back();
     lru_.pop_back();
-    cache_bytes_ -= static_cast<int64_t>(cache_[old].frames.nbytes());
+    cache_bytes_ -= cache_[old].bytes();
     cache_.erase(old);
   }
 }
 
-void BatchBuilder::prefetch(int64_t key) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (cache_.count(key)) return;
-    cache_[key] = Entry{};  // kDecoding: this thread decodes it
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  Entry entry = decode(key);
-  std::lock_guard<std::mutex> lock(mu_);
-  stats_.decode_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  store_locked(key, std::move(entry));
-  decoded_.notify_all();
-}
-
-at::Tensor BatchBuilder::frames(size_t episode, int camera, std::string* cause) {
-  const int64_t key = static_cast<int64_t>(episode) * 1024 + camera;
-  std::unique_lock<std::mutex> lock(mu_);
+BatchBuilder::Entry* BatchBuilder::entry_locked(std::unique_lock<std::mutex>& lock, int64_t key,
+                                                const std::function<Entry()>& make, bool wait) {
   for (;;) {
     auto it = cache_.find(key);
     if (it == cache_.end()) {  // a miss: decode here (Note [Frame cache])
-      if (cancelled_) throw DataError("data loading was cancelled (the batch source is stopping)");
+      if (wait && cancelled_) throw DataError("data loading was cancelled (the batch source is stopping)");
+      cache_[key] = Entry{};  // kDecoding: this thread makes it
       lock.unlock();
-      prefetch(key);
+      const auto t0 = std::chrono::steady_clock::now();
+      Entry made = make();
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       lock.lock();
+      stats_.decode_ms += ms;
+      store_locked(key, std::move(made));
+      decoded_.notify_all();
       continue;
     }
     Entry& e = it->second;
     switch (e.state) {
       case Entry::State::kDecoding:
+        if (!wait) return nullptr;
         decoded_.wait(lock);
         continue;
       case Entry::State::kReady:
         lru_.remove(key);
         lru_.push_front(key);
-        return e.frames;
+        return &e;
       case Entry::State::kFailed:
         std::rethrow_exception(e.error);
       case Entry::State::kBad:
-        *cause = e.cause;
-        if (bad_reported_.insert(key).second) {  // counted and logged once, at its first use
-          stats_.videos_bad += 1;
-          LF_LOG(logger("data"), warn) << "bad video, its samples are skipped (data.on_bad_video=skip): " << e.cause;
-        }
-        return at::Tensor();
+        return &e;
     }
   }
+}
+
+int64_t BatchBuilder::resolve_locked(std::unique_lock<std::mutex>& lock, int64_t want,
+                                     std::shared_ptr<const VideoFile>* file, bool wait, Entry** bad) {
+  const int64_t vk = want >> kSpanBits;
+  if (opt_.video_decode != "span") return vk << kSpanBits;
+  const int64_t fkey = (vk << kSpanBits) | kFileKey;
+  Entry* f = entry_locked(lock, fkey, [this, fkey] { return open_file(fkey); }, wait);
+  if (f == nullptr) return -1;  // being opened by another thread (prefetch: not waited for)
+  if (f->state == Entry::State::kBad) {
+    *bad = f;
+    return fkey;
+  }
+  *file = f->file;
+  return (vk << kSpanBits) | (*file)->span_of(want & kFileKey).first;
+}
+
+void BatchBuilder::prefetch(int64_t want) {
+  try {
+    std::unique_lock<std::mutex> lock(mu_);
+    std::shared_ptr<const VideoFile> file;
+    Entry* bad = nullptr;
+    const int64_t key = resolve_locked(lock, want, &file, /*wait=*/false, &bad);
+    if (key < 0 || bad != nullptr) return;
+    const VideoFile* f = file.get();
+    entry_locked(lock, key, [this, key, f] { return decode(key, f); }, /*wait=*/false);
+  } catch (...) {
+    // A failure is kept in the cache, for the micro-batch that needs it.
+  }
+}
+
+std::pair<at::Tensor, int64_t> BatchBuilder::frames(size_t episode, int camera, int64_t frame, std::string* cause) {
+  std::unique_lock<std::mutex> lock(mu_);
+  std::shared_ptr<const VideoFile> file;
+  Entry* bad = nullptr;
+  const int64_t key = resolve_locked(lock, (video_key(episode, camera) << kSpanBits) | frame, &file, true, &bad);
+  const VideoFile* f = file.get();
+  Entry* e = bad != nullptr ? bad : entry_locked(lock, key, [this, key, f] { return decode(key, f); }, true);
+  if (e->state == Entry::State::kBad) {
+    *cause = e->cause;
+    if (bad_reported_.insert(key).second) {  // counted and logged once, at its first use
+      stats_.videos_bad += 1;
+      LF_LOG(logger("data"), warn) << "bad video, its samples are skipped (data.on_bad_video=skip): " << e->cause;
+    }
+    return {at::Tensor(), 0};
+  }
+  return {e->frames, key & kFileKey};  // the span's first frame (0: a whole video)
 }
 
 DataStats BatchBuilder::stats() const {
@@ -505,10 +606,13 @@ DataStats BatchBuilder::stats() const {
 
 std::vector<int64_t> BatchBuilder::videos_of(const std::vector<int64_t>& sample_ids) const {
   std::vector<int64_t> keys;
+  const bool span = opt_.video_decode == "span";
   for (const int64_t id : sample_ids) {
     const Location loc = locate(id);
-    for (const int camera : cameras_) {
-      const int64_t key = static_cast<int64_t>(loc.episode) * 1024 + camera;
+    for (size_t v = 0; v < cameras_.size(); ++v) {
+      int64_t frame = 0;
+      if (span) frame = std::clamp<int64_t>(ds_.array(loc.episode, frame_cols_[v]).as<int64_t>()[loc.row], 0, kFileKey - 1);
+      const int64_t key = (video_key(loc.episode, cameras_[v]) << kSpanBits) | frame;
       if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
     }
   }
@@ -525,13 +629,14 @@ void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb) {
   std::string skip_cause;
   for (size_t v = 0; v < cameras_.size() && skip_cause.empty(); ++v) {
     const int64_t f = ds_.array(loc.episode, frame_cols_[v]).as<int64_t>()[t];
-    const at::Tensor fr = frames(loc.episode, cameras_[v], &skip_cause);
-    if (!fr.defined()) break;
     const VideoInfo& info = ep.videos[cameras_[v]];
-    if (f < 0 || f >= fr.size(0))
+    if (f < 0 || f >= info.frame_count)
       throw DataError(ds_.dir() + "/" + ep.shard_file + ": episode " + std::to_string(ep.index) + " row " +
                       std::to_string(t) + " needs frame " + std::to_string(f) + " of " + ep.video_paths[cameras_[v]] +
-                      " but the video has " + std::to_string(fr.size(0)) + " frames; re-run scripts/convert_lerobot.py");
+                      " but the video has " + std::to_string(info.frame_count) +
+                      " frames; re-run scripts/convert_lerobot.py");
+    const auto [fr, first] = frames(loc.episode, cameras_[v], f, &skip_cause);
+    if (!fr.defined()) break;
     // The frame's timestamp (decoded, checked equal to video_pts) against the row's.
     const ArrayView stamps = ds_.array(loc.episode, timestamp_col_);  // float64, or float32 when the parquet had that
     const double ts = (stamps.dtype == DType::Float32 ? static_cast<double>(stamps.as<float>()[t])
@@ -553,7 +658,7 @@ void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb) {
       skip_cause = what;
       break;
     }
-    b["images"][slot][static_cast<int64_t>(v)].copy_(fr[f]);
+    b["images"][slot][static_cast<int64_t>(v)].copy_(fr[f - first]);
   }
   const bool skipped = !skip_cause.empty();
   if (skipped) {

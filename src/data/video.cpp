@@ -21,9 +21,28 @@
 // The index checks run first, so the decoder-level checks only see files the
 // converter accepted: they catch a source video that was already damaged
 // (or an index edited by hand). The batch builder applies data.on_bad_video.
+//
+// Note [Span decoding]
+// A span decode gives frames [k_j, k_{j+1}) of a video, k_j its keyframes in
+// presentation order, without decoding what comes before k_j: what makes
+// random access cheap on videos with short keyframe intervals (LeRobot
+// encodes AV1 with -g 2, so a span is two frames). The file checks move to
+// open_video_checked(): size and SHA-256 as above, then a demux-only scan of
+// every packet: the packet count must be the index's frame_count and the
+// sorted presentation times its video_pts (so a span decode need not reach
+// the end of the file to know the count). A span decode seeks the demuxer to
+// the keyframe packet's dts (AVSEEK_FLAG_BACKWARD: at or before it), decodes
+// with the same error detection, drops the frames whose timestamp is before
+// frame k_j's (leading frames, which may reference an earlier span, and
+// anything before the keyframe when the seek landed earlier), then checks and
+// hands over frames k_j, k_j + 1, ... exactly as the whole decode does, and
+// stops after k_{j+1} - 1. A keyframe starts a closed group here (the
+// decoders open no frame of the span before it), so the frames are the bits
+// the whole decode gives for those indices: test_video checks it for every
+// span of the bundled h264 videos and their AV1 copy.
 #include "loongforge/data/video.hpp"
 
-#include <algorithm>  // std::clamp
+#include <algorithm>  // std::clamp, std::sort, std::upper_bound
 #include <cmath>      // std::fabs
 #include <cstdarg>    // va_list
 #include <cstdio>     // std::snprintf
@@ -31,6 +50,7 @@
 #include <fstream>    // std::ifstream
 #include <memory>     // std::unique_ptr
 #include <mutex>      // std::once_flag
+#include <stdexcept>  // std::invalid_argument
 
 extern "C" {
 #include <libavcodec/avcodec.h>    // AVCodecContext, avcodec_send_packet
@@ -169,40 +189,66 @@ void install_ffmpeg_log() {
 
 namespace {
 
+// A span decode's request (Note [Span decoding]): frames [first, end),
+// reached by seeking to dts `seek_dts`.
+struct SpanRequest {
+  int64_t first = 0, end = 0, seek_dts = 0;
+};
+
 // The decode shared by every entry point. `memory` (may be null: read the
 // file by path) holds the whole file; `check` (may be null) the index's facts;
-// each frame goes to `sink` from one reused buffer.
-VideoFormat decode(const std::string& path, const MemoryFile* memory, const VideoCheck* check, int64_t max_frames,
-                   const FrameSink& sink) {
-  install_ffmpeg_log();
-  auto fail = [&](int64_t frame, const std::string& what) { return BadVideoError(path, frame, what); };
+// `span` (may be null: the whole video) a span to decode instead; each frame
+// goes to `sink` from one reused buffer.
+// An opened demuxer over a file or over bytes in memory (the reader the
+// custom I/O reads from lives beside it, at a fixed address).
+struct Input {
   MemoryFile reader;
   std::unique_ptr<AVIOContext, AvioFree> avio;
+  std::unique_ptr<AVFormatContext, FormatCloser> fmt;
+};
+
+// probe: avformat_find_stream_info, which may decode frames to learn what the
+// container does not say; skipped where the stream was probed already (span
+// decodes of a file open_video_checked opened) or is not decoded (its scan).
+std::unique_ptr<Input> open_input(const std::string& path, const MemoryFile* memory, bool probe = true) {
+  install_ffmpeg_log();
+  auto in = std::make_unique<Input>();
   AVFormatContext* raw_fmt = avformat_alloc_context();
-  if (raw_fmt == nullptr) throw fail(-1, "out of memory allocating a demuxer");
+  if (raw_fmt == nullptr) throw BadVideoError(path, -1, "out of memory allocating a demuxer");
   raw_fmt->error_recognition = AV_EF_EXPLODE;
   if (memory != nullptr) {
-    reader = *memory;
+    in->reader = *memory;
     constexpr int kIoBytes = 1 << 16;
     auto* buf = static_cast<uint8_t*>(av_malloc(kIoBytes));
-    avio.reset(buf ? avio_alloc_context(buf, kIoBytes, 0, &reader, memory_read, nullptr, memory_seek) : nullptr);
-    if (!avio) {
+    in->avio.reset(buf ? avio_alloc_context(buf, kIoBytes, 0, &in->reader, memory_read, nullptr, memory_seek)
+                       : nullptr);
+    if (!in->avio) {
       av_free(buf);
       avformat_free_context(raw_fmt);
-      throw fail(-1, "out of memory allocating the reader");
+      throw BadVideoError(path, -1, "out of memory allocating the reader");
     }
-    raw_fmt->pb = avio.get();
+    raw_fmt->pb = in->avio.get();
     raw_fmt->flags |= AVFMT_FLAG_CUSTOM_IO;
   }
   int rc = avformat_open_input(&raw_fmt, path.c_str(), nullptr, nullptr);  // frees raw_fmt on failure
-  if (rc < 0) throw fail(-1, "cannot open video (" + av_error(rc) + "); check the dataset's videos/ folder");
-  std::unique_ptr<AVFormatContext, FormatCloser> fmt(raw_fmt);
-  if ((rc = avformat_find_stream_info(fmt.get(), nullptr)) < 0)
-    throw fail(-1, "cannot read stream info (" + av_error(rc) + "): truncated or not a video file?");
+  if (rc < 0)
+    throw BadVideoError(path, -1, "cannot open video (" + av_error(rc) + "); check the dataset's videos/ folder");
+  in->fmt.reset(raw_fmt);
+  if (probe && (rc = avformat_find_stream_info(in->fmt.get(), nullptr)) < 0)
+    throw BadVideoError(path, -1, "cannot read stream info (" + av_error(rc) + "): truncated or not a video file?");
+  return in;
+}
+
+VideoFormat decode(const std::string& path, const MemoryFile* memory, const VideoCheck* check, int64_t max_frames,
+                   const FrameSink& sink, const SpanRequest* span = nullptr) {
+  auto fail = [&](int64_t frame, const std::string& what) { return BadVideoError(path, frame, what); };
+  const std::unique_ptr<Input> in = open_input(path, memory, /*probe=*/span == nullptr);
+  AVFormatContext* const fmt_ctx = in->fmt.get();
+  int rc = 0;
   const AVCodec* codec = nullptr;
-  const int stream = av_find_best_stream(fmt.get(), AVMEDIA_TYPE_VIDEO, -1, -1, &codec, 0);
+  const int stream = av_find_best_stream(fmt_ctx, AVMEDIA_TYPE_VIDEO, -1, -1, &codec, 0);
   if (stream < 0) throw fail(-1, "has no video stream");
-  const AVStream* st = fmt->streams[stream];
+  const AVStream* st = fmt_ctx->streams[stream];
   if (codec == nullptr)
     throw fail(-1, "no decoder for codec '" + std::string(avcodec_get_name(st->codecpar->codec_id)) +
                        "' in this FFmpeg build");
@@ -234,9 +280,22 @@ VideoFormat decode(const std::string& path, const MemoryFile* memory, const Vide
   std::unique_ptr<SwsContext, SwsFree> sws;
   std::vector<uint8_t> rgb(frame_bytes);  // the one frame in flight
 
+  const int64_t first = span ? span->first : 0;
+  if (span != nullptr) {
+    if ((rc = av_seek_frame(fmt_ctx, stream, span->seek_dts, AVSEEK_FLAG_BACKWARD)) < 0)
+      throw fail(first, "cannot seek to the keyframe at dts " + std::to_string(span->seek_dts) + " (" + av_error(rc) +
+                            ")");
+    max_frames = span->end - span->first;
+  }
   auto take = [&](AVFrame* f) {
     if (max_frames >= 0 && out.count >= max_frames) return;
-    const int64_t i = out.count;
+    if (span != nullptr) {  // Note [Span decoding]: frames before the span's first are dropped unchecked
+      const int64_t p = f->pts != AV_NOPTS_VALUE ? f->pts : f->best_effort_timestamp;
+      if (p != AV_NOPTS_VALUE && out.count == 0 &&
+          static_cast<double>(p) * time_base < check->pts_s[first] - check->pts_tolerance_s)
+        return;
+    }
+    const int64_t i = first + out.count;
     if (f->decode_error_flags != 0 || (f->flags & AV_FRAME_FLAG_CORRUPT) != 0) {
       char flags[96];
       std::snprintf(flags, sizeof(flags), "decode_error_flags 0x%x%s", static_cast<unsigned>(f->decode_error_flags),
@@ -287,10 +346,10 @@ VideoFormat decode(const std::string& path, const MemoryFile* memory, const Vide
       av_frame_unref(frame.get());
     }
     if (rc != AVERROR(EAGAIN) && rc != AVERROR_EOF)
-      throw fail(out.count, "decoder error after " + std::to_string(out.count) + " good frame(s) (" + av_error(rc) +
+      throw fail(first + out.count, "decoder error after " + std::to_string(out.count) + " good frame(s) (" + av_error(rc) +
                                 "): the bitstream is corrupt; re-copy or re-encode the video");
   };
-  while ((rc = av_read_frame(fmt.get(), packet.get())) >= 0) {
+  while ((rc = av_read_frame(fmt_ctx, packet.get())) >= 0) {
     if (packet->stream_index == stream) {
       if ((packet->flags & AV_PKT_FLAG_CORRUPT) != 0)
         throw fail(out.count, "the demuxer marked a packet corrupt after " + std::to_string(out.count) +
@@ -298,8 +357,8 @@ VideoFormat decode(const std::string& path, const MemoryFile* memory, const Vide
       const int sent = avcodec_send_packet(dec.get(), packet.get());
       av_packet_unref(packet.get());
       if (sent < 0)
-        throw fail(out.count, "decoder error after " + std::to_string(out.count) + " good frame(s) (" +
-                                  av_error(sent) + "): the bitstream is corrupt; re-copy or re-encode the video");
+        throw fail(first + out.count, "decoder error after " + std::to_string(out.count) + " good frame(s) (" +
+                                          av_error(sent) + "): the bitstream is corrupt; re-copy or re-encode the video");
       drain();
       if (max_frames >= 0 && out.count >= max_frames) return out;
     } else {
@@ -310,7 +369,11 @@ VideoFormat decode(const std::string& path, const MemoryFile* memory, const Vide
     throw fail(out.count, "read error after " + std::to_string(out.count) + " frame(s) (" + av_error(rc) + ")");
   avcodec_send_packet(dec.get(), nullptr);  // flush delayed frames
   drain();
-  if (check != nullptr && out.count != check->frame_count)
+  if (span != nullptr && out.count != max_frames)
+    throw fail(first + out.count, "the span from frame " + std::to_string(first) + " gave " +
+                                      std::to_string(out.count) + " of its " + std::to_string(max_frames) +
+                                      " frames; the file is not the one converted: re-run scripts/convert_lerobot.py");
+  if (span == nullptr && check != nullptr && out.count != check->frame_count)
     throw fail(out.count, "decoded " + std::to_string(out.count) + " frames but the dataset index records " +
                               std::to_string(check->frame_count) +
                               "; the file is truncated or not the one converted: re-run scripts/convert_lerobot.py");
@@ -343,7 +406,10 @@ RgbFrames decode_video_checked(const std::string& path, const VideoCheck& check)
   return keep_all([&](const FrameSink& sink) { return decode_video_checked(path, check, sink); });
 }
 
-VideoFormat decode_video_checked(const std::string& path, const VideoCheck& check, const FrameSink& sink) {
+namespace {
+
+// The file's bytes, after its size and SHA-256 matched the index (Note [Checked video]).
+std::string read_checked(const std::string& path, const VideoCheck& check) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw BadVideoError(path, -1, "cannot open the video file; check the dataset's videos/ folder");
   const auto size = static_cast<int64_t>(in.tellg());
@@ -360,10 +426,96 @@ VideoFormat decode_video_checked(const std::string& path, const VideoCheck& chec
                                       check.sha256.substr(0, 16) +
                                       "... (the file was modified or swapped after conversion); restore it or "
                                       "re-run scripts/convert_lerobot.py");
-  MemoryFile memory;
-  memory.data = reinterpret_cast<const uint8_t*>(bytes.data());
-  memory.size = size;
+  return bytes;
+}
+
+MemoryFile memory_of(const std::string& bytes) {
+  MemoryFile m;
+  m.data = reinterpret_cast<const uint8_t*>(bytes.data());
+  m.size = static_cast<int64_t>(bytes.size());
+  return m;
+}
+
+}  // namespace
+
+VideoFormat decode_video_checked(const std::string& path, const VideoCheck& check, const FrameSink& sink) {
+  const std::string bytes = read_checked(path, check);
+  const MemoryFile memory = memory_of(bytes);
   return decode(path, &memory, &check, -1, sink);
+}
+
+std::pair<int64_t, int64_t> VideoFile::span_of(int64_t frame) const {
+  const auto it = std::upper_bound(key_frames.begin(), key_frames.end(), frame);  // key_frames[0] == 0 <= frame
+  const int64_t first = *(it - 1);
+  return {first, it == key_frames.end() ? frame_count : *it};
+}
+
+VideoFile open_video_checked(const std::string& path, const VideoCheck& check) {
+  VideoFile file;
+  file.path = path;
+  file.bytes = read_checked(path, check);
+  const MemoryFile memory = memory_of(file.bytes);
+  const std::unique_ptr<Input> in = open_input(path, &memory);
+  const int stream = av_find_best_stream(in->fmt.get(), AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
+  if (stream < 0) throw BadVideoError(path, -1, "has no video stream");
+  const AVRational tb = in->fmt->streams[stream]->time_base;
+  const double time_base = static_cast<double>(tb.num) / static_cast<double>(tb.den);
+  struct Packet {
+    int64_t pts, dts;
+    bool key;
+  };
+  std::vector<Packet> packets;
+  std::unique_ptr<AVPacket, PacketFree> packet(av_packet_alloc());
+  int rc = 0;
+  while ((rc = av_read_frame(in->fmt.get(), packet.get())) >= 0) {
+    if (packet->stream_index == stream) {
+      if ((packet->flags & AV_PKT_FLAG_CORRUPT) != 0 || packet->pts == AV_NOPTS_VALUE)
+        throw BadVideoError(path, -1, "packet " + std::to_string(packets.size()) +
+                                          ((packet->flags & AV_PKT_FLAG_CORRUPT) != 0 ? " is marked corrupt"
+                                                                                      : " has no timestamp"));
+      packets.push_back({packet->pts, packet->dts, (packet->flags & AV_PKT_FLAG_KEY) != 0});
+    }
+    av_packet_unref(packet.get());
+  }
+  if (rc != AVERROR_EOF) throw BadVideoError(path, -1, "read error while scanning packets (" + av_error(rc) + ")");
+  if (static_cast<int64_t>(packets.size()) != check.frame_count)
+    throw BadVideoError(path, -1, "has " + std::to_string(packets.size()) + " video packets but the dataset index "
+                                      "records " + std::to_string(check.frame_count) +
+                                      " frames; the file is not the one converted: re-run scripts/convert_lerobot.py "
+                                      "(or set data.video_decode=whole)");
+  std::sort(packets.begin(), packets.end(), [](const Packet& a, const Packet& b) { return a.pts < b.pts; });
+  for (size_t i = 0; i < packets.size(); ++i) {
+    const double pts_s = static_cast<double>(packets[i].pts) * time_base;
+    if (check.pts_s != nullptr && !(std::fabs(pts_s - check.pts_s[i]) <= check.pts_tolerance_s)) {
+      char what[256];
+      std::snprintf(what, sizeof(what),
+                    "packet timestamp %.6f s differs from the %.6f s the shard's video_pts records for this frame; "
+                    "the file is not the one converted: re-run scripts/convert_lerobot.py",
+                    pts_s, check.pts_s[i]);
+      throw BadVideoError(path, static_cast<int64_t>(i), what);
+    }
+    if (packets[i].key || i == 0) {
+      file.key_frames.push_back(static_cast<int64_t>(i));
+      file.key_dts.push_back(packets[i].dts != AV_NOPTS_VALUE ? packets[i].dts : packets[i].pts);
+    }
+  }
+  file.frame_count = static_cast<int64_t>(packets.size());
+  return file;
+}
+
+VideoFormat decode_span_checked(const VideoFile& file, const VideoCheck& check, int64_t first, int64_t end,
+                                const FrameSink& sink) {
+  const auto it = std::lower_bound(file.key_frames.begin(), file.key_frames.end(), first);
+  if (it == file.key_frames.end() || *it != first || end <= first || end > file.frame_count)
+    throw std::invalid_argument("decode_span_checked: [" + std::to_string(first) + ", " + std::to_string(end) +
+                                ") is not a span of " + file.path);
+  if (check.pts_s == nullptr) throw std::invalid_argument("decode_span_checked: the check needs video_pts");
+  SpanRequest span;
+  span.first = first;
+  span.end = end;
+  span.seek_dts = file.key_dts[static_cast<size_t>(it - file.key_frames.begin())];
+  const MemoryFile memory = memory_of(file.bytes);
+  return decode(file.path, &memory, &check, -1, sink, &span);
 }
 
 }  // namespace loongforge::data

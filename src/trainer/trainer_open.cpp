@@ -125,6 +125,7 @@ void Trainer::open_data() {
   so.open_episodes = cfg_.data.open_episodes;
   so.shuffle_buffer = cfg_.data.shuffle_buffer;
   so.frame_cache_mb = cfg_.data.frame_cache_mb;
+  so.video_decode = cfg_.data.video_decode;
   if (so.sampler == "episode" && !so.shuffle)
     throw ConfigError("data.sampler=episode orders a shuffled epoch, but data.shuffle is false (unshuffled, the "
                       "order is already episode by episode): set data.shuffle=true or data.sampler=uniform");

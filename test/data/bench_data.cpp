@@ -4,6 +4,7 @@
 // reference PyTorch DataLoader; not a test.
 //
 //   bench_data DATASET sync|adfe THREADS PREFETCH MICRO_BATCHES BATCH IMAGE_SIZE FRAME_CACHE_MB
+//              [uniform|episode OPEN_EPISODES SHUFFLE_BUFFER] [video_decode=whole|span]
 // prints one JSON object.
 #include <chrono>    // std::chrono::steady_clock
 #include <cstdio>    // std::printf
@@ -26,9 +27,11 @@ struct NoPhases final : PhaseRecorder {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::string video_decode = "whole";
+  if (argc > 9 && std::string(argv[argc - 1]).rfind("video_decode=", 0) == 0) video_decode = argv[--argc] + 13;
   if (argc != 9 && argc != 12) {
     std::cerr << "usage: bench_data DATASET sync|adfe THREADS PREFETCH MICRO_BATCHES BATCH IMAGE_SIZE FRAME_CACHE_MB "
-                 "[uniform|episode OPEN_EPISODES SHUFFLE_BUFFER]\n";
+                 "[uniform|episode OPEN_EPISODES SHUFFLE_BUFFER] [video_decode=whole|span]\n";
     return 2;
   }
   const std::string path = argv[1], kind = argv[2];
@@ -38,6 +41,7 @@ int main(int argc, char** argv) {
   o.image_size = std::atoll(argv[7]);
   o.frame_cache_mb = std::atoll(argv[8]);
   o.accumulation = 1;
+  o.video_decode = video_decode;
   if (argc == 12) {  // data.sampler, data.open_episodes, data.shuffle_buffer
     o.sampler = argv[9];
     o.open_episodes = std::atoll(argv[10]);
@@ -60,7 +64,9 @@ int main(int argc, char** argv) {
                               {"samples", micro_batches * o.micro_batch_size},
                               {"seconds", s},
                               {"samples_per_s", static_cast<double>(micro_batches * o.micro_batch_size) / s},
+                              {"video_decode", video_decode},
                               {"videos_decoded", stats.videos_decoded},
+                              {"spans_decoded", stats.spans_decoded},
                               {"frames_decoded", stats.frames_decoded}};
     std::printf("%s\n", r.dump().c_str());
   } catch (const std::exception& e) {

@@ -405,3 +405,148 @@ TEST_CASE("video: an AV1 copy (SVT-AV1, -g 2) decodes through libdav1d to the h2
             psnr(a.pixels.data() + 100 * frame_bytes, h.pixels.data() + 100 * frame_bytes, frame_bytes));
   }
 }
+
+namespace {
+// Every span of episode position `e` decoded alone equals the whole decode's frames, bit for bit.
+int64_t check_every_span(const Dataset& ds, size_t e, const std::string& codec) {
+  const RgbFrames whole = decode_checked(ds, e);
+  const VideoCheck check = check_of(ds, e);
+  const VideoFile file = open_video_checked(ds.episodes()[e].video_paths[0], check);
+  REQUIRE(file.frame_count == whole.count);
+  REQUIRE(file.key_frames.front() == 0);
+  REQUIRE(file.key_frames.size() == file.key_dts.size());
+  const size_t frame_bytes = static_cast<size_t>(whole.height * whole.width * 3);
+  int64_t next = 0;
+  for (size_t k = 0; k < file.key_frames.size(); ++k) {
+    const int64_t first = file.key_frames[k];
+    const int64_t end = k + 1 < file.key_frames.size() ? file.key_frames[k + 1] : file.frame_count;
+    REQUIRE(file.span_of(first) == std::make_pair(first, end));
+    REQUIRE(file.span_of(end - 1) == std::make_pair(first, end));
+    const VideoFormat f = decode_span_checked(file, check, first, end, [&](const DecodedFrame& frame) {
+      INFO(codec << " episode " << e << " span " << k << " frame " << frame.index);
+      REQUIRE(frame.index == next);
+      REQUIRE(frame.pts_s == whole.pts_s[static_cast<size_t>(next)]);
+      REQUIRE(std::memcmp(frame.rgb, whole.pixels.data() + static_cast<size_t>(next) * frame_bytes, frame_bytes) == 0);
+      ++next;
+    });
+    REQUIRE(f.count == end - first);
+  }
+  REQUIRE(next == whole.count);  // the spans cover the video once, in order
+  return static_cast<int64_t>(file.key_frames.size());
+}
+}  // namespace
+
+TEST_CASE("video: every keyframe span decoded alone (a seek) gives the whole decode's frames bit for bit, "
+          "h264 with B-frames and its AV1 copy") {
+  const Dataset h264 = Dataset::open(kData), av1 = Dataset::open(kAv1Data);
+  for (size_t e : {size_t{0}, size_t{3}}) {
+    const int64_t hs = check_every_span(h264, e, "h264"), as = check_every_span(av1, e, "av1");
+    INFO("episode " << e << ": " << hs << " h264 spans, " << as << " AV1 spans");
+    REQUIRE(hs >= 2);
+    REQUIRE(as > 100);  // -g 2: a keyframe every 2 frames or so
+  }
+}
+
+TEST_CASE("video: span decoding checks the file once when it is opened: a swapped video, a packet count or a "
+          "timestamp off the index is refused naming the file; a span that is not one is refused") {
+  const Dataset ds = Dataset::open(kData);
+  VideoCheck check = check_of(ds, 0);
+  const std::string path = ds.episodes()[0].video_paths[0];
+  VideoCheck wrong_hash = check;
+  wrong_hash.sha256 = std::string(64, '0');
+  REQUIRE_THROWS_WITH(open_video_checked(path, wrong_hash), Contains(path) && Contains("SHA-256 "));
+  VideoCheck fewer = check;
+  fewer.frame_count -= 1;
+  REQUIRE_THROWS_WITH(open_video_checked(path, fewer),
+                      Contains(path) && Contains("has 416 video packets but the dataset index records 415 frames"));
+  std::vector<double> shifted(check.pts_s, check.pts_s + check.frame_count);
+  shifted[200] += 0.01;
+  VideoCheck retimed = check;
+  retimed.pts_s = shifted.data();
+  REQUIRE_THROWS_WITH(open_video_checked(path, retimed), Contains(path + ": frame 200: packet timestamp"));
+  const VideoFile file = open_video_checked(path, check);
+  REQUIRE_THROWS_WITH(decode_span_checked(file, check, 1, 2, [](const DecodedFrame&) {}), Contains("is not a span"));
+  // A span decode still checks each frame against video_pts: one retimed inside the span is an error.
+  const auto [first, end] = file.span_of(200);
+  REQUIRE_THROWS_WITH(decode_span_checked(file, retimed, first, end, [](const DecodedFrame&) {}),
+                      Contains(path + ": frame 200: decoded timestamp"));
+}
+
+namespace {
+struct NoPhases final : PhaseRecorder {
+  bool recording() const override { return false; }
+  void end_phase(const char*, int64_t, int64_t, Clock::time_point) override {}
+};
+
+void require_same_batch(const ReadyBatch& a, const ReadyBatch& b) {
+  REQUIRE(a.num_valid == b.num_valid);
+  REQUIRE(a.tensors.size() == b.tensors.size());
+  for (const auto& [key, t] : a.tensors) {
+    INFO("key " << key);
+    REQUIRE(at::equal(t, b.tensors.at(key)));
+  }
+}
+
+SampleOptions span_options(const std::string& decode, const std::string& policy = "error") {
+  SampleOptions o = options(policy);
+  o.shuffle = true;
+  o.video_decode = decode;
+  return o;
+}
+}  // namespace
+
+TEST_CASE("video: with data.video_decode=span the plain and the ADFE source give whole-video decoding's "
+          "micro-batches bit for bit, h264 and AV1, also when a small cache evicts spans, decoding fewer frames") {
+  NoPhases phases;
+  for (const std::string& dir : {kData, kAv1Data}) {
+    const Dataset ds = Dataset::open(dir);
+    auto whole = make_sync_source(ds, span_options("whole"), c10::kCPU, 16);
+    auto span = make_sync_source(ds, span_options("span"), c10::kCPU, 16);
+    auto adfe = make_async_source(ds, span_options("span"), c10::kCPU, 16, {4, 2, 64.0});
+    SampleOptions tiny = span_options("span");
+    tiny.frame_cache_mb = 1;  // a few spans: most are evicted and decoded again
+    auto evicting = make_sync_source(ds, tiny, c10::kCPU, 16);
+    for (int64_t step = 0; step < 4; ++step) {
+      INFO(dir << " step " << step);
+      const ReadyBatch want = whole->next(step, 0, phases);
+      require_same_batch(span->next(step, 0, phases), want);
+      require_same_batch(adfe->next(step, 0, phases), want);
+      require_same_batch(evicting->next(step, 0, phases), want);
+    }
+    const DataStats w = whole->stats(), s = span->stats();
+    INFO(dir << ": whole decoded " << w.frames_decoded << " frames in " << w.spans_decoded << " decodes; span "
+             << s.frames_decoded << " in " << s.spans_decoded << " spans of " << s.videos_decoded << " files");
+    REQUIRE(w.spans_decoded == w.videos_decoded);
+    REQUIRE(s.videos_decoded == w.videos_decoded);  // each file read and checked once
+    REQUIRE(s.video_bytes_read == w.video_bytes_read);
+    // The h264 videos have 2 spans each and 32 samples touch both of every video: the same frames.
+    REQUIRE(s.frames_decoded <= w.frames_decoded);
+    if (dir == kAv1Data) REQUIRE(s.frames_decoded * 10 < w.frames_decoded);  // -g 2: spans of about 2 frames
+    REQUIRE(evicting->stats().cache_bytes <= (1 << 20) + 2 * 416 * 3 * 64 * 64 * 4);
+  }
+}
+
+TEST_CASE("video: with span decoding a bad video stops with the same message, or its samples are skipped and "
+          "counted as with whole-video decoding") {
+  const std::string dir = copy_dataset("span-swap");
+  std::ofstream(video_of(dir, 0), std::ios::binary | std::ios::trunc) << read_file(video_of(kData, 1));
+  const Dataset ds = Dataset::open(dir);
+  {
+    BatchBuilder whole(ds, span_options("whole")), span(ds, span_options("span"));
+    std::string a, b;
+    try { whole.sample(3); } catch (const DataError& e) { a = e.what(); }
+    try { span.sample(3); } catch (const DataError& e) { b = e.what(); }
+    REQUIRE_THAT(a, Contains(stop_message(dir) + "the file has "));
+    REQUIRE(a == b);
+  }
+  BatchBuilder whole(ds, span_options("whole", "skip")), span(ds, span_options("span", "skip"));
+  for (int64_t step = 0; step < 4; ++step) {
+    INFO("step " << step);
+    MicroBatch w = whole.micro_batch(step, 0), s = span.micro_batch(step, 0);
+    REQUIRE(w.num_valid == s.num_valid);
+    for (const auto& [key, t] : w.tensors) REQUIRE(at::equal(t, s.tensors.at(key)));
+  }
+  REQUIRE(whole.stats().samples_skipped > 0);
+  REQUIRE(span.stats().samples_skipped == whole.stats().samples_skipped);
+  REQUIRE(span.stats().videos_bad == 1);
+}

@@ -16,7 +16,11 @@
 //  - Decoded, resized frames are cached per episode (LRU bounded by bytes);
 //    a video is decoded sequentially once per cache miss, never per sample,
 //    and streamed: its full-size frames are resized a few at a time, never
-//    all held (Note [Frame cache]).
+//    all held (Note [Frame cache]). With video_decode = "span" the unit of
+//    decoding and caching is a keyframe span instead (video.hpp): a video's
+//    file is read and checked once and kept in the cache too, and a miss
+//    decodes only the span holding the needed frame; the frames are the
+//    same bits.
 //    Entries that are in use stay alive until their user drops them, so the
 //    bound can be exceeded by the videos of the micro-batches in flight.
 //  - Each video is checked against the dataset index when decoded
@@ -48,8 +52,10 @@
 #include <condition_variable>  // std::condition_variable
 #include <cstdint>             // int64_t, uint64_t
 #include <exception>           // std::exception_ptr
+#include <functional>          // std::function
 #include <list>                // std::list
 #include <map>                 // std::map
+#include <memory>              // std::shared_ptr
 #include <mutex>               // std::mutex
 #include <set>                 // std::set
 #include <string>              // std::string
@@ -59,6 +65,7 @@
 #include <ATen/core/Tensor.h>  // at::Tensor
 
 #include "loongforge/data/dataset.hpp"
+#include "loongforge/data/video.hpp"
 
 namespace loongforge::data {
 
@@ -162,10 +169,13 @@ struct SampleOptions {
   int64_t frame_height = 0, frame_width = 0;
   // data.on_bad_video (Note [Bad videos] in batch.cpp): "error" or "skip".
   std::string on_bad_video = "error";
+  // data.video_decode: "whole" (a video per decode) or "span" (a keyframe span per decode).
+  std::string video_decode = "whole";
 };
 
 struct DataStats {
-  int64_t videos_decoded = 0;   // by any thread, including prefetches not (yet) used
+  int64_t videos_decoded = 0;   // by any thread, including prefetches not (yet) used (span decoding: files opened)
+  int64_t spans_decoded = 0;    // decodes (whole videos, or keyframe spans with video_decode = "span")
   int64_t frames_decoded = 0;
   double decode_ms = 0;         // summed over the decoding threads
   int64_t videos_bad = 0;       // videos found bad (on_bad_video=skip; each logged at warn with its cause)
@@ -206,12 +216,14 @@ class BatchBuilder {
   // One sample without flow-matching draws (tests, inspection).
   Batch sample(int64_t sample_id);
 
-  // The videos (frame-cache keys) samples `sample_ids` need, each once, in
+  // What samples `sample_ids` need decoded (opaque keys for prefetch():
+  // their videos, or with span decoding their frames), each once, in
   // first-use order. Any thread.
   std::vector<int64_t> videos_of(const std::vector<int64_t>& sample_ids) const;
-  // Decodes video `key` into the frame cache unless it is there or being
-  // decoded. Any thread, concurrently with micro_batch(); never throws (a
-  // failure is kept for the micro_batch() that needs the video).
+  // Decodes what `key` names (a videos_of() key) into the frame cache unless
+  // it is there or being decoded. Any thread, concurrently with
+  // micro_batch(); never throws (a failure is kept for the micro_batch()
+  // that needs it).
   void prefetch(int64_t key);
   // While on, micro_batch() throws a DataError at its next cache miss instead
   // of decoding (ADFE's shutdown). Any thread.
@@ -222,21 +234,40 @@ class BatchBuilder {
     size_t episode;
     int64_t row;
   };
-  // One frame-cache entry (Note [Frame cache]).
+  // One frame-cache entry (Note [Frame cache]): the frames of a video or of
+  // a span, or (span decoding) a checked video file.
   struct Entry {
     enum class State { kDecoding, kReady, kBad, kFailed } state = State::kDecoding;
     at::Tensor frames;         // kReady: (len, 3, S, S) float32, or (len, h, w, 3) uint8 with frames_on_device
+    std::shared_ptr<const VideoFile> file;  // kReady file entries: the bytes and keyframes
     std::string cause;         // kBad (on_bad_video=skip): where and why
     std::exception_ptr error;  // kFailed: raised by the micro-batch that needs it
-    int64_t bytes_read = 0;    // kReady: the video file's bytes (read whole, hashed, decoded from memory)
+    int64_t bytes_read = 0;    // kReady: the video file's bytes read for it (read whole, hashed)
+    int64_t bytes() const;     // what it holds, against frame_cache_mb
   };
   Location locate(int64_t sample_id) const;
   void fill(int64_t slot, int64_t sample_id, MicroBatch& mb);  // also adds to mb's counts
-  // (len, 3, S, S) float32, or undefined when the video is bad and
-  // on_bad_video is "skip" (*cause says why). Waits for a decode in flight.
-  at::Tensor frames(size_t episode, int camera, std::string* cause);
-  // Decodes and checks one video; thread-safe (reads only immutable state).
-  Entry decode(int64_t key) const;
+  // The frames of `frame` of a video: a (len, 3, S, S) float32 (or uint8 device-layout) tensor
+  // and the frame's row in it, or an undefined tensor when the video is bad and on_bad_video
+  // is "skip" (*cause says why). Waits for a decode in flight.
+  std::pair<at::Tensor, int64_t> frames(size_t episode, int camera, int64_t frame, std::string* cause);
+  // Entry `key`, made on this thread on a miss (make() builds it, outside the lock); a
+  // ready or bad one is returned, a stored failure rethrown; one in flight on another
+  // thread is waited for (wait) or gives nullptr. mu_ held by `lock`.
+  Entry* entry_locked(std::unique_lock<std::mutex>& lock, int64_t key, const std::function<Entry()>& make,
+                      bool wait);
+  // The cache key of `want` (a videos_of() key). With span decoding the video's file entry
+  // comes first (opened here on a miss): *file is it, or, when it is bad, *bad its entry and
+  // the key returned its key; -1 when it is in flight elsewhere and !wait. mu_ held by `lock`.
+  int64_t resolve_locked(std::unique_lock<std::mutex>& lock, int64_t want, std::shared_ptr<const VideoFile>* file,
+                         bool wait, Entry** bad);
+  // The index's facts about a video; a bad video's entry under data.on_bad_video.
+  VideoCheck video_check(size_t episode, int camera) const;
+  Entry bad_video(size_t episode, int camera, const BadVideoError& e) const;
+  // Decodes and checks one video or span (file: null for a whole video); opens and checks one
+  // file. Thread-safe (read only immutable state).
+  Entry decode(int64_t key, const VideoFile* file) const;
+  Entry open_file(int64_t key) const;
   void store_locked(int64_t key, Entry entry);  // mu_ held
 
   const Dataset& ds_;
@@ -251,7 +282,8 @@ class BatchBuilder {
   // Normalization statistics: (min, max) or (mean, std) per value.
   std::vector<double> state_a_, state_b_, action_a_, action_b_;
   bool mean_std_ = false;
-  // The frame cache, key = episode * 1024 + camera; guarded by mu_.
+  // The frame cache, key = (episode * 1024 + camera) << 20 | first frame of the span (0 for a
+  // whole video; kFileKey for the file entry of span decoding); guarded by mu_.
   mutable std::mutex mu_;
   std::condition_variable decoded_;  // an entry left kDecoding
   std::map<int64_t, Entry> cache_;

@@ -18,6 +18,13 @@
 //    keeps none: one full-size RGB frame is held at a time (besides the
 //    compressed file and the decoder's own reference frames), whatever the
 //    video's length. The frames are the bits the RgbFrames forms return.
+//  - Span decoding (open_video_checked + decode_span_checked): the file is
+//    read and checked once (size, SHA-256), and its packets are scanned
+//    without decoding: their count and presentation times are checked
+//    against the index, and the keyframes split the video into spans. A span
+//    [key_frames[k], key_frames[k+1]) then decodes from its keyframe alone (a
+//    seek), with the per-frame checks, and gives the frames a whole decode
+//    gives for those indices, bit for bit (Note [Span decoding] in video.cpp).
 //  - FFmpeg's own log lines go to the "data" logger at their level
 //    (installed on first use).
 //  - Stateless and thread-safe: each call owns its FFmpeg contexts.
@@ -26,7 +33,8 @@
 #include <cstdint>     // uint8_t, int64_t
 #include <functional>  // std::function
 #include <string>      // std::string
-#include <vector>   // std::vector
+#include <utility>     // std::pair
+#include <vector>      // std::vector
 
 #include "loongforge/common/error.hpp"
 
@@ -95,6 +103,31 @@ using FrameSink = std::function<void(const DecodedFrame& frame)>;
 // The count check comes after the last frame: a sink may have seen the
 // frames of a video that then fails it.
 VideoFormat decode_video_checked(const std::string& path, const VideoCheck& check, const FrameSink& sink);
+
+// A video read and checked once, for span decodes: its compressed bytes, and
+// the frame indices (presentation order) where its keyframes are, which
+// start the spans; key_frames[0] is 0. Immutable once made: decodes on
+// several threads may share one.
+struct VideoFile {
+  std::string path;
+  std::string bytes;
+  std::vector<int64_t> key_frames;
+  std::vector<int64_t> key_dts;  // each keyframe packet's dts (stream time base): where a span's seek goes
+  int64_t frame_count = 0;
+  // The span holding frame `frame`: [first, end).
+  std::pair<int64_t, int64_t> span_of(int64_t frame) const;
+};
+// Reads the file, checks its size and SHA-256 (as decode_video_checked), and
+// scans its packets: their count must be check.frame_count and their sorted
+// presentation times check.pts_s. Throws BadVideoError naming the file.
+VideoFile open_video_checked(const std::string& path, const VideoCheck& check);
+// Decodes frames [first, end) of `file` (first a keyframe index of it, end <=
+// its frame count) from that keyframe, with decode_video_checked's per-frame
+// checks; `sink` gets them in order with their indices. Frames the decoder
+// puts out before `first` (ones that lead a keyframe in presentation order)
+// are dropped unchecked. Throws BadVideoError.
+VideoFormat decode_span_checked(const VideoFile& file, const VideoCheck& check, int64_t first, int64_t end,
+                                const FrameSink& sink);
 
 // Routes FFmpeg's log (av_log) to the "data" logger; idempotent. Called by
 // the decode functions; exposed for tests.
