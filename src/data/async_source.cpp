@@ -1,5 +1,6 @@
 // ADFE, the asynchronous BatchSource: a producer thread, a decode pool, a
 // bounded queue and (CUDA) pinned slots with a copy stream (source.hpp).
+#include <atomic>              // std::atomic
 #include <condition_variable>  // std::condition_variable
 #include <cstdio>              // std::snprintf
 #include <deque>               // std::deque
@@ -66,7 +67,9 @@ int64_t slot_bytes_needed(const SampleOptions& options) {
 // Threads running BatchBuilder::prefetch on the videos handed to them, first come first served.
 class DecodePool {
  public:
-  DecodePool(BatchBuilder& builder, int64_t threads) : builder_(builder) {
+  // `pending` counts the jobs handed over and not started (DataStats::decode_jobs).
+  DecodePool(BatchBuilder& builder, int64_t threads, std::atomic<int64_t>& pending)
+      : builder_(builder), pending_(pending) {
     for (int64_t i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
   }
   ~DecodePool() { stop(); }
@@ -77,6 +80,7 @@ class DecodePool {
     {
       std::lock_guard<std::mutex> lock(mu_);
       jobs_.insert(jobs_.end(), keys.begin(), keys.end());
+      pending_ = static_cast<int64_t>(jobs_.size());
     }
     cv_.notify_all();
   }
@@ -86,6 +90,7 @@ class DecodePool {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
       jobs_.clear();
+      pending_ = 0;
     }
     cv_.notify_all();
     for (auto& t : threads_)
@@ -104,12 +109,14 @@ class DecodePool {
         if (stop_) return;
         key = jobs_.front();
         jobs_.pop_front();
+        pending_ = static_cast<int64_t>(jobs_.size());
       }
       builder_.prefetch(key);  // never throws: a failure is kept in the cache
     }
   }
 
   BatchBuilder& builder_;
+  std::atomic<int64_t>& pending_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<int64_t> jobs_;
@@ -185,6 +192,8 @@ class AsyncSource final : public BatchSource {
     d.samples_skipped = skipped_;
     d.videos_bad = bad_;
     d.queue_depth = depth_;
+    d.decode_jobs = decode_jobs_;
+    d.h2d_bytes = h2d_bytes_;
     return d;
   }
 
@@ -199,7 +208,7 @@ class AsyncSource final : public BatchSource {
     }
     builder_.cancel(false);
     want_step_ = step, want_micro_ = micro;
-    pool_ = std::make_unique<DecodePool>(builder_, async_.decode_threads);
+    pool_ = std::make_unique<DecodePool>(builder_, async_.decode_threads, decode_jobs_);
     producer_ = std::thread([this, step, micro] { produce(step * accumulation_ + micro); });
   }
 
@@ -286,6 +295,7 @@ class AsyncSource final : public BatchSource {
       dev.copy_(host, /*non_blocking=*/true);
       item.batch.tensors.emplace(key, std::move(dev));
       offset += aligned(bytes);
+      h2d_bytes_ += bytes;
     }
     finish_images(item.batch.tensors, image_size_, mb.blank_slots);  // on the copy stream, before its event
     item.copied = std::make_shared<at::cuda::CUDAEvent>();
@@ -302,6 +312,8 @@ class AsyncSource final : public BatchSource {
   AsyncOptions async_;
   int64_t accumulation_, image_tokens_per_sample_, batch_size_, image_size_;
 
+  std::atomic<int64_t> decode_jobs_{0};  // the pool's pending jobs (DataStats::decode_jobs); outlives pool_
+  std::atomic<int64_t> h2d_bytes_{0};    // staged to the device so far (DataStats::h2d_bytes)
   std::unique_ptr<DecodePool> pool_;
   std::thread producer_;
   mutable std::mutex mu_;  // guards the queue, stop_ and the counts handed out

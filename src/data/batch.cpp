@@ -551,12 +551,11 @@ BatchBuilder::Entry* BatchBuilder::entry_locked(std::unique_lock<std::mutex>& lo
 }
 
 int64_t BatchBuilder::resolve_locked(std::unique_lock<std::mutex>& lock, int64_t want,
-                                     std::shared_ptr<const VideoFile>* file, bool wait, Entry** bad) {
+                                     std::shared_ptr<const VideoFile>* file, Entry** bad) {
   const int64_t vk = want >> kSpanBits;
   if (opt_.video_decode != "span") return vk << kSpanBits;
   const int64_t fkey = (vk << kSpanBits) | kFileKey;
-  Entry* f = entry_locked(lock, fkey, [this, fkey] { return open_file(fkey); }, wait);
-  if (f == nullptr) return -1;  // being opened by another thread (prefetch: not waited for)
+  Entry* f = entry_locked(lock, fkey, [this, fkey] { return open_file(fkey); }, /*wait=*/true);
   if (f->state == Entry::State::kBad) {
     *bad = f;
     return fkey;
@@ -570,8 +569,10 @@ void BatchBuilder::prefetch(int64_t want) {
     std::unique_lock<std::mutex> lock(mu_);
     std::shared_ptr<const VideoFile> file;
     Entry* bad = nullptr;
-    const int64_t key = resolve_locked(lock, want, &file, /*wait=*/false, &bad);
-    if (key < 0 || bad != nullptr) return;
+    // The file is waited for when another thread is opening it (a short read and scan): giving up
+    // would leave the span to the micro-batch's own thread. A span in flight elsewhere is not.
+    const int64_t key = resolve_locked(lock, want, &file, &bad);
+    if (bad != nullptr) return;
     const VideoFile* f = file.get();
     entry_locked(lock, key, [this, key, f] { return decode(key, f); }, /*wait=*/false);
   } catch (...) {
@@ -583,7 +584,7 @@ std::pair<at::Tensor, int64_t> BatchBuilder::frames(size_t episode, int camera, 
   std::unique_lock<std::mutex> lock(mu_);
   std::shared_ptr<const VideoFile> file;
   Entry* bad = nullptr;
-  const int64_t key = resolve_locked(lock, (video_key(episode, camera) << kSpanBits) | frame, &file, true, &bad);
+  const int64_t key = resolve_locked(lock, (video_key(episode, camera) << kSpanBits) | frame, &file, &bad);
   const VideoFile* f = file.get();
   Entry* e = bad != nullptr ? bad : entry_locked(lock, key, [this, key, f] { return decode(key, f); }, true);
   if (e->state == Entry::State::kBad) {

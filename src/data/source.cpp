@@ -2,6 +2,8 @@
 // host-to-device copy (source.hpp).
 #include "loongforge/data/source.hpp"
 
+#include <atomic>  // std::atomic
+
 #include "loongforge/data/frames.hpp"
 
 namespace loongforge::data {
@@ -29,16 +31,23 @@ class SyncSource final : public BatchSource {
     Phase p(phases, "h2d", step + 1, micro);
     // Through page-locked memory, so the copy is asynchronous (from pageable
     // memory the host would wait for it).
-    for (auto& [key, t] : mb.tensors)
+    for (auto& [key, t] : mb.tensors) {
       r.tensors.emplace(key, device_.is_cuda() ? t.pin_memory().to(device_, /*non_blocking=*/true) : t);
+      if (device_.is_cuda()) h2d_bytes_ += static_cast<int64_t>(t.nbytes());
+    }
     finish_images(r.tensors, image_size_, mb.blank_slots);
     return r;
   }
   const Sampler& sampler() const override { return builder_.sampler(); }
-  DataStats stats() const override { return builder_.stats(); }
+  DataStats stats() const override {
+    DataStats d = builder_.stats();
+    d.h2d_bytes = h2d_bytes_;
+    return d;
+  }
 
  private:
   BatchBuilder builder_;
+  std::atomic<int64_t> h2d_bytes_{0};  // next()'s thread adds, stats() reads from any
   c10::Device device_;
   int64_t image_tokens_per_sample_, batch_size_, image_size_;
 };

@@ -122,8 +122,11 @@ void Trainer::step() {
   const double since_ms = std::chrono::duration<double, std::milli>(Clock::now() - frames_counted_at_).count();
   r.decoded_frames_per_s = static_cast<double>(ds.frames_decoded - frames_counted_) / std::max(since_ms / 1000.0, 1e-6);
   r.read_mb_per_s = static_cast<double>(ds.video_bytes_read - bytes_counted_) / (1 << 20) / std::max(since_ms / 1000.0, 1e-6);
+  r.h2d_mb_per_s = static_cast<double>(ds.h2d_bytes - h2d_counted_) / (1 << 20) / std::max(since_ms / 1000.0, 1e-6);
+  r.decode_jobs = static_cast<double>(ds.decode_jobs);
   frames_counted_ = ds.frames_decoded;
   bytes_counted_ = ds.video_bytes_read;
+  h2d_counted_ = ds.h2d_bytes;
   frames_counted_at_ = Clock::now();
   set_step_time(r, ms_since(t_step));  // the fast path corrects it once the step's values are back
   step_started_ = t_step;
@@ -172,7 +175,8 @@ void Trainer::step_boundary() {
   if (newest) publish("training", newest);
   control_->step_done(s, record_.step_ms + ms_since(t_step_end), memory::to_json(memory::stats(device_)),
                       {{"queue_depth", record_.data_queue_depth}, {"decoded_frames_per_s", record_.decoded_frames_per_s},
-                       {"read_mb_per_s", record_.read_mb_per_s}});
+                       {"read_mb_per_s", record_.read_mb_per_s}, {"h2d_mb_per_s", record_.h2d_mb_per_s},
+                       {"decode_jobs", record_.decode_jobs}});
 }
 
 // Step time and the rates derived from it.
@@ -261,9 +265,13 @@ nlohmann::json Trainer::data_status(const StepRecord* r) const {
                       {"frame_cache_limit_mb", cfg_.data.frame_cache_mb}};
   if (cfg_.adfe.enable)
     d.update({{"queue_depth", ds.queue_depth},
+              {"decode_jobs", ds.decode_jobs},
               {"prefetch_factor", cfg_.adfe.prefetch_factor},
               {"decode_threads", cfg_.adfe.decode_threads}});
-  if (r) d["decoded_frames_per_s"] = r->decoded_frames_per_s, d["read_mb_per_s"] = r->read_mb_per_s;
+  if (r) {
+    d["decoded_frames_per_s"] = r->decoded_frames_per_s, d["read_mb_per_s"] = r->read_mb_per_s;
+    d["h2d_mb_per_s"] = r->h2d_mb_per_s;
+  }
   return d;
 }
 

@@ -183,6 +183,8 @@ struct DataStats {
   int64_t queue_depth = 0;      // ADFE: micro-batches ready when the trainer took the last one
   int64_t cache_bytes = 0;      // resized frames in the frame cache now (bounded by SampleOptions::frame_cache_mb)
   int64_t video_bytes_read = 0;  // video file bytes read for the decodes counted in videos_decoded (level 0)
+  int64_t decode_jobs = 0;      // ADFE: videos (or spans) handed to the decode threads and not yet started (level 1)
+  int64_t h2d_bytes = 0;        // bytes the source copied to the device so far (level 2; 0 on the CPU)
 };
 
 // Shape and dtype of each tensor of a micro-batch of B samples (the model's
@@ -257,10 +259,10 @@ class BatchBuilder {
   Entry* entry_locked(std::unique_lock<std::mutex>& lock, int64_t key, const std::function<Entry()>& make,
                       bool wait);
   // The cache key of `want` (a videos_of() key). With span decoding the video's file entry
-  // comes first (opened here on a miss): *file is it, or, when it is bad, *bad its entry and
-  // the key returned its key; -1 when it is in flight elsewhere and !wait. mu_ held by `lock`.
+  // comes first (opened here on a miss, waited for while another thread opens it): *file is
+  // it, or, when it is bad, *bad its entry and the key returned its key. mu_ held by `lock`.
   int64_t resolve_locked(std::unique_lock<std::mutex>& lock, int64_t want, std::shared_ptr<const VideoFile>* file,
-                         bool wait, Entry** bad);
+                         Entry** bad);
   // The index's facts about a video; a bad video's entry under data.on_bad_video.
   VideoCheck video_check(size_t episode, int camera) const;
   Entry bad_video(size_t episode, int camera, const BadVideoError& e) const;

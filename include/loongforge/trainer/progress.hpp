@@ -32,6 +32,8 @@ struct StepRecord {
   double data_queue_depth = 0;     // ADFE: micro-batches ready when the step took its last one (0 off ADFE)
   double decoded_frames_per_s = 0; // frames this rank decoded since the previous step's end, per second
   double read_mb_per_s = 0;        // video MB (2^20 bytes) this rank read since the previous step's end, per second
+  double h2d_mb_per_s = 0;         // MB the data source copied to the device since the previous step's end, per second
+  double decode_jobs = 0;          // ADFE: videos (or spans) waiting for a decode thread at the step's end
 };
 
 // The scalars of a record, by their TensorBoard tag (also the metrics.jsonl
