@@ -13,13 +13,7 @@ part=${PART:-all}
 if [ "$part" != runs ]; then
   stamp "environment"; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
   stamp "build"
-  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOONGFORGE_PYTHON="$(command -v python3)" \
-    -DLOONGFORGE_FFMPEG_ROOT="$repo/.gpu-carry/ffmpeg" -DLOONGFORGE_CUDA=ON \
-    -DLOONGFORGE_DATASETS="$repo/.gpu-carry/datasets" \
-    -DLOONGFORGE_TEST_DATASET_PREBUILT="$repo/.gpu-carry/datasets/robot_sim.PickNPlace.lf" > "$OUT/cmake.log" 2>&1 \
-    || { tail -40 "$OUT/cmake.log"; exit 1; }
-  ninja -C build-gpu -j"$(nproc)" test_adfe_gpu test_adfe loongforge-train loongforge > "$OUT/build.log" 2>&1 \
-    || { grep -E "error|FAILED" -A5 "$OUT/build.log" | head -60; exit 1; }
+  bash scripts/gpu/build.sh test_adfe_gpu test_adfe loongforge-train loongforge || exit 1
   stamp "adfe tests (gpu and cpu)"
   (cd build-gpu && ctest -R 'test_adfe' --output-on-failure 2>&1 | tail -20)
 fi

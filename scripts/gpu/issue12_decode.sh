@@ -43,13 +43,7 @@ for p in "$ff/bin/ffmpeg" "$ds/robot_sim.PickNPlace.lf" "$ds/robot_sim.PickNPlac
 done
 
 stamp "build bench_data"
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOONGFORGE_PYTHON="$(command -v python3)" \
-  -DLOONGFORGE_FFMPEG_ROOT="$repo/.gpu-carry/ffmpeg" -DLOONGFORGE_CUDA=ON \
-  -DLOONGFORGE_DATASETS="$repo/.gpu-carry/datasets" \
-  -DLOONGFORGE_TEST_DATASET_PREBUILT="$ds/robot_sim.PickNPlace.lf" > "$OUT/cmake.log" 2>&1 \
-  || { tail -40 "$OUT/cmake.log"; exit 1; }
-ninja -C build-gpu -j"$(nproc)" bench_data > "$OUT/build.log" 2>&1 \
-  || { grep -E "error|FAILED" -A5 "$OUT/build.log" | head -60; exit 1; }
+bash scripts/gpu/build.sh bench_data || exit 1
 
 stamp "torchcodec and the shared FFmpeg"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
@@ -97,8 +91,7 @@ run_bench h264 "$ds/robot_sim.PickNPlace.lf" 62
 run_bench av1 "$ds/robot_sim.PickNPlace.av1.lf" 100
 if [ "${GRAPH_TEST:-0}" = 1 ]; then
   stamp "build test_graph_runner"
-  ninja -C build-gpu -j"$(nproc)" test_graph_runner >> "$OUT/build.log" 2>&1 \
-    || { grep -E "error|FAILED" -A5 "$OUT/build.log" | tail -40; exit 1; }
+  bash scripts/gpu/build.sh test_graph_runner || exit 1
   stamp "test_graph_runner graph capture*"
   (cd build-gpu && ./test/fusion/test_graph_runner "graph capture*" 2>&1 | tail -30)
 fi
