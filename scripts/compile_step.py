@@ -110,6 +110,10 @@ def main() -> int:
     ap.add_argument("--stacks-every", type=float, default=0.0, metavar="S",
                     help="print the main thread's innermost Python frames to stderr every S seconds (0: never): "
                          "where a long compile spends its time, even when it is killed before it ends")
+    ap.add_argument("--cpp-only", action="store_true",
+                    help="package the generated C++ sources and compiled kernels without building the host "
+                         "library (AOTInductor's package_cpp_only): the long host C++ compile of a large model "
+                         "can then run on another machine (scripts/build_aoti_package.py)")
     args = ap.parse_args()
     if args.stacks_every > 0:
         sample_stacks(args.stacks_every)
@@ -204,7 +208,8 @@ def main() -> int:
     tmp = out.with_name(out.stem + ".partial.pt2")
     path = torch._inductor.aoti_compile_and_package(
         ep, package_path=str(tmp),
-        inductor_configs={"aot_inductor.metadata": {"loongforge": json.dumps(manifest)}})
+        inductor_configs={"aot_inductor.metadata": {"loongforge": json.dumps(manifest)},
+                          **({"aot_inductor.package_cpp_only": True} if args.cpp_only else {})})
     Path(path).replace(out)
     t3 = time.time()
     print(f"compiled {cfg.name} micro-step (batch {args.batch_size}, {args.device}, {args.precision}): "
