@@ -29,7 +29,8 @@ env ${COMPILE_ENV-AOT_INDUCTOR_COMPILE_WRAPPER_OPT_LEVEL=O0} PYTHONUNBUFFERED=1 
   --device cuda --precision bf16 --out $pkg --stacks-every 30 ${CPP_ONLY:+--cpp-only}
 stamp "compile_step: exit $?"
 if [ -f $pkg ] && [ -n "${CPP_ONLY:-}" ]; then
-  ls -l $pkg; sha256sum $pkg; unzip -l $pkg | tail -3
+  ls -l $pkg; sha256sum $pkg
+  python3 -c 'import sys, zipfile; n = zipfile.ZipFile(sys.argv[1]).namelist(); print(len(n), "files,", sum(x.endswith(".cubin") for x in n), "cubins")' $pkg
   gzip -6 -c $pkg > /dev/shm/cpp.gz; ls -l /dev/shm/cpp.gz
   if [ $(stat -c %s /dev/shm/cpp.gz) -le $((15 << 20)) ]; then cp /dev/shm/cpp.gz "$OUT/$tag-step-cpp.pt2.gz"
   else split -b 15M -d /dev/shm/cpp.gz "$OUT/$tag-step-cpp.pt2.gz.part"; fi
