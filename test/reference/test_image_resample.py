@@ -11,38 +11,11 @@
 loongforge-train's frames equal the reference trainer's bit for bit through e2e_parity's
 bicubic_resample case (the whole training run).
 """
-import ast
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[2]
-for p in (REPO / "scripts", REPO / "scripts" / "reference", REPO / "test"):
-    if str(p) not in sys.path:
-        sys.path.insert(0, str(p))
-
-import lf_dataset as lfd  # noqa: E402
-import lerobot_oracle  # noqa: E402
-
-UPSTREAM = "lerobot/policies/groot/processor_groot.py"
-FUNCTION = "_transform_n1_7_image_for_vlm_torch"
-
-
-@pytest.fixture(scope="module")
-def upstream_transform():
-    """Upstream's function, compiled alone from the wheel's source (the module itself imports
-    cv2 and transformers' Qwen3-VL processors, which this test does not need)."""
-    import torchvision.transforms.v2.functional as tv_functional
-    from torchvision.transforms import InterpolationMode
-    source = (lerobot_oracle.unpacked_wheel() / UPSTREAM).read_text()
-    tree = ast.parse(source)
-    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == FUNCTION)
-    namespace = {"torch": torch, "tv_functional": tv_functional, "InterpolationMode": InterpolationMode}
-    exec(compile(ast.Module(body=[node], type_ignores=[]), UPSTREAM, "exec"), namespace)
-    return namespace[FUNCTION]
+import lf_dataset as lfd  # noqa: E402  (test/reference/conftest.py puts scripts/reference on the path)
 
 
 def normalised(u8_chw: torch.Tensor) -> torch.Tensor:

@@ -30,10 +30,8 @@ transformers, never copied:
 - upstream's Conv3d patch embedding of `pixel_values` equals our PatchEmbed3d of our tensor in
   the merge-window order within float rounding (the sum over the two frames; printed).
 """
-import ast
 import json
 import os
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -41,16 +39,9 @@ import numpy as np
 import pytest
 import torch
 
+import lf_dataset as lfd  # noqa: E402  (test/reference/conftest.py puts scripts/reference on the path)
+
 REPO = Path(__file__).resolve().parents[2]
-for p in (REPO / "scripts", REPO / "scripts" / "reference", REPO / "test"):
-    if str(p) not in sys.path:
-        sys.path.insert(0, str(p))
-
-import lf_dataset as lfd  # noqa: E402
-import lerobot_oracle  # noqa: E402
-
-UPSTREAM = "lerobot/policies/groot/processor_groot.py"
-TRANSFORM = "_transform_n1_7_image_for_vlm_torch"
 # nvidia/Cosmos-Reason2-2B's preprocessor_config.json (the released Qwen3-VL processor: patch 16,
 # temporal 2, merge 2, mean and std 0.5, shortest_edge 65,536 / longest_edge 16,777,216 pixels).
 # The repository is gated and not readable here; these are the Qwen3-VL values it inherits.
@@ -60,20 +51,7 @@ PREPROCESSOR = {"size": {"longest_edge": 16777216, "shortest_edge": 65536}, "pat
                 "image_processor_type": "Qwen2VLImageProcessorFast"}
 TARGET, CROP = 256, 230  # lerobot's N1_7_DEFAULT_IMAGE_TARGET_SIZE / _CROP_SIZE
 DATA = Path(os.environ.get("LOONGFORGE_TEST_DATASET", REPO / "build" / "test-data" / "robot_sim.PickNPlace.lf"))
-SOURCE = Path(os.environ.get("LOONGFORGE_PICKNPLACE", REPO.parent / "shared" / "datasets" / "robot_sim.PickNPlace"))
 torch.set_num_threads(2)
-
-
-@pytest.fixture(scope="module")
-def upstream_transform():
-    """lerobot's transform, compiled alone from the wheel's source (as test_image_resample.py)."""
-    import torchvision.transforms.v2.functional as tv_functional
-    from torchvision.transforms import InterpolationMode
-    source = (lerobot_oracle.unpacked_wheel() / UPSTREAM).read_text()
-    node = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == TRANSFORM)
-    namespace = {"torch": torch, "tv_functional": tv_functional, "InterpolationMode": InterpolationMode}
-    exec(compile(ast.Module(body=[node], type_ignores=[]), UPSTREAM, "exec"), namespace)
-    return namespace[TRANSFORM]
 
 
 @pytest.fixture(scope="module")
@@ -90,18 +68,12 @@ def processor(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def frames():
-    """Every 4th frame of episode 0's ego view, (h, w, 3) uint8: from the converted dataset the
-    trainers read, else decoded from the source video."""
-    if DATA.exists():
-        ds = lfd.LFDataset(DATA)
-        path, info = ds.video_file(0, ds.cameras[0]["camera_id"])
-        count = int(info["frame_count"])
-    else:
-        videos = sorted(SOURCE.glob("videos/chunk-000/*/episode_000000.mp4"))
-        if not videos:
-            pytest.skip(f"no converted dataset at {DATA} and no source video under {SOURCE}")
-        path = videos[0]
-        count = int(json.loads((SOURCE / "meta" / "episodes.jsonl").read_text().splitlines()[0])["length"])
+    """Every 4th frame of episode 0's ego view, (h, w, 3) uint8, from the converted dataset the
+    trainers read (ctest's pick_dataset fixture makes it)."""
+    assert DATA.exists(), f"no converted dataset at {DATA}: run it through ctest (fixture pick_dataset) or convert one"
+    ds = lfd.LFDataset(DATA)
+    path, info = ds.video_file(0, ds.cameras[0]["camera_id"])
+    count = int(info["frame_count"])
     video = lfd.decode_video(path, count)
     out = [video.rgb(i) for i in range(0, video.frames.shape[0], 4)]
     assert len(out) >= 50 and out[0].shape == (256, 256, 3)
