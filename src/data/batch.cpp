@@ -303,6 +303,7 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
     throw DataError("data.on_bad_video is '" + opt_.on_bad_video + "'; expected error or skip");
   if (opt_.video_decode != "whole" && opt_.video_decode != "span")
     throw DataError("data.video_decode is '" + opt_.video_decode + "'; expected whole or span");
+  spans_ = opt_.video_decode == "span";
   check_tokenizer_match(ds_, opt_);
   if (static_cast<int64_t>(cameras_.size()) != opt_.num_views)
     throw DataError(ds_.dir() + ": the dataset has " + std::to_string(cameras_.size()) +
@@ -496,7 +497,7 @@ void BatchBuilder::store_locked(int64_t key, Entry entry) {
   const bool ready = entry.state == Entry::State::kReady;
   const int64_t bytes = ready ? entry.bytes() : 0;
   if (ready) {
-    stats_.videos_decoded += entry.bytes_read > 0 ? 1 : 0;  // a whole video, or a file opened for its spans
+    stats_.videos_decoded += (entry.file || !spans_) ? 1 : 0;  // a whole video, or a file opened for its spans
     stats_.video_bytes_read += entry.bytes_read;
     if (entry.frames.defined()) {
       stats_.spans_decoded += 1;
@@ -553,7 +554,7 @@ BatchBuilder::Entry* BatchBuilder::entry_locked(std::unique_lock<std::mutex>& lo
 int64_t BatchBuilder::resolve_locked(std::unique_lock<std::mutex>& lock, int64_t want,
                                      std::shared_ptr<const VideoFile>* file, Entry** bad) {
   const int64_t vk = want >> kSpanBits;
-  if (opt_.video_decode != "span") return vk << kSpanBits;
+  if (!spans_) return vk << kSpanBits;
   const int64_t fkey = (vk << kSpanBits) | kFileKey;
   Entry* f = entry_locked(lock, fkey, [this, fkey] { return open_file(fkey); }, /*wait=*/true);
   if (f->state == Entry::State::kBad) {
@@ -607,12 +608,11 @@ DataStats BatchBuilder::stats() const {
 
 std::vector<int64_t> BatchBuilder::videos_of(const std::vector<int64_t>& sample_ids) const {
   std::vector<int64_t> keys;
-  const bool span = opt_.video_decode == "span";
   for (const int64_t id : sample_ids) {
     const Location loc = locate(id);
     for (size_t v = 0; v < cameras_.size(); ++v) {
       int64_t frame = 0;
-      if (span) frame = std::clamp<int64_t>(ds_.array(loc.episode, frame_cols_[v]).as<int64_t>()[loc.row], 0, kFileKey - 1);
+      if (spans_) frame = std::clamp<int64_t>(ds_.array(loc.episode, frame_cols_[v]).as<int64_t>()[loc.row], 0, kFileKey - 1);
       const int64_t key = (video_key(loc.episode, cameras_[v]) << kSpanBits) | frame;
       if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
     }
