@@ -59,9 +59,14 @@ class GctsReducer final : public GradientReducer {
  public:
   GctsReducer(const config::Config& cfg, World* world, std::vector<ReducedParam> params, ShardTarget* shard,
               bool overlap)
-      : world_(world), params_(std::move(params)), shard_(shard), strategy_(cfg.gcts.comm_strategy),
-        dtype_(cfg.gcts.reduce_dtype == "bf16" ? at::kBFloat16 : at::kFloat), overlap_(overlap),
-        rebuild_interval_(cfg.gcts.rebuild_interval), configured_strategy_(cfg.gcts.comm_strategy),
+      : world_(world),
+        params_(std::move(params)),
+        shard_(shard),
+        strategy_(cfg.gcts.comm_strategy),
+        dtype_(cfg.gcts.reduce_dtype == "bf16" ? at::kBFloat16 : at::kFloat),
+        overlap_(overlap),
+        rebuild_interval_(cfg.gcts.rebuild_interval),
+        configured_strategy_(cfg.gcts.comm_strategy),
         configured_bucket_bytes_(static_cast<int64_t>(cfg.gcts.bucket_mb * 1e6)) {
     const int64_t esize = dtype_ == at::kFloat ? 4 : 2;
     in_.params = &params_;
@@ -184,17 +189,18 @@ class GctsReducer final : public GradientReducer {
   }
 
   nlohmann::json plan() const override {
-    nlohmann::json j = {{"strategy", strategy_},
-                        {"reduce_dtype", dtype_ == at::kFloat ? "fp32" : "bf16"},
-                        {"world", world_size()},
-                        {"overlap", overlap_},
-                        {"bucket_numel", in_.bucket_numel},
-                        {"first_bucket_numel", in_.first_numel},
-                        {"bucket_bytes", in_.bucket_numel * esize()},
-                        // What the run was started with (Note [Resuming the plan]).
-                        {"configured", {{"strategy", configured_strategy_}, {"bucket_bytes", configured_bucket_bytes_}}},
-                        {"simple", {{"units", detail::plan_json(simple_, params_)}}},
-                        {"hybrid", {{"units", detail::plan_json(hybrid_, params_)}}}};
+    nlohmann::json j = {
+        {"strategy", strategy_},
+        {"reduce_dtype", dtype_ == at::kFloat ? "fp32" : "bf16"},
+        {"world", world_size()},
+        {"overlap", overlap_},
+        {"bucket_numel", in_.bucket_numel},
+        {"first_bucket_numel", in_.first_numel},
+        {"bucket_bytes", in_.bucket_numel * esize()},
+        // What the run was started with (Note [Resuming the plan]).
+        {"configured", {{"strategy", configured_strategy_}, {"bucket_bytes", configured_bucket_bytes_}}},
+        {"simple", {{"units", detail::plan_json(simple_, params_)}}},
+        {"hybrid", {{"units", detail::plan_json(hybrid_, params_)}}}};
     if (shard_) {
       const ShardLayout& l = shard_->layout;
       j["sharded"] = {{"total", l.total}, {"chunk", l.chunk}, {"rank", l.rank}, {"begin", l.begin()},

@@ -363,7 +363,9 @@ namespace {
 // first frame (0: a whole video), or | kFileKey for span decoding's file entry.
 constexpr int kSpanBits = 20;
 constexpr int64_t kFileKey = (int64_t{1} << kSpanBits) - 1;
-int64_t video_key(size_t episode, int camera) { return static_cast<int64_t>(episode) * 1024 + camera; }
+int64_t video_key(size_t episode, int camera) {
+  return static_cast<int64_t>(episode) * 1024 + camera;
+}
 }  // namespace
 
 int64_t BatchBuilder::Entry::bytes() const {
@@ -440,9 +442,9 @@ BatchBuilder::Entry BatchBuilder::decode(int64_t key, const VideoFile* file) con
       if (staged == 0) return;
       const at::Tensor u8 = staging.narrow(0, 0, staged).narrow(1, (h - ch) / 2, ch).narrow(2, (w - cw) / 2, cw);
       out.narrow(0, done, staged)
-          .copy_(opt_.frames_on_device ? u8                                                      // (n, ch, cw, 3)
+          .copy_(opt_.frames_on_device ? u8  // (n, ch, cw, 3)
                  : bicubic ? resize_frames_bicubic_aa(u8, opt_.image_resize_edge, opt_.image_crop_fraction, S)
-                           : resize_frames(u8, S));                                             // (n, 3, S, S)
+                           : resize_frames(u8, S));  // (n, 3, S, S)
       done += staged;
       staged = 0;
     };
@@ -478,8 +480,8 @@ BatchBuilder::Entry BatchBuilder::open_file(int64_t key) const {
   try {
     const VideoCheck check = video_check(episode, camera);
     try {
-      entry.file = std::make_shared<const VideoFile>(
-          open_video_checked(ds_.episodes()[episode].video_paths.at(camera), check));
+      entry.file =
+          std::make_shared<const VideoFile>(open_video_checked(ds_.episodes()[episode].video_paths.at(camera), check));
     } catch (const BadVideoError& e) {
       return bad_video(episode, camera, e);
     }
@@ -556,7 +558,8 @@ int64_t BatchBuilder::resolve_locked(std::unique_lock<std::mutex>& lock, int64_t
   const int64_t vk = want >> kSpanBits;
   if (!spans_) return vk << kSpanBits;
   const int64_t fkey = (vk << kSpanBits) | kFileKey;
-  Entry* f = entry_locked(lock, fkey, [this, fkey] { return open_file(fkey); }, /*wait=*/true);
+  Entry* f = entry_locked(
+      lock, fkey, [this, fkey] { return open_file(fkey); }, /*wait=*/true);
   if (f->state == Entry::State::kBad) {
     *bad = f;
     return fkey;
@@ -575,7 +578,8 @@ void BatchBuilder::prefetch(int64_t want) {
     const int64_t key = resolve_locked(lock, want, &file, &bad);
     if (bad != nullptr) return;
     const VideoFile* f = file.get();
-    entry_locked(lock, key, [this, key, f] { return decode(key, f); }, /*wait=*/false);
+    entry_locked(
+        lock, key, [this, key, f] { return decode(key, f); }, /*wait=*/false);
   } catch (...) {
     // A failure is kept in the cache, for the micro-batch that needs it.
   }
@@ -587,7 +591,9 @@ std::pair<at::Tensor, int64_t> BatchBuilder::frames(size_t episode, int camera, 
   Entry* bad = nullptr;
   const int64_t key = resolve_locked(lock, (video_key(episode, camera) << kSpanBits) | frame, &file, &bad);
   const VideoFile* f = file.get();
-  Entry* e = bad != nullptr ? bad : entry_locked(lock, key, [this, key, f] { return decode(key, f); }, true);
+  Entry* e = bad != nullptr ? bad
+                            : entry_locked(
+                                  lock, key, [this, key, f] { return decode(key, f); }, true);
   if (e->state == Entry::State::kBad) {
     *cause = e->cause;
     if (bad_reported_.insert(key).second) {  // counted and logged once, at its first use
@@ -612,7 +618,8 @@ std::vector<int64_t> BatchBuilder::videos_of(const std::vector<int64_t>& sample_
     const Location loc = locate(id);
     for (size_t v = 0; v < cameras_.size(); ++v) {
       int64_t frame = 0;
-      if (spans_) frame = std::clamp<int64_t>(ds_.array(loc.episode, frame_cols_[v]).as<int64_t>()[loc.row], 0, kFileKey - 1);
+      if (spans_)
+        frame = std::clamp<int64_t>(ds_.array(loc.episode, frame_cols_[v]).as<int64_t>()[loc.row], 0, kFileKey - 1);
       const int64_t key = (video_key(loc.episode, cameras_[v]) << kSpanBits) | frame;
       if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
     }

@@ -174,8 +174,10 @@ void Trainer::step_boundary() {
   collect_writes();
   if (newest) publish("training", newest);
   control_->step_done(s, record_.step_ms + ms_since(t_step_end), memory::to_json(memory::stats(device_)),
-                      {{"queue_depth", record_.data_queue_depth}, {"decoded_frames_per_s", record_.decoded_frames_per_s},
-                       {"read_mb_per_s", record_.read_mb_per_s}, {"h2d_mb_per_s", record_.h2d_mb_per_s},
+                      {{"queue_depth", record_.data_queue_depth},
+                       {"decoded_frames_per_s", record_.decoded_frames_per_s},
+                       {"read_mb_per_s", record_.read_mb_per_s},
+                       {"h2d_mb_per_s", record_.h2d_mb_per_s},
                        {"decode_jobs", record_.decode_jobs}});
 }
 

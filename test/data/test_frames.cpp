@@ -65,8 +65,9 @@ TEST_CASE("frames: the device kernel's arithmetic equals ATen's box resize and n
   }
 }
 
-TEST_CASE("frames: bicubic_aa frames are normalised as upstream's Qwen3-VL processor, (v - 127.5) / 127.5 in "
-          "float, for every uint8 value") {
+TEST_CASE(
+    "frames: bicubic_aa frames are normalised as upstream's Qwen3-VL processor, (v - 127.5) / 127.5 in "
+    "float, for every uint8 value") {
   // A 16 x 16 frame holding each value once per channel, already at S = 16: no resize, no crop.
   const at::Tensor u8 =
       at::arange(256, at::kInt).to(at::kByte).reshape({1, 16, 16, 1}).expand({1, 16, 16, 3}).contiguous();

@@ -436,8 +436,9 @@ int64_t check_every_span(const Dataset& ds, size_t e, const std::string& codec) 
 }
 }  // namespace
 
-TEST_CASE("video: every keyframe span decoded alone (a seek) gives the whole decode's frames bit for bit, "
-          "h264 with B-frames and its AV1 copy") {
+TEST_CASE(
+    "video: every keyframe span decoded alone (a seek) gives the whole decode's frames bit for bit, "
+    "h264 with B-frames and its AV1 copy") {
   const Dataset h264 = Dataset::open(kData), av1 = Dataset::open(kAv1Data);
   for (size_t e : {size_t{0}, size_t{3}}) {
     const int64_t hs = check_every_span(h264, e, "h264"), as = check_every_span(av1, e, "av1");
@@ -447,8 +448,9 @@ TEST_CASE("video: every keyframe span decoded alone (a seek) gives the whole dec
   }
 }
 
-TEST_CASE("video: span decoding checks the file once when it is opened: a swapped video, a packet count or a "
-          "timestamp off the index is refused naming the file; a span that is not one is refused") {
+TEST_CASE(
+    "video: span decoding checks the file once when it is opened: a swapped video, a packet count or a "
+    "timestamp off the index is refused naming the file; a span that is not one is refused") {
   const Dataset ds = Dataset::open(kData);
   VideoCheck check = check_of(ds, 0);
   const std::string path = ds.episodes()[0].video_paths[0];
@@ -495,8 +497,9 @@ SampleOptions span_options(const std::string& decode, const std::string& policy 
 }
 }  // namespace
 
-TEST_CASE("video: with data.video_decode=span the plain and the ADFE source give whole-video decoding's "
-          "micro-batches bit for bit, h264 and AV1, also when a small cache evicts spans, decoding fewer frames") {
+TEST_CASE(
+    "video: with data.video_decode=span the plain and the ADFE source give whole-video decoding's "
+    "micro-batches bit for bit, h264 and AV1, also when a small cache evicts spans, decoding fewer frames") {
   NoPhases phases;
   for (const std::string& dir : {kData, kAv1Data}) {
     const Dataset ds = Dataset::open(dir);
@@ -526,16 +529,25 @@ TEST_CASE("video: with data.video_decode=span the plain and the ADFE source give
   }
 }
 
-TEST_CASE("video: with span decoding a bad video stops with the same message, or its samples are skipped and "
-          "counted as with whole-video decoding") {
+TEST_CASE(
+    "video: with span decoding a bad video stops with the same message, or its samples are skipped and "
+    "counted as with whole-video decoding") {
   const std::string dir = copy_dataset("span-swap");
   std::ofstream(video_of(dir, 0), std::ios::binary | std::ios::trunc) << read_file(video_of(kData, 1));
   const Dataset ds = Dataset::open(dir);
   {
     BatchBuilder whole(ds, span_options("whole")), span(ds, span_options("span"));
     std::string a, b;
-    try { whole.sample(3); } catch (const DataError& e) { a = e.what(); }
-    try { span.sample(3); } catch (const DataError& e) { b = e.what(); }
+    try {
+      whole.sample(3);
+    } catch (const DataError& e) {
+      a = e.what();
+    }
+    try {
+      span.sample(3);
+    } catch (const DataError& e) {
+      b = e.what();
+    }
     REQUIRE_THAT(a, Contains(stop_message(dir) + "the file has "));
     REQUIRE(a == b);
   }

@@ -96,7 +96,10 @@ class GradientReducer {
   // where the config still says what the saved run was started with; where
   // the config was changed since, the config wins. Same on every rank (they
   // read the same file). Returns what it took (for the log).
-  virtual std::string restore_plan(const nlohmann::json& saved) { (void)saved; return ""; }
+  virtual std::string restore_plan(const nlohmann::json& saved) {
+    (void)saved;
+    return "";
+  }
 };
 
 // The plain path: one flat fp32 all-reduce of every gradient after backward

@@ -174,8 +174,8 @@ struct SampleOptions {
 };
 
 struct DataStats {
-  int64_t videos_decoded = 0;   // by any thread, including prefetches not (yet) used (span decoding: files opened)
-  int64_t spans_decoded = 0;    // decodes (whole videos, or keyframe spans with video_decode = "span")
+  int64_t videos_decoded = 0;  // by any thread, including prefetches not (yet) used (span decoding: files opened)
+  int64_t spans_decoded = 0;   // decodes (whole videos, or keyframe spans with video_decode = "span")
   int64_t frames_decoded = 0;
   double decode_ms = 0;         // summed over the decoding threads
   int64_t videos_bad = 0;       // videos found bad (on_bad_video=skip; each logged at warn with its cause)
@@ -183,8 +183,8 @@ struct DataStats {
   int64_t queue_depth = 0;      // ADFE: micro-batches ready when the trainer took the last one
   int64_t cache_bytes = 0;      // resized frames in the frame cache now (bounded by SampleOptions::frame_cache_mb)
   int64_t video_bytes_read = 0;  // video file bytes read for the decodes counted in videos_decoded (level 0)
-  int64_t decode_jobs = 0;      // ADFE: videos (or spans) handed to the decode threads and not yet started (level 1)
-  int64_t h2d_bytes = 0;        // bytes the source copied to the device so far (level 2; 0 on the CPU)
+  int64_t decode_jobs = 0;       // ADFE: videos (or spans) handed to the decode threads and not yet started (level 1)
+  int64_t h2d_bytes = 0;         // bytes the source copied to the device so far (level 2; 0 on the CPU)
 };
 
 // Shape and dtype of each tensor of a micro-batch of B samples (the model's
@@ -256,8 +256,7 @@ class BatchBuilder {
   // Entry `key`, made on this thread on a miss (make() builds it, outside the lock); a
   // ready or bad one is returned, a stored failure rethrown; one in flight on another
   // thread is waited for (wait) or gives nullptr. mu_ held by `lock`.
-  Entry* entry_locked(std::unique_lock<std::mutex>& lock, int64_t key, const std::function<Entry()>& make,
-                      bool wait);
+  Entry* entry_locked(std::unique_lock<std::mutex>& lock, int64_t key, const std::function<Entry()>& make, bool wait);
   // The cache key of `want` (a videos_of() key). With span decoding the video's file entry
   // comes first (opened here on a miss, waited for while another thread opens it): *file is
   // it, or, when it is bad, *bad its entry and the key returned its key. mu_ held by `lock`.
