@@ -199,10 +199,6 @@ struct SpanRequest {
   int64_t first = 0, end = 0, seek_dts = 0;
 };
 
-// The decode shared by every entry point. `memory` (may be null: read the
-// file by path) holds the whole file; `check` (may be null) the index's facts;
-// `span` (may be null: the whole video) a span to decode instead; each frame
-// goes to `sink` from one reused buffer.
 // An opened demuxer over a file or over bytes in memory (the reader the
 // custom I/O reads from lives beside it, at a fixed address).
 struct Input {
@@ -212,8 +208,8 @@ struct Input {
 };
 
 // probe: avformat_find_stream_info, which may decode frames to learn what the
-// container does not say; skipped where the stream was probed already (span
-// decodes of a file open_video_checked opened) or is not decoded (its scan).
+// container does not say; skipped by span decodes (open_video_checked probed
+// the same bytes when it scanned them).
 std::unique_ptr<Input> open_input(const std::string& path, const MemoryFile* memory, bool probe = true) {
   install_ffmpeg_log();
   auto in = std::make_unique<Input>();
@@ -243,6 +239,10 @@ std::unique_ptr<Input> open_input(const std::string& path, const MemoryFile* mem
   return in;
 }
 
+// The decode shared by every entry point. `memory` (may be null: read the
+// file by path) holds the whole file; `check` (may be null) the index's facts;
+// `span` (may be null: the whole video) a span to decode instead; each frame
+// goes to `sink` from one reused buffer.
 VideoFormat decode(const std::string& path, const MemoryFile* memory, const VideoCheck* check, int64_t max_frames,
                    const FrameSink& sink, const SpanRequest* span = nullptr) {
   auto fail = [&](int64_t frame, const std::string& what) { return BadVideoError(path, frame, what); };
