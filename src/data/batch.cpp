@@ -334,7 +334,9 @@ BatchBuilder::Location BatchBuilder::locate(int64_t sample_id) const {
 // function of docs/training-semantics.md s2.
 
 // Note [Frame cache]
-// Decoded episodes live in one map guarded by mu_, each entry in one of four
+// Decoded videos (data.video_decode=whole) or keyframe spans (span; then also
+// each video's checked file, VideoFile, which its spans decode from) live in
+// one map guarded by mu_, each entry in one of four
 // states: kDecoding (a thread is decoding it; others wait on decoded_), kReady
 // (frames, in the byte-bounded LRU), kBad (on_bad_video=skip: the cause; kept,
 // never decoded again) or kFailed (the exception the decode raised: an
@@ -346,7 +348,11 @@ BatchBuilder::Location BatchBuilder::locate(int64_t sample_id) const {
 // the error message and the skip cause do not depend on which thread decoded
 // or when. What must follow the training order (the skip counts and their
 // log lines) is done by the micro_batch() thread when it uses an entry, in
-// sample order, exactly as if it had decoded the video itself. An entry
+// sample order, exactly as if it had decoded the video itself. With spans a
+// lookup first resolves the frame's span through the file entry (opened on a
+// miss, waited for by every other thread, a prefetching one included, so a
+// span is never left to the micro-batch's thread because its file was being
+// opened), then finds or decodes the span. An entry
 // handed out is an at::Tensor reference: eviction never frees frames a
 // micro-batch is still copying from. A decode streams (video.hpp's FrameSink):
 // full-size frames pass through a staging buffer of kStagingBytes (at least one
@@ -355,8 +361,8 @@ BatchBuilder::Location BatchBuilder::locate(int64_t sample_id) const {
 // normalisation are per frame; with frames_on_device the chunk is only
 // cropped). So a decoding thread holds one entry's frames plus the staging
 // buffer and its float copy (5 x kStagingBytes), and
-// the cache holds at most data.frame_cache_mb of resized frames besides the
-// entries in use.
+// the cache holds at most data.frame_cache_mb of resized frames (and, with
+// spans, compressed files) besides the entries in use.
 
 namespace {
 // Frame-cache keys (Note [Frame cache]): (episode * 1024 + camera) << kSpanBits | the span's
@@ -390,9 +396,10 @@ VideoCheck BatchBuilder::video_check(size_t episode, int camera) const {
     throw DataError(ds_.dir() + "/" + ep.shard_file + ": episode " + std::to_string(ep.index) + ": video_pts:" +
                     cam.key + " has " + std::to_string(pts.rows) + " rows but loongforge_dataset.json records " +
                     std::to_string(info.frame_count) + " frames; re-run scripts/convert_lerobot.py");
-  if (info.frame_count >= kFileKey)
-    throw DataError(ep.video_paths.at(camera) + ": " + std::to_string(info.frame_count) +
-                    " frames; videos of more than " + std::to_string(kFileKey - 1) + " frames are not supported");
+  if (spans_ && info.frame_count >= kFileKey)  // the frame is part of a span's key
+    throw DataError(ep.video_paths.at(camera) + ": " + std::to_string(info.frame_count) + " frames; " +
+                    "data.video_decode=span supports videos of up to " + std::to_string(kFileKey - 1) +
+                    " frames (use data.video_decode=whole)");
   check.pts_s = pts.as<double>();
   return check;
 }
