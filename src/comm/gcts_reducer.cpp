@@ -209,6 +209,40 @@ class GctsReducer final : public GradientReducer {
     return j;
   }
 
+  // Note [Resuming the plan]
+  // A checkpoint's plan records the strategy and bucket size in use at the
+  // save and the ones the run was configured with. On resume, a value that
+  // the run changed at runtime (switch-strategy; a gcts.rebuild_interval
+  // re-plan) is taken back when the resumed run's config still has the
+  // configured value of the saved run: the user changed nothing, so the run
+  // continues as it was. A config changed since wins (the user asked for
+  // it), and so does a checkpoint written before the plan recorded these.
+  // Neither value changes what an element is summed with (Note [GCTS
+  // strategies]), so this is about keeping the measured bucket size and the
+  // operator's choice, not about numbers.
+  std::string restore_plan(const nlohmann::json& saved) override {
+    if (!saved.contains("configured")) return "";
+    const nlohmann::json& conf = saved.at("configured");
+    std::string took;
+    const std::string s = saved.value("strategy", strategy_);
+    if (conf.value("strategy", std::string()) == configured_strategy_ && s != strategy_ &&
+        (s == "simple" || s == "hybrid")) {
+      took += "strategy " + s + " (switched at runtime; gcts.comm_strategy is " + configured_strategy_ + ")";
+      strategy_ = s;
+    }
+    const int64_t bytes = saved.value("bucket_bytes", int64_t{0});
+    if (conf.value("bucket_bytes", int64_t{-1}) == configured_bucket_bytes_ && bytes > 0 &&
+        bytes != in_.bucket_numel * esize()) {
+      if (!took.empty()) took += ", ";
+      took += "bucket " + std::to_string(bytes) + " bytes (re-planned; gcts.bucket_mb gives " +
+              std::to_string(in_.bucket_numel * esize()) + ")";
+      in_.bucket_numel = std::max<int64_t>(1, bytes / esize());
+      replan();
+    }
+    return took;
+  }
+
+
  private:
   using Clock = std::chrono::steady_clock;
   struct InFlight {
@@ -249,41 +283,6 @@ class GctsReducer final : public GradientReducer {
     return total;
   }
 
-  // Note [Resuming the plan]
-  // A checkpoint's plan records the strategy and bucket size in use at the
-  // save and the ones the run was configured with. On resume, a value that
-  // the run changed at runtime (switch-strategy; a gcts.rebuild_interval
-  // re-plan) is taken back when the resumed run's config still has the
-  // configured value of the saved run: the user changed nothing, so the run
-  // continues as it was. A config changed since wins (the user asked for
-  // it), and so does a checkpoint written before the plan recorded these.
-  // Neither value changes what an element is summed with (Note [GCTS
-  // strategies]), so this is about keeping the measured bucket size and the
-  // operator's choice, not about numbers.
- public:
-  std::string restore_plan(const nlohmann::json& saved) override {
-    if (!saved.contains("configured")) return "";
-    const nlohmann::json& conf = saved.at("configured");
-    std::string took;
-    const std::string s = saved.value("strategy", strategy_);
-    if (conf.value("strategy", std::string()) == configured_strategy_ && s != strategy_ &&
-        (s == "simple" || s == "hybrid")) {
-      took += "strategy " + s + " (switched at runtime; gcts.comm_strategy is " + configured_strategy_ + ")";
-      strategy_ = s;
-    }
-    const int64_t bytes = saved.value("bucket_bytes", int64_t{0});
-    if (conf.value("bucket_bytes", int64_t{-1}) == configured_bucket_bytes_ && bytes > 0 &&
-        bytes != in_.bucket_numel * esize()) {
-      if (!took.empty()) took += ", ";
-      took += "bucket " + std::to_string(bytes) + " bytes (re-planned; gcts.bucket_mb gives " +
-              std::to_string(in_.bucket_numel * esize()) + ")";
-      in_.bucket_numel = std::max<int64_t>(1, bytes / esize());
-      replan();
-    }
-    return took;
-  }
-
- private:
   const Plan& active() const { return strategy_ == "simple" ? simple_ : hybrid_; }
   int64_t esize() const { return dtype_ == at::kFloat ? 4 : 2; }
 
