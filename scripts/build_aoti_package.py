@@ -41,9 +41,6 @@ import torch
 from torch._inductor.cpp_builder import BuildOptionsBase, CppBuilder
 from torch.utils import cpp_extension
 
-AOTI_DIR = "/data/aotinductor/"
-
-
 def fail(msg: str) -> None:
     print(f"build_aoti_package: error: {msg}", file=sys.stderr)
     sys.exit(2)
@@ -99,10 +96,9 @@ def main() -> int:
             z.extractall(work)
     except (OSError, zipfile.BadZipFile) as e:
         fail(f"{src}: not a package ({e.__class__.__name__}: {e})")
-    model_dirs = sorted({n[:n.index(AOTI_DIR) + len(AOTI_DIR)] + n[n.index(AOTI_DIR) + len(AOTI_DIR):].split("/")[0]
-                         for n in names if AOTI_DIR in n})
+    model_dirs = sorted({m.group(0) for m in (re.match(r".*?/data/aotinductor/[^/]+", n) for n in names) if m})
     if len(model_dirs) != 1:
-        fail(f"{src}: expected one model under {AOTI_DIR} in the archive, found {model_dirs or 'none'}")
+        fail(f"{src}: expected one model under data/aotinductor/ in the archive, found {model_dirs or 'none'}")
     mdir = work / model_dirs[0]
     files = sorted(p.name for p in mdir.iterdir())
     if any(f.endswith(".so") for f in files):
