@@ -142,6 +142,9 @@ train_lf() {
     echo "$name: killed after step $step (FINAL_KILL=1)"
   fi
   wait $pid; echo "$name: exit $?"
+  # A killed trainer's device memory is released by the driver after the process is gone: the next run
+  # waits for it (else it can fail to load its model: out of memory, as on 2026-12-02).
+  for _ in $(seq 60); do [ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null)" ] && break; sleep 1; done
   grep -E "compiled step|captured|error|Error" "$logs/$name.log" | head -5
   cp $runs/$name/metrics.jsonl "$logs/${name}_metrics.jsonl" 2>/dev/null; pack
 }

@@ -36,6 +36,7 @@
 #if LOONGFORGE_WITH_CUDA_KERNELS
 #include <ATen/cuda/CUDAEvent.h>       // at::cuda::CUDAEvent
 #include <ATen/cuda/CUDAGraph.h>       // at::cuda::CUDAGraph
+#include <c10/cuda/CUDACachingAllocator.h>  // c10::cuda::CUDACachingAllocator::emptyCache
 #include <c10/cuda/CUDAGuard.h>        // c10::cuda::CUDAStreamGuard
 #include <c10/cuda/CUDAStream.h>       // c10::cuda::getStreamFromPool
 #endif
@@ -168,9 +169,22 @@ void on_side_stream(const c10::cuda::CUDAStream& side, const std::function<void(
 // to show it). Thread-local mode forbids those calls to the capturing thread
 // only, which runs nothing but the captured work. Other threads' work on other
 // streams is not part of the graph either way.
+//
+// Note [Capture memory]
+// A capture allocates from its graph's private pool, which cannot use the
+// blocks the caching allocator keeps for eager work. The warm-up calls
+// before a capture leave a micro-step's activations (and, for a first
+// capture, the eager gradients) cached there: for n16-3b full fine-tuning at
+// micro-batch 64 that was 53.8 GiB reserved but unallocated when the compiled
+// step's capture ran out of device memory on the H200 (docs/benchmarks.md,
+// 2026-12-02), and 66.5-70.8 GiB when the TorchScript capture did at
+// micro-batch 128. So each capture first returns the cached blocks to the
+// driver (emptyCache, once per capture, after the stream is idle): eager work
+// after it allocates afresh, once.
 std::unique_ptr<at::cuda::CUDAGraph> capture_graph(at::cuda::MempoolId_t pool, const std::function<void()>& fn) {
   auto graph = std::make_unique<at::cuda::CUDAGraph>();
   c10::cuda::getCurrentCUDAStream().synchronize();  // warm-up work done; nothing else in flight on the stream
+  c10::cuda::CUDACachingAllocator::emptyCache();    // Note [Capture memory]
   graph->capture_begin(pool, cudaStreamCaptureModeThreadLocal);  // Note [Thread-local capture]
   try {
     fn();

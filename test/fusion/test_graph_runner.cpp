@@ -5,7 +5,8 @@
 // steady-state step (replay + clipping + fused AdamW) makes no host
 // synchronisation (CUDA sync-debug mode set to error). The optimizer graph
 // (clipping + fused AdamW replayed) gives the eager optimizer's weights bit
-// for bit, and a gradient tensor that moves drops the graph.
+// for bit, and a gradient tensor that moves drops the graph. A capture gets
+// the device memory eager work left in the allocator's cache.
 #include <algorithm>  // std::max
 #include <atomic>     // std::atomic
 #include <cmath>      // std::abs
@@ -16,9 +17,12 @@
 
 #include <ATen/ATen.h>                // at::Tensor
 #include <ATen/cuda/CUDAEvent.h>     // at::cuda::CUDAEvent
+#include <c10/cuda/CUDACachingAllocator.h>  // c10::cuda::CUDACachingAllocator::emptyCache
 #include <c10/cuda/CUDAFunctions.h>   // c10::cuda::device_synchronize, warning_state
 #include <c10/cuda/CUDAGuard.h>       // c10::cuda::CUDAStreamGuard
 #include <c10/cuda/CUDAStream.h>      // c10::cuda::getStreamFromPool
+
+#include <cuda_runtime_api.h>  // cudaMemGetInfo
 
 #include "catch_compat.hpp"
 #include "loongforge/common/phases.hpp"
@@ -244,4 +248,34 @@ TEST_CASE("graph capture: another thread synchronising its own copy stream, as A
   REQUIRE(producer_error.empty());
   REQUIRE(during > 0);
   REQUIRE(at::isfinite(y).all().item<bool>());
+}
+
+TEST_CASE("graph capture: device memory the allocator keeps cached for eager work is available to the capture") {
+  // Note [Capture memory]: eager work leaves 60% of the free device memory cached, a capture then needs as much.
+  c10::cuda::CUDACachingAllocator::emptyCache();
+  size_t free_bytes = 0, total_bytes = 0;
+  REQUIRE(cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess);
+  const auto chunk = static_cast<int64_t>(static_cast<double>(free_bytes) * 0.6);
+  const auto bytes = at::TensorOptions().dtype(at::kByte).device(at::kCUDA);
+  { at::empty({chunk}, bytes).fill_(1); }  // freed, but kept by the caching allocator
+  REQUIRE(cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess);
+  INFO("cached " << chunk << " bytes; the driver has " << free_bytes << " free");
+  REQUIRE(static_cast<int64_t>(free_bytes) < chunk);  // the capture's pool cannot get it unless the cache lets go
+  at::Tensor big;
+  std::string capture_error;
+  try {
+    const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, 0);
+    loongforge::fusion::on_side_stream(side, [&] {
+      const auto graph = loongforge::fusion::capture_graph(at::cuda::graph_pool_handle(), [&] {
+        big = at::empty({chunk}, bytes);
+        big.fill_(7);
+      });
+      graph->replay();
+    });
+  } catch (const std::exception& e) {
+    capture_error = e.what();
+  }
+  INFO("capture: " << capture_error.substr(0, 600));
+  REQUIRE(capture_error.empty());
+  REQUIRE(big[chunk - 1].item<int64_t>() == 7);
 }

@@ -9,7 +9,9 @@
 //    after the work the caller's current stream has queued; the caller's
 //    stream then waits for what fn queued. Nothing synchronises the host.
 //  - capture_graph(pool, fn): waits for the current stream's queued work,
-//    records what fn() queues on the current (non-default) stream into a new
+//    returns the caching allocator's unused cached blocks to the driver (so
+//    the capture's pool can have that memory: Note [Capture memory] in
+//    graph_runner.cpp), records what fn() queues on the current (non-default) stream into a new
 //    CUDA graph allocating from `pool`, and returns it; nothing of fn has run
 //    on the device then. When fn or the capture throws, the capture is ended
 //    (the stream stays usable) and the error propagates. The capture is
