@@ -1,12 +1,15 @@
-// ADFE, the asynchronous BatchSource: a producer thread, a decode pool, a
-// bounded queue and (CUDA) pinned slots with a copy stream (source.hpp).
+// ADFE, the asynchronous BatchSource: a producer thread, I/O threads, a
+// decode pool, a bounded queue and (CUDA) pinned slots with a copy stream
+// (source.hpp).
 #include <atomic>              // std::atomic
 #include <condition_variable>  // std::condition_variable
 #include <cstdio>              // std::snprintf
 #include <deque>               // std::deque
 #include <exception>           // std::exception_ptr, std::rethrow_exception
+#include <functional>          // std::function
 #include <mutex>               // std::mutex, std::unique_lock
 #include <thread>              // std::thread
+#include <utility>             // std::move
 
 #include <ATen/ATen.h>  // at::empty
 
@@ -33,7 +36,9 @@ namespace loongforge::data {
 // function of the step) to the decode pool, whose threads decode them into
 // the builder's frame cache in parallel (BatchBuilder::prefetch; Note [Frame
 // cache] in batch.cpp: the same bits whichever thread decodes, a failure kept
-// for the micro-batch that needs it). The producer waits for a video being
+// for the micro-batch that needs it), and the videos of m .. m +
+// 2 * prefetch_factor to the I/O threads, which have the kernel read their
+// files ahead into the page cache (BatchBuilder::readahead, Note [Readahead]). The producer waits for a video being
 // decoded, decodes a missing one itself, and pushes each built micro-batch,
 // or the exception that stopped it, into a queue of at most prefetch_factor
 // entries; it then stops at an exception, so nothing past a bad micro-batch
@@ -64,17 +69,18 @@ int64_t slot_bytes_needed(const SampleOptions& options) {
   return bytes;
 }
 
-// Threads running BatchBuilder::prefetch on the videos handed to them, first come first served.
-class DecodePool {
+// Threads running `job` (BatchBuilder::prefetch: the decode threads; BatchBuilder::readahead:
+// the I/O threads) on the keys handed to them, first come first served.
+class WorkPool {
  public:
-  // `pending` counts the jobs handed over and not started (DataStats::decode_jobs).
-  DecodePool(BatchBuilder& builder, int64_t threads, std::atomic<int64_t>& pending)
-      : builder_(builder), pending_(pending) {
+  // `pending` counts the jobs handed over and not started (DataStats::decode_jobs for decodes).
+  WorkPool(const char* name, int64_t threads, std::atomic<int64_t>& pending, std::function<void(int64_t)> job)
+      : name_(name), pending_(pending), job_(std::move(job)) {
     for (int64_t i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
   }
-  ~DecodePool() { stop(); }
-  DecodePool(const DecodePool&) = delete;
-  DecodePool& operator=(const DecodePool&) = delete;
+  ~WorkPool() { stop(); }
+  WorkPool(const WorkPool&) = delete;
+  WorkPool& operator=(const WorkPool&) = delete;
 
   void submit(const std::vector<int64_t>& keys) {
     {
@@ -99,7 +105,7 @@ class DecodePool {
 
  private:
   void work() {
-    set_thread_name("lf-data-decode");
+    set_thread_name(name_);
     lower_priority();
     for (;;) {
       int64_t key = 0;
@@ -111,12 +117,13 @@ class DecodePool {
         jobs_.pop_front();
         pending_ = static_cast<int64_t>(jobs_.size());
       }
-      builder_.prefetch(key);  // never throws: a failure is kept in the cache
+      job_(key);  // never throws: prefetch keeps a failure in the cache, readahead leaves it to the decode
     }
   }
 
-  BatchBuilder& builder_;
+  const char* name_;
   std::atomic<int64_t>& pending_;
+  std::function<void(int64_t)> job_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<int64_t> jobs_;
@@ -146,9 +153,10 @@ class AsyncSource final : public BatchSource {
         image_tokens_per_sample_(options.num_views * tokens_per_view + 1),  // + the state token
         batch_size_(options.micro_batch_size),
         image_size_(options.image_size) {
-    if (async_.prefetch_factor < 1 || async_.decode_threads < 1)
-      throw ConfigError("adfe.prefetch_factor and adfe.decode_threads must be >= 1 (got " +
-                        std::to_string(async_.prefetch_factor) + ", " + std::to_string(async_.decode_threads) + ")");
+    if (async_.prefetch_factor < 1 || async_.decode_threads < 1 || async_.io_threads < 0)
+      throw ConfigError("adfe.prefetch_factor and adfe.decode_threads must be >= 1 and adfe.io_threads >= 0 (got " +
+                        std::to_string(async_.prefetch_factor) + ", " + std::to_string(async_.decode_threads) + ", " +
+                        std::to_string(async_.io_threads) + ")");
     if (device_.is_cuda()) open_slots(options);
   }
   ~AsyncSource() override { stop(); }
@@ -208,7 +216,11 @@ class AsyncSource final : public BatchSource {
     }
     builder_.cancel(false);
     want_step_ = step, want_micro_ = micro;
-    pool_ = std::make_unique<DecodePool>(builder_, async_.decode_threads, decode_jobs_);
+    pool_ = std::make_unique<WorkPool>("lf-data-decode", async_.decode_threads, decode_jobs_,
+                                       [this](int64_t key) { builder_.prefetch(key); });
+    if (async_.io_threads > 0)
+      io_ = std::make_unique<WorkPool>("lf-data-io", async_.io_threads, io_jobs_,
+                                       [this](int64_t key) { builder_.readahead(key); });
     producer_ = std::thread([this, step, micro] { produce(step * accumulation_ + micro); });
   }
 
@@ -219,9 +231,10 @@ class AsyncSource final : public BatchSource {
     }
     space_.notify_all();
     builder_.cancel(true);  // a producer inside micro_batch() stops at its next cache miss
+    if (io_) io_->stop();
     if (pool_) pool_->stop();
     if (producer_.joinable()) producer_.join();
-    pool_.reset();
+    pool_.reset(), io_.reset();
   }
 
   void produce(int64_t first) {
@@ -231,13 +244,16 @@ class AsyncSource final : public BatchSource {
     std::unique_ptr<c10::cuda::CUDAGuard> guard;
     if (device_.is_cuda()) guard = std::make_unique<c10::cuda::CUDAGuard>(device_);
 #endif
-    int64_t scheduled = first - 1;  // the last micro-batch whose videos went to the pool
+    int64_t scheduled = first - 1;  // the last micro-batch whose videos went to the decode pool
+    int64_t read = first - 1;       // ... and to the I/O threads (Note [Readahead] in batch.cpp)
+    const auto videos = [this](int64_t n) {
+      return builder_.videos_of(lookahead_.micro_batch(n / accumulation_, n % accumulation_));
+    };
     for (int64_t m = first;; ++m) {
       Item item;
       try {
-        for (; scheduled < m + async_.prefetch_factor; ++scheduled)
-          pool_->submit(builder_.videos_of(lookahead_.micro_batch((scheduled + 1) / accumulation_,
-                                                                  (scheduled + 1) % accumulation_)));
+        for (; io_ && read < m + 2 * async_.prefetch_factor; ++read) io_->submit(videos(read + 1));
+        for (; scheduled < m + async_.prefetch_factor; ++scheduled) pool_->submit(videos(scheduled + 1));
         MicroBatch mb = builder_.micro_batch(m / accumulation_, m % accumulation_);
         item.batch.num_valid = mb.num_valid;
         item.batch.tokens = mb.text_tokens + mb.action_tokens + batch_size_ * image_tokens_per_sample_;
@@ -313,8 +329,9 @@ class AsyncSource final : public BatchSource {
   int64_t accumulation_, image_tokens_per_sample_, batch_size_, image_size_;
 
   std::atomic<int64_t> decode_jobs_{0};  // the pool's pending jobs (DataStats::decode_jobs); outlives pool_
+  std::atomic<int64_t> io_jobs_{0};      // the I/O threads' pending jobs; outlives io_
   std::atomic<int64_t> h2d_bytes_{0};    // staged to the device so far (DataStats::h2d_bytes)
-  std::unique_ptr<DecodePool> pool_;
+  std::unique_ptr<WorkPool> pool_, io_;  // decode threads, I/O threads (none with adfe.io_threads=0)
   std::thread producer_;
   mutable std::mutex mu_;  // guards the queue, stop_ and the counts handed out
   std::condition_variable ready_, space_;

@@ -10,6 +10,10 @@
 #include <exception>  // std::rethrow_exception
 #include <mutex>      // std::lock_guard, std::unique_lock
 
+#include <fcntl.h>     // open, posix_fadvise
+#include <sys/stat.h>  // fstat
+#include <unistd.h>    // close
+
 #include <ATen/ATen.h>  // at::adaptive_avg_pool2d, at::rand, at::randn
 
 #include "loongforge/common/log.hpp"
@@ -508,6 +512,7 @@ void BatchBuilder::store_locked(int64_t key, Entry entry) {
   if (ready) {
     stats_.videos_decoded += (entry.file || !spans_) ? 1 : 0;  // a whole video, or a file opened for its spans
     stats_.video_bytes_read += entry.bytes_read;
+    if (entry.bytes_read > 0) read_ahead_.erase(key >> kSpanBits);  // read now: a later miss may read it ahead again
     if (entry.frames.defined()) {
       stats_.spans_decoded += 1;
       stats_.frames_decoded += entry.frames.size(0);
@@ -590,6 +595,39 @@ void BatchBuilder::prefetch(int64_t want) {
   } catch (...) {
     // A failure is kept in the cache, for the micro-batch that needs it.
   }
+}
+
+// Note [Readahead]
+// Level 0 of ADFE (source.hpp): its I/O threads call readahead() for the
+// videos of the micro-batches up to 2 x prefetch_factor ahead (the decode
+// threads are handed prefetch_factor), so that a decode job waiting in the
+// queue, or one beyond the decode window, finds its file in the page cache
+// instead of waiting for storage.
+// posix_fadvise(WILLNEED) starts the kernel's reads and returns; the bytes
+// are then read, size- and hash-checked by the decode as before (Note
+// [Checked video]), so readahead changes no bit and no check, only when the
+// storage is read. A video is asked for once between two reads of its file
+// (read_ahead_), and not at all while its frames (whole decoding) or its
+// file (span decoding) are in the frame cache. Shards need no thread: they
+// are mmap'd with MADV_WILLNEED when the dataset is opened (dataset.cpp).
+void BatchBuilder::readahead(int64_t want) {
+  const int64_t vk = want >> kSpanBits;
+  const size_t episode = static_cast<size_t>(vk / 1024);
+  const int camera = static_cast<int>(vk % 1024);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cache_.count(spans_ ? (vk << kSpanBits) | kFileKey : vk << kSpanBits) || !read_ahead_.insert(vk).second) return;
+  }
+  const std::string& path = ds_.episodes().at(episode).video_paths.at(camera);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;  // the decode reports it, with the plain source's message
+  struct stat st {};
+  const bool advised = ::fstat(fd, &st) == 0 && ::posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED) == 0;
+  ::close(fd);
+  if (!advised) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.readahead_files += 1;
+  stats_.readahead_bytes += static_cast<int64_t>(st.st_size);
 }
 
 std::pair<at::Tensor, int64_t> BatchBuilder::frames(size_t episode, int camera, int64_t frame, std::string* cause) {

@@ -75,6 +75,7 @@ Engine engine(const config::Config& cfg) {
   e.enabled = kAdfeBuilt && cfg.adfe.enable;
   const nlohmann::json settings = {{"prefetch_factor", cfg.adfe.prefetch_factor},
                                    {"decode_threads", cfg.adfe.decode_threads},
+                                   {"io_threads", cfg.adfe.io_threads},
                                    {"slot_mb", cfg.adfe.slot_mb}};
   e.status = [settings] { return settings; };  // the live counters are in status's "data"
   return e;

@@ -163,8 +163,9 @@ void Trainer::open_data() {
   const int64_t shuffle = mc.at("pixel_shuffle").get<int64_t>();
   tokens_per_view_ = side * side / (shuffle * shuffle);
   if (cfg_.adfe.enable)
-    source_ = data::make_async_source(*dataset_, so, device_, tokens_per_view_,
-                                      {cfg_.adfe.prefetch_factor, cfg_.adfe.decode_threads, cfg_.adfe.slot_mb});
+    source_ = data::make_async_source(
+        *dataset_, so, device_, tokens_per_view_,
+        {cfg_.adfe.prefetch_factor, cfg_.adfe.decode_threads, cfg_.adfe.slot_mb, cfg_.adfe.io_threads});
   else
     source_ = data::make_sync_source(*dataset_, so, device_, tokens_per_view_);
 }

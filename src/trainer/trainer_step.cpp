@@ -269,7 +269,10 @@ nlohmann::json Trainer::data_status(const StepRecord* r) const {
     d.update({{"queue_depth", ds.queue_depth},
               {"decode_jobs", ds.decode_jobs},
               {"prefetch_factor", cfg_.adfe.prefetch_factor},
-              {"decode_threads", cfg_.adfe.decode_threads}});
+              {"decode_threads", cfg_.adfe.decode_threads},
+              {"io_threads", cfg_.adfe.io_threads},
+              {"readahead_files", ds.readahead_files},
+              {"readahead_mb", static_cast<double>(ds.readahead_bytes) / (1 << 20)}});
   if (r) {
     d["decoded_frames_per_s"] = r->decoded_frames_per_s, d["read_mb_per_s"] = r->read_mb_per_s;
     d["h2d_mb_per_s"] = r->h2d_mb_per_s;

@@ -4,13 +4,19 @@
 // reference PyTorch DataLoader; not a test.
 //
 //   bench_data DATASET sync|adfe THREADS PREFETCH MICRO_BATCHES BATCH IMAGE_SIZE FRAME_CACHE_MB
-//              [uniform|episode OPEN_EPISODES SHUFFLE_BUFFER] [video_decode=whole|span]
-// prints one JSON object.
+//              [uniform|episode OPEN_EPISODES SHUFFLE_BUFFER] [video_decode=whole|span] [io_threads=N]
+//              [cold=1]
+// prints one JSON object. io_threads: adfe.io_threads (default 1). cold=1: the dataset's video
+// files are dropped from the page cache (posix_fadvise DONTNEED) before the timed region, so
+// the run reads them from storage (level 0, Note [Readahead] in src/data/batch.cpp).
 #include <chrono>    // std::chrono::steady_clock
 #include <cstdio>    // std::printf
 #include <cstdlib>   // std::atoll
 #include <iostream>  // std::cerr
 #include <string>    // std::string
+
+#include <fcntl.h>   // open, posix_fadvise
+#include <unistd.h>  // close, fdatasync
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 
@@ -20,6 +26,15 @@ using namespace loongforge;
 using namespace loongforge::data;
 
 namespace {
+// Asks the kernel to drop the file's clean pages from the page cache (no root needed).
+void drop_from_page_cache(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
 struct NoPhases final : PhaseRecorder {
   bool recording() const override { return false; }
   void end_phase(const char*, int64_t, int64_t, Clock::time_point) override {}
@@ -28,10 +43,24 @@ struct NoPhases final : PhaseRecorder {
 
 int main(int argc, char** argv) {
   std::string video_decode = "whole";
-  if (argc > 9 && std::string(argv[argc - 1]).rfind("video_decode=", 0) == 0) video_decode = argv[--argc] + 13;
+  int64_t io_threads = 1;
+  bool cold = false;
+  for (bool more = true; more && argc > 9;) {  // trailing key=value options
+    const std::string a = argv[argc - 1];
+    more = true;
+    if (a.rfind("video_decode=", 0) == 0)
+      video_decode = a.substr(13);
+    else if (a.rfind("io_threads=", 0) == 0)
+      io_threads = std::atoll(a.c_str() + 11);
+    else if (a.rfind("cold=", 0) == 0)
+      cold = a.substr(5) == "1";
+    else
+      more = false;
+    if (more) --argc;
+  }
   if (argc != 9 && argc != 12) {
     std::cerr << "usage: bench_data DATASET sync|adfe THREADS PREFETCH MICRO_BATCHES BATCH IMAGE_SIZE FRAME_CACHE_MB "
-                 "[uniform|episode OPEN_EPISODES SHUFFLE_BUFFER] [video_decode=whole|span]\n";
+                 "[uniform|episode OPEN_EPISODES SHUFFLE_BUFFER] [video_decode=whole|span] [io_threads=N] [cold=1]\n";
     return 2;
   }
   const std::string path = argv[1], kind = argv[2];
@@ -49,11 +78,14 @@ int main(int argc, char** argv) {
   }
   try {
     const Dataset ds = Dataset::open(path);
+    if (cold)
+      for (const auto& ep : ds.episodes())
+        for (const auto& video : ep.video_paths) drop_from_page_cache(video);
     NoPhases phases;
     const auto t0 = std::chrono::steady_clock::now();
     DataStats stats;
     {
-      auto source = kind == "adfe" ? make_async_source(ds, o, c10::kCPU, 16, {prefetch, threads, 64.0})
+      auto source = kind == "adfe" ? make_async_source(ds, o, c10::kCPU, 16, {prefetch, threads, 64.0, io_threads})
                                    : make_sync_source(ds, o, c10::kCPU, 16);
       for (int64_t m = 0; m < micro_batches; ++m) source->next(m, 0, phases);
       stats = source->stats();
@@ -65,6 +97,10 @@ int main(int argc, char** argv) {
                               {"seconds", s},
                               {"samples_per_s", static_cast<double>(micro_batches * o.micro_batch_size) / s},
                               {"video_decode", video_decode},
+                              {"io_threads", kind == "adfe" ? io_threads : 0},
+                              {"cold", cold},
+                              {"readahead_files", stats.readahead_files},
+                              {"readahead_mb", static_cast<double>(stats.readahead_bytes) / (1 << 20)},
                               {"videos_decoded", stats.videos_decoded},
                               {"spans_decoded", stats.spans_decoded},
                               {"frames_decoded", stats.frames_decoded}};

@@ -7,8 +7,9 @@
 // needs it with the plain source's message, again if asked again
 // (on_bad_video=error), and is skipped with the same counts
 // (on_bad_video=skip); that it stops cleanly with decodes and a full queue
-// in flight; and that a micro-batch too large for a pinned slot is refused
-// naming adfe.slot_mb and the size needed.
+// in flight; that I/O threads (level 0) read each coming video's file ahead
+// once without changing a bit or an error; and that a micro-batch too large
+// for a pinned slot is refused naming adfe.slot_mb and the size needed.
 #include <chrono>      // std::chrono::steady_clock
 #include <filesystem>  // std::filesystem::copy_file
 #include <string>      // std::string
@@ -201,6 +202,59 @@ TEST_CASE("adfe: with on_bad_video=skip the same samples are masked and the same
   }
   REQUIRE(sync->stats().samples_skipped == 8);  // samples 416..423 of step 52: episode 1
   REQUIRE(sync->stats().videos_bad == 1);
+}
+
+TEST_CASE("adfe: I/O threads read the coming videos' files ahead of a busy decode thread, each once, and the "
+          "micro-batches stay the plain source's") {
+  const Dataset ds = Dataset::open(kData);
+  const SampleOptions o = options("error", /*shuffle=*/true);  // seed 42's first step spans several episodes
+  auto sync = make_sync_source(ds, o, c10::kCPU, kTokensPerView);
+  std::vector<ReadyBatch> want;
+  for (const auto& [s, i] : order(0, 1, o.accumulation)) want.push_back(sync->next(s, i, no_phases));
+  const int64_t videos = sync->stats().videos_decoded;
+  REQUIRE(videos >= 3);
+  int64_t all_bytes = 0;
+  for (const auto& ep : ds.episodes())
+    all_bytes += static_cast<int64_t>(std::filesystem::file_size(video_of(kData, static_cast<int>(ep.index))));
+  for (const int64_t io : {0, 1, 2}) {
+    INFO("io_threads " << io);
+    // One decode thread: while it decodes the first video (about a second), the others wait in its queue.
+    auto adfe = make_async_source(ds, o, c10::kCPU, kTokensPerView, {4, 1, 64.0, io});
+    size_t n = 0;
+    for (const auto& [s, i] : order(0, 1, o.accumulation)) require_same(adfe->next(s, i, no_phases), want[n++]);
+    const DataStats st = adfe->stats();
+    INFO("read ahead: " << st.readahead_files << " files, " << st.readahead_bytes << " bytes; " << videos
+                        << " videos decoded");
+    if (io == 0) {
+      REQUIRE(st.readahead_files == 0);
+      REQUIRE(st.readahead_bytes == 0);
+    } else {
+      // A video a decoder has claimed is not read ahead; the queued ones are, each once (the frame cache
+      // keeps every video here, so none is decoded twice).
+      REQUIRE(st.readahead_files >= 1);
+      REQUIRE(st.readahead_files <= static_cast<int64_t>(ds.episodes().size()));
+      REQUIRE(st.readahead_bytes > 0);
+      REQUIRE(st.readahead_bytes <= all_bytes);
+    }
+  }
+}
+
+TEST_CASE("adfe: with I/O threads, a missing video stops at the micro-batch that needs it with the plain source's "
+          "message") {
+  const std::string dir = std::string(LOONGFORGE_TEST_MODELS) + "/adfe-missing";
+  remove_tree(dir);
+  copy_tree(kData, dir);
+  std::filesystem::remove(video_of(dir, 1));
+  const Dataset ds = Dataset::open(dir);
+  const SampleOptions o = options("error");
+  auto sync = make_sync_source(ds, o, c10::kCPU, kTokensPerView);
+  const auto [stop, message] = first_error(*sync, o);
+  REQUIRE(stop == std::pair<int64_t, int64_t>{kBoundaryStep + 1, 0});
+  REQUIRE_THAT(message, Contains("cannot open the video file"));
+  auto adfe = make_async_source(ds, o, c10::kCPU, kTokensPerView, {4, 2, 64.0, 2});
+  const auto [got, got_message] = first_error(*adfe, o);
+  REQUIRE(got == stop);
+  REQUIRE(got_message == message);
 }
 
 TEST_CASE("adfe: destroying the source with a full queue and decodes in flight joins its threads promptly") {

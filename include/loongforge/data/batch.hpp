@@ -30,7 +30,7 @@
 //    logged and counted (on_bad_video = "skip"; Note [Bad videos]).
 //  - Threads (Note [Frame cache] in batch.cpp): micro_batch() and sample()
 //    are called by one thread at a time (they own the sampler and the skip
-//    counts); prefetch(), stats(), videos_of() and sampler()'s const
+//    counts); prefetch(), readahead(), stats(), videos_of() and sampler()'s const
 //    accessors (fields fixed at construction) may be called from any number
 //    of other threads concurrently with them. The frame cache is guarded by
 //    one mutex (never held while decoding); a video being decoded by one
@@ -185,6 +185,8 @@ struct DataStats {
   int64_t video_bytes_read = 0;  // video file bytes read for the decodes counted in videos_decoded (level 0)
   int64_t decode_jobs = 0;       // ADFE: videos (or spans) handed to the decode threads and not yet started (level 1)
   int64_t h2d_bytes = 0;         // bytes the source copied to the device so far (level 2; 0 on the CPU)
+  int64_t readahead_files = 0;   // ADFE's I/O threads: video files read ahead into the page cache (level 0)
+  int64_t readahead_bytes = 0;   // their sizes
 };
 
 // Shape and dtype of each tensor of a micro-batch of B samples (the model's
@@ -227,6 +229,12 @@ class BatchBuilder {
   // micro_batch(); never throws (a failure is kept for the micro_batch()
   // that needs it).
   void prefetch(int64_t key);
+  // Asks the kernel to read the video file of `key` (a videos_of() key) into
+  // the page cache (posix_fadvise WILLNEED; Note [Readahead]) unless its
+  // frames or file are cached or it was asked since its last decode. Any
+  // thread; never throws (a file that cannot be opened is left to the decode,
+  // which reports it).
+  void readahead(int64_t key);
   // While on, micro_batch() throws a DataError at its next cache miss instead
   // of decoding (ADFE's shutdown). Any thread.
   void cancel(bool on) { cancelled_ = on; }
@@ -294,6 +302,7 @@ class BatchBuilder {
   DataStats stats_;  // decode counts under mu_; skip counts by the micro_batch() thread (also under mu_)
   std::atomic<bool> cancelled_{false};
   std::set<int64_t> bad_reported_;  // the micro_batch() thread's: bad videos already counted and logged
+  std::set<int64_t> read_ahead_;    // videos (episode * 1024 + camera) read ahead since their last decode; mu_
 };
 
 }  // namespace loongforge::data

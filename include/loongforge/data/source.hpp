@@ -26,6 +26,10 @@
 //    prefetch_factor ahead of the one it builds (BatchBuilder::prefetch). The
 //    producer and the decoders run at a lower CPU priority than the trainer
 //    thread and above the checkpoint writer (common/threads.hpp).
+//  - Level 0: io_threads threads (0: none) have the kernel read the video
+//    files of the micro-batches up to 2 x prefetch_factor ahead into the page
+//    cache (BatchBuilder::readahead), at the decoders' priority; counted in
+//    stats() as readahead_files / readahead_bytes. They change no bit.
 //  - Same bits: micro-batch (s, i) is BatchBuilder::micro_batch(s, i)
 //    whatever the thread count and timing (Note [Frame cache] in batch.cpp).
 //  - Errors: an exception building micro-batch (s, i) (a bad video with
@@ -87,6 +91,7 @@ struct AsyncOptions {
   int64_t prefetch_factor = 4;  // adfe.prefetch_factor: ready micro-batches (and pinned slots)
   int64_t decode_threads = 2;   // adfe.decode_threads
   double slot_mb = 64.0;        // adfe.slot_mb: one pinned slot (CUDA devices)
+  int64_t io_threads = 1;       // adfe.io_threads: readahead threads (level 0); 0 = none
 };
 
 // The plain source: builds each micro-batch on the calling thread, then
