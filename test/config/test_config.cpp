@@ -172,7 +172,7 @@ TEST_CASE("config: the engine sections commented out in configs/n16.yaml hold th
     REQUIRE(cfg.origin.count(k.path) == 1);
     REQUIRE(value_text(cfg, k.path) == k.default_text);
   }
-  REQUIRE(engine_keys == 20);
+  REQUIRE(engine_keys == 21);
 }
 
 // ---------------------------------------------------------------------------
