@@ -171,6 +171,9 @@ run_one() {  # run_one RUN: one run of section train (the names below)
                    --set trainer.cuda_graphs=off ;;
     lf-compiled-adfe) [ -f $pkg ] && train_lf $run $mfile --set trainer.compiled_step=$pkg \
                         --set adfe.enable=true --set adfe.decode_threads=4 ;;
+    lf-compiled-adfe-ckpt)  # as lf-compiled-adfe with a checkpoint every CKPT_EVERY steps (default 400)
+      [ -f $pkg ] && train_lf $run $mfile --set trainer.compiled_step=$pkg --set adfe.enable=true \
+        --set adfe.decode_threads=4 --set checkpoint.interval_steps=${CKPT_EVERY:-400} --set checkpoint.keep_last=1 ;;
     lf-graphs) train_lf $run $mfile --set trainer.cuda_graphs=on ;;
     lf-graphs-adfe) train_lf $run $mfile --set trainer.cuda_graphs=on --set adfe.enable=true --set adfe.decode_threads=4 ;;
     lf-graphs-adfe-cpuresize)  # as lf-graphs-adfe with the frames resized on the CPU (data.frame_resize=cpu)
@@ -219,11 +222,12 @@ rel = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a[:n], b[:n])) if n el
 print(f"{n} steps: {same} losses equal, max relative difference {rel:.3g}")
 PY
 fi
-if [[ " $ran " == *" lf-graphs-adfe-ckpt "* ]]; then
-  stamp "data wait while checkpoints are written (scripts/gpu/ckpt_data_wait.py)"
-  python3 scripts/gpu/ckpt_data_wait.py $logs lf-graphs-adfe-ckpt \
-    $([[ " $ran " == *" lf-graphs-adfe "* ]] && echo --baseline lf-graphs-adfe)
-fi
+for c in lf-graphs-adfe lf-compiled-adfe; do
+  if [[ " $ran " == *" $c-ckpt "* ]]; then
+    stamp "data wait while checkpoints are written (scripts/gpu/ckpt_data_wait.py, $c-ckpt)"
+    python3 scripts/gpu/ckpt_data_wait.py $logs $c-ckpt $([[ " $ran " == *" $c "* ]] && echo --baseline $c)
+  fi
+done
 if want profile; then
   for f in $mfile $before; do
     stamp "profile $f"
