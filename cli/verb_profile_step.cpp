@@ -77,6 +77,13 @@ int profile_step_run() {
                     c->value("kernels_per_step", 0.0), c->value("copies_per_step", 0.0),
                     c->value("fills_per_step", 0.0), c->value("host_launches_per_step", 0.0),
                     c->value("graph_launches_per_step", 0.0), c->value("host_copy_calls_per_step", 0.0));
+      if (const auto kinds = c->find("kernel_kinds"); kinds != c->end() && !kinds->empty()) {
+        std::printf("kernel device time per step: %.2f ms:", c->value("kernel_device_ms_per_step", 0.0));
+        for (const auto& k : *kinds)
+          std::printf(" %s %.2f (%.1f%%)", k.value("kind", std::string("?")).c_str(),
+                      k.value("device_ms_per_step", 0.0), 100 * k.value("share", 0.0));
+        std::printf("\n");
+      }
     }
     std::printf("wrote %s and %s (open the trace in https://ui.perfetto.dev or chrome://tracing)\n", g_output.c_str(),
                 g_trace.c_str());

@@ -11,8 +11,13 @@
 //    included), copies_per_step and fills_per_step (device memcpy / memset),
 //    host_launches_per_step (kernel launch calls the host made: cudaLaunch*,
 //    cuLaunch*), graph_launches_per_step (cudaGraphLaunch calls) and
-//    host_copy_calls_per_step (cudaMemcpy*/cudaMemset* calls), plus the
-//    totals and `top_kernels` (the 15 most frequent kernel names with counts).
+//    host_copy_calls_per_step (cudaMemcpy*/cudaMemset* calls),
+//    kernel_device_ms_per_step (the kernels' summed device time), the
+//    totals, `top_kernels` (the 15 kernel names of most device time: count,
+//    per step, device ms per step) and `kernel_kinds` (the kernels by kind
+//    of name -- attention, gemm, triton (Inductor's), norm, reduction, copy,
+//    elementwise, optimizer, other -- with kernels and device ms per step
+//    and their share of the kernels' device time; most time first).
 //  - Trainer thread; at most one counter at a time.
 #pragma once
 

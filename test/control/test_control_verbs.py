@@ -146,6 +146,7 @@ def test_profile_step_kernels_counts_cuda_work_and_a_cpu_run_has_none(trainer, t
     cuda = json.loads(out.read_text())["cuda"]
     assert cuda["steps"] >= 1
     assert cuda["kernels_per_step"] == 0 and cuda["host_launches_per_step"] == 0 and cuda["totals"]["kernels"] == 0
+    assert cuda["kernel_device_ms_per_step"] == 0 and cuda["kernel_kinds"] == [] and cuda["top_kernels"] == []
     plain = tmp_path / "plain.json"
     cli("profile-step", "--socket", trainer.socket, "--duration", "0.5", "--output", str(plain))
     assert "cuda" not in json.loads(plain.read_text())  # only on request
