@@ -201,6 +201,7 @@ class AsyncSource final : public BatchSource {
     d.videos_bad = bad_;
     d.queue_depth = depth_;
     d.decode_jobs = decode_jobs_;
+    d.io_jobs = io_jobs_;
     d.h2d_bytes = h2d_bytes_;
     return d;
   }

@@ -46,7 +46,9 @@ std::vector<std::pair<std::string, double>> scalars_of(const StepRecord& r) {
           {"data/decoded_frames_per_s", r.decoded_frames_per_s},
           {"data/read_mb_per_s", r.read_mb_per_s},
           {"data/h2d_mb_per_s", r.h2d_mb_per_s},
-          {"data/decode_jobs", r.decode_jobs}};
+          {"data/decode_jobs", r.decode_jobs},
+          {"data/io_jobs", r.io_jobs},
+          {"data/readahead_mb_per_s", r.readahead_mb_per_s}};
 }
 
 Progress::Progress(std::string mode, int64_t interval_steps, int64_t total_steps, const std::string& metrics_path,

@@ -124,6 +124,10 @@ void Trainer::step() {
   r.read_mb_per_s = static_cast<double>(ds.video_bytes_read - bytes_counted_) / (1 << 20) / std::max(since_ms / 1000.0, 1e-6);
   r.h2d_mb_per_s = static_cast<double>(ds.h2d_bytes - h2d_counted_) / (1 << 20) / std::max(since_ms / 1000.0, 1e-6);
   r.decode_jobs = static_cast<double>(ds.decode_jobs);
+  r.io_jobs = static_cast<double>(ds.io_jobs);
+  r.readahead_mb_per_s =
+      static_cast<double>(ds.readahead_bytes - readahead_counted_) / (1 << 20) / std::max(since_ms / 1000.0, 1e-6);
+  readahead_counted_ = ds.readahead_bytes;
   frames_counted_ = ds.frames_decoded;
   bytes_counted_ = ds.video_bytes_read;
   h2d_counted_ = ds.h2d_bytes;
@@ -178,7 +182,9 @@ void Trainer::step_boundary() {
                        {"decoded_frames_per_s", record_.decoded_frames_per_s},
                        {"read_mb_per_s", record_.read_mb_per_s},
                        {"h2d_mb_per_s", record_.h2d_mb_per_s},
-                       {"decode_jobs", record_.decode_jobs}});
+                       {"decode_jobs", record_.decode_jobs},
+                       {"io_jobs", record_.io_jobs},
+                       {"readahead_mb_per_s", record_.readahead_mb_per_s}});
 }
 
 // Step time and the rates derived from it.
@@ -268,6 +274,7 @@ nlohmann::json Trainer::data_status(const StepRecord* r) const {
   if (cfg_.adfe.enable)
     d.update({{"queue_depth", ds.queue_depth},
               {"decode_jobs", ds.decode_jobs},
+              {"io_jobs", ds.io_jobs},
               {"prefetch_factor", cfg_.adfe.prefetch_factor},
               {"decode_threads", cfg_.adfe.decode_threads},
               {"io_threads", cfg_.adfe.io_threads},

@@ -68,6 +68,9 @@ def test_adfe_trains_to_the_plain_sources_losses_and_resumes_to_the_same_ones(tm
     assert all(r["queue_depth"] == 0 for r in want)
     assert all(0 <= r["queue_depth"] <= 3 for r in got)
     assert sum(r["decoded_frames_per_s"] for r in got) > 0 and sum(r["decoded_frames_per_s"] for r in want) > 0
+    # Level 0's queue and rate are recorded; the plain source has no I/O threads.
+    assert all(r["io_jobs"] == 0 and r["readahead_mb_per_s"] == 0 for r in want)
+    assert all(r["io_jobs"] >= 0 and r["readahead_mb_per_s"] >= 0 for r in got)
 
 
 def stop_line(stderr):

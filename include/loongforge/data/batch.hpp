@@ -186,6 +186,7 @@ struct DataStats {
   int64_t decode_jobs = 0;       // ADFE: videos (or spans) handed to the decode threads and not yet started (level 1)
   int64_t h2d_bytes = 0;         // bytes the source copied to the device so far (level 2; 0 on the CPU)
   int64_t readahead_files = 0;   // ADFE's I/O threads: video files read ahead into the page cache (level 0)
+  int64_t io_jobs = 0;           // ADFE: micro-batches' videos handed to the I/O threads and not yet started (level 0)
   int64_t readahead_bytes = 0;   // their sizes
 };
 

@@ -148,6 +148,7 @@ class Trainer {
   int64_t frames_counted_ = 0;        // source frames_decoded at frames_counted_at_ (decoded_frames_per_s)
   int64_t bytes_counted_ = 0;         // source video_bytes_read then (read_mb_per_s)
   int64_t h2d_counted_ = 0;           // source h2d_bytes then (h2d_mb_per_s)
+  int64_t readahead_counted_ = 0;     // source readahead_bytes then (readahead_mb_per_s)
   Clock::time_point frames_counted_at_ = Clock::now();
 };
 
