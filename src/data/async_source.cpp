@@ -10,6 +10,7 @@
 #include <mutex>               // std::mutex, std::unique_lock
 #include <thread>              // std::thread
 #include <utility>             // std::move
+#include <vector>              // std::vector
 
 #include <ATen/ATen.h>  // at::empty
 
@@ -247,14 +248,27 @@ class AsyncSource final : public BatchSource {
 #endif
     int64_t scheduled = first - 1;  // the last micro-batch whose videos went to the decode pool
     int64_t read = first - 1;       // ... and to the I/O threads (Note [Readahead] in batch.cpp)
+    // The videos of micro-batches scheduled + 1 .. read: computed once, for the I/O threads, and
+    // handed to the decode pool when its window reaches them.
+    std::deque<std::vector<int64_t>> read_not_decoded;
     const auto videos = [this](int64_t n) {
       return builder_.videos_of(lookahead_.micro_batch(n / accumulation_, n % accumulation_));
     };
     for (int64_t m = first;; ++m) {
       Item item;
       try {
-        for (; io_ && read < m + 2 * async_.prefetch_factor; ++read) io_->submit(videos(read + 1));
-        for (; scheduled < m + async_.prefetch_factor; ++scheduled) pool_->submit(videos(scheduled + 1));
+        for (; io_ && read < m + 2 * async_.prefetch_factor; ++read) {
+          read_not_decoded.push_back(videos(read + 1));
+          io_->submit(read_not_decoded.back());
+        }
+        for (; scheduled < m + async_.prefetch_factor; ++scheduled) {
+          if (read_not_decoded.empty()) {  // no I/O threads
+            pool_->submit(videos(scheduled + 1));
+          } else {
+            pool_->submit(read_not_decoded.front());
+            read_not_decoded.pop_front();
+          }
+        }
         MicroBatch mb = builder_.micro_batch(m / accumulation_, m % accumulation_);
         item.batch.num_valid = mb.num_valid;
         item.batch.tokens = mb.text_tokens + mb.action_tokens + batch_size_ * image_tokens_per_sample_;

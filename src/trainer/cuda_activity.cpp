@@ -24,7 +24,7 @@ bool has(const std::string& s, const char* part) {
 
 // What a device kernel is, by its name (cuda_activity.hpp's kinds; first match wins).
 const char* kind_of(const std::string& name) {
-  if (has(name, "flash") || has(name, "fmha") || has(name, "attention") || has(name, "cudnn")) return "attention";
+  if (has(name, "flash") || has(name, "fmha") || has(name, "attention") || has(name, "sdpa")) return "attention";
   if (has(name, "nvjet") || has(name, "gemm") || has(name, "cutlass") || has(name, "xmma") || has(name, "cublas"))
     return "gemm";
   if (starts_with(name, "triton_")) return "triton";

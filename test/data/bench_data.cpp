@@ -45,9 +45,8 @@ int main(int argc, char** argv) {
   std::string video_decode = "whole";
   int64_t io_threads = 1;
   bool cold = false;
-  for (bool more = true; more && argc > 9;) {  // trailing key=value options
+  for (; argc > 9; --argc) {  // trailing key=value options
     const std::string a = argv[argc - 1];
-    more = true;
     if (a.rfind("video_decode=", 0) == 0)
       video_decode = a.substr(13);
     else if (a.rfind("io_threads=", 0) == 0)
@@ -55,8 +54,7 @@ int main(int argc, char** argv) {
     else if (a.rfind("cold=", 0) == 0)
       cold = a.substr(5) == "1";
     else
-      more = false;
-    if (more) --argc;
+      break;
   }
   if (argc != 9 && argc != 12) {
     std::cerr << "usage: bench_data DATASET sync|adfe THREADS PREFETCH MICRO_BATCHES BATCH IMAGE_SIZE FRAME_CACHE_MB "

@@ -186,8 +186,8 @@ struct DataStats {
   int64_t decode_jobs = 0;       // ADFE: videos (or spans) handed to the decode threads and not yet started (level 1)
   int64_t h2d_bytes = 0;         // bytes the source copied to the device so far (level 2; 0 on the CPU)
   int64_t readahead_files = 0;   // ADFE's I/O threads: video files read ahead into the page cache (level 0)
-  int64_t io_jobs = 0;           // ADFE: micro-batches' videos handed to the I/O threads and not yet started (level 0)
   int64_t readahead_bytes = 0;   // their sizes
+  int64_t io_jobs = 0;           // ADFE: videos (or spans) handed to the I/O threads and not yet started (level 0)
 };
 
 // Shape and dtype of each tensor of a micro-batch of B samples (the model's
@@ -232,7 +232,7 @@ class BatchBuilder {
   void prefetch(int64_t key);
   // Asks the kernel to read the video file of `key` (a videos_of() key) into
   // the page cache (posix_fadvise WILLNEED; Note [Readahead]) unless its
-  // frames or file are cached or it was asked since its last decode. Any
+  // frames or file are cached or it was asked since its file was last read. Any
   // thread; never throws (a file that cannot be opened is left to the decode,
   // which reports it).
   void readahead(int64_t key);

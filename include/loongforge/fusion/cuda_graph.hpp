@@ -11,8 +11,9 @@
 //  - capture_graph(pool, fn): waits for the current stream's queued work,
 //    returns the caching allocator's unused cached blocks to the driver (so
 //    the capture's pool can have that memory: Note [Capture memory] in
-//    graph_runner.cpp), records what fn() queues on the current (non-default) stream into a new
-//    CUDA graph allocating from `pool`, and returns it; nothing of fn has run
+//    graph_runner.cpp), records what fn() queues on the current
+//    (non-default) stream into a new CUDA graph allocating from `pool`, and
+//    returns it; nothing of fn has run
 //    on the device then. When fn or the capture throws, the capture is ended
 //    (the stream stays usable) and the error propagates. The capture is
 //    thread-local (cudaStreamCaptureModeThreadLocal): other threads of the

@@ -34,7 +34,7 @@ struct StepRecord {
   double read_mb_per_s = 0;        // video MB (2^20 bytes) this rank read since the previous step's end, per second
   double h2d_mb_per_s = 0;         // MB the data source copied to the device since the previous step's end, per second
   double decode_jobs = 0;          // ADFE: videos (or spans) waiting for a decode thread at the step's end
-  double io_jobs = 0;              // ADFE: micro-batches' videos waiting for an I/O thread at the step's end (level 0)
+  double io_jobs = 0;              // ADFE: videos (or spans) waiting for an I/O thread at the step's end (level 0)
   double readahead_mb_per_s = 0;  // ADFE: video MB its I/O threads read ahead since the previous step's end, per second
 };
 
