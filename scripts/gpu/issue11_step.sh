@@ -164,6 +164,8 @@ fi
 # lf-graphs: the TorchScript forward+backward replayed, optimizer graph; lf-plain: no graphs, per-tensor AdamW
 run_one() {  # run_one RUN: one run of section train (the names below)
   local run=$1
+  # the *-ckpt runs: a checkpoint every CKPT_EVERY steps (default 400), the last one kept
+  local ckpt=(--set checkpoint.interval_steps=${CKPT_EVERY:-400} --set checkpoint.keep_last=1)
   stamp "train: $run"
   case $run in
     lf-compiled-graphs) [ -f $pkg ] && [ -z "${compile_pid:-}" ] && train_lf $run $mfile --set trainer.compiled_step=$pkg ;;
@@ -171,17 +173,15 @@ run_one() {  # run_one RUN: one run of section train (the names below)
                    --set trainer.cuda_graphs=off ;;
     lf-compiled-adfe) [ -f $pkg ] && train_lf $run $mfile --set trainer.compiled_step=$pkg \
                         --set adfe.enable=true --set adfe.decode_threads=4 ;;
-    lf-compiled-adfe-ckpt)  # as lf-compiled-adfe with a checkpoint every CKPT_EVERY steps (default 400)
-      [ -f $pkg ] && train_lf $run $mfile --set trainer.compiled_step=$pkg --set adfe.enable=true \
-        --set adfe.decode_threads=4 --set checkpoint.interval_steps=${CKPT_EVERY:-400} --set checkpoint.keep_last=1 ;;
+    lf-compiled-adfe-ckpt) [ -f $pkg ] && train_lf $run $mfile --set trainer.compiled_step=$pkg \
+                             --set adfe.enable=true --set adfe.decode_threads=4 "${ckpt[@]}" ;;
     lf-graphs) train_lf $run $mfile --set trainer.cuda_graphs=on ;;
     lf-graphs-adfe) train_lf $run $mfile --set trainer.cuda_graphs=on --set adfe.enable=true --set adfe.decode_threads=4 ;;
     lf-graphs-adfe-cpuresize)  # as lf-graphs-adfe with the frames resized on the CPU (data.frame_resize=cpu)
       train_lf $run $mfile --set trainer.cuda_graphs=on --set adfe.enable=true --set adfe.decode_threads=4 \
         --set data.frame_resize=cpu ;;
-    lf-graphs-adfe-ckpt)  # as lf-graphs-adfe with a checkpoint every CKPT_EVERY steps (default 400)
-      train_lf $run $mfile --set trainer.cuda_graphs=on --set adfe.enable=true --set adfe.decode_threads=4 \
-        --set checkpoint.interval_steps=${CKPT_EVERY:-400} --set checkpoint.keep_last=1 ;;
+    lf-graphs-adfe-ckpt) train_lf $run $mfile --set trainer.cuda_graphs=on --set adfe.enable=true \
+                           --set adfe.decode_threads=4 "${ckpt[@]}" ;;
     lf-graphs-adfe-mb2x)  # twice the micro-batch, half the accumulation: the same global batch
       train_lf $run $mfile --set trainer.cuda_graphs=on --set adfe.enable=true --set adfe.decode_threads=4 \
         --set trainer.micro_batch_size=$((mb * 2)) --set trainer.gradient_accumulation_steps=$(( accum > 1 ? accum / 2 : 1 )) ;;
