@@ -23,7 +23,8 @@
 # $OUT/logs-TAG.tgz (rewritten after each section: a call returns at most 8 files).
 # SECTIONS (default "train profile tests") picks sections: compiled train profile ops catlin tests;
 # TRAIN_RUNS the runs of section train (default: all but lf-graphs-before and ref-base);
-# FIRST_TESTS a ctest regex run first in section tests (any label).
+# FIRST_TESTS a ctest regex run first in section tests (any label); GPU_TEST_LIMIT the
+# seconds for ctest -L gpu -LE long (default 120).
 # MODEL (default n16-1b) the config exported, EXPORT_SET its export overrides (space separated
 # key=value, e.g. "tune_visual=true tune_llm=true" for full fine-tuning), TAG the name of its model
 # file and package (default MODEL), MB the micro-batch (default 32), ACCUM the gradient accumulation
@@ -251,7 +252,7 @@ if want tests; then
     (cd build-gpu && timeout $(left 300) ctest -R "$FIRST_TESTS" --output-on-failure > "$logs/ctest-first.log" 2>&1; echo "ctest exit $?")
     grep -E "Test +#|tests passed|FAILED|Failed|difference" "$logs/ctest-first.log" | tail -14; pack
   fi
-  [ "${GPU_TESTS:-all}" = first ] || (cd build-gpu && timeout $(left 120) ctest -L gpu -LE long ${FIRST_TESTS:+-E "$FIRST_TESTS"} --output-on-failure > "$logs/ctest-gpu.log" 2>&1; echo "ctest exit $?")
+  [ "${GPU_TESTS:-all}" = first ] || (cd build-gpu && timeout $(left ${GPU_TEST_LIMIT:-120}) ctest -L gpu -LE long ${FIRST_TESTS:+-E "$FIRST_TESTS"} --output-on-failure > "$logs/ctest-gpu.log" 2>&1; echo "ctest exit $?")
   [ -f "$logs/ctest-gpu.log" ] && grep -E "Test +#|tests passed|FAILED|Failed" "$logs/ctest-gpu.log" | tail -14; pack
   if [ "${GPU_TESTS:-all}" != first ] && [ "$(left 300)" -gt 60 ]; then
     stamp "long gpu tests (while time is left)"
