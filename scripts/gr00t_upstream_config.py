@@ -24,12 +24,15 @@ How each part is chosen
   `select_layer` layers. Settings our backbones do not implement (another
   activation, attention bias) are refused naming the field.
 - Freezing: tune_visual, tune_llm, tune_top_llm_layers from config.json.
-- image_size: N1.7's image_target_size (must be square); N1.6: the Eagle
+- image_size: N1.7: the size upstream's Qwen3-VL processor resizes the
+  transform's image_target_size (must be square) to (qwen3vl_processor_side:
+  224 becomes 256), with image_target_size the target; N1.6: the Eagle
   vision config's image_size (force_image_size) or the released 224.
   image_crop_fraction: crop_fraction, else image_crop_size / image_target_size
   (crop_fraction_of). N1.7: image_resample bicubic_aa, upstream's default
   transform (antialiased bicubic to shortest_image_edge or the target size,
-  the crop, bicubic to the target; docs/training-semantics.md s3); its
+  the crop, bicubic to the target, and the processor's bicubic to image_size;
+  docs/training-semantics.md s3); its
   use_albumentations (cv2 INTER_AREA) and letter_box_transform are refused.
   N1.6: the box resize after the crop (Eagle's processor is not reproduced).
 - overrides: ModelConfig `key=value` strings applied last (num_views,
@@ -54,6 +57,28 @@ HEAD_SHAPE_FIELDS = ("hidden_size", "input_embedding_dim", "dit_layers", "dit_he
 
 class UpstreamConfigError(ValueError):
     """A config.json (or backbone config) this importer cannot represent; the message names the field."""
+
+
+# The Qwen3-VL image processor's pixel bounds (its published preprocessor_config.json "size":
+# shortest_edge / longest_edge are pixel counts; nvidia/Cosmos-Reason2-2B's own file is gated and
+# was not read: test/reference/test_n17_pixel_values.py).
+QWEN3VL_MIN_PIXELS, QWEN3VL_MAX_PIXELS = 65536, 16777216
+
+
+def qwen3vl_processor_side(side: int, factor: int, min_pixels: int = QWEN3VL_MIN_PIXELS,
+                           max_pixels: int = QWEN3VL_MAX_PIXELS) -> int:
+    """The side a square side x side image has after the Qwen3-VL processor's resize: the nearest
+    multiple of factor (patch x merge; Python's round, half to even), scaled up to at least
+    min_pixels or down to at most max_pixels in multiples of factor (transformers' smart_resize for a
+    square image)."""
+    out = round(side / factor) * factor
+    if out * out > max_pixels:
+        beta = math.sqrt(side * side / max_pixels)
+        out = max(factor, math.floor(side / beta / factor) * factor)
+    elif out * out < min_pixels:
+        beta = math.sqrt(min_pixels / (side * side))
+        out = math.ceil(side * beta / factor) * factor
+    return out
 
 
 def _need(cond: bool, field: str, value, what: str):
@@ -191,6 +216,12 @@ def model_config_from_upstream(config: Dict, backbone_config: Optional[Dict] = N
               config.get("letter_box_transform"), "must be false: letterboxing is not implemented")
         fields["image_resample"] = "bicubic_aa"
         fields["image_resize_edge"] = int(config.get("shortest_image_edge") or 0)
+        # upstream's processor resizes the transform's frames again, to its smart_resize size
+        base = get_config(base_name)
+        side = int(fields.get("image_size", base.image_size))
+        factor = int(fields.get("patch_size", base.patch_size)) * int(fields.get("pixel_shuffle", base.pixel_shuffle))
+        fields["image_target_size"] = side
+        fields["image_size"] = qwen3vl_processor_side(side, factor)
     select = int(config.get("select_layer", 16))
     _need(select >= 1, "select_layer", select, "must be >= 1 (the LM layers kept)")
     fields.update(

@@ -59,11 +59,16 @@ class ModelConfig:
     # How a frame becomes image_size x image_size (docs/training-semantics.md s3): "box" = the
     # center crop above, then a box average (adaptive_avg_pool2d); "bicubic_aa" = GR00T N1.7's
     # default transform (lerobot 0.6.1 _transform_n1_7_image_for_vlm_torch): an antialiased
-    # bicubic resize of the uint8 frame to image_resize_edge x image_resize_edge (0 = image_size),
-    # the center crop there (round(E * f) rows and columns), an antialiased bicubic resize to
-    # image_size. Imports of N1.7 checkpoints get bicubic_aa (scripts/gr00t_upstream_config.py).
+    # bicubic resize of the uint8 frame to image_resize_edge x image_resize_edge (0 = the target
+    # size), the center crop there (round(E * f) rows and columns), an antialiased bicubic resize
+    # to image_target_size (0 = image_size), then, when that is not image_size, the same resize to
+    # image_size: upstream's Qwen3-VL processor resizes the transform's frames again to its
+    # smart_resize size (multiples of 32, at least 65,536 pixels: a 224 target becomes 256), which
+    # is what the ViT sees. Imports of N1.7 checkpoints get bicubic_aa with image_target_size their
+    # image_target_size and image_size the processor's (scripts/gr00t_upstream_config.py).
     image_resample: str = "box"
     image_resize_edge: int = 0
+    image_target_size: int = 0
     patch_size: int = 8
     vit_layers: int = 2
     vit_width: int = 128
@@ -184,7 +189,10 @@ class ModelConfig:
         need(self.image_size % self.patch_size == 0, "image_size", "must be a multiple of patch_size")
         need(0.0 < self.image_crop_fraction <= 1.0, "image_crop_fraction", "must be in (0, 1] (1 = no crop)")
         need(self.image_resample in ("box", "bicubic_aa"), "image_resample", "must be box or bicubic_aa")
-        need(self.image_resize_edge >= 0, "image_resize_edge", "must be >= 0 (0 = image_size)")
+        need(self.image_resize_edge >= 0, "image_resize_edge", "must be >= 0 (0 = the target size)")
+        need(self.image_target_size >= 0, "image_target_size", "must be >= 0 (0 = image_size)")
+        need(self.image_target_size in (0, self.image_size) or self.image_resample == "bicubic_aa",
+             "image_target_size", "must be 0 or image_size unless image_resample is bicubic_aa")
         grid = self.image_size // self.patch_size
         need(grid % self.pixel_shuffle == 0, "pixel_shuffle",
              f"must divide the patch grid side ({grid})")

@@ -674,14 +674,18 @@ def center_crop(frame: np.ndarray, fraction: float) -> np.ndarray:
     return frame[top:top + ch, left:left + cw]
 
 
-def bicubic_aa_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: float, edge: int) -> Tensor:
+def bicubic_aa_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: float, edge: int,
+                        target: int = 0) -> Tensor:
     """image_resample=bicubic_aa (training-semantics s3; GR00T N1.7's default transform): each frame
-    (h, w, 3) uint8 as a (1, 3, h, w) uint8 tensor is resized to (E, E) (E = edge, or size when 0) by
-    antialiased bicubic interpolation on uint8 unless it is E x E, center-cropped to c = round(E * f)
-    rows and columns from (E - c) // 2 when 0 < f < 1, resized to (size, size) the same way unless it
-    is, then (v - 127.5) / 127.5 in float32, as upstream's Qwen3-VL processor normalises (its rescale
-    fused into mean and std 0.5 * 255). -> (V, 3, S, S)."""
-    E = edge or size
+    (h, w, 3) uint8 as a (1, 3, h, w) uint8 tensor is resized to (E, E) (E = edge, or T when 0; T =
+    target, or size when 0) by antialiased bicubic interpolation on uint8 unless it is E x E,
+    center-cropped to c = round(E * f) rows and columns from (E - c) // 2 when 0 < f < 1, resized to
+    (T, T) the same way unless it is (upstream's transform ends here), resized to (size, size) the same
+    way unless it is (upstream's processor: its smart_resize size), then (v - 127.5) / 127.5 in
+    float32, as upstream's Qwen3-VL processor normalises (its rescale fused into mean and std 0.5 *
+    255). -> (V, 3, S, S)."""
+    T = target or size
+    E = edge or T
 
     def resize(x: Tensor, side: int) -> Tensor:
         if tuple(x.shape[-2:]) == (side, side):
@@ -695,7 +699,7 @@ def bicubic_aa_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: 
             ch, cw = max(1, int(round(x.shape[-2] * crop_fraction))), max(1, int(round(x.shape[-1] * crop_fraction)))
             top, left = (x.shape[-2] - ch) // 2, (x.shape[-1] - cw) // 2
             x = x[..., top:top + ch, left:left + cw].contiguous()
-        out.append(resize(x, size)[0])                                                        # (3, S, S) uint8
+        out.append(resize(resize(x, T), size)[0])                                             # (3, S, S) uint8
     return (torch.stack(out).to(torch.float32) - 127.5) / 127.5
 
 
@@ -792,10 +796,14 @@ class SampleBuilder:
         self.crop = float(_mcfg_or(model_cfg, "image_crop_fraction", 1.0))
         self.resample = str(_mcfg_or(model_cfg, "image_resample", "box"))  # exports before the field: box
         self.resize_edge = int(_mcfg_or(model_cfg, "image_resize_edge", 0))
+        self.target_size = int(_mcfg_or(model_cfg, "image_target_size", 0))
         if self.resample not in ("box", "bicubic_aa"):
             raise ValueError(f"the model's image_resample={self.resample!r} must be box or bicubic_aa; re-export it")
         if not 0.0 < self.crop <= 1.0:
             raise ValueError(f"the model's image_crop_fraction={self.crop} must be in (0, 1]; re-export it")
+        if self.target_size < 0 or (self.resample == "box" and self.target_size not in (0, self.S)):
+            raise ValueError(f"the model's image_target_size={self.target_size} must be 0 or image_size "
+                             f"({self.S}) unless image_resample is bicubic_aa; re-export it")
         self.max_state = int(_mcfg(model_cfg, "max_state_dim"))
         self.max_action = int(_mcfg(model_cfg, "max_action_dim"))
         # flow-matching time form (section 4; exports before these fields: n16's, 0.999, 1.5)
@@ -921,7 +929,7 @@ class SampleBuilder:
     def images(self, e: int, t: int) -> Tensor:
         frames = [self.rgb_frame(e, c, t) for c in self.cameras]
         if self.resample == "bicubic_aa":
-            return bicubic_aa_to_model(frames, self.S, self.crop, self.resize_edge)  # (V, 3, S, S)
+            return bicubic_aa_to_model(frames, self.S, self.crop, self.resize_edge, self.target_size)  # (V, 3, S, S)
         return image_to_model(frames, self.S, self.crop)  # (V, 3, S, S)
 
     # -- batches

@@ -285,6 +285,11 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
   if (opt_.image_resample != "box" && opt_.image_resample != "bicubic_aa")
     throw DataError("model.path " + opt_.model_path + ": config.json image_resample='" + opt_.image_resample +
                     "' is neither box nor bicubic_aa; re-export the model");
+  if (opt_.image_target_size < 0 ||
+      (opt_.image_resample == "box" && opt_.image_target_size != 0 && opt_.image_target_size != opt_.image_size))
+    throw DataError("model.path " + opt_.model_path + ": config.json image_target_size=" +
+                    std::to_string(opt_.image_target_size) + " must be 0 or image_size (" +
+                    std::to_string(opt_.image_size) + ") unless image_resample is bicubic_aa; re-export the model");
   if (opt_.frames_on_device && opt_.image_resample != "box")
     throw DataError("frames resized on the device do the box resize only, but the model's image_resample is " +
                     opt_.image_resample + "; set data.frame_resize=cpu");
@@ -454,7 +459,8 @@ BatchBuilder::Entry BatchBuilder::decode(int64_t key, const VideoFile* file) con
       const at::Tensor u8 = staging.narrow(0, 0, staged).narrow(1, (h - ch) / 2, ch).narrow(2, (w - cw) / 2, cw);
       out.narrow(0, done, staged)
           .copy_(opt_.frames_on_device ? u8  // (n, ch, cw, 3)
-                 : bicubic ? resize_frames_bicubic_aa(u8, opt_.image_resize_edge, opt_.image_crop_fraction, S)
+                 : bicubic ? resize_frames_bicubic_aa(u8, opt_.image_resize_edge, opt_.image_crop_fraction,
+                                                            opt_.image_target_size, S)
                            : resize_frames(u8, S));  // (n, 3, S, S)
       done += staged;
       staged = 0;

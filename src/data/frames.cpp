@@ -44,12 +44,13 @@ at::Tensor resize_frames(const at::Tensor& u8, int64_t S) {
   return (((pooled / 255.0) - 0.5) / 0.5).reshape(out_shape);
 }
 
-at::Tensor resize_frames_bicubic_aa(const at::Tensor& u8, int64_t E, double f, int64_t S) {
+at::Tensor resize_frames_bicubic_aa(const at::Tensor& u8, int64_t E, double f, int64_t T, int64_t S) {
   const auto resize = [](const at::Tensor& x, int64_t side) {  // (n, 3, h, w) uint8
     if (x.size(-2) == side && x.size(-1) == side) return x;
     return at::_upsample_bicubic2d_aa(x, {side, side}, /*align_corners=*/false);
   };
-  at::Tensor x = resize(u8.permute({0, 3, 1, 2}).contiguous(), E > 0 ? E : S);  // (n, 3, E, E)
+  if (T <= 0) T = S;
+  at::Tensor x = resize(u8.permute({0, 3, 1, 2}).contiguous(), E > 0 ? E : T);  // (n, 3, E, E)
   if (f > 0.0 && f < 1.0) {
     const auto side = [&](int64_t n) {
       return std::max<int64_t>(1, static_cast<int64_t>(std::nearbyint(static_cast<double>(n) * f)));
@@ -57,7 +58,7 @@ at::Tensor resize_frames_bicubic_aa(const at::Tensor& u8, int64_t E, double f, i
     const int64_t ch = side(x.size(2)), cw = side(x.size(3));
     x = x.narrow(2, (x.size(2) - ch) / 2, ch).narrow(3, (x.size(3) - cw) / 2, cw).contiguous();
   }
-  x = resize(x, S);  // (n, 3, S, S) uint8
+  x = resize(resize(x, T), S);  // (n, 3, T, T), then (n, 3, S, S) uint8
   // As upstream's Qwen3-VL processor normalises, its rescale fused into mean and std (0.5 * 255):
   // (v - 127.5) / 127.5 in float32, not ((v / 255) - 0.5) / 0.5 (docs/training-semantics.md s3).
   return (x.to(at::kFloat) - 127.5) / 127.5;

@@ -20,6 +20,7 @@
 #include "loongforge/data/source.hpp"
 
 using namespace loongforge::data;
+using lf_catch::Contains;
 
 namespace {
 const std::string kData = LOONGFORGE_TEST_DATASET;
@@ -71,7 +72,7 @@ TEST_CASE(
   // A 16 x 16 frame holding each value once per channel, already at S = 16: no resize, no crop.
   const at::Tensor u8 =
       at::arange(256, at::kInt).to(at::kByte).reshape({1, 16, 16, 1}).expand({1, 16, 16, 3}).contiguous();
-  const at::Tensor out = resize_frames_bicubic_aa(u8, 0, 1.0, 16).contiguous();  // (1, 3, 16, 16)
+  const at::Tensor out = resize_frames_bicubic_aa(u8, 0, 1.0, 0, 16).contiguous();  // (1, 3, 16, 16)
   REQUIRE(out.scalar_type() == at::kFloat);
   const float* p = out.data_ptr<float>();
   for (int c = 0; c < 3; ++c)
@@ -79,6 +80,36 @@ TEST_CASE(
       INFO("channel " << c << ", value " << v);
       REQUIRE(p[c * 256 + v] == (static_cast<float>(v) - 127.5f) / 127.5f);
     }
+}
+
+TEST_CASE(
+    "frames: bicubic_aa with a target size resizes to the target (the edge defaulting to it), then to the model "
+    "size, as upstream's processor resizes the transform's frames again") {
+  const at::Tensor u8 = at::randint(0, 256, {2, 40, 52, 3}, at::kByte);
+  const auto aa = [](const at::Tensor& x, int64_t side) {  // (n, 3, h, w) uint8
+    return at::_upsample_bicubic2d_aa(x, {side, side}, /*align_corners=*/false);
+  };
+  const at::Tensor chw = u8.permute({0, 3, 1, 2}).contiguous();
+  // edge = target 28, crop 0.9 there (round(25.2) = 25 from (28 - 25) / 2 = 1), target 28, model 32
+  const at::Tensor want = (aa(aa(aa(chw, 28).narrow(2, 1, 25).narrow(3, 1, 25).contiguous(), 28), 32).to(at::kFloat) -
+                           127.5) / 127.5;
+  const at::Tensor got = resize_frames_bicubic_aa(u8, 0, 0.9, 28, 32);
+  REQUIRE(got.sizes() == at::IntArrayRef({2, 3, 32, 32}));
+  REQUIRE(at::equal(got, want));
+  // the target left at 0 is the model size: one resize fewer, other values
+  REQUIRE(at::equal(resize_frames_bicubic_aa(u8, 0, 0.9, 0, 32), resize_frames_bicubic_aa(u8, 0, 0.9, 32, 32)));
+  REQUIRE_FALSE(at::equal(resize_frames_bicubic_aa(u8, 0, 0.9, 0, 32), got));
+}
+
+TEST_CASE("frames: a box-resize model with a target size of its own is refused, naming the key") {
+  const Dataset ds = Dataset::open(kData);
+  SampleOptions o = options(false, 1.0);
+  o.model_path = "m.pt";
+  o.image_target_size = 48;  // box resizes to image_size (64) only
+  REQUIRE_THROWS_WITH(BatchBuilder(ds, o), Contains("m.pt: config.json image_target_size=48 must be 0 or image_size "
+                                                    "(64) unless image_resample is bicubic_aa"));
+  o.image_target_size = 64;
+  REQUIRE_NOTHROW(BatchBuilder(ds, o));
 }
 
 TEST_CASE("frames: with frames on the device the batch carries cropped uint8 frames, and resized they are the "

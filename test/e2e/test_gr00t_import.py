@@ -3,7 +3,7 @@
 The checkpoint is made by the upstream code itself: lerobot 0.6.1's GR00TN17
 (test/lerobot_oracle.py), a random SMALL model (Qwen3-VL backbone from a small
 config.json in a local `model_name` folder, 3 text layers truncated at
-select_layer 2, ViT 3 x 64 with deepstack 0/2; the head at gr00t-tiny's shapes, its
+select_layer 2, ViT 3 x 64 with patch 16 and deepstack 0/2; the head at gr00t-tiny's shapes, its
 matrices drawn at N(0, 1/fan_in); dropout and state dropout 0), written by its own
 `save_pretrained`
 (model.safetensors + config.json), plus a small BPE tokenizer.json (trained
@@ -33,10 +33,11 @@ and checks:
   loss by more than the tolerance;
 - the loss decreases: the mean of the last 5 steps is below the mean of the first 5.
 
-What this does not cover: upstream's resampling (both sides get the trainer's frames:
-the checkpoint's center crop, 58/64 here, then a box resize, not upstream's cv2 /
-bicubic resizes), upstream's chat
-template around the text (the ids are the dataset's). The N1.6 layout:
+What this does not cover: upstream's resampling run here (both sides get the trainer's
+frames: the import's bicubic_aa transform to the 64 target with the 58/64 crop, then the
+processor's resize to 256; that those equal upstream's transform and processor is
+test/reference/test_n17_pixel_values.py's), upstream's chat template around the text
+(the ids are the dataset's). The N1.6 layout:
 test_gr00t_import_n16.py.
 
 Environment (ctest): LOONGFORGE_TRAIN, LOONGFORGE_TEST_MODELS (scratch),
@@ -72,7 +73,7 @@ def small_qwen3vl_config(oracle) -> dict:
     """Cosmos-Reason2-2B's config (lerobot's hard-coded copy) at small sizes."""
     cfg = oracle.n17._cosmos_reason2_qwen3_vl_config().to_dict()
     cfg["vision_config"].update(depth=3, hidden_size=64, num_heads=2, intermediate_size=128,
-                                num_position_embeddings=36, patch_size=8, deepstack_visual_indexes=[0, 2],
+                                num_position_embeddings=36, patch_size=16, deepstack_visual_indexes=[0, 2],
                                 out_hidden_size=128)
     cfg["text_config"].update(num_hidden_layers=3, hidden_size=128, num_attention_heads=4, num_key_value_heads=2,
                               head_dim=32, intermediate_size=384, vocab_size=8192, pad_token_id=None,
@@ -163,7 +164,8 @@ def test_the_import_picks_the_config_and_the_checkpoints_tokenizer(upstream, imp
     record = json.loads(extra["loongforge/batch_spec.json"])["tokenizer"]
     assert record["kind"] == "hf_tokenizer_json" and record["file"] == str((ckpt / "tokenizer.json").resolve())
     cfg = json.loads(extra["loongforge/config.json"])
-    assert (cfg["llm_layers"], cfg["vit_layers"], cfg["image_size"], cfg["gr00t_dropout"]) == (2, 3, 64, 0.0)
+    assert (cfg["llm_layers"], cfg["vit_layers"], cfg["image_size"], cfg["gr00t_dropout"]) == (2, 3, 256, 0.0)
+    assert cfg["image_target_size"] == 64                    # upstream's processor resizes 64 to 256
     assert cfg["image_crop_fraction"] == 58 / 64            # image_crop_size / image_target_size
 
 
@@ -183,10 +185,10 @@ def upstream_loss_on(oracle, model, batch) -> torch.Tensor:
     from transformers import Qwen2VLImageProcessor
     BF = oracle.n17.BatchFeature
     B, V = batch["images"].shape[:2]
-    proc = Qwen2VLImageProcessor(patch_size=8, temporal_patch_size=2, merge_size=2)
+    proc = Qwen2VLImageProcessor(patch_size=16, temporal_patch_size=2, merge_size=2)
     pix = proc(images=list(batch["images"].flatten(0, 1)), do_resize=False, do_rescale=False, do_normalize=False,
                return_tensors="pt")
-    n_img = V * 16
+    n_img = V * (batch["images"].shape[-1] // 32) ** 2     # 2 x 2 merged 16 x 16 patches per view
     ids = torch.cat([torch.full((B, n_img), IMAGE_TOKEN_ID), batch["text_tokens"]], dim=1)
     mask = torch.cat([torch.ones(B, n_img, dtype=torch.long), batch["text_mask"].long()], dim=1)
     assert not bool((batch["text_tokens"] == IMAGE_TOKEN_ID).any())

@@ -35,8 +35,10 @@ CASES = {
     "frozen_backbone": ([], []),
     "mean_std_normalization": ([], ["data.normalization=mean_std"]),
     "episode_sampler": ([], ["data.sampler=episode", "data.open_episodes=2", "data.shuffle_buffer=64"]),
-    # GR00T N1.7's image transform (training-semantics s3): 256 -> 72 bicubic, crop 65, -> 64
-    "bicubic_resample": (["image_resample=bicubic_aa", "image_crop_fraction=0.9", "image_resize_edge=72"], []),
+    # GR00T N1.7's image transform (training-semantics s3): 256 -> 72 bicubic, crop 65, -> 48 (the
+    # target), then -> 64 as upstream's processor resizes a target below its minimum again
+    "bicubic_resample": (["image_resample=bicubic_aa", "image_crop_fraction=0.9", "image_resize_edge=72",
+                          "image_target_size=48"], []),
 }
 
 

@@ -41,3 +41,16 @@ def test_the_reference_frames_equal_upstream_n17_transform_bit_for_bit(upstream_
                                 image_target_size=[size, size], shortest_image_edge=edge, crop_fraction=None)
         assert up.dtype == torch.uint8 and tuple(up.shape) == (3, size, size)
         assert torch.equal(ours[v], normalised(up)), f"view {v}"
+
+
+def test_a_box_model_with_a_target_size_of_its_own_is_refused_at_export():
+    """image_target_size (the transform's size before upstream's processor resizes to image_size) is
+    bicubic_aa's; the box resize goes to image_size directly."""
+    import dataclasses
+    from model.config import get_config
+    tiny = get_config("n16-tiny")
+    with pytest.raises(ValueError, match=r"image_target_size=48: must be 0 or image_size unless image_resample is "
+                                         r"bicubic_aa"):
+        dataclasses.replace(tiny, image_target_size=48).validate()
+    dataclasses.replace(tiny, image_target_size=tiny.image_size).validate()
+    dataclasses.replace(tiny, image_resample="bicubic_aa", image_target_size=48).validate()

@@ -7,8 +7,9 @@ Upstream (lerobot 0.6.1, processor_groot.py) hands each (C, H, W) uint8 frame th
 preprocessor_config.json is Qwen3-VL's, PREPROCESSOR below). Its `_preprocess` (transformers
 5.5.4, the torchvision backend) makes `pixel_values`:
   1. smart_resize to multiples of patch * merge = 32 with at least shortest_edge = 65,536 pixels:
-     256 x 256 stays (torchvision's resize returns a same-size tensor unchanged); 224 x 224 would
-     be resized again, to 256 x 256 (asserted here; not done by our data path);
+     256 x 256 stays (torchvision's resize returns a same-size tensor unchanged); 224 x 224 is
+     resized again, to 256 x 256, by antialiased bicubic on uint8 (torchvision's CPU kernel; ours
+     with image_target_size 224 and image_size 256 does the same);
   2. the rescale fused into the normalisation: mean and std become 0.5 * (1 / (1/255)) = 127.5,
      and torchvision's normalize computes (v - 127.5) / 127.5 on the float32 frame;
   3. the still frame repeated to temporal_patch_size 2, and each 16 x 16 patch flattened as
@@ -23,8 +24,11 @@ weight summed over time, then the merge-window order).
 Checked here, upstream's code taken from the wheel (test/lerobot_oracle.py) and the installed
 transformers, never copied:
 - real frames (the bundled robot_sim.PickNPlace ego view, 256 x 256) through upstream's transform
-  and processor equal our tensor, patchified by the processor with resize, rescale and
+  and processor equal our tensor, at the default 256 target and at a 224 target that the
+  processor resizes to 256, patchified by the processor with resize, rescale and
   normalisation off (a pure rearrangement, checked by undoing it), bit for bit in float32;
+- the importer's processor size (gr00t_upstream_config.qwen3vl_processor_side) is transformers'
+  smart_resize for square sides 32-1199 and a few above its pixel maximum;
 - for every uint8 value, upstream's normalisation equals ours and IEEE float32 division; the
   former formula ((v / 255) - 0.5) / 0.5 differs from it by up to 2^-24 (counted, printed);
 - upstream's Conv3d patch embedding of `pixel_values` equals our PatchEmbed3d of our tensor in
@@ -127,15 +131,41 @@ def test_every_uint8_value_is_normalised_as_upstream_and_ieee_division(processor
     assert (old != ieee).any() and diff.max() <= 2 ** -24
 
 
-def test_the_processor_would_resize_224_to_256():
-    """What the docs say is not exact: an N1.7 target below 256 x 256 (65,536 pixels) is resized
-    again by upstream's processor; our data path feeds the target size itself."""
+def test_the_importers_processor_side_is_transformers_smart_resize():
+    """scripts/gr00t_upstream_config.py's qwen3vl_processor_side (the size an N1.7 import feeds the ViT)
+    against transformers' smart_resize for square images: below 65,536 pixels scaled up (224 -> 256),
+    rounded to multiples of 32 (half to even), above 16,777,216 pixels scaled down."""
     from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
+    import gr00t_upstream_config as guc
     pixels = PREPROCESSOR["size"]
+    assert (guc.QWEN3VL_MIN_PIXELS, guc.QWEN3VL_MAX_PIXELS) == (pixels["shortest_edge"], pixels["longest_edge"])
     factor = PREPROCESSOR["patch_size"] * PREPROCESSOR["merge_size"]
-    resized = lambda s: smart_resize(s, s, factor, pixels["shortest_edge"], pixels["longest_edge"])  # noqa: E731
-    assert resized(256) == (256, 256) and resized(288) == (288, 288)
-    assert resized(224) == (256, 256) and resized(240) == (256, 256)
+    sides = list(range(32, 1200)) + [4080, 4096, 4112, 5000, 6007]
+    for s in sides:
+        want = smart_resize(s, s, factor, pixels["shortest_edge"], pixels["longest_edge"])
+        assert (guc.qwen3vl_processor_side(s, factor),) * 2 == want, s
+    assert [guc.qwen3vl_processor_side(s, factor) for s in (224, 240, 256, 272, 288, 5000)] == [256, 256, 256, 256, 288,
+                                                                                                 4096]
+
+
+def test_a_224_target_reaches_the_vit_as_upstreams_256_pixel_values_bit_for_bit(upstream_transform, processor,
+                                                                                  frames):
+    """image_target_size 224 (crop 202): upstream's transform makes 224 x 224 frames, which its
+    processor resizes to 256 x 256 (antialiased bicubic on uint8, on the CPU) before normalising;
+    ours (image_target_size 224, image_size 256) is the same tensor."""
+    few = frames[:24]
+    ours = lfd.bicubic_aa_to_model(few, 256, 202 / 224, 0, target=224)              # (n, 3, 256, 256)
+    u8 = [upstream_transform(chw(f), image_crop_size=[202, 202], image_target_size=[224, 224],
+                             shortest_image_edge=None, crop_fraction=None) for f in few]
+    assert tuple(u8[0].shape) == (3, 224, 224)
+    up = processor(images=u8, return_tensors="pt")
+    n, g = len(few), 256 // 16
+    assert up["image_grid_thw"].tolist() == [[1, g, g]] * n                          # resized to 256 x 256
+    mine = processor(images=list(ours), do_resize=False, do_rescale=False, do_normalize=False, return_tensors="pt")
+    assert torch.equal(mine["pixel_values"], up["pixel_values"])
+    # the former data path (the target fed as it is) gives another grid: 14 x 14 patches, 49 tokens
+    fed = lfd.bicubic_aa_to_model(few, 224, 202 / 224, 0)
+    assert tuple(fed.shape[-2:]) == (224, 224)
 
 
 def test_upstreams_conv3d_patch_embedding_equals_ours_within_rounding(upstream_transform, processor, frames):

@@ -187,6 +187,12 @@ def test_lerobots_default_n17_config_json_imports_as_gr00t_n17_3b_with_its_crop(
     assert got.image_crop_fraction == 230 / 256
     # upstream's default N1.7 image transform (antialiased bicubic; test/reference/test_image_resample.py)
     assert got.image_resample == "bicubic_aa" and got.image_resize_edge == int(data.get("shortest_image_edge") or 0)
+    assert (got.image_target_size, got.image_size) == (256, 256)
+    # a target below the processor's 65,536 pixels reaches the ViT at the processor's size
+    # (test/reference/test_n17_pixel_values.py)
+    small = guc.model_config_from_upstream(dict(data, image_target_size=[224, 224], image_crop_size=[202, 202]),
+                                           guc.read_backbone_config(data))
+    assert (small.image_target_size, small.image_size, small.image_crop_fraction) == (224, 256, 202 / 224)
     with pytest.raises(guc.UpstreamConfigError, match="use_albumentations.*cv2 INTER_AREA"):
         guc.model_config_from_upstream(dict(data, use_albumentations=True), guc.read_backbone_config(data))
     data["model_name"] = "someone/else"

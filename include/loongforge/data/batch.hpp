@@ -142,10 +142,12 @@ struct SampleOptions {
   // (h, w) keeps rows [(h - ch) / 2, + ch), ch = int(h * f), likewise columns
   // (docs/training-semantics.md s3; upstream GR00T's crop, taken from its checkpoint).
   double image_crop_fraction = 1.0;
-  // config.json image_resample / image_resize_edge (frames.hpp): "box" (the crop above, then
-  // resize_frames) or "bicubic_aa" (resize_frames_bicubic_aa; the crop applies after its first resize).
+  // config.json image_resample / image_resize_edge / image_target_size (frames.hpp): "box" (the
+  // crop above, then resize_frames) or "bicubic_aa" (resize_frames_bicubic_aa; the crop applies
+  // after its first resize; image_target_size 0 = image_size, only bicubic_aa takes another).
   std::string image_resample = "box";
   int64_t image_resize_edge = 0;
+  int64_t image_target_size = 0;
   int64_t num_views = 1;
   int64_t max_state_dim = 64;
   int64_t max_action_dim = 64;

@@ -12,12 +12,14 @@
 //  - model_images(u8, S, blank): resize_frames of a micro-batch's uint8
 //    images (B, V, h, w, 3), then the samples listed in `blank` (skipped for a
 //    bad video) set to zeros, as the CPU path leaves them.
-//  - resize_frames_bicubic_aa(u8, E, f, S) (config.json image_resample
+//  - resize_frames_bicubic_aa(u8, E, f, T, S) (config.json image_resample
 //    "bicubic_aa", GR00T N1.7's default transform): u8 uint8 (n, h, w, 3), CPU;
-//    each frame resized to E x E (E = 0: S) by ATen's antialiased bicubic interpolation on
-//    uint8 (skipped when it is E x E), center-cropped to c = round(E * f) rows
+//    each frame resized to E x E (E = 0: T; T = 0: S) by ATen's antialiased bicubic
+//    interpolation on uint8 (skipped when it is E x E), center-cropped to c = round(E * f) rows
 //    and columns (half to even, as Python rounds) from (E - c) / 2 when
-//    0 < f < 1, resized to S x S the same way (skipped when it is), then
+//    0 < f < 1, resized to T x T the same way (skipped when it is: upstream's
+//    transform ends here), then to S x S (skipped when T = S: upstream's
+//    processor resizing to its smart_resize size, config.json image_target_size), then
 //    normalised as upstream's Qwen3-VL processor does, (x - 127.5) / 127.5 in
 //    float32 (the same values as above up to one float rounding) -> float32
 //    (n, 3, S, S). Bit for bit the reference trainer's, and upstream's
@@ -34,6 +36,6 @@ namespace loongforge::data {
 
 at::Tensor resize_frames(const at::Tensor& u8, int64_t S);
 at::Tensor model_images(const at::Tensor& u8, int64_t S, const std::vector<int64_t>& blank);
-at::Tensor resize_frames_bicubic_aa(const at::Tensor& u8, int64_t E, double f, int64_t S);
+at::Tensor resize_frames_bicubic_aa(const at::Tensor& u8, int64_t E, double f, int64_t T, int64_t S);
 
 }  // namespace loongforge::data
