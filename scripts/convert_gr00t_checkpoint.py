@@ -3,6 +3,7 @@
 
     python3 scripts/convert_gr00t_checkpoint.py SRC_DIR --out MODEL.pt [--strict] [--set KEY=VALUE ...]
         [--backbone-config CONFIG_JSON] [--tokenizer TOKENIZER_JSON] [--seed N]
+        [--chat-template FILE | --no-chat-template]
     python3 scripts/convert_gr00t_checkpoint.py SRC --model MODEL.pt --out OUT.safetensors [--strict]
 
 Import (no --model): SRC_DIR is an upstream checkpoint folder (safetensors
@@ -15,7 +16,11 @@ shape), the weights are converted onto it and MODEL.pt is written as
 scripts/model/export.py writes exports, ready for `model.path`. The
 tokenizer the export records is SRC_DIR/tokenizer.json when the checkpoint has
 one (or --tokenizer): convert the dataset with the same file
-(scripts/convert_lerobot.py --tokenizer); without one, the word hash.
+(scripts/convert_lerobot.py --tokenizer); without one, the word hash. An N1.7
+import also takes the tokenizer's chat template (chat_template.jinja,
+chat_template.json or tokenizer_config.json next to that tokenizer.json, or
+--chat-template) as upstream's prompt (scripts/chat_template.py,
+scripts/model/prompt.py) and refuses without one unless --no-chat-template.
 
 With --model, SRC is a safetensors file or a folder of them (sharded `model-0000X-of-0000N.safetensors`).
 MODEL.pt is the exported LoongForge model the weights are for: its parameters
@@ -379,11 +384,15 @@ def convert(src: Path, model_path: Path, out: Path, strict: bool = False) -> Dic
 
 
 def import_checkpoint(src: Path, out: Path, strict: bool = False, overrides=(), backbone_config=None,
-                      tokenizer=None, seed: int = 0) -> Dict:
+                      tokenizer=None, seed: int = 0, chat_template=None, no_chat_template: bool = False) -> Dict:
     """SRC_DIR (config.json + safetensors) -> our export at out (see the module docstring). Returns the
     conversion report plus "config" (the ModelConfig's name and gr00t_head) and "tokenizer" (the file
-    recorded, or None for the word hash)."""
+    recorded, or None for the word hash) and "chat_template" (its source, or None)."""
+    import dataclasses
+
     import torch
+
+    import chat_template as chat
     from gr00t_upstream_config import UpstreamConfigError, model_config_from_upstream, read_backbone_config
     from model.export import save_model
     from model.n16 import build_model
@@ -392,10 +401,24 @@ def import_checkpoint(src: Path, out: Path, strict: bool = False, overrides=(), 
                          "folder (safetensors + config.json), or pass --model for a bare tensor file")
     config = json.loads((src / "config.json").read_text())
     try:
-        cfg = model_config_from_upstream(config, read_backbone_config(config, backbone_config), list(overrides))
+        backbone = read_backbone_config(config, backbone_config)
+        cfg = model_config_from_upstream(config, backbone, list(overrides))
     except (UpstreamConfigError, ValueError) as e:
         raise SystemExit(f"convert_gr00t_checkpoint: {src}/config.json: {e}") from None
     tok = Path(tokenizer) if tokenizer else checkpoint_tokenizer(src)
+    template_source = None
+    if cfg.backbone == "qwen3vl" and not no_chat_template:
+        # upstream's N1.7 prompt: the tokenizer's chat template around the images and the text
+        image_token_id = int((backbone or {}).get("image_token_id", chat.QWEN3VL_IMAGE_TOKEN_ID))
+        try:
+            fields, template_source = chat.import_fields(tok, Path(chat_template) if chat_template else None,
+                                                         image_token_id, cfg.num_views, cfg.vocab_size)
+            cfg = dataclasses.replace(cfg, **fields).validate()
+        except (chat.TemplateError, ValueError) as e:
+            raise SystemExit(f"convert_gr00t_checkpoint: {src}: {e}") from None
+    elif chat_template:
+        raise SystemExit("convert_gr00t_checkpoint: --chat-template is for N1.7 imports (the qwen3vl backbone) "
+                         "and cannot be combined with --no-chat-template")
     torch.manual_seed(seed)
     model = build_model(cfg)
     ours = {n: p.detach() for n, p in model.named_parameters()}
@@ -411,7 +434,7 @@ def import_checkpoint(src: Path, out: Path, strict: bool = False, overrides=(), 
     except ValueError as e:
         raise SystemExit(f"convert_gr00t_checkpoint: {e}") from None
     return dict(report, config={"name": cfg.name, "gr00t_head": cfg.gr00t_head, "backbone": cfg.backbone},
-                tokenizer=str(tok) if tok else None)
+                tokenizer=str(tok) if tok else None, chat_template=template_source)
 
 
 def main(argv=None) -> int:
@@ -428,15 +451,22 @@ def main(argv=None) -> int:
     ap.add_argument("--tokenizer", type=Path, default=None,
                     help="import: the tokenizer.json to record (default: SRC_DIR/tokenizer.json when present)")
     ap.add_argument("--seed", type=int, default=0, help="import: seed for parameters the checkpoint lacks")
+    ap.add_argument("--chat-template", type=Path, default=None,
+                    help="import (N1.7): the chat template (.jinja, or a .json with chat_template) instead of the "
+                         "one next to the tokenizer")
+    ap.add_argument("--no-chat-template", action="store_true",
+                    help="import (N1.7): no chat template: the LM sees [images ; text] (not upstream's prompt)")
     args = ap.parse_args(argv)
     if args.model is None:
         r = import_checkpoint(args.src, args.out, args.strict, args.overrides, args.backbone_config, args.tokenizer,
-                              args.seed)
+                              args.seed, args.chat_template, args.no_chat_template)
         print(f"imported {args.src} as {r['config']} ({r['mapped']} tensors) -> {args.out}; tokenizer: "
-              f"{r['tokenizer'] or 'word hash (no tokenizer.json in the checkpoint)'}")
+              f"{r['tokenizer'] or 'word hash (no tokenizer.json in the checkpoint)'}"
+              + (f"; chat template: {r['chat_template']}" if r["chat_template"] else ""))
     else:
-        if args.overrides or args.backbone_config or args.tokenizer:
-            ap.error("--set, --backbone-config and --tokenizer are for importing (without --model)")
+        if args.overrides or args.backbone_config or args.tokenizer or args.chat_template or args.no_chat_template:
+            ap.error("--set, --backbone-config, --tokenizer and --(no-)chat-template are for importing "
+                     "(without --model)")
         r = convert(args.src, args.model, args.out, args.strict)
         print(f"mapped {r['mapped']} tensors -> {args.out}")
     if r["unused_known"]:

@@ -20,8 +20,13 @@ Written from a reading of the upstream code; none of it is copied:
 Contract
 - `EagleVision(cfg)(images (N, 3, IMG, IMG)) -> (N, T, C_llm)` image tokens (T = tokens_per_view).
 - `Qwen3VLVision(cfg)(images) -> (tokens (N, T, C_llm), deepstack [(N, T, C_llm)] * len(deepstack))`.
-- `Qwen3VLText(cfg)(prefix (B, S0, C), n_image, text_tokens (B, L), key_mask (B, S), pos (3, B, S),
-  deepstack)` -> features (B, S, C); `mrope_positions(...)` computes `pos` for the sequence
+- `Qwen3VLText(cfg)(x (B, S, C) input embeddings, image_index (N_img,) positions of the image
+  tokens, key_mask (B, S), pos (3, B, S), deepstack [(B, N_img, C)], pad_rows)` -> features
+  (B, S, C): causal attention over the real keys (key_mask); the deepstack features are added
+  at image_index. pad_rows=True (a chat-templated prompt, model/prompt.py): the queries at
+  key_mask False are upstream's left pads, whose every key is masked, and get a zero attention
+  output, as torch's attention gives upstream's. `embed(ids)` is the token table.
+  `mrope_positions(...)` computes `pos` for the sequence
   [V views x T image tokens ; extra tokens ; L text tokens] as upstream's get_rope_index does for
   images each in its own group (t = start, h = start + row, w = start + column of the merged
   grid, the next group starting at start + max(rows, columns)); padded text gets 0.
@@ -280,21 +285,33 @@ class Qwen3VLText(nn.Module):
         emb = torch.cat([f, f], dim=-1)[:, None]                                 # (B, 1, S, d)
         return emb.cos(), emb.sin()
 
-    def forward(self, prefix: Tensor, n_image: int, text_tokens: Tensor, key_mask: Tensor, pos: Tensor,
-                deepstack: List[Tensor]) -> Tensor:
-        text = self.embed_tokens(text_tokens).to(prefix.dtype)                   # (B, L, C)
-        x = torch.cat([prefix, text], dim=1)                                     # (B, S, C)
+    def embed(self, ids: Tensor) -> Tensor:
+        return self.embed_tokens(ids)
+
+    def forward(self, x: Tensor, image_index: Tensor, key_mask: Tensor, pos: Tensor, deepstack: List[Tensor],
+                pad_rows: bool) -> Tensor:
         S = x.shape[1]
         cos, sin = self.rope(pos)
         causal = torch.ones(S, S, dtype=torch.bool, device=x.device).tril()
         mask = causal[None, None] & key_mask[:, None, None, :]                    # (B, 1, S, S)
+        row_valid = torch.ones(1, dtype=x.dtype, device=x.device)
+        if pad_rows:
+            # a pad query keeps its own key, so that no attention row is empty on any kernel, and its
+            # output is zeroed below
+            eye = torch.eye(S, dtype=torch.bool, device=x.device)
+            mask = mask | (eye[None, None] & ~key_mask[:, None, :, None])
+            row_valid = key_mask.to(x.dtype)[:, :, None]                         # (B, S, 1)
         i = 0
         n = len(self.layers)
         for layer in self.layers:
-            x = layer(x, cos, sin, mask)
+            if pad_rows:
+                x = x + layer.attn(layer.input_norm(x), cos, sin, mask) * row_valid
+                x = x + layer.mlp(layer.post_attn_norm(x))
+            else:
+                x = layer(x, cos, sin, mask)
             # upstream reads the last kept layer's output before a deepstack addition would follow it
             if i < len(deepstack) and i < n - 1:
-                x = torch.cat([x[:, :n_image] + deepstack[i].to(x.dtype), x[:, n_image:]], dim=1)
+                x = x.index_add(1, image_index, deepstack[i].to(x.dtype))
             i += 1
         return x
 

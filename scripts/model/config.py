@@ -43,6 +43,7 @@ from dataclasses import dataclass, fields
 from typing import Dict, List
 
 from .gr00t_head import HEAD_CONFIGS, head_config_for  # the upstream-exact GR00T head's presets
+from . import prompt
 from .tokenizer import TOKENIZER_VOCAB  # the tokenizer's id space, fixed for every config
 
 
@@ -96,6 +97,11 @@ class ModelConfig:
     rope_theta: float = 1000000.0
     rms_eps: float = 1e-6
     mrope_section: str = ""       # qwen3vl: rotary frequencies per (t, h, w), interleaved, "24,20,20"
+    # qwen3vl: the checkpoint's chat template as token ids with slots (model/prompt.py: -1 = one
+    # view's image tokens, -2 = the task text), "" = none ([images ; text] as the dataset stores
+    # it). Set by an N1.7 import from the checkpoint's chat template (scripts/chat_template.py).
+    chat_template_ids: str = ""
+    pad_token_id: int = 0         # with chat_template_ids: the tokenizer's pad id (upstream's padding)
 
     # ---- action head: DiT with alternating cross/self attention and AdaLN
     dit_layers: int = 4
@@ -170,10 +176,13 @@ class ModelConfig:
         return self.vit_width // self.vit_heads
 
     def vl_len(self, num_views: int = -1, text_len: int = -1) -> int:
-        """Length of the VL sequence: vision tokens of all views, imu, audio, text."""
+        """Length of the VL sequence: vision tokens of all views, imu, audio, text and the chat
+        template's own tokens."""
         v = self.num_views if num_views < 0 else num_views
         l = self.max_text_len if text_len < 0 else text_len
         n = v * self.tokens_per_view + l
+        slots = prompt.parse_ids(self.chat_template_ids)
+        n += sum(1 for i in slots if i not in (prompt.IMAGE_SLOT, prompt.TEXT_SLOT))
         if self.use_imu:
             n += self.imu_tokens
         if self.use_audio:
@@ -231,6 +240,17 @@ class ModelConfig:
             need(len(sec) == 3 and sum(sec) == self.llm_head_dim // 2 and sec[1] <= sec[0] and sec[2] <= sec[0],
                  "mrope_section", f"must be three comma-separated counts (t, h, w) summing to llm_head_dim/2 "
                  f"({self.llm_head_dim // 2})")
+        if self.chat_template_ids:
+            need(self.backbone == "qwen3vl", "chat_template_ids", "only the qwen3vl backbone takes a chat template")
+            need(not self.use_imu and not self.use_audio, "chat_template_ids",
+                 "a chat template leaves no place for imu/audio tokens; set use_imu/use_audio false")
+            try:
+                ids, why = prompt.parse_ids(self.chat_template_ids), ""
+            except ValueError:
+                ids, why = [], "must be comma-separated integers"
+            need(not why and not prompt.check(ids, self.num_views, self.vocab_size), "chat_template_ids",
+                 why or prompt.check(ids, self.num_views, self.vocab_size))
+            need(0 <= self.pad_token_id < self.vocab_size, "pad_token_id", f"must be in [0, {self.vocab_size})")
         if self.gr00t_head:
             need(self.gr00t_head in HEAD_CONFIGS, "gr00t_head", f"must be '' or one of {sorted(HEAD_CONFIGS)}")
             try:

@@ -15,10 +15,13 @@ Contract
   upstream's projector inside `vision` (N1.6 `vision.mlp1`, N1.7
   `vision.merger` and `vision.deepstack_mergers`), so tune_visual freezes it
   as upstream's tune_visual does.
-- Sequence: [the image tokens of every view ; imu ; audio ; text]. Upstream
-  wraps the images in its chat template (N1.7: <|im_start|>user\n
-  <|vision_start|> image <|vision_end|> ... text <|im_end|>); those wrapper
-  tokens are whatever the dataset's text tokens carry, the images come first.
+- Sequence: [the image tokens of every view ; imu ; audio ; text], or for
+  "qwen3vl" with cfg.chat_template_ids upstream's chat-templated prompt
+  (model/prompt.py: the template's tokens, each view's image tokens in its
+  slot, the text, in the order upstream's processor builds it; its pads are
+  upstream's left pads, and the head's vl_self_attention sees as many of them
+  as upstream's batch has: gr00t_head.py hide_common_pads). N1.6 ("eagle")
+  has no template here (docs/models.md s5).
 - image_mask: the vision tokens of every view; the imu/audio tokens and the
   text count as non-image tokens (upstream has none of the former).
 - What is exact to upstream: everything after the backbone features (see
@@ -40,6 +43,7 @@ from .backbones import EagleVision, Qwen3VLText, Qwen3VLVision, init_backbone, m
 from .config import ModelConfig
 from .gr00t_head import Gr00tHead, Gr00tHeadConfig, head_config_for
 from .n16 import Connector, LanguageModel, SeriesEncoder, VisionEncoder, init_weights, pixel_shuffle
+from .prompt import PromptLayout, parse_ids
 
 
 class Gr00tModel(Gr00tHead):
@@ -154,7 +158,8 @@ class Gr00tEagleModel(Gr00tModel):
 
 
 class Gr00tQwen3VLModel(Gr00tModel):
-    """GR00T N1.7: the Qwen3-VL ViT with its mergers (vision) and the Qwen3-VL text decoder (llm)."""
+    """GR00T N1.7: the Qwen3-VL ViT with its mergers (vision) and the Qwen3-VL text decoder (llm);
+    with cfg.chat_template_ids, the prompt of model/prompt.py."""
 
     def __init__(self, cfg: ModelConfig):
         cfg.validate()
@@ -172,12 +177,32 @@ class Gr00tQwen3VLModel(Gr00tModel):
             if child is not None:
                 init_weights(child)
         init_backbone(self.vision)
+        # the chat-templated prompt (model/prompt.py); buffers are not saved (derived from the config)
+        self.templated = bool(cfg.chat_template_ids)
+        self.hide_common_pads = self.templated
+        lay = PromptLayout(parse_ids(cfg.chat_template_ids), cfg.tokens_per_view, self.merged_grid,
+                           cfg.max_text_len)
+        head_ids = [cfg.pad_token_id] * max(lay.text_start, 0)
+        for at, tok in zip(lay.fixed_index, lay.fixed_ids):
+            if at < lay.text_start:
+                head_ids[at] = tok
+        self.register_buffer("prompt_head_ids", torch.tensor(head_ids, dtype=torch.long), persistent=False)
+        self.register_buffer("prompt_tail_ids", torch.tensor(lay.fixed_ids[len(lay.fixed_ids) - lay.tail_count:],
+                                                             dtype=torch.long), persistent=False)
+        self.register_buffer("prompt_image_index", torch.tensor(lay.image_index, dtype=torch.long), persistent=False)
+        self.register_buffer("prompt_head_pos", torch.tensor(lay.head_pos, dtype=torch.long).view(3, -1),
+                             persistent=False)
+        self.text_pos0 = lay.text_pos0
+        self.pad_token_id = cfg.pad_token_id
 
     def encode_vl(self, batch: Dict[str, Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
         images = batch["images"]                                       # (B, V, 3, IMG, IMG)
         B, V = images.shape[0], images.shape[1]
         tokens, deep = self.vision(images.flatten(0, 1))               # (B*V, T, C), [(B*V, T, C)]
         T, C = tokens.shape[1], tokens.shape[2]
+        deepstack = [d.reshape(B, V * T, C) for d in deep]
+        if self.templated:
+            return self.encode_prompt(batch, tokens.reshape(B, V * T, C), deepstack)
         parts = [tokens.reshape(B, V * T, C)]
         n_image = V * T
         parts = self.series_tokens(batch, parts)
@@ -185,8 +210,41 @@ class Gr00tQwen3VLModel(Gr00tModel):
         key_mask, image_mask = self.masks(batch, prefix, n_image)
         text_mask = batch["text_mask"].to(torch.bool)
         pos = mrope_positions(V, self.merged_grid, prefix.shape[1] - n_image, text_mask)  # (3, B, S)
-        deepstack = [d.reshape(B, V * T, C) for d in deep]
-        vl = self.llm(prefix, n_image, batch["text_tokens"], key_mask, pos, deepstack)
+        x = torch.cat([prefix, self.llm.embed(batch["text_tokens"]).to(prefix.dtype)], dim=1)
+        image_index = torch.arange(n_image, device=x.device)
+        vl = self.llm(x, image_index, key_mask, pos, deepstack, False)
+        return vl, key_mask, image_mask
+
+    def encode_prompt(self, batch: Dict[str, Tensor], image_tokens: Tensor,
+                      deepstack: List[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
+        """The chat-templated sequence in slot order (model/prompt.py): [template head with the
+        images in their slots ; the text slot ; template tail]."""
+        B, C = image_tokens.shape[0], image_tokens.shape[2]
+        dev = image_tokens.device
+        if image_tokens.shape[1] != self.prompt_image_index.shape[0]:
+            raise RuntimeError("batch images do not fill the chat template's image slots: the model was imported "
+                               "for another num_views or image size")
+        text_mask = batch["text_mask"].to(torch.bool)                   # (B, L)
+        text_ids = torch.where(text_mask, batch["text_tokens"], torch.full_like(batch["text_tokens"],
+                                                                               self.pad_token_id))
+        n_head = self.prompt_head_ids.shape[0]
+        n_tail = self.prompt_tail_ids.shape[0]
+        head = self.llm.embed(self.prompt_head_ids).to(image_tokens.dtype).unsqueeze(0).expand(B, n_head, C)
+        head = head.index_copy(1, self.prompt_image_index, image_tokens)
+        text = self.llm.embed(text_ids).to(image_tokens.dtype)
+        tail = self.llm.embed(self.prompt_tail_ids).to(image_tokens.dtype).unsqueeze(0).expand(B, n_tail, C)
+        x = torch.cat([head, text, tail], dim=1)                        # (B, S, C)
+        ones_head = torch.ones(B, n_head, dtype=torch.bool, device=dev)
+        ones_tail = torch.ones(B, n_tail, dtype=torch.bool, device=dev)
+        key_mask = torch.cat([ones_head, text_mask, ones_tail], dim=1)  # (B, S)
+        image_mask = torch.zeros_like(key_mask)
+        image_mask[:, self.prompt_image_index] = True
+        m = text_mask.to(torch.int64)
+        text_pos = torch.where(text_mask, self.text_pos0 + torch.cumsum(m, dim=1) - 1, torch.zeros_like(m))
+        tail_pos = self.text_pos0 + m.sum(dim=1, keepdim=True) + torch.arange(n_tail, device=dev)[None]
+        pos = torch.cat([self.prompt_head_pos[:, None].expand(3, B, n_head), text_pos[None].expand(3, B, -1),
+                         tail_pos[None].expand(3, B, n_tail)], dim=2)  # (3, B, S)
+        vl = self.llm(x, self.prompt_image_index, key_mask, pos, deepstack, True)
         return vl, key_mask, image_mask
 
 

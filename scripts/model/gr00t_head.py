@@ -54,6 +54,10 @@ Contract
 Semantics (each line is an upstream behaviour the equivalence test pins):
 - vl -> vlln (LayerNorm, affine) -> vl_self_attention (pre-LN self-attention
   blocks, affine LayerNorms, no mask: padded tokens are attended) -> context.
+  With `hide_common_pads` (set by a chat-templated backbone, whose pads are
+  upstream's left pads: model/prompt.py) the positions that are padding in every
+  sample of the batch are not attended: upstream pads its batch only to the
+  longest prompt, so each sample sees as many pads as upstream's does.
 - t_bucket = long(t * num_timestep_buckets); the DiT's timestep features are
   diffusers' Timesteps(256, flip_sin_to_cos=True, downscale_freq_shift=1):
   [cos, sin] of t_bucket * exp(-ln(10000) i / 127), then Linear-SiLU-Linear.
@@ -281,9 +285,9 @@ class VLSelfAttentionBlock(nn.Module):
         self.norm2 = nn.LayerNorm(dim, eps=1e-5)
         self.ff = HeadFeedForward(dim, dropout)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, keys: Optional[Tensor]) -> Tensor:
         h = self.norm1(x)
-        x = F.dropout(self.attn(h, h, None), self.dropout, self.training) + x
+        x = F.dropout(self.attn(h, h, keys), self.dropout, self.training) + x
         return self.ff(self.norm2(x)) + x
 
 
@@ -350,11 +354,12 @@ class Gr00tActionHead(nn.Module):
         self.proj_out_1 = nn.Linear(w, 2 * w)
         self.proj_out_2 = nn.Linear(w, cfg.hidden_size)
 
-    def encode_context(self, vl: Tensor) -> Tensor:
-        """(B, S, C_backbone) -> vlln -> vl_self_attention -> (B, S, C_backbone)."""
+    def encode_context(self, vl: Tensor, keys: Optional[Tensor]) -> Tensor:
+        """(B, S, C_backbone) -> vlln -> vl_self_attention -> (B, S, C_backbone); keys (B, S) bool
+        or None (all)."""
         x = self.vl_norm(vl)
         for blk in self.vl_self_attention:
-            x = blk(x)
+            x = blk(x, keys)
         return x.contiguous()
 
     def forward(self, context: Tensor, vl_mask: Tensor, image_mask: Tensor, tokens: Tensor,
@@ -422,6 +427,9 @@ class Gr00tHead(nn.Module):
         self.state_dropout = cfg.state_dropout
         self.state_noise_scale = cfg.state_noise_scale
         self.max_seq_len = cfg.max_seq_len
+        # True for a chat-templated backbone (model/gr00t.py): vl_self_attention sees only the pads
+        # upstream's batch has, see head_loss
+        self.hide_common_pads = False
         self.action_head = Gr00tActionHead(cfg)
         self.embodiment = Gr00tEmbodiment(cfg)
 
@@ -434,7 +442,12 @@ class Gr00tHead(nn.Module):
         ids = embodiment_id.to(torch.long)
         head = self.action_head
         emb = self.embodiment
-        context = head.encode_context(vl)                                      # (B, S, C)
+        keys: Optional[Tensor] = None
+        if self.hide_common_pads:
+            # upstream pads its batch to the longest prompt; the positions that are padding in every
+            # sample are beyond it, so vl_self_attention does not see them
+            keys = vl_mask.to(torch.bool).any(dim=0, keepdim=True).expand(B, vl_mask.shape[1])
+        context = head.encode_context(vl, keys)                                # (B, S, C)
         state_tok = emb.state_encoder(state.view(B, 1, -1), ids)                # (B, 1, w)
         drop: Optional[Tensor] = state_drop
         if drop is None and self.training and self.state_dropout > 0:

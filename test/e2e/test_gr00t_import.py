@@ -6,12 +6,14 @@ config.json in a local `model_name` folder, 3 text layers truncated at
 select_layer 2, ViT 3 x 64 with patch 16 and deepstack 0/2; the head at gr00t-tiny's shapes, its
 matrices drawn at N(0, 1/fan_in); dropout and state dropout 0), written by its own
 `save_pretrained`
-(model.safetensors + config.json), plus a small BPE tokenizer.json (trained
-here) in the folder. Then, through the real tools and binary:
+(model.safetensors + config.json), plus a small byte-level BPE tokenizer.json
+(trained here, with Qwen's special tokens) and a tokenizer_config.json holding a
+ChatML chat template written for the test (test/chat_prompt.py) in the folder.
+Then, through the real tools and binary:
 
   scripts/convert_gr00t_checkpoint.py CKPT --out model.pt --strict
       (no --model: the config is picked from config.json; the export records
-      CKPT/tokenizer.json)
+      CKPT/tokenizer.json; the prompt is CKPT's chat template)
   scripts/convert_lerobot.py robot_sim.PickNPlace --tokenizer CKPT/tokenizer.json
       (episodes 0 and 1)
   loongforge-train (fp32, CPU, one thread) STEPS steps
@@ -23,9 +25,11 @@ and checks:
   tensors equals the upstream file bit for bit (less the tensors upstream never reads);
 - the trainer's first-step loss equals the upstream module's loss on the trainer's
   first batch (rebuilt in Python by scripts/reference/lf_dataset.py's SampleBuilder,
-  as the parity tests do): upstream's backbone gets the same normalized images as
-  Qwen3-VL patches, [image tokens ; text] ids with the image-token id and the
-  attention mask; its head the same state, actions, mask, noise and time (its
+  as the parity tests do): upstream's backbone gets the same normalized images and
+  each sample's task text through transformers' Qwen3VLProcessor as lerobot's
+  GrootN17VLMEncodeStep drives it (the chat template, the image placeholders
+  expanded, left padding: test/chat_prompt.py); its head the same state, actions,
+  mask, noise and time (its
   torch.randn and sample_time handed the trainer's draws). Tolerance 1e-5
   relative (fp32; the two compute with different kernels, and upstream divides by
   sum(mask) + 1e-6);
@@ -36,9 +40,9 @@ and checks:
 What this does not cover: upstream's resampling run here (both sides get the trainer's
 frames: the import's bicubic_aa transform to the 64 target with the 58/64 crop, then the
 processor's resize to 256; that those equal upstream's transform and processor is
-test/reference/test_n17_pixel_values.py's), upstream's chat template around the text
-(the ids are the dataset's). The N1.6 layout:
-test_gr00t_import_n16.py.
+test/reference/test_n17_pixel_values.py's); the bundled episodes share one task
+text, so upstream's batch has no pads (prompts of different lengths:
+test/scripts/test_chat_prompt.py). The N1.6 layout: test_gr00t_import_n16.py.
 
 Environment (ctest): LOONGFORGE_TRAIN, LOONGFORGE_TEST_MODELS (scratch),
 LOONGFORGE_IMPORT_STEPS (default 300; the CI form runs fewer, the long form 300).
@@ -61,15 +65,14 @@ for p in (REPO / "scripts", REPO / "scripts" / "reference", REPO / "test", REPO 
     sys.path.insert(0, str(p))
 import convert_gr00t_checkpoint as conv  # noqa: E402
 import export_gr00t_checkpoint as export_back  # noqa: E402
+import chat_prompt  # noqa: E402
 import lerobot_oracle  # noqa: E402
-from test_tokenizer_hf import train_bpe  # noqa: E402
 
 LOSS_RTOL = 1e-5
-IMAGE_TOKEN_ID = 8191      # inside the small vocabulary (8192), above every BPE id (< 200)
 torch.set_num_threads(1)
 
 
-def small_qwen3vl_config(oracle) -> dict:
+def small_qwen3vl_config(oracle, tok) -> dict:
     """Cosmos-Reason2-2B's config (lerobot's hard-coded copy) at small sizes."""
     cfg = oracle.n17._cosmos_reason2_qwen3_vl_config().to_dict()
     cfg["vision_config"].update(depth=3, hidden_size=64, num_heads=2, intermediate_size=128,
@@ -80,7 +83,9 @@ def small_qwen3vl_config(oracle) -> dict:
                               rope_scaling=None, rope_parameters={"rope_type": "default", "rope_theta": 5000000,
                                                                   "mrope_interleaved": True,
                                                                   "mrope_section": [6, 5, 5]})
-    cfg["image_token_id"] = IMAGE_TOKEN_ID
+    for key, token in (("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
+                       ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>")):
+        cfg[key] = tok.token_to_id(token)
     return cfg
 
 
@@ -89,8 +94,9 @@ def upstream(tmp_path_factory):
     """(oracle, the upstream GR00TN17 in memory, its checkpoint folder)."""
     oracle = lerobot_oracle.load()
     work = tmp_path_factory.mktemp("gr00t-import")
+    tok = chat_prompt.write_chat_tokenizer(work / "tokenizer", chat_prompt.CHATML)
     (work / "backbone").mkdir()
-    (work / "backbone/config.json").write_text(json.dumps(small_qwen3vl_config(oracle)))
+    (work / "backbone/config.json").write_text(json.dumps(small_qwen3vl_config(oracle, tok)))
     d = oracle.n17.GR00T_N1_7_DEFAULTS
     config = oracle.n17.GR00TN17Config(
         model_name=str(work / "backbone"), backbone_model_type="qwen", select_layer=2, backbone_embedding_dim=128,
@@ -117,7 +123,8 @@ def upstream(tmp_path_factory):
                 p.copy_(torch.randn(p.shape, generator=g) / fan_in ** 0.5)
     ckpt = work / "ckpt"
     model.save_pretrained(str(ckpt))
-    train_bpe(ckpt / "tokenizer.json")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (ckpt / name).write_bytes((work / "tokenizer" / name).read_bytes())
     return oracle, model, ckpt
 
 
@@ -159,6 +166,7 @@ def test_the_import_picks_the_config_and_the_checkpoints_tokenizer(upstream, imp
     model_pt, stdout, _ = imported
     assert "'gr00t_head': 'gr00t-tiny'" in stdout and "'backbone': 'qwen3vl'" in stdout, stdout
     assert f"tokenizer: {ckpt / 'tokenizer.json'}" in stdout, stdout
+    assert f"chat template: {ckpt / 'tokenizer_config.json'}" in stdout, stdout
     extra = {"loongforge/batch_spec.json": "", "loongforge/config.json": ""}
     torch.jit.load(str(model_pt), map_location="cpu", _extra_files=extra)
     record = json.loads(extra["loongforge/batch_spec.json"])["tokenizer"]
@@ -167,6 +175,7 @@ def test_the_import_picks_the_config_and_the_checkpoints_tokenizer(upstream, imp
     assert (cfg["llm_layers"], cfg["vit_layers"], cfg["image_size"], cfg["gr00t_dropout"]) == (2, 3, 256, 0.0)
     assert cfg["image_target_size"] == 64                    # upstream's processor resizes 64 to 256
     assert cfg["image_crop_fraction"] == 58 / 64            # image_crop_size / image_target_size
+    assert cfg["chat_template_ids"].count("-1") == 1 and cfg["chat_template_ids"].count("-2") == 1
 
 
 def test_import_then_export_back_gives_the_upstream_tensors_bit_for_bit(upstream, imported):
@@ -180,27 +189,23 @@ def test_import_then_export_back_gives_the_upstream_tensors_bit_for_bit(upstream
         assert torch.equal(back[k], v), k
 
 
-def upstream_loss_on(oracle, model, batch) -> torch.Tensor:
-    """The upstream GR00TN17's loss for our batch, its noise and time draws replaced by the batch's."""
-    from transformers import Qwen2VLImageProcessor
+def upstream_loss_on(oracle, model, batch, ckpt, cfg) -> torch.Tensor:
+    """The upstream GR00TN17's loss for our batch (its task texts through upstream's processor and
+    the checkpoint's chat template), its noise and time draws replaced by the batch's."""
+    from tokenizers import Tokenizer
     BF = oracle.n17.BatchFeature
-    B, V = batch["images"].shape[:2]
-    proc = Qwen2VLImageProcessor(patch_size=16, temporal_patch_size=2, merge_size=2)
-    pix = proc(images=list(batch["images"].flatten(0, 1)), do_resize=False, do_rescale=False, do_normalize=False,
-               return_tensors="pt")
-    n_img = V * (batch["images"].shape[-1] // 32) ** 2     # 2 x 2 merged 16 x 16 patches per view
-    ids = torch.cat([torch.full((B, n_img), IMAGE_TOKEN_ID), batch["text_tokens"]], dim=1)
-    mask = torch.cat([torch.ones(B, n_img, dtype=torch.long), batch["text_mask"].long()], dim=1)
-    assert not bool((batch["text_tokens"] == IMAGE_TOKEN_ID).any())
+    tok = Tokenizer.from_file(str(ckpt / "tokenizer.json"))
+    texts = [tok.decode(ids[mask].tolist(), skip_special_tokens=False)
+             for ids, mask in zip(batch["text_tokens"], batch["text_mask"])]
+    enc = chat_prompt.upstream_prompt(chat_prompt.upstream_processor(ckpt, cfg), batch["images"], texts)
     head = model.action_head
     head.sample_time = lambda batch_size, device, dtype: batch["fm_t"].to(device, dtype)
     real_randn = torch.randn
     torch.randn = lambda *a, **k: batch["fm_noise"].clone()
     try:
         with torch.no_grad():
-            features = model.backbone(BF(data={"input_ids": ids, "attention_mask": mask,
-                                               "pixel_values": pix["pixel_values"],
-                                               "image_grid_thw": pix["image_grid_thw"]}))
+            features = model.backbone(BF(data={k: enc[k] for k in ("input_ids", "attention_mask", "pixel_values",
+                                                                   "image_grid_thw")}))
             out = head(features, BF(data={"state": batch["state"][:, None], "action": batch["actions"],
                                           "embodiment_id": batch["embodiment_id"],
                                           "action_mask": batch["action_mask"]}))
@@ -225,12 +230,13 @@ def test_the_trainer_starts_at_upstreams_loss_and_lowers_it(upstream, imported, 
     mcfg = ModelConfig.from_json(extra["loongforge/config.json"])
     batch = SampleBuilder(LFDataset(ds), mcfg, cfg).micro_batch(0, 0)
     model.train()
-    up = float(upstream_loss_on(oracle, model, batch))
+    up = float(upstream_loss_on(oracle, model, batch, upstream[2], mcfg))
     diff = abs(losses[0] - up) / abs(up)
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
     # the comparison is sharp: the same batch with its images rolled by one sample moves upstream's loss
     # by far more than the tolerance
-    rolled = float(upstream_loss_on(oracle, model, dict(batch, images=batch["images"].roll(1, dims=0))))
+    rolled = float(upstream_loss_on(oracle, model, dict(batch, images=batch["images"].roll(1, dims=0)), upstream[2],
+                                    mcfg))
     report = {"steps": STEPS, "trainer_step1_loss": losses[0], "upstream_loss": up, "rel_diff": diff,
               "rolled_images_rel_diff": abs(rolled - up) / abs(up), "mean_first5": first, "mean_last5": last}
     print(json.dumps(report))

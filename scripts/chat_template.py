@@ -1,0 +1,211 @@
+"""A GR00T N1.7 checkpoint's chat template as the token ids of model/prompt.py.
+
+Upstream (lerobot 0.6.1 GrootN17VLMEncodeStep) formats each sample as one user message,
+[{"type": "image"} per (frame, view) ..., {"type": "text", "text": task}], renders it with the
+tokenizer's chat template (add_generation_prompt False; transformers' processor passes the
+tokenizer's special tokens to the template), expands each image placeholder into the image's
+merged tokens and tokenizes the whole string. `template_ids` renders the same message once,
+with the text replaced by a sentinel, and tokenizes the pieces between the placeholders and the
+sentinel; the task text itself is the dataset's (scripts/convert_lerobot.py --tokenizer).
+
+Contract
+- `find_template(folder)` -> (template text, the file it came from) or None: the folder's
+  chat_template.jinja, chat_template.json ("chat_template"), or tokenizer_config.json's
+  "chat_template" (a string, or the "default" entry of a list of named templates), in that
+  order, as transformers reads a tokenizer's template.
+- `read_template(path)` -> template text of a .jinja/.txt file or a .json file as above.
+- `template_ids(template, tokenizer_json, image_token_id, num_images, special)` -> (ids with
+  IMAGE_SLOT/TEXT_SLOT, rendered text): raises TemplateError (what and how to fix) when the
+  template cannot be rendered offline, does not produce exactly num_images placeholders and one
+  text, or when its pieces do not tokenize as the whole string does (then the dataset's
+  separately tokenized text would not be upstream's ids); the check tokenizes a probe prompt
+  the way the processor does (special tokens of the tokenizer's post-processor included).
+- `import_fields(tokenizer_json, template_file, image_token_id, num_images, vocab_size)` ->
+  ({"chat_template_ids", "pad_token_id"}, template source) for scripts/convert_gr00t_checkpoint.py;
+  pad_token_id is the tokenizer_config.json pad_token's id (0 without one: upstream's processor
+  then cannot pad a batch of prompts of different lengths at all).
+- `special_tokens(folder)` -> {"bos_token": "...", ...} from tokenizer_config.json (what
+  transformers passes the template); `pad_token_id(folder, tokenizer_json)` -> the id of its
+  pad_token or None.
+"""
+
+import json
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from model.prompt import IMAGE_SLOT, TEXT_SLOT
+
+SENTINEL = "\u2063LOONGFORGE_TASK_TEXT\u2063"
+PROBE_TEXT = "Perform the task."   # upstream's default instruction
+
+
+class TemplateError(ValueError):
+    pass
+
+
+def _template_of_json(data, source: Path) -> Optional[str]:
+    t = data.get("chat_template") if isinstance(data, dict) else None
+    if isinstance(t, list):
+        named = {e.get("name"): e.get("template") for e in t if isinstance(e, dict)}
+        t = named.get("default")
+    if t is not None and not isinstance(t, str):
+        raise TemplateError(f"{source}: chat_template is neither a string nor a list of named templates")
+    return t
+
+
+def read_template(path: Path) -> str:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise TemplateError(f"{path}: cannot read the chat template ({e})") from None
+    if path.suffix == ".json":
+        try:
+            t = _template_of_json(json.loads(text), path)
+        except json.JSONDecodeError as e:
+            raise TemplateError(f"{path}: not JSON ({e})") from None
+        if t is None:
+            raise TemplateError(f"{path}: has no chat_template")
+        return t
+    return text
+
+
+def find_template(folder: Path) -> Optional[Tuple[str, Path]]:
+    if (folder / "chat_template.jinja").is_file():
+        return read_template(folder / "chat_template.jinja"), folder / "chat_template.jinja"
+    for name in ("chat_template.json", "tokenizer_config.json"):
+        p = folder / name
+        if p.is_file():
+            try:
+                t = _template_of_json(json.loads(p.read_text()), p)
+            except json.JSONDecodeError as e:
+                raise TemplateError(f"{p}: not JSON ({e})") from None
+            if t is not None:
+                return t, p
+    return None
+
+
+def _token_text(v) -> Optional[str]:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, dict) and isinstance(v.get("content"), str):
+        return v["content"]
+    return None
+
+
+def special_tokens(folder: Path) -> Dict[str, str]:
+    p = folder / "tokenizer_config.json"
+    if not p.is_file():
+        return {}
+    data = json.loads(p.read_text())
+    out = {}
+    for k in ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"):
+        t = _token_text(data.get(k))
+        if t is not None:
+            out[k] = t
+    return out
+
+
+def _tokenizer(tokenizer_json: Path):
+    from tokenizers import Tokenizer
+    return Tokenizer.from_file(str(tokenizer_json))
+
+
+def pad_token_id(folder: Path, tokenizer_json: Path) -> Optional[int]:
+    t = special_tokens(folder).get("pad_token")
+    return None if t is None else _tokenizer(tokenizer_json).token_to_id(t)
+
+
+def render(template: str, num_images: int, text: str, special: Dict[str, str]) -> str:
+    """The template rendered for upstream's message: num_images images, then the text."""
+    import jinja2
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = lambda x, ensure_ascii=False, indent=None, separators=None, sort_keys=False: json.dumps(
+        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+    env.globals["raise_exception"] = raise_exception
+    content = [{"type": "image", "image": "image"} for _ in range(num_images)] + [{"type": "text", "text": text}]
+    try:
+        return env.from_string(template).render(messages=[{"role": "user", "content": content}], tools=None,
+                                                documents=None, add_generation_prompt=False, **special)
+    except jinja2.exceptions.TemplateError as e:
+        raise TemplateError(f"the chat template does not render offline for one user message of {num_images} "
+                            f"images and a text ({type(e).__name__}: {e})") from None
+
+
+def template_ids(template: str, tokenizer_json: Path, image_token_id: int, num_images: int,
+                 special: Dict[str, str]) -> Tuple[List[int], str]:
+    tok = _tokenizer(tokenizer_json)
+    image_token = tok.id_to_token(image_token_id)
+    if image_token is None:
+        raise TemplateError(f"{tokenizer_json}: has no token of the backbone's image_token_id {image_token_id}")
+    rendered = render(template, num_images, SENTINEL, special)
+    if rendered.count(SENTINEL) != 1:
+        raise TemplateError(f"the chat template puts the task text {rendered.count(SENTINEL)} times into the prompt; "
+                            "upstream's message has it once")
+    before, after = rendered.split(SENTINEL)
+    pieces = before.split(image_token)
+    if len(pieces) - 1 != num_images or image_token in after:
+        raise TemplateError(f"the chat template renders {rendered.count(image_token)} image placeholders "
+                            f"({image_token!r}) for {num_images} images (num_views), all before the text")
+    ids: List[int] = []
+    for i, piece in enumerate(pieces):
+        if i:
+            ids.append(IMAGE_SLOT)
+        ids.extend(tok.encode(piece, add_special_tokens=False).ids)
+    ids.append(TEXT_SLOT)
+    ids.extend(tok.encode(after, add_special_tokens=False).ids)
+    # the processor tokenizes the whole prompt (post-processor included) with each placeholder
+    # expanded; the pieces must give the same ids, the text the ids the dataset stores
+    probe_text = tok.encode(PROBE_TEXT, add_special_tokens=False).ids
+    probe = render(template, num_images, PROBE_TEXT, special)
+    whole = tok.encode(probe.replace(image_token, image_token * 2)).ids
+    expect = [j for i in ids for j in ([image_token_id] * 2 if i == IMAGE_SLOT else probe_text if i == TEXT_SLOT else [i])]
+    if whole != expect:
+        raise TemplateError(f"{tokenizer_json}: the chat template's pieces do not tokenize as its whole prompt does "
+                            f"(whole {whole[:24]}..., pieces {expect[:24]}...): a token spans a placeholder or the "
+                            "tokenizer's post-processor adds tokens; this prompt cannot be built from the dataset's "
+                            "text ids")
+    return ids, rendered
+
+
+
+
+QWEN3VL_IMAGE_TOKEN_ID = 151655    # transformers' Qwen3VLConfig default (Cosmos-Reason2-2B's)
+
+
+def import_fields(tokenizer_json: Optional[Path], template_file: Optional[Path], image_token_id: int,
+                  num_images: int, vocab_size: int) -> Tuple[Dict, str]:
+    """ModelConfig fields (chat_template_ids, pad_token_id) of an N1.7 import and where the template
+    came from: template_file, else the tokenizer's folder (find_template). Raises TemplateError
+    saying how to go on."""
+    if tokenizer_json is None:
+        raise TemplateError("an N1.7 prompt is its chat template tokenized by the checkpoint's tokenizer, and "
+                            "the import has no tokenizer.json: pass --tokenizer FILE (or --no-chat-template to "
+                            "train on [images ; text], which is not upstream's prompt)")
+    folder = tokenizer_json.parent
+    if template_file is not None:
+        found = (read_template(template_file), template_file)
+    else:
+        found = find_template(folder)
+    if found is None:
+        raise TemplateError(f"no chat template next to {tokenizer_json} (chat_template.jinja, chat_template.json or "
+                            "tokenizer_config.json's chat_template, where upstream's processor reads it): pass "
+                            "--chat-template FILE, or --no-chat-template to train on [images ; text], which is not "
+                            "upstream's prompt")
+    template, source = found
+    ids, _ = template_ids(template, tokenizer_json, image_token_id, num_images, special_tokens(folder))
+    bad = [i for i in ids if i >= vocab_size]
+    if bad:
+        raise TemplateError(f"{source}: the prompt's token ids {bad[:5]} are outside the backbone's vocabulary "
+                            f"({vocab_size}); is {tokenizer_json} the backbone's tokenizer?")
+    pad = pad_token_id(folder, tokenizer_json)
+    return {"chat_template_ids": ",".join(str(i) for i in ids), "pad_token_id": 0 if pad is None else pad}, str(source)
+
+
+__all__ = ["TemplateError", "find_template", "read_template", "special_tokens", "pad_token_id", "render",
+           "template_ids", "import_fields", "QWEN3VL_IMAGE_TOKEN_ID"]

@@ -1,0 +1,104 @@
+"""The LM prompt layout of a chat-templated GR00T N1.7 model (`ModelConfig.chat_template_ids`).
+
+Upstream (lerobot 0.6.1's GrootN17VLMEncodeStep) renders one user message per sample with the
+checkpoint's chat template, [image per (frame, view) ..., the task text], has the Qwen3-VL
+processor expand each image placeholder into that image's merged tokens, tokenizes the whole
+string and pads the batch on the left to its longest prompt. An import renders the same
+template once (scripts/chat_template.py) and stores it as token ids with two slot markers:
+
+    IMAGE_SLOT (-1)  one image: that view's tokens (tokens_per_view of them)
+    TEXT_SLOT  (-2)  the task text: the dataset's text tokens (max_text_len, text_mask)
+
+e.g. `<|im_start|>user\\n` -1-wrapped-in-vision-start/end ... -2 `<|im_end|>\\n`.
+
+Contract
+- `parse_ids(text)` -> List[int] (comma-separated; "" = no template).
+- `check(ids, num_views, vocab_size)` -> an error message or "" (one TEXT_SLOT, num_views
+  IMAGE_SLOTs, all before it, ids inside the vocabulary).
+- `PromptLayout(ids, tokens_per_view, merged_grid, max_text_len)`: the model's static sequence
+  (the "slot order": the template's tokens where they stand, each image's tokens in its slot,
+  the text slot max_text_len wide with its padding where the dataset puts it, at the end of the
+  slot) as plain lists the model turns into buffers:
+    length         S = fixed template tokens + num_views * tokens_per_view + max_text_len
+    fixed_index    positions of the template's own tokens; fixed_ids their ids
+    image_index    positions of the image tokens, view after view
+    text_start     first position of the text slot
+    head_pos       (3, text_start) multimodal RoPE positions of everything before the text slot
+                   (upstream's get_rope_index: text tokens one step each; an image's tokens at
+                   t = p, h = p + row, w = p + col, after which p advances by merged_grid)
+    text_pos0      the position of the first text token; the tail (template tokens after
+                   the text slot) continues from text_pos0 + the sample's text length.
+  Attention runs in slot order: a token sees the real tokens before it, as upstream's causal
+  mask over its left-padded sequence lets it (real tokens keep their order); the RoPE
+  positions are upstream's, so the result at every real token is upstream's. Upstream's pad
+  tokens see nothing (every key masked; torch's attention gives them a zero output): the
+  model zeroes their attention output, so a pad's features depend only on the pad id, as
+  upstream's do. Which pads upstream's vl_self_attention sees (the batch is padded to its
+  longest prompt) is the head's `hide_common_pads` (model/gr00t_head.py).
+"""
+
+from typing import List
+
+IMAGE_SLOT = -1
+TEXT_SLOT = -2
+
+
+def parse_ids(text: str) -> List[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def check(ids: List[int], num_views: int, vocab_size: int) -> str:
+    """'' when ids is a usable template for num_views images, else what is wrong."""
+    if ids.count(TEXT_SLOT) != 1:
+        return f"must hold exactly one text slot ({TEXT_SLOT}); it has {ids.count(TEXT_SLOT)}"
+    if ids.count(IMAGE_SLOT) != num_views:
+        return (f"has {ids.count(IMAGE_SLOT)} image slots ({IMAGE_SLOT}) but the model has num_views={num_views}; "
+                "re-import with the data's views (--set num_views=N)")
+    if IMAGE_SLOT in ids[ids.index(TEXT_SLOT):]:
+        return "puts an image after the text slot; upstream's prompt has the images first"
+    bad = [i for i in ids if i not in (IMAGE_SLOT, TEXT_SLOT) and not 0 <= i < vocab_size]
+    if bad:
+        return f"holds token ids outside the vocabulary [0, {vocab_size}): {bad[:5]}"
+    return ""
+
+
+class PromptLayout:
+    def __init__(self, ids: List[int], tokens_per_view: int, merged_grid: int, max_text_len: int):
+        self.fixed_index: List[int] = []
+        self.fixed_ids: List[int] = []
+        self.image_index: List[int] = []
+        self.head_pos: List[List[int]] = [[], [], []]
+        self.tail_count = 0
+        pos = 0        # next upstream RoPE position
+        at = 0         # next slot-order position
+        self.text_start = -1
+        self.text_pos0 = -1
+        for tok in ids:
+            if tok == IMAGE_SLOT:
+                self.image_index.extend(range(at, at + tokens_per_view))
+                for r in range(merged_grid):
+                    for c in range(merged_grid):
+                        self.head_pos[0].append(pos)
+                        self.head_pos[1].append(pos + r)
+                        self.head_pos[2].append(pos + c)
+                at += tokens_per_view
+                pos += merged_grid
+            elif tok == TEXT_SLOT:
+                self.text_start = at
+                self.text_pos0 = pos
+                at += max_text_len
+            else:
+                self.fixed_index.append(at)
+                self.fixed_ids.append(tok)
+                if self.text_start < 0:
+                    for d in range(3):
+                        self.head_pos[d].append(pos)
+                    pos += 1
+                else:
+                    self.tail_count += 1
+                at += 1
+        self.length = at
+        self.num_fixed = len(self.fixed_ids)
+
+
+__all__ = ["IMAGE_SLOT", "TEXT_SLOT", "parse_ids", "check", "PromptLayout"]

@@ -1,0 +1,80 @@
+"""Test fixtures for chat-templated N1.7 prompts (scripts/chat_template.py, scripts/model/prompt.py).
+
+- `write_chat_tokenizer(folder, template)`: a small byte-level BPE tokenizer.json trained here,
+  with Qwen-style special tokens (<|endoftext|> as the pad, <|im_start|>, <|im_end|>,
+  <|vision_start|>, <|vision_end|>, <|image_pad|>, <|video_pad|>) and no post-processor, and a
+  tokenizer_config.json carrying `template` as its chat_template, as a Hugging Face tokenizer
+  folder has them. Returns the tokenizers.Tokenizer.
+- CHATML / CHATML_SYSTEM: two chat templates written for these tests (not a model's own):
+  one user message in ChatML with each image wrapped in <|vision_start|> ... <|vision_end|>;
+  the second adds a system message, the bos_token variable and a "Picture N: " label per image.
+- `upstream_processor(folder, cfg)`: transformers' Qwen3VLProcessor as lerobot 0.6.1 builds it
+  (`_build_n1_7_processor`: AutoTokenizer of the folder, the tokenizer's chat template, left
+  padding), with the image processor at the model's patch/merge sizes.
+- `upstream_prompt(proc, images, texts)`: GrootN17VLMEncodeStep's steps for already normalized
+  images: one user message per sample ([image per view ..., text]), apply_chat_template
+  (tokenize=False, add_generation_prompt=False), then the processor with padding=True
+  (resize, rescale and normalize off: the images are the trainer's model input).
+"""
+import json
+from pathlib import Path
+
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
+            "<|video_pad|>"]
+CORPUS = ["pick the cube and place it in the bowl", "open the drawer", "push the red block to the left",
+          "stack the green cup on the plate", "user assistant system picture", "Picture 1: Picture 2: robot",
+          "You are a helpful robot."]
+
+CHATML = (
+    "{% for message in messages %}<|im_start|>{{ message.role }}\n"
+    "{% for item in message.content %}{% if item.type == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif item.type == 'text' %}{{ item.text }}{% endif %}{% endfor %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+CHATML_SYSTEM = (
+    "{{ bos_token }}<|im_start|>system\nYou are a helpful robot.<|im_end|>\n"
+    "{% for message in messages %}<|im_start|>{{ message.role }}\n{% set n = namespace(i=0) %}"
+    "{% for item in message.content %}{% if item.type == 'image' %}{% set n.i = n.i + 1 %}"
+    "Picture {{ n.i }}: <|vision_start|><|image_pad|><|vision_end|>"
+    "{% else %}{{ item.text }}{% endif %}{% endfor %}<|im_end|>\n{% endfor %}")
+
+
+def write_chat_tokenizer(folder: Path, template: str, vocab_size: int = 320):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    folder.mkdir(parents=True, exist_ok=True)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(CORPUS * 4, trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "<|endoftext|>", "eos_token": "<|im_end|>",
+        "bos_token": "<|im_start|>", "chat_template": template, "model_max_length": 4096}))
+    return Tokenizer.from_file(str(folder / "tokenizer.json"))
+
+
+def upstream_processor(folder: Path, cfg):
+    from transformers import AutoTokenizer, Qwen2VLImageProcessor, Qwen3VLProcessor, Qwen3VLVideoProcessor
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    proc = Qwen3VLProcessor(image_processor=Qwen2VLImageProcessor(patch_size=cfg.patch_size,
+                                                                  temporal_patch_size=cfg.vit_temporal_patch,
+                                                                  merge_size=cfg.pixel_shuffle),
+                            tokenizer=tokenizer, video_processor=Qwen3VLVideoProcessor(),
+                            chat_template=tokenizer.chat_template)
+    proc.tokenizer.padding_side = "left"
+    return proc
+
+
+def upstream_prompt(proc, images, texts):
+    """images (B, V, 3, H, W) normalized floats, texts [B] -> the processor's BatchFeature."""
+    B, V = images.shape[:2]
+    rendered, flat = [], []
+    for b in range(B):
+        frames = [images[b, v] for v in range(V)]
+        conversation = [{"role": "user", "content": [*[{"type": "image", "image": f} for f in frames],
+                                                     {"type": "text", "text": texts[b]}]}]
+        rendered.append(proc.apply_chat_template(conversation, tokenize=False, add_generation_prompt=False))
+        flat.extend(frames)
+    return proc(text=rendered, images=flat, return_tensors="pt", padding=True, do_resize=False, do_rescale=False,
+                do_normalize=False)
