@@ -383,6 +383,20 @@ def convert(src: Path, model_path: Path, out: Path, strict: bool = False) -> Dic
     return report
 
 
+def n17_formalizes_language(src: Path) -> bool:
+    """Whether upstream N1.7 formalizes the task text for SRC: processor_config.json's
+    processor_kwargs.formalize_language (lerobot 0.6.1 reads it there), true when absent."""
+    p = src / "processor_config.json"
+    if not p.is_file():
+        return True
+    try:
+        kwargs = json.loads(p.read_text()).get("processor_kwargs", {})
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"convert_gr00t_checkpoint: {p}: not JSON ({e})") from None
+    value = kwargs.get("formalize_language", True) if isinstance(kwargs, dict) else True
+    return value if isinstance(value, bool) else True
+
+
 def import_checkpoint(src: Path, out: Path, strict: bool = False, overrides=(), backbone_config=None,
                       tokenizer=None, seed: int = 0, chat_template=None, no_chat_template: bool = False) -> Dict:
     """SRC_DIR (config.json + safetensors) -> our export at out (see the module docstring). Returns the
@@ -406,6 +420,10 @@ def import_checkpoint(src: Path, out: Path, strict: bool = False, overrides=(), 
     except (UpstreamConfigError, ValueError) as e:
         raise SystemExit(f"convert_gr00t_checkpoint: {src}/config.json: {e}") from None
     tok = Path(tokenizer) if tokenizer else checkpoint_tokenizer(src)
+    text_form = "raw"
+    if cfg.backbone == "qwen3vl" and tok is not None:
+        # upstream N1.7 formalizes the task text (processor_config.json's processor_kwargs, default true)
+        text_form = "gr00t_formalized" if n17_formalizes_language(src) else "raw"
     template_source = None
     if cfg.backbone == "qwen3vl" and not no_chat_template:
         # upstream's N1.7 prompt: the tokenizer's chat template around the images and the text
@@ -430,11 +448,11 @@ def import_checkpoint(src: Path, out: Path, strict: bool = False, overrides=(), 
         for n, p in model.named_parameters():
             p.copy_(converted[n])
     try:
-        save_model(cfg, model, str(out), str(tok) if tok else None)
+        save_model(cfg, model, str(out), str(tok) if tok else None, text_form)
     except ValueError as e:
         raise SystemExit(f"convert_gr00t_checkpoint: {e}") from None
     return dict(report, config={"name": cfg.name, "gr00t_head": cfg.gr00t_head, "backbone": cfg.backbone},
-                tokenizer=str(tok) if tok else None, chat_template=template_source)
+                tokenizer=str(tok) if tok else None, chat_template=template_source, text_form=text_form)
 
 
 def main(argv=None) -> int:
@@ -462,7 +480,9 @@ def main(argv=None) -> int:
                               args.seed, args.chat_template, args.no_chat_template)
         print(f"imported {args.src} as {r['config']} ({r['mapped']} tensors) -> {args.out}; tokenizer: "
               f"{r['tokenizer'] or 'word hash (no tokenizer.json in the checkpoint)'}"
-              + (f"; chat template: {r['chat_template']}" if r["chat_template"] else ""))
+              + (f"; chat template: {r['chat_template']}" if r["chat_template"] else "")
+              + ("; task texts formalized as upstream N1.7's (convert the dataset with --formalize-language)"
+                 if r["text_form"] == "gr00t_formalized" else ""))
     else:
         if args.overrides or args.backbone_config or args.tokenizer or args.chat_template or args.no_chat_template:
             ap.error("--set, --backbone-config, --tokenizer and --(no-)chat-template are for importing "

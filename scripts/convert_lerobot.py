@@ -68,6 +68,9 @@ def parse_args(argv):
     p.add_argument("--tokenizer", type=Path, default=None,
                    help="a Hugging Face tokenizer.json (the checkpoint's own) to tokenize the task texts with; "
                    "default: the word hash of scripts/model/tokenizer.py. Export the model with the same file")
+    p.add_argument("--formalize-language", action="store_true",
+                   help="with --tokenizer: change each task text as upstream GR00T N1.7 does before tokenizing "
+                   "(lowercase, keep letters, digits, spaces and '_'); N1.7 imports read such ids by default")
     p.add_argument("--max-text-tokens", type=int, default=kDefaultMaxTextTokens,
                    help="max_len passed to the tokenizer for each task text")
     p.add_argument("--max-shard-bytes", type=int, default=kDefaultMaxShardBytes,
@@ -111,7 +114,7 @@ def load_tokenizer():
     return module, path
 
 
-def tokenize_tasks(meta, max_len, con, tokenizer_path=None):
+def tokenize_tasks(meta, max_len, con, tokenizer_path=None, text_form="raw"):
     """Token ids of every task text: the word hash of scripts/model/tokenizer.py, or the Hugging Face
     tokenizer.json given with --tokenizer (docs/shard-format.md s2, "tokenizer")."""
     module, path = load_tokenizer()
@@ -119,7 +122,7 @@ def tokenize_tasks(meta, max_len, con, tokenizer_path=None):
         fail(f"--tokenizer {tokenizer_path}", "is not a file",
              "pass the tokenizer.json of the checkpoint the model was exported from")
     try:
-        enc, record = module.load(tokenizer_path)
+        enc, record = module.load(tokenizer_path, text_form)
     except (ValueError, RuntimeError) as e:
         fail(f"--tokenizer {tokenizer_path}", str(e), "pass a Hugging Face tokenizer.json file")
     tasks = []
@@ -253,7 +256,8 @@ def convert(args, con):
     first_parquet = meta.parquet_path(episodes[0])
     columns = source.plan_columns(meta, pq.read_schema(first_parquet), first_parquet, con.warn)
     stats = copy_stats(meta, columns)
-    tok_info, tasks = tokenize_tasks(meta, args.max_text_tokens, con, args.tokenizer)
+    tok_info, tasks = tokenize_tasks(meta, args.max_text_tokens, con, args.tokenizer,
+                                     "gr00t_formalized" if args.formalize_language else "raw")
     con.info(f"converting {len(episodes)} episodes of {src} ({meta.info.get('codebase_version')}, "
              f"{meta.fps:g} fps, cameras: {', '.join(c.key for c in meta.cameras) or 'none'})")
 

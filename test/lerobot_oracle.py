@@ -137,9 +137,10 @@ def load() -> types.SimpleNamespace:
 
     dit = importlib.import_module("lerobot.policies.groot.action_head.cross_attention_dit")
     n17 = importlib.import_module("lerobot.policies.groot.groot_n1_7")
+    utils = importlib.import_module("lerobot.policies.groot.utils")   # numpy and torch only
     for mod in (dit, n17):
         assert Path(mod.__file__).resolve().is_relative_to(root.resolve()), mod.__file__
-    return types.SimpleNamespace(dit=dit, n17=n17, root=root)
+    return types.SimpleNamespace(dit=dit, n17=n17, utils=utils, root=root)
 
 
 def upstream_head_config(oracle: types.SimpleNamespace, cfg):

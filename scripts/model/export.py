@@ -90,9 +90,10 @@ def counts(params: List[Dict]) -> Dict:
             "by_role": by_role}
 
 
-def tokenizer_record(cfg, tokenizer_path=None) -> Dict:
-    """The tokenizer the model is built for; its ids must fit the text embedding."""
-    _, record = tokenizers_.load(tokenizer_path)
+def tokenizer_record(cfg, tokenizer_path=None, text_form: str = "raw") -> Dict:
+    """The tokenizer the model is built for (and the text form it reads); its ids must fit the text
+    embedding."""
+    _, record = tokenizers_.load(tokenizer_path, text_form)
     if record["vocab_size"] > cfg.vocab_size:
         raise ValueError(f"--tokenizer {tokenizer_path}: its vocabulary has {record['vocab_size']} ids but the "
                          f"model's vocab_size is {cfg.vocab_size}; pass --set vocab_size={record['vocab_size']} "
@@ -100,10 +101,10 @@ def tokenizer_record(cfg, tokenizer_path=None) -> Dict:
     return record
 
 
-def extra_files(cfg, model: torch.nn.Module, tokenizer_path=None) -> Dict[str, str]:
+def extra_files(cfg, model: torch.nn.Module, tokenizer_path=None, text_form: str = "raw") -> Dict[str, str]:
     params = param_table(model)
     spec = batch_spec(cfg)
-    spec["tokenizer"] = tokenizer_record(cfg, tokenizer_path)
+    spec["tokenizer"] = tokenizer_record(cfg, tokenizer_path, text_form)
     files = {
         "config.json": cfg.to_dict(),
         "params.json": params,
@@ -115,35 +116,37 @@ def extra_files(cfg, model: torch.nn.Module, tokenizer_path=None) -> Dict[str, s
     return {EXTRA_PREFIX + k: json.dumps(v, indent=1) for k, v in files.items()}
 
 
-def export(config: str, out: str, seed: int = 0, overrides: List[str] = (), tokenizer: str = None) -> Dict[str, str]:
+def export(config: str, out: str, seed: int = 0, overrides: List[str] = (), tokenizer: str = None,
+           text_form: str = "raw") -> Dict[str, str]:
     """Builds, scripts and saves; returns the extra files written."""
     silence_torchscript_deprecation()
     cfg = apply_overrides(get_config(config), list(overrides))
     if tokenizer is not None and not os.path.isfile(tokenizer):
         raise ValueError(f"--tokenizer {tokenizer}: no such file; pass the checkpoint's tokenizer.json")
     torch.manual_seed(seed)
-    return save_model(cfg, build_model(cfg), out, tokenizer)
+    return save_model(cfg, build_model(cfg), out, tokenizer, text_form)
 
 
-def save_model(cfg, model: torch.nn.Module, out: str, tokenizer: str = None) -> Dict[str, str]:
+def save_model(cfg, model: torch.nn.Module, out: str, tokenizer: str = None, text_form: str = "raw") -> Dict[str, str]:
     """Scripts a built model (weights and requires_grad as they are) and saves it with the extra
     files; scripts/convert_gr00t_checkpoint.py calls this after loading upstream weights."""
     silence_torchscript_deprecation()
-    files = extra_files(cfg, model, tokenizer)
+    files = extra_files(cfg, model, tokenizer, text_form)
     scripted = torch.jit.script(model)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)  # like any writer of outputs
     torch.jit.save(scripted, out, _extra_files=files)
     return files
 
 
-def export_records(config: str, out: str, overrides: List[str] = (), tokenizer: str = None) -> Dict[str, str]:
+def export_records(config: str, out: str, overrides: List[str] = (), tokenizer: str = None,
+                   text_form: str = "raw") -> Dict[str, str]:
     """The extra files of export() without weights or TorchScript, as a zip laid out like
     torch.jit.save's archive (<name>/extra/loongforge/...), written atomically."""
     import zipfile
     cfg = apply_overrides(get_config(config), list(overrides))
     with torch.device("meta"):  # shapes, names and requires_grad only; no memory, no init
         model = build_model(cfg)
-    files = extra_files(cfg, model, tokenizer)
+    files = extra_files(cfg, model, tokenizer, text_form)
     stem = os.path.splitext(os.path.basename(out))[0] or "records"
     tmp = out + ".partial"
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
@@ -164,15 +167,19 @@ def main(argv: List[str] = None) -> int:
     ap.add_argument("--tokenizer", default=None, metavar="TOKENIZER_JSON",
                     help="the Hugging Face tokenizer.json the model reads ids of (convert the dataset with the "
                     "same file); default: the word hash of scripts/model/tokenizer.py")
+    ap.add_argument("--formalize-language", action="store_true",
+                    help="with --tokenizer: the model reads task texts changed as upstream GR00T N1.7 does "
+                    "(convert the dataset with --formalize-language too)")
     ap.add_argument("--records-only", action="store_true",
                     help="write only the loongforge/*.json records (no weights, no TorchScript) for "
                     "scripts/compile_step.py; the trainer cannot run such a file")
     args = ap.parse_args(argv)
+    form = "gr00t_formalized" if args.formalize_language else "raw"
     try:
         if args.records_only:
-            files = export_records(args.config, args.out, args.overrides, args.tokenizer)
+            files = export_records(args.config, args.out, args.overrides, args.tokenizer, form)
         else:
-            files = export(args.config, args.out, args.seed, args.overrides, args.tokenizer)
+            files = export(args.config, args.out, args.seed, args.overrides, args.tokenizer, form)
     except ValueError as e:
         print(f"export: {e}", file=sys.stderr)
         return 2

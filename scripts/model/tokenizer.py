@@ -32,6 +32,14 @@ vocab_size); the trainer refuses a dataset whose record's kind differs from
 the model's, or whose tokenizer.json has another sha256 (Note [Tokenizer
 match] in src/data/batch.cpp; the word hash is this fixed algorithm, so its
 records match by kind and its sha256, of this file, is informational).
+
+Text form: with `text_form="gr00t_formalized"` (convert_lerobot.py and export.py
+`--formalize-language`; N1.7 imports by default) an HFTokenizer first changes the
+text as upstream GR00T N1.7's formalize_language does (lerobot 0.6.1
+`prepare_n1_7_language_batch`: an empty text becomes "Perform the task.", then
+Python's str.lower(), then only characters with str.isalnum() or str.isspace() and
+'_' are kept). The record then carries "text_form", and the trainer refuses a
+model/dataset pair whose text forms differ.
 """
 
 import hashlib
@@ -93,6 +101,18 @@ WORD_HASH = "word_hash"
 HF_TOKENIZER_JSON = "hf_tokenizer_json"
 
 
+RAW = "raw"
+GR00T_FORMALIZED = "gr00t_formalized"
+TEXT_FORMS = (RAW, GR00T_FORMALIZED)
+DEFAULT_INSTRUCTION = "Perform the task."   # upstream's text for a sample without one
+
+
+def formalize(text: str) -> str:
+    """upstream GR00T N1.7's formalize_language (see the module docstring)."""
+    text = (text or DEFAULT_INSTRUCTION).lower()
+    return "".join(ch for ch in text if ch.isalnum() or ch.isspace() or ch == "_")
+
+
 def _sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
@@ -111,7 +131,10 @@ class HFTokenizer:
     adds any), the first max_len of them when longer. The pad value 0 is never
     read: text_mask marks the real ids."""
 
-    def __init__(self, path):
+    def __init__(self, path, text_form: str = RAW):
+        if text_form not in TEXT_FORMS:
+            raise ValueError(f"text form {text_form!r}: must be one of {TEXT_FORMS}")
+        self.text_form = text_form
         try:
             from tokenizers import Tokenizer
         except ImportError as e:
@@ -127,22 +150,33 @@ class HFTokenizer:
         self.tok.no_padding()
 
     def record(self) -> Dict:
-        return {"kind": HF_TOKENIZER_JSON, "file": str(self.path.resolve()), "sha256": _sha256(self.path),
-                "vocab_size": self.tok.get_vocab_size(with_added_tokens=True)}
+        rec = {"kind": HF_TOKENIZER_JSON, "file": str(self.path.resolve()), "sha256": _sha256(self.path),
+               "vocab_size": self.tok.get_vocab_size(with_added_tokens=True)}
+        if self.text_form != RAW:
+            rec["text_form"] = self.text_form
+        return rec
+
+    def text(self, text: str) -> str:
+        """The text as it is tokenized (its text form applied)."""
+        return formalize(text) if self.text_form == GR00T_FORMALIZED else text
 
     def full_length(self, text: str) -> int:
-        return len(self.tok.encode(text).ids)
+        return len(self.tok.encode(self.text(text)).ids)
 
     def encode(self, text: str, max_len: int) -> Tuple[List[int], int]:
         if max_len < 1:
             raise ValueError(f"tokenizer max_len={max_len}: must be >= 1")
-        ids = self.tok.encode(text).ids[:max_len]
+        ids = self.tok.encode(self.text(text)).ids[:max_len]
         return ids + [0] * (max_len - len(ids)), len(ids)
 
 
-def load(path=None):
-    """-> (encode(text, max_len), record): the word hash when path is None, else HFTokenizer(path)."""
+def load(path=None, text_form: str = RAW):
+    """-> (encode(text, max_len), record): the word hash when path is None, else HFTokenizer(path,
+    text_form)."""
     if path is None:
+        if text_form != RAW:
+            raise ValueError("the word hash has no text form of its own (it lowercases and drops punctuation "
+                             "already); --formalize-language needs --tokenizer")
         return encode, word_hash_record()
-    t = HFTokenizer(path)
+    t = HFTokenizer(path, text_form)
     return t.encode, t.record()

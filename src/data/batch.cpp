@@ -209,7 +209,9 @@ inline float normalize(float x, double a, double b, bool mean_std) {
 // hash is one fixed algorithm (pinned by test/model/test_tokenizer.py's golden
 // ids), so its records match by kind alone and editing tokenizer.py's comments
 // does not invalidate converted datasets. An export without the record predates
-// it and was built for the word hash.
+// it and was built for the word hash. The text form (how the task text was changed
+// before tokenizing, e.g. upstream GR00T N1.7's formalize_language) must match too:
+// "Pick the cube." and "pick the cube" are different ids.
 void check_tokenizer_match(const Dataset& ds, const SampleOptions& opt) {
   const TokenizerInfo& d = ds.tokenizer();
   const TokenizerInfo& m = opt.model_tokenizer;
@@ -223,7 +225,14 @@ void check_tokenizer_match(const Dataset& ds, const SampleOptions& opt) {
                     " records no tokenizer (it was exported for the word hash); re-export the model with "
                     "`scripts/model/export.py ... --tokenizer " + d.file + "`");
   }
-  if (m.kind == d.kind && (m.kind == "word_hash" || m.sha256 == d.sha256)) return;
+  if (m.kind == d.kind && (m.kind == "word_hash" || m.sha256 == d.sha256)) {
+    if (m.text_form == d.text_form) return;
+    const std::string flag = m.text_form == "gr00t_formalized" ? " --formalize-language" : " without --formalize-language";
+    throw DataError(where + ": text form mismatch: task texts were tokenized " + d.text_form + " but the model " +
+                    opt.model_path + " reads " + m.text_form + " texts (" + describe(m) +
+                    "); re-convert the dataset (scripts/convert_lerobot.py SRC DST --tokenizer " + m.file + flag +
+                    ")");
+  }
   const std::string fix_data = m.kind == "word_hash" ? std::string("without --tokenizer") : "with --tokenizer " + m.file;
   const std::string fix_model = d.kind == "word_hash" ? std::string("without --tokenizer") : "with --tokenizer " + d.file;
   throw DataError(where + ": tokenizer mismatch: task texts were tokenized with " + describe(d) + " but the model " +

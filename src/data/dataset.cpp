@@ -168,6 +168,7 @@ Dataset Dataset::open(const std::string& dir) {
       const auto& t = j.at("tokenizer");
       ds.tokenizer_.kind = t.value("kind", std::string("word_hash"));
       ds.tokenizer_.sha256 = t.value("sha256", std::string());
+      ds.tokenizer_.text_form = t.value("text_form", std::string("raw"));
       ds.tokenizer_.file = t.value("file", t.value("module", std::string()));
     }
     for (const auto& e : j.at("episodes")) {

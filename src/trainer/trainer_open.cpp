@@ -158,7 +158,7 @@ void Trainer::open_data() {
   if (const auto& spec = net_->info().batch_spec; spec.contains("tokenizer")) {  // Note [Tokenizer match]
     const auto& t = spec.at("tokenizer");
     so.model_tokenizer = {t.at("kind").get<std::string>(), t.at("sha256").get<std::string>(),
-                          t.value("file", std::string())};
+                          t.value("file", std::string()), t.value("text_form", std::string("raw"))};
   }
   const int64_t side = so.image_size / mc.at("patch_size").get<int64_t>();
   const int64_t shuffle = mc.at("pixel_shuffle").get<int64_t>();

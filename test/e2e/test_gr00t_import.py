@@ -15,7 +15,7 @@ Then, through the real tools and binary:
       (no --model: the config is picked from config.json; the export records
       CKPT/tokenizer.json; the prompt is CKPT's chat template)
   scripts/convert_lerobot.py robot_sim.PickNPlace --tokenizer CKPT/tokenizer.json
-      (episodes 0 and 1)
+      --formalize-language (episodes 0 and 1; upstream N1.7 formalizes task texts)
   loongforge-train (fp32, CPU, one thread) STEPS steps
 
 and checks:
@@ -138,7 +138,8 @@ def imported(upstream, tmp_path_factory):
                         str(work / "model.pt"), "--strict"], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     subprocess.run([sys.executable, str(REPO / "scripts/convert_lerobot.py"), str(FIXTURE), str(work / "ds"),
-                    "--tokenizer", str(ckpt / "tokenizer.json"), "--episodes", "0,1", "--quiet"],
+                    "--tokenizer", str(ckpt / "tokenizer.json"), "--formalize-language", "--episodes", "0,1",
+                    "--quiet"],
                    check=True, env=env)
     return work / "model.pt", r.stdout, work / "ds"
 
@@ -167,10 +168,12 @@ def test_the_import_picks_the_config_and_the_checkpoints_tokenizer(upstream, imp
     assert "'gr00t_head': 'gr00t-tiny'" in stdout and "'backbone': 'qwen3vl'" in stdout, stdout
     assert f"tokenizer: {ckpt / 'tokenizer.json'}" in stdout, stdout
     assert f"chat template: {ckpt / 'tokenizer_config.json'}" in stdout, stdout
+    assert "task texts formalized as upstream N1.7's" in stdout, stdout
     extra = {"loongforge/batch_spec.json": "", "loongforge/config.json": ""}
     torch.jit.load(str(model_pt), map_location="cpu", _extra_files=extra)
     record = json.loads(extra["loongforge/batch_spec.json"])["tokenizer"]
     assert record["kind"] == "hf_tokenizer_json" and record["file"] == str((ckpt / "tokenizer.json").resolve())
+    assert record["text_form"] == "gr00t_formalized"
     cfg = json.loads(extra["loongforge/config.json"])
     assert (cfg["llm_layers"], cfg["vit_layers"], cfg["image_size"], cfg["gr00t_dropout"]) == (2, 3, 256, 0.0)
     assert cfg["image_target_size"] == 64                    # upstream's processor resizes 64 to 256

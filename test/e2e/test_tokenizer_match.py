@@ -95,3 +95,19 @@ def test_a_model_exported_before_the_tokenizer_record_counts_as_the_word_hash(hf
             in r.stderr)
     assert (f"but the model {old} records no tokenizer (it was exported for the word hash); re-export the model "
             f"with `scripts/model/export.py ... --tokenizer {tok}`") in r.stderr
+
+
+def test_a_raw_dataset_is_refused_by_a_model_that_reads_formalized_texts(hf, tmp_path):
+    """Upstream N1.7 lowercases and strips the task text before tokenizing (--formalize-language);
+    a dataset tokenized from the raw text has other ids and is refused, naming the flag."""
+    tok, ds, _ = hf
+    env = dict(os.environ, PYTHONPATH=str(REPO / "scripts"))
+    model = tmp_path / "formalized.pt"
+    subprocess.run([sys.executable, str(REPO / "scripts/model/export.py"), "--config", "n16-tiny", "--out",
+                    str(model), "--tokenizer", str(tok), "--formalize-language"], check=True, env=env,
+                   capture_output=True)
+    r = train(tmp_path, model, ds)
+    assert r.returncode == 1, r.stderr
+    assert (f"data_error: {ds}/loongforge_dataset.json: text form mismatch: task texts were tokenized raw but the "
+            f"model {model} reads gr00t_formalized texts") in r.stderr
+    assert f"(scripts/convert_lerobot.py SRC DST --tokenizer {tok} --formalize-language)" in r.stderr

@@ -12,6 +12,10 @@ head, random-initialised at small sizes, dropout 0) run on the processor's outpu
   of every real token and of a pad token equal upstream's within 1e-5;
 - the comparison can fail: letting the head's vl_self_attention see every pad of our slot
   (hide_common_pads off) moves the loss by more than the tolerance;
+- the text: with the checkpoint's formalize_language (upstream's default), task texts are
+  formalized as upstream N1.7's formalize_language does (lower case, punctuation dropped, an
+  empty instruction becomes "Perform the task.") before tokenization, and the tokenizer record
+  says so (text_form), so that a dataset tokenized raw is refused;
 - refusals: a tokenizer whose post-processor adds tokens, a template with the wrong number of
   image placeholders, a checkpoint without a template, a model with the wrong view count.
 """
@@ -239,6 +243,17 @@ def test_the_comparison_fails_when_vl_self_attention_sees_every_pad_of_the_slot(
         finally:
             ours.hide_common_pads = True
     assert abs(seen_all - up_loss) / abs(up_loss) > 10 * FWD_RTOL
+
+
+def test_formalized_task_text_is_upstreams_formalize_language():
+    """The text form N1.7 imports read (scripts/model/tokenizer.py formalize) against lerobot's own
+    prepare_n1_7_language_batch(formalize_language=True)."""
+    from model.tokenizer import formalize
+    utils = lerobot_oracle.load().utils
+    texts = ["Pick the cube, then place it IN the bowl!", "open drawer #3 (top)", "move_left 10cm", "",
+             "Stack the Caf\u00e9 cups: \u00c9tape 2.", "tab\tand\nnewline", "\u00bd turn \u2013 left"]
+    assert [formalize(t) for t in texts] == utils.prepare_n1_7_language_batch(texts, len(texts),
+                                                                             formalize_language=True)
 
 
 # ---------------------------------------------------------------------------- refusals

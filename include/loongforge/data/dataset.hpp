@@ -92,6 +92,10 @@ struct TokenizerInfo {
   std::string kind;    // "word_hash" (scripts/model/tokenizer.py) or "hf_tokenizer_json"
   std::string sha256;  // of scripts/model/tokenizer.py, or of the tokenizer.json file
   std::string file;    // the path it was read from, for messages
+  // how each task text was changed before tokenizing: "raw" (as the dataset has it) or
+  // "gr00t_formalized" (upstream GR00T's formalize_language: lowercased, only letters, digits,
+  // spaces and '_' kept); absent in a record = "raw"
+  std::string text_form = "raw";
 };
 
 struct ArrayView {
