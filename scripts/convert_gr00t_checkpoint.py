@@ -20,7 +20,11 @@ one (or --tokenizer): convert the dataset with the same file
 import also takes the tokenizer's chat template (chat_template.jinja,
 chat_template.json or tokenizer_config.json next to that tokenizer.json, or
 --chat-template) as upstream's prompt (scripts/chat_template.py,
-scripts/model/prompt.py) and refuses without one unless --no-chat-template.
+scripts/model/prompt.py) and refuses without one unless --no-chat-template,
+and reads processor_config.json's processor_kwargs as upstream's N1.7
+processor does: formalize_language (the text form the export records) and
+the image geometry (gr00t_upstream_config.n17_image_settings; a line says
+what was taken and which config.json image fields upstream ignores).
 
 With --model, SRC is a safetensors file or a folder of them (sharded `model-0000X-of-0000N.safetensors`).
 MODEL.pt is the exported LoongForge model the weights are for: its parameters
@@ -66,7 +70,7 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import model` (scripts/model)
 
@@ -383,18 +387,26 @@ def convert(src: Path, model_path: Path, out: Path, strict: bool = False) -> Dic
     return report
 
 
-def n17_formalizes_language(src: Path) -> bool:
-    """Whether upstream N1.7 formalizes the task text for SRC: processor_config.json's
+def n17_formalizes_language(processor_kwargs: Optional[Dict]) -> bool:
+    """Whether upstream N1.7 formalizes the task text: processor_config.json's
     processor_kwargs.formalize_language (lerobot 0.6.1 reads it there), true when absent."""
-    p = src / "processor_config.json"
-    if not p.is_file():
-        return True
-    try:
-        kwargs = json.loads(p.read_text()).get("processor_kwargs", {})
-    except json.JSONDecodeError as e:
-        raise SystemExit(f"convert_gr00t_checkpoint: {p}: not JSON ({e})") from None
-    value = kwargs.get("formalize_language", True) if isinstance(kwargs, dict) else True
+    value = (processor_kwargs or {}).get("formalize_language", True)
     return value if isinstance(value, bool) else True
+
+
+def image_note(cfg, config: Dict, image: Dict) -> str:
+    """One line on the N1.7 image geometry taken, and config.json's image fields that upstream's
+    processor does not read when they differ from it."""
+    crop = "none" if cfg.image_crop_fraction >= 1.0 else f"{cfg.image_crop_fraction:.6g} of each side"
+    line = (f"image geometry from {image['source']}: target {cfg.image_target_size}, crop {crop}, "
+            f"resize edge {cfg.image_resize_edge or cfg.image_target_size}, letterbox "
+            f"{'on' if cfg.image_letterbox else 'off'}; the ViT sees {cfg.image_size} x {cfg.image_size}")
+    ignored = [k for k in ("image_target_size", "image_crop_size", "shortest_image_edge", "crop_fraction")
+               if k in config and config[k] is not None and config[k] != image.get(k)]
+    if ignored:
+        line += ("\nnote: config.json's " + ", ".join(f"{k}={config[k]!r}" for k in ignored) +
+                 " not used: upstream's N1.7 processor reads processor_config.json (or its defaults)")
+    return line
 
 
 def import_checkpoint(src: Path, out: Path, strict: bool = False, overrides=(), backbone_config=None,
@@ -407,7 +419,8 @@ def import_checkpoint(src: Path, out: Path, strict: bool = False, overrides=(), 
     import torch
 
     import chat_template as chat
-    from gr00t_upstream_config import UpstreamConfigError, model_config_from_upstream, read_backbone_config
+    from gr00t_upstream_config import (UpstreamConfigError, model_config_from_upstream, n17_image_settings,
+                                       read_backbone_config, read_processor_kwargs)
     from model.export import save_model
     from model.n16 import build_model
     if not (src / "config.json").is_file():
@@ -415,15 +428,21 @@ def import_checkpoint(src: Path, out: Path, strict: bool = False, overrides=(), 
                          "folder (safetensors + config.json), or pass --model for a bare tensor file")
     config = json.loads((src / "config.json").read_text())
     try:
+        processor = read_processor_kwargs(src)
+    except UpstreamConfigError as e:
+        raise SystemExit(f"convert_gr00t_checkpoint: {e}") from None
+    try:
         backbone = read_backbone_config(config, backbone_config)
-        cfg = model_config_from_upstream(config, backbone, list(overrides))
+        cfg = model_config_from_upstream(config, backbone, list(overrides), processor_kwargs=processor)
     except (UpstreamConfigError, ValueError) as e:
-        raise SystemExit(f"convert_gr00t_checkpoint: {src}/config.json: {e}") from None
+        where = "config.json and processor_config.json" if processor is not None else "config.json"
+        raise SystemExit(f"convert_gr00t_checkpoint: {src}/{where}: {e}") from None
+    images = image_note(cfg, config, n17_image_settings(processor)) if cfg.backbone == "qwen3vl" else None
     tok = Path(tokenizer) if tokenizer else checkpoint_tokenizer(src)
     text_form = "raw"
     if cfg.backbone == "qwen3vl" and tok is not None:
         # upstream N1.7 formalizes the task text (processor_config.json's processor_kwargs, default true)
-        text_form = "gr00t_formalized" if n17_formalizes_language(src) else "raw"
+        text_form = "gr00t_formalized" if n17_formalizes_language(processor) else "raw"
     template_source = None
     if cfg.backbone == "qwen3vl" and not no_chat_template:
         # upstream's N1.7 prompt: the tokenizer's chat template around the images and the text
@@ -452,7 +471,8 @@ def import_checkpoint(src: Path, out: Path, strict: bool = False, overrides=(), 
     except ValueError as e:
         raise SystemExit(f"convert_gr00t_checkpoint: {e}") from None
     return dict(report, config={"name": cfg.name, "gr00t_head": cfg.gr00t_head, "backbone": cfg.backbone},
-                tokenizer=str(tok) if tok else None, chat_template=template_source, text_form=text_form)
+                tokenizer=str(tok) if tok else None, chat_template=template_source, text_form=text_form,
+                images=images)
 
 
 def main(argv=None) -> int:
@@ -483,6 +503,8 @@ def main(argv=None) -> int:
               + (f"; chat template: {r['chat_template']}" if r["chat_template"] else "")
               + ("; task texts formalized as upstream N1.7's (convert the dataset with --formalize-language)"
                  if r["text_form"] == "gr00t_formalized" else ""))
+        if r["images"]:
+            print(r["images"])
     else:
         if args.overrides or args.backbone_config or args.tokenizer or args.chat_template or args.no_chat_template:
             ap.error("--set, --backbone-config, --tokenizer and --(no-)chat-template are for importing "

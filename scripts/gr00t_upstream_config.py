@@ -1,6 +1,7 @@
 """The LoongForge ModelConfig of an upstream GR00T checkpoint's config.json.
 
-    model_config_from_upstream(config, backbone_config=None, overrides=()) -> ModelConfig
+    model_config_from_upstream(config, backbone_config=None, overrides=(), name="",
+                               processor_kwargs=None) -> ModelConfig
 
 config is the checkpoint's config.json (lerobot's GR00TN17Config, model_type
 "Gr00tN1d7"; Isaac-GR00T's Gr00tN1d6Config, "Gr00tN1d6"); backbone_config the
@@ -24,7 +25,13 @@ How each part is chosen
   `select_layer` layers. Settings our backbones do not implement (another
   activation, attention bias) are refused naming the field.
 - Freezing: tune_visual, tune_llm, tune_top_llm_layers from config.json.
-- image_size: N1.7: the size upstream's Qwen3-VL processor resizes the
+- The image settings: N1.7 from processor_kwargs (the checkpoint's
+  processor_config.json, read_processor_kwargs) as upstream's processor takes
+  them (n17_image_settings: its image_target_size, image_crop_size,
+  shortest_image_edge, crop_fraction when it names an image_target_size, else
+  lerobot's defaults 256 / 230; config.json's image fields are not read, as
+  upstream does not read them); N1.6 from config.json.
+  image_size: N1.7: the size upstream's Qwen3-VL processor resizes the
   transform's image_target_size (must be square) to (qwen3vl_processor_side:
   224 becomes 256), with image_target_size the target; N1.6: the Eagle
   vision config's image_size (force_image_size) or the released 224.
@@ -32,9 +39,10 @@ How each part is chosen
   (crop_fraction_of). N1.7: image_resample bicubic_aa, upstream's default
   transform (antialiased bicubic to shortest_image_edge or the target size,
   the crop, bicubic to the target, and the processor's bicubic to image_size;
-  docs/training-semantics.md s3); its
-  use_albumentations (cv2 INTER_AREA) and letter_box_transform are refused.
-  N1.6: the box resize after the crop (Eagle's processor is not reproduced).
+  docs/training-semantics.md s3), letter_box_transform as image_letterbox
+  (zero padding to a square first); use_albumentations (cv2 INTER_AREA) is
+  refused. N1.6: the box resize after the crop (Eagle's processor is not
+  reproduced).
 - overrides: ModelConfig `key=value` strings applied last (num_views,
   max_text_len: the data's shape, which no checkpoint records).
 """
@@ -165,6 +173,43 @@ def crop_fraction_of(config: Dict) -> float:
     return float(fraction)
 
 
+# lerobot 0.6.1's N1_7_DEFAULT_IMAGE_TARGET_SIZE / _CROP_SIZE: the geometry of a raw N1.7 checkpoint
+# whose processor_config.json names no image_target_size.
+N17_DEFAULT_IMAGE = {"image_target_size": [256, 256], "image_crop_size": [230, 230], "shortest_image_edge": None,
+                     "crop_fraction": None}
+N17_IMAGE_KEYS = tuple(N17_DEFAULT_IMAGE)
+
+
+def read_processor_kwargs(folder: Path) -> Optional[Dict]:
+    """processor_config.json's processor_kwargs in folder (Isaac-GR00T's N1.7 processor settings),
+    or None when the file is absent."""
+    p = Path(folder) / "processor_config.json"
+    if not p.is_file():
+        return None
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise UpstreamConfigError(f"{p}: not JSON ({e})") from None
+    kwargs = data.get("processor_kwargs", {}) if isinstance(data, dict) else {}
+    return kwargs if isinstance(kwargs, dict) else {}
+
+
+def n17_image_settings(processor_kwargs: Optional[Dict]) -> Dict:
+    """The image geometry upstream's N1.7 processor uses for a raw checkpoint (lerobot 0.6.1
+    make_groot_n1_7_pre_post_processors): processor_config.json's image_crop_size,
+    image_target_size, shortest_image_edge and crop_fraction when it names an image_target_size,
+    else N17_DEFAULT_IMAGE; use_albumentations and letter_box_transform from it (false when absent
+    or not booleans, as upstream reads them). config.json's image fields are not read: upstream
+    does not read them either."""
+    kw = processor_kwargs or {}
+    src = kw if kw.get("image_target_size") is not None else N17_DEFAULT_IMAGE
+    out = {k: src.get(k) for k in N17_IMAGE_KEYS}
+    for k in ("use_albumentations", "letter_box_transform"):
+        out[k] = kw.get(k) if isinstance(kw.get(k), bool) else False
+    out["source"] = "processor_config.json" if src is kw else "upstream's N1.7 default"
+    return out
+
+
 def read_backbone_config(config: Dict, given: Optional[Path] = None) -> Optional[Dict]:
     """The backbone config to use: `given` (a config.json or a folder holding one); else model_name's
     config.json when model_name is a local folder; None for the released backbone."""
@@ -189,7 +234,8 @@ def read_backbone_config(config: Dict, given: Optional[Path] = None) -> Optional
 
 
 def model_config_from_upstream(config: Dict, backbone_config: Optional[Dict] = None,
-                               overrides: List[str] = (), name: str = "") -> ModelConfig:
+                               overrides: List[str] = (), name: str = "",
+                               processor_kwargs: Optional[Dict] = None) -> ModelConfig:
     from convert_gr00t_checkpoint import ConversionError, head_config_from_upstream
 
     model_type = config.get("model_type")
@@ -203,19 +249,20 @@ def model_config_from_upstream(config: Dict, backbone_config: Optional[Dict] = N
     fields: Dict = {}
     if backbone_config is not None:
         fields.update(qwen3vl_fields(backbone_config) if layout == "n1.7" else eagle_fields(backbone_config))
-    target = config.get("image_target_size")
+    # N1.7: the processor's settings (processor_config.json), as upstream's processor reads them
+    image = n17_image_settings(processor_kwargs) if layout == "n1.7" else config
+    target = image.get("image_target_size")
     if target:
         _need(len(target) == 2 and target[0] == target[1], "image_target_size", target, "must be square")
         fields["image_size"] = int(target[0])
-    fields["image_crop_fraction"] = crop_fraction_of(config)
+    fields["image_crop_fraction"] = crop_fraction_of(image)
     if layout == "n1.7":  # lerobot's default N1.7 transform (not its cv2 INTER_AREA albumentations path)
-        _need(not config.get("use_albumentations", False), "use_albumentations", config.get("use_albumentations"),
+        _need(not image["use_albumentations"], "processor_kwargs.use_albumentations", image["use_albumentations"],
               "must be false: the cv2 INTER_AREA transform of albumentations checkpoints is not implemented "
               "(image_resample supports box and bicubic_aa)")
-        _need(not config.get("letter_box_transform", False), "letter_box_transform",
-              config.get("letter_box_transform"), "must be false: letterboxing is not implemented")
+        fields["image_letterbox"] = image["letter_box_transform"]
         fields["image_resample"] = "bicubic_aa"
-        fields["image_resize_edge"] = int(config.get("shortest_image_edge") or 0)
+        fields["image_resize_edge"] = int(image.get("shortest_image_edge") or 0)
         # upstream's processor resizes the transform's frames again, to its smart_resize size
         base = get_config(base_name)
         side = int(fields.get("image_size", base.image_size))
@@ -250,5 +297,5 @@ def model_config_from_upstream(config: Dict, backbone_config: Optional[Dict] = N
     return cfg
 
 
-__all__ = ["model_config_from_upstream", "read_backbone_config", "head_preset_of", "qwen3vl_fields", "eagle_fields",
-           "UpstreamConfigError", "RELEASED"]
+__all__ = ["model_config_from_upstream", "read_backbone_config", "read_processor_kwargs", "n17_image_settings",
+           "head_preset_of", "qwen3vl_fields", "eagle_fields", "UpstreamConfigError", "RELEASED"]

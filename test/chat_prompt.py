@@ -15,6 +15,8 @@
   images: one user message per sample ([image per view ..., text]), apply_chat_template
   (tokenize=False, add_generation_prompt=False), then the processor with padding=True
   (resize, rescale and normalize off: the images are the trainer's model input).
+- `small_qwen3vl_config(oracle, tok)`: Cosmos-Reason2-2B's backbone config (lerobot's hard-coded
+  copy) at small sizes, with the tokenizer's image and vision token ids.
 """
 import json
 from pathlib import Path
@@ -78,3 +80,20 @@ def upstream_prompt(proc, images, texts):
         flat.extend(frames)
     return proc(text=rendered, images=flat, return_tensors="pt", padding=True, do_resize=False, do_rescale=False,
                 do_normalize=False)
+
+
+def small_qwen3vl_config(oracle, tok) -> dict:
+    """Cosmos-Reason2-2B's config (lerobot's hard-coded copy) at small sizes."""
+    cfg = oracle.n17._cosmos_reason2_qwen3_vl_config().to_dict()
+    cfg["vision_config"].update(depth=3, hidden_size=64, num_heads=2, intermediate_size=128,
+                                num_position_embeddings=36, patch_size=16, deepstack_visual_indexes=[0, 2],
+                                out_hidden_size=128)
+    cfg["text_config"].update(num_hidden_layers=3, hidden_size=128, num_attention_heads=4, num_key_value_heads=2,
+                              head_dim=32, intermediate_size=384, vocab_size=8192, pad_token_id=None,
+                              rope_scaling=None, rope_parameters={"rope_type": "default", "rope_theta": 5000000,
+                                                                  "mrope_interleaved": True,
+                                                                  "mrope_section": [6, 5, 5]})
+    for key, token in (("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
+                       ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>")):
+        cfg[key] = tok.token_to_id(token)
+    return cfg

@@ -54,7 +54,8 @@ class ModelConfig:
     # ---- vision: SigLIP-2-style ViT + 2x2 pixel shuffle + 2-layer MLP connector
     image_size: int = 64          # square input, pixels
     # Center crop of each frame before the resize to image_size (1 = none): upstream GR00T's
-    # crop_fraction (or image_crop_size / image_target_size), read from a checkpoint's config.json
+    # crop_fraction (or image_crop_size / image_target_size), read from a checkpoint's config.json (N1.6)
+    # or processor_config.json (N1.7)
     # by scripts/convert_gr00t_checkpoint.py; both trainers apply it (docs/training-semantics.md s3).
     image_crop_fraction: float = 1.0
     # How a frame becomes image_size x image_size (docs/training-semantics.md s3): "box" = the
@@ -70,6 +71,11 @@ class ModelConfig:
     image_resample: str = "box"
     image_resize_edge: int = 0
     image_target_size: int = 0
+    # bicubic_aa only: each frame is first padded with zeros (black) to a square of its longer
+    # side, (square - w) // 2 columns on the left and (square - h) // 2 rows on top, the rest
+    # right and below: upstream N1.7's letter_box_transform, which keeps the aspect ratio through
+    # the square resizes. A square frame is unchanged.
+    image_letterbox: bool = False
     patch_size: int = 8
     vit_layers: int = 2
     vit_width: int = 128
@@ -202,6 +208,8 @@ class ModelConfig:
         need(self.image_target_size >= 0, "image_target_size", "must be >= 0 (0 = image_size)")
         need(self.image_target_size in (0, self.image_size) or self.image_resample == "bicubic_aa",
              "image_target_size", "must be 0 or image_size unless image_resample is bicubic_aa")
+        need(not self.image_letterbox or self.image_resample == "bicubic_aa", "image_letterbox",
+             "must be false unless image_resample is bicubic_aa")
         grid = self.image_size // self.patch_size
         need(grid % self.pixel_shuffle == 0, "pixel_shuffle",
              f"must divide the patch grid side ({grid})")

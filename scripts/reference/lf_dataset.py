@@ -674,10 +674,22 @@ def center_crop(frame: np.ndarray, fraction: float) -> np.ndarray:
     return frame[top:top + ch, left:left + cw]
 
 
+def letterbox(x: Tensor) -> Tensor:
+    """(..., h, w) -> (..., q, q), q = max(h, w): zeros around x, (q - w) // 2 columns on the left and
+    (q - h) // 2 rows on top, the rest right and below (image_letterbox)."""
+    h, w = x.shape[-2], x.shape[-1]
+    q = max(h, w)
+    if h == w:
+        return x
+    left, top = (q - w) // 2, (q - h) // 2
+    return F.pad(x, (left, q - w - left, top, q - h - top), value=0)
+
+
 def bicubic_aa_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: float, edge: int,
-                        target: int = 0) -> Tensor:
+                        target: int = 0, letterboxed: bool = False) -> Tensor:
     """image_resample=bicubic_aa (training-semantics s3; GR00T N1.7's default transform): each frame
-    (h, w, 3) uint8 as a (1, 3, h, w) uint8 tensor is resized to (E, E) (E = edge, or T when 0; T =
+    (h, w, 3) uint8 as a (1, 3, h, w) uint8 tensor, padded to a square first when letterboxed
+    (letterbox(), image_letterbox), is resized to (E, E) (E = edge, or T when 0; T =
     target, or size when 0) by antialiased bicubic interpolation on uint8 unless it is E x E,
     center-cropped to c = round(E * f) rows and columns from (E - c) // 2 when 0 < f < 1, resized to
     (T, T) the same way unless it is (upstream's transform ends here), resized to (size, size) the same
@@ -694,7 +706,8 @@ def bicubic_aa_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: 
 
     out = []
     for f in frames_rgb:
-        x = resize(torch.from_numpy(np.ascontiguousarray(f.transpose(2, 0, 1)))[None], E)  # (1, 3, E, E) uint8
+        x = torch.from_numpy(np.ascontiguousarray(f.transpose(2, 0, 1)))[None]             # (1, 3, h, w) uint8
+        x = resize(letterbox(x).contiguous() if letterboxed else x, E)                       # (1, 3, E, E)
         if 0.0 < crop_fraction < 1.0:
             ch, cw = max(1, int(round(x.shape[-2] * crop_fraction))), max(1, int(round(x.shape[-1] * crop_fraction)))
             top, left = (x.shape[-2] - ch) // 2, (x.shape[-1] - cw) // 2
@@ -797,6 +810,7 @@ class SampleBuilder:
         self.resample = str(_mcfg_or(model_cfg, "image_resample", "box"))  # exports before the field: box
         self.resize_edge = int(_mcfg_or(model_cfg, "image_resize_edge", 0))
         self.target_size = int(_mcfg_or(model_cfg, "image_target_size", 0))
+        self.letterbox = bool(_mcfg_or(model_cfg, "image_letterbox", False))
         if self.resample not in ("box", "bicubic_aa"):
             raise ValueError(f"the model's image_resample={self.resample!r} must be box or bicubic_aa; re-export it")
         if not 0.0 < self.crop <= 1.0:
@@ -804,6 +818,8 @@ class SampleBuilder:
         if self.target_size < 0 or (self.resample == "box" and self.target_size not in (0, self.S)):
             raise ValueError(f"the model's image_target_size={self.target_size} must be 0 or image_size "
                              f"({self.S}) unless image_resample is bicubic_aa; re-export it")
+        if self.letterbox and self.resample != "bicubic_aa":
+            raise ValueError("the model's image_letterbox=true needs image_resample bicubic_aa; re-export it")
         self.max_state = int(_mcfg(model_cfg, "max_state_dim"))
         self.max_action = int(_mcfg(model_cfg, "max_action_dim"))
         # flow-matching time form (section 4; exports before these fields: n16's, 0.999, 1.5)
@@ -929,7 +945,8 @@ class SampleBuilder:
     def images(self, e: int, t: int) -> Tensor:
         frames = [self.rgb_frame(e, c, t) for c in self.cameras]
         if self.resample == "bicubic_aa":
-            return bicubic_aa_to_model(frames, self.S, self.crop, self.resize_edge, self.target_size)  # (V, 3, S, S)
+            return bicubic_aa_to_model(frames, self.S, self.crop, self.resize_edge, self.target_size,
+                                       self.letterbox)                                         # (V, 3, S, S)
         return image_to_model(frames, self.S, self.crop)  # (V, 3, S, S)
 
     # -- batches

@@ -31,6 +31,7 @@
 #include <map>        // std::map
 
 #include <ATen/ATen.h>                           // at::empty, at::cat
+#include <ATen/core/grad_mode.h>                 // at::NoGradGuard
 #include <torch/csrc/autograd/function_hook.h>  // torch::autograd::PostAccumulateGradHook
 #include <torch/csrc/autograd/variable.h>       // torch::autograd::impl::set_post_acc_grad_hooks
 

@@ -299,6 +299,9 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
     throw DataError("model.path " + opt_.model_path + ": config.json image_target_size=" +
                     std::to_string(opt_.image_target_size) + " must be 0 or image_size (" +
                     std::to_string(opt_.image_size) + ") unless image_resample is bicubic_aa; re-export the model");
+  if (opt_.image_letterbox && opt_.image_resample != "bicubic_aa")
+    throw DataError("model.path " + opt_.model_path + ": config.json image_letterbox=true needs image_resample "
+                    "bicubic_aa (it is " + opt_.image_resample + "); re-export the model");
   if (opt_.frames_on_device && opt_.image_resample != "box")
     throw DataError("frames resized on the device do the box resize only, but the model's image_resample is " +
                     opt_.image_resample + "; set data.frame_resize=cpu");
@@ -469,7 +472,7 @@ BatchBuilder::Entry BatchBuilder::decode(int64_t key, const VideoFile* file) con
       out.narrow(0, done, staged)
           .copy_(opt_.frames_on_device ? u8  // (n, ch, cw, 3)
                  : bicubic ? resize_frames_bicubic_aa(u8, opt_.image_resize_edge, opt_.image_crop_fraction,
-                                                            opt_.image_target_size, S)
+                                                            opt_.image_target_size, S, opt_.image_letterbox)
                            : resize_frames(u8, S));  // (n, 3, S, S)
       done += staged;
       staged = 0;

@@ -4,7 +4,7 @@
 #include <algorithm>  // std::max
 #include <cmath>      // std::nearbyint
 
-#include <ATen/ATen.h>  // at::adaptive_avg_pool2d, at::_upsample_bicubic2d_aa
+#include <ATen/ATen.h>  // at::adaptive_avg_pool2d, at::_upsample_bicubic2d_aa, at::constant_pad_nd
 
 #include "loongforge/common/error.hpp"
 
@@ -44,13 +44,19 @@ at::Tensor resize_frames(const at::Tensor& u8, int64_t S) {
   return (((pooled / 255.0) - 0.5) / 0.5).reshape(out_shape);
 }
 
-at::Tensor resize_frames_bicubic_aa(const at::Tensor& u8, int64_t E, double f, int64_t T, int64_t S) {
+at::Tensor resize_frames_bicubic_aa(const at::Tensor& u8, int64_t E, double f, int64_t T, int64_t S,
+                                    bool letterbox) {
   const auto resize = [](const at::Tensor& x, int64_t side) {  // (n, 3, h, w) uint8
     if (x.size(-2) == side && x.size(-1) == side) return x;
     return at::_upsample_bicubic2d_aa(x, {side, side}, /*align_corners=*/false);
   };
   if (T <= 0) T = S;
-  at::Tensor x = resize(u8.permute({0, 3, 1, 2}).contiguous(), E > 0 ? E : T);  // (n, 3, E, E)
+  at::Tensor x = u8.permute({0, 3, 1, 2}).contiguous();  // (n, 3, h, w)
+  if (letterbox && x.size(2) != x.size(3)) {
+    const int64_t h = x.size(2), w = x.size(3), q = std::max(h, w), left = (q - w) / 2, top = (q - h) / 2;
+    x = at::constant_pad_nd(x, {left, q - w - left, top, q - h - top}, 0).contiguous();  // (n, 3, q, q)
+  }
+  x = resize(x, E > 0 ? E : T);  // (n, 3, E, E)
   if (f > 0.0 && f < 1.0) {
     const auto side = [&](int64_t n) {
       return std::max<int64_t>(1, static_cast<int64_t>(std::nearbyint(static_cast<double>(n) * f)));

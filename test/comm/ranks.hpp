@@ -7,6 +7,7 @@
 #include <unistd.h>      // close
 
 #include <cstdint>     // int64_t
+#include <cstdlib>     // setenv
 #include <exception>   // std::exception_ptr
 #include <functional>  // std::function
 #include <thread>      // std::thread
@@ -15,6 +16,19 @@
 #include "loongforge/comm/world.hpp"
 
 namespace loongforge::comm::test {
+
+// Note [Two process groups in one process]
+// libtorch 2.11's flight recorder (one per process, c10d/FlightRecorderDetail.hpp)
+// records every collective a process group enqueues, and registers a group it
+// has not seen in a std::map before taking its mutex. Two ranks as two
+// threads of one process register their groups while the other thread's
+// group records: an unsynchronised map insert, which segfaulted this file's
+// tests about once in 6 runs under AddressSanitizer (inside
+// FlightRecorder::recordWithResetEnabled, from ProcessGroupGloo::enqueue)
+// and once in two clean-clone CI runs. A trainer process has one group, so
+// this is the tests' setup only; their binaries turn the recorder off
+// (TORCH_FR_BUFFER_SIZE=0, read when the recorder is first used) before main.
+inline const bool kFlightRecorderOff = [] { return ::setenv("TORCH_FR_BUFFER_SIZE", "0", 1) == 0; }();
 
 // A TCP port nobody listens on now (the kernel's choice for port 0).
 inline int64_t free_port() {

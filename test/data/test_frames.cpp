@@ -101,6 +101,44 @@ TEST_CASE(
   REQUIRE_FALSE(at::equal(resize_frames_bicubic_aa(u8, 0, 0.9, 0, 32), got));
 }
 
+TEST_CASE(
+    "frames: letterboxed, a frame is padded with black to a square, the odd row below, before bicubic_aa's resizes "
+    "(upstream's letter_box_transform)") {
+  const at::Tensor u8 = at::randint(1, 256, {2, 31, 44, 3}, at::kByte);  // no zero pixel of its own
+  // At q = 44 everywhere nothing is resized: the output is the padded frame, normalised.
+  const at::Tensor padded = resize_frames_bicubic_aa(u8, 44, 1.0, 44, 44, /*letterbox=*/true);
+  REQUIRE(padded.sizes() == at::IntArrayRef({2, 3, 44, 44}));
+  const at::Tensor chw = (u8.permute({0, 3, 1, 2}).to(at::kFloat) - 127.5) / 127.5;  // (2, 3, 31, 44)
+  REQUIRE(at::equal(padded.narrow(2, 6, 31), chw));                                 // (44 - 31) / 2 = 6 rows on top
+  REQUIRE(padded.narrow(2, 0, 6).eq(-1.0).all().item<bool>());                     // black: (0 - 127.5) / 127.5
+  REQUIRE(padded.narrow(2, 37, 7).eq(-1.0).all().item<bool>());                    // the other 7 below
+  // Then the resizes of the square frame: edge = target 28, crop 0.9 (25 from 1), model 32.
+  const auto aa = [](const at::Tensor& x, int64_t side) {
+    return at::_upsample_bicubic2d_aa(x, {side, side}, /*align_corners=*/false);
+  };
+  const at::Tensor sq = at::constant_pad_nd(u8.permute({0, 3, 1, 2}), {0, 0, 6, 7}, 0).contiguous();
+  const at::Tensor want =
+      (aa(aa(aa(sq, 28).narrow(2, 1, 25).narrow(3, 1, 25).contiguous(), 28), 32).to(at::kFloat) - 127.5) / 127.5;
+  const at::Tensor got = resize_frames_bicubic_aa(u8, 0, 0.9, 28, 32, true);
+  REQUIRE(at::equal(got, want));
+  REQUIRE_FALSE(at::equal(got, resize_frames_bicubic_aa(u8, 0, 0.9, 28, 32, false)));  // squashed instead
+  // A square frame is unchanged by it.
+  const at::Tensor square = at::randint(0, 256, {1, 40, 40, 3}, at::kByte);
+  REQUIRE(at::equal(resize_frames_bicubic_aa(square, 0, 0.9, 28, 32, true),
+                    resize_frames_bicubic_aa(square, 0, 0.9, 28, 32, false)));
+}
+
+TEST_CASE("frames: a letterboxed model must resize by bicubic_aa, naming the key") {
+  const Dataset ds = Dataset::open(kData);
+  SampleOptions o = options(false, 1.0);
+  o.model_path = "m.pt";
+  o.image_letterbox = true;
+  REQUIRE_THROWS_WITH(BatchBuilder(ds, o), Contains("m.pt: config.json image_letterbox=true needs image_resample "
+                                                    "bicubic_aa (it is box)"));
+  o.image_resample = "bicubic_aa";
+  REQUIRE_NOTHROW(BatchBuilder(ds, o));
+}
+
 TEST_CASE("frames: a box-resize model with a target size of its own is refused, naming the key") {
   const Dataset ds = Dataset::open(kData);
   SampleOptions o = options(false, 1.0);

@@ -72,23 +72,6 @@ LOSS_RTOL = 1e-5
 torch.set_num_threads(1)
 
 
-def small_qwen3vl_config(oracle, tok) -> dict:
-    """Cosmos-Reason2-2B's config (lerobot's hard-coded copy) at small sizes."""
-    cfg = oracle.n17._cosmos_reason2_qwen3_vl_config().to_dict()
-    cfg["vision_config"].update(depth=3, hidden_size=64, num_heads=2, intermediate_size=128,
-                                num_position_embeddings=36, patch_size=16, deepstack_visual_indexes=[0, 2],
-                                out_hidden_size=128)
-    cfg["text_config"].update(num_hidden_layers=3, hidden_size=128, num_attention_heads=4, num_key_value_heads=2,
-                              head_dim=32, intermediate_size=384, vocab_size=8192, pad_token_id=None,
-                              rope_scaling=None, rope_parameters={"rope_type": "default", "rope_theta": 5000000,
-                                                                  "mrope_interleaved": True,
-                                                                  "mrope_section": [6, 5, 5]})
-    for key, token in (("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
-                       ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>")):
-        cfg[key] = tok.token_to_id(token)
-    return cfg
-
-
 @pytest.fixture(scope="module")
 def upstream(tmp_path_factory):
     """(oracle, the upstream GR00TN17 in memory, its checkpoint folder)."""
@@ -96,7 +79,7 @@ def upstream(tmp_path_factory):
     work = tmp_path_factory.mktemp("gr00t-import")
     tok = chat_prompt.write_chat_tokenizer(work / "tokenizer", chat_prompt.CHATML)
     (work / "backbone").mkdir()
-    (work / "backbone/config.json").write_text(json.dumps(small_qwen3vl_config(oracle, tok)))
+    (work / "backbone/config.json").write_text(json.dumps(chat_prompt.small_qwen3vl_config(oracle, tok)))
     d = oracle.n17.GR00T_N1_7_DEFAULTS
     config = oracle.n17.GR00TN17Config(
         model_name=str(work / "backbone"), backbone_model_type="qwen", select_layer=2, backbone_embedding_dim=128,
@@ -125,6 +108,10 @@ def upstream(tmp_path_factory):
     model.save_pretrained(str(ckpt))
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (ckpt / name).write_bytes((work / "tokenizer" / name).read_bytes())
+    # the processor's settings, where a raw N1.7 checkpoint keeps them (upstream reads its image
+    # geometry there, not from config.json)
+    (ckpt / "processor_config.json").write_text(json.dumps({"processor_kwargs": {
+        "image_target_size": [64, 64], "image_crop_size": [58, 58], "formalize_language": True}}))
     return oracle, model, ckpt
 
 
@@ -169,6 +156,7 @@ def test_the_import_picks_the_config_and_the_checkpoints_tokenizer(upstream, imp
     assert f"tokenizer: {ckpt / 'tokenizer.json'}" in stdout, stdout
     assert f"chat template: {ckpt / 'tokenizer_config.json'}" in stdout, stdout
     assert "task texts formalized as upstream N1.7's" in stdout, stdout
+    assert "image geometry from processor_config.json: target 64, crop 0.90625 of each side" in stdout, stdout
     extra = {"loongforge/batch_spec.json": "", "loongforge/config.json": ""}
     torch.jit.load(str(model_pt), map_location="cpu", _extra_files=extra)
     record = json.loads(extra["loongforge/batch_spec.json"])["tokenizer"]

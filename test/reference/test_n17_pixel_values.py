@@ -27,6 +27,8 @@ transformers, never copied:
   and processor equal our tensor, at the default 256 target and at a 224 target that the
   processor resizes to 256, patchified by the processor with resize, rescale and
   normalisation off (a pure rearrangement, checked by undoing it), bit for bit in float32;
+- letterboxed (image_letterbox, upstream's letter_box_transform), non-square real frames equal
+  upstream's pixel_values too, bit for bit;
 - the importer's processor size (gr00t_upstream_config.qwen3vl_processor_side) is transformers'
   smart_resize for square sides 32-1199 and a few above its pixel maximum;
 - for every uint8 value, upstream's normalisation equals ours and IEEE float32 division; the
@@ -166,6 +168,25 @@ def test_a_224_target_reaches_the_vit_as_upstreams_256_pixel_values_bit_for_bit(
     # the former data path (the target fed as it is) gives another grid: 14 x 14 patches, 49 tokens
     fed = lfd.bicubic_aa_to_model(few, 224, 202 / 224, 0)
     assert tuple(fed.shape[-2:]) == (224, 224)
+
+
+def test_letterboxed_non_square_frames_reach_the_vit_as_upstreams_pixel_values_bit_for_bit(upstream_transform,
+                                                                                          processor, frames):
+    """image_letterbox (upstream's letter_box_transform): real frames cut to 256 x 200 and 181 x 256
+    (an odd padding: the extra row goes below) are padded with black to a square before the
+    transform's resizes, upstream's and ours; without the padding the frames are squashed, and the
+    values differ."""
+    for cut in (lambda f: f[:, 28:228], lambda f: f[40:221, :]):
+        few = [np.ascontiguousarray(cut(f)) for f in frames[:12]]
+        ours = lfd.bicubic_aa_to_model(few, TARGET, CROP / TARGET, 0, letterboxed=True)
+        u8 = [upstream_transform(chw(f), image_crop_size=[CROP, CROP], image_target_size=[TARGET, TARGET],
+                                 shortest_image_edge=None, crop_fraction=None, letter_box_transform=True) for f in few]
+        up = processor(images=u8, return_tensors="pt")
+        mine = processor(images=list(ours), do_resize=False, do_rescale=False, do_normalize=False,
+                         return_tensors="pt")
+        assert torch.equal(mine["pixel_values"], up["pixel_values"])
+        squashed = lfd.bicubic_aa_to_model(few, TARGET, CROP / TARGET, 0)
+        assert not torch.equal(squashed, ours)
 
 
 def test_upstreams_conv3d_patch_embedding_equals_ours_within_rounding(upstream_transform, processor, frames):

@@ -85,30 +85,13 @@ def test_the_import_prompt_is_the_processors_input_ids(tmp_path, template, views
 
 # ---------------------------------------------------------------------------- the model
 
-def small_backbone_config(oracle, tok) -> dict:
-    """Cosmos-Reason2-2B's config (lerobot's copy) at small sizes, the image token the tokenizer's."""
-    cfg = oracle.n17._cosmos_reason2_qwen3_vl_config().to_dict()
-    cfg["vision_config"].update(depth=3, hidden_size=64, num_heads=2, intermediate_size=128,
-                                num_position_embeddings=36, patch_size=16, deepstack_visual_indexes=[0, 2],
-                                out_hidden_size=128)
-    cfg["text_config"].update(num_hidden_layers=3, hidden_size=128, num_attention_heads=4, num_key_value_heads=2,
-                              head_dim=32, intermediate_size=384, vocab_size=8192, pad_token_id=None,
-                              rope_scaling=None, rope_parameters={"rope_type": "default", "rope_theta": 5000000,
-                                                                  "mrope_interleaved": True,
-                                                                  "mrope_section": [6, 5, 5]})
-    for key, token in (("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
-                       ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>")):
-        cfg[key] = tok.token_to_id(token)
-    return cfg
-
-
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     """(oracle, upstream GR00TN17, our model loaded from its tensors, cfg, tokenizer folder)."""
     oracle = lerobot_oracle.load()
     work = tmp_path_factory.mktemp("chat-prompt")
     tok = cp.write_chat_tokenizer(work / "backbone", cp.CHATML_SYSTEM)
-    backbone = small_backbone_config(oracle, tok)
+    backbone = cp.small_qwen3vl_config(oracle, tok)
     (work / "backbone/config.json").write_text(json.dumps(backbone))
     d = oracle.n17.GR00T_N1_7_DEFAULTS
     config = oracle.n17.GR00TN17Config(

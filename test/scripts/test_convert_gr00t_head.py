@@ -188,16 +188,69 @@ def test_lerobots_default_n17_config_json_imports_as_gr00t_n17_3b_with_its_crop(
     # upstream's default N1.7 image transform (antialiased bicubic; test/reference/test_image_resample.py)
     assert got.image_resample == "bicubic_aa" and got.image_resize_edge == int(data.get("shortest_image_edge") or 0)
     assert (got.image_target_size, got.image_size) == (256, 256)
-    # a target below the processor's 65,536 pixels reaches the ViT at the processor's size
-    # (test/reference/test_n17_pixel_values.py)
-    small = guc.model_config_from_upstream(dict(data, image_target_size=[224, 224], image_crop_size=[202, 202]),
-                                           guc.read_backbone_config(data))
-    assert (small.image_target_size, small.image_size, small.image_crop_fraction) == (224, 256, 202 / 224)
-    with pytest.raises(guc.UpstreamConfigError, match="use_albumentations.*cv2 INTER_AREA"):
-        guc.model_config_from_upstream(dict(data, use_albumentations=True), guc.read_backbone_config(data))
+    assert not got.image_letterbox
     data["model_name"] = "someone/else"
     with pytest.raises(guc.UpstreamConfigError, match="model_name='someone/else'.*--backbone-config"):
         guc.read_backbone_config(data)
+
+
+def test_n17_image_settings_come_from_processor_config_as_upstreams_processor_takes_them(upstream):
+    """lerobot 0.6.1 (processor_groot.py, make_groot_n1_7_pre_post_processors) takes a raw N1.7
+    checkpoint's image geometry from processor_config.json's processor_kwargs when they name an
+    image_target_size, else its defaults (256, crop 230), and never from config.json; likewise
+    use_albumentations and letter_box_transform (false unless booleans)."""
+    import gr00t_upstream_config as guc
+    oracle = upstream[0]
+    data = json.loads(oracle.n17.GR00TN17Config().to_json_string(use_diff=False))
+    bb = guc.read_backbone_config(data)
+
+    def imported(config=data, kwargs=None):
+        return guc.model_config_from_upstream(config, bb, processor_kwargs=kwargs)
+
+    def geometry(c):
+        return c.image_target_size, c.image_size, c.image_crop_fraction, c.image_resize_edge, c.image_letterbox
+    # config.json's image fields are not what upstream's processor uses
+    assert geometry(imported(dict(data, image_target_size=[224, 224], image_crop_size=[202, 202]))) == \
+        (256, 256, 230 / 256, 0, False)
+    # processor_kwargs naming a target are taken; a target below the processor's 65,536 pixels
+    # reaches the ViT at the processor's size (test/reference/test_n17_pixel_values.py)
+    small = {"image_target_size": [224, 224], "image_crop_size": [202, 202], "formalize_language": True}
+    assert geometry(imported(kwargs=small)) == (224, 256, 202 / 224, 0, False)
+    # without a crop size there is no crop; crop_fraction and shortest_image_edge are upstream's own keys
+    assert geometry(imported(kwargs={"image_target_size": [256, 256]})) == (256, 256, 1.0, 0, False)
+    assert geometry(imported(kwargs={"image_target_size": [256, 256], "crop_fraction": 0.95,
+                                     "shortest_image_edge": 288})) == (256, 256, 0.95, 288, False)
+    # kwargs without a target keep upstream's default geometry; letterboxing is read either way
+    assert geometry(imported(kwargs={"image_crop_size": [100, 100], "letter_box_transform": True})) == \
+        (256, 256, 230 / 256, 0, True)
+    assert not imported(kwargs={"letter_box_transform": "yes"}).image_letterbox   # not a boolean: false
+    with pytest.raises(guc.UpstreamConfigError, match="processor_kwargs.use_albumentations=True.*cv2 INTER_AREA"):
+        imported(kwargs={"use_albumentations": True})
+    assert not imported(dict(data, use_albumentations=True)).image_letterbox      # config.json's: not read
+
+
+def test_the_import_reads_processor_config_and_says_which_image_fields_upstream_ignores(tmp_path):
+    import convert_gr00t_checkpoint as conv
+    import gr00t_upstream_config as guc
+    assert guc.read_processor_kwargs(tmp_path) is None
+    (tmp_path / "processor_config.json").write_text(json.dumps({"processor_kwargs": {
+        "image_target_size": [224, 224], "image_crop_size": [202, 202], "letter_box_transform": True,
+        "formalize_language": False}}))
+    kwargs = guc.read_processor_kwargs(tmp_path)
+    assert kwargs["image_target_size"] == [224, 224] and not conv.n17_formalizes_language(kwargs)
+    assert conv.n17_formalizes_language({}) and conv.n17_formalizes_language(None)
+    (tmp_path / "processor_config.json").write_text("{not json")
+    with pytest.raises(guc.UpstreamConfigError, match=r"processor_config.json: not JSON"):
+        guc.read_processor_kwargs(tmp_path)
+    from model.config import get_config
+    import dataclasses
+    cfg = dataclasses.replace(get_config("gr00t-n1.7-3b"), image_target_size=224, image_crop_fraction=202 / 224,
+                              image_letterbox=True)
+    image = guc.n17_image_settings(kwargs)
+    line = conv.image_note(cfg, {"image_target_size": [64, 64], "image_crop_size": [202, 202]}, image)
+    assert line.startswith("image geometry from processor_config.json: target 224, crop 0.901786 of each side, "
+                           "resize edge 224, letterbox on"), line
+    assert "config.json's image_target_size=[64, 64] not used" in line and "image_crop_size" not in line.split("\n")[1]
 
 
 def test_an_n16_config_json_imports_as_gr00t_n16_3b_with_the_mask_token_and_crop_095():

@@ -148,6 +148,7 @@ struct SampleOptions {
   std::string image_resample = "box";
   int64_t image_resize_edge = 0;
   int64_t image_target_size = 0;
+  bool image_letterbox = false;  // config.json image_letterbox: bicubic_aa pads frames to a square first
   int64_t num_views = 1;
   int64_t max_state_dim = 64;
   int64_t max_action_dim = 64;

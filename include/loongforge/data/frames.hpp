@@ -12,8 +12,11 @@
 //  - model_images(u8, S, blank): resize_frames of a micro-batch's uint8
 //    images (B, V, h, w, 3), then the samples listed in `blank` (skipped for a
 //    bad video) set to zeros, as the CPU path leaves them.
-//  - resize_frames_bicubic_aa(u8, E, f, T, S) (config.json image_resample
+//  - resize_frames_bicubic_aa(u8, E, f, T, S, letterbox) (config.json image_resample
 //    "bicubic_aa", GR00T N1.7's default transform): u8 uint8 (n, h, w, 3), CPU;
+//    with letterbox (config.json image_letterbox, upstream's letter_box_transform)
+//    each frame first padded with zeros to q x q, q = max(h, w), (q - w) / 2
+//    columns left and (q - h) / 2 rows on top, the rest right and below; then
 //    each frame resized to E x E (E = 0: T; T = 0: S) by ATen's antialiased bicubic
 //    interpolation on uint8 (skipped when it is E x E), center-cropped to c = round(E * f) rows
 //    and columns (half to even, as Python rounds) from (E - c) / 2 when
@@ -36,6 +39,7 @@ namespace loongforge::data {
 
 at::Tensor resize_frames(const at::Tensor& u8, int64_t S);
 at::Tensor model_images(const at::Tensor& u8, int64_t S, const std::vector<int64_t>& blank);
-at::Tensor resize_frames_bicubic_aa(const at::Tensor& u8, int64_t E, double f, int64_t T, int64_t S);
+at::Tensor resize_frames_bicubic_aa(const at::Tensor& u8, int64_t E, double f, int64_t T, int64_t S,
+                                    bool letterbox = false);
 
 }  // namespace loongforge::data
