@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Builds everything into build-gpu/ and runs the GPU tests (ctest -L gpu; with
+# LONG=0 the long ones, e2e_compiled_step_gpu, are left out to fit one call),
+# with their output tails in $OUT/gpu_tests.log: the check a session makes when
+# it changed code the GPU paths run but measured nothing on them.
+# Carry: .gpu-carry (scripts/gpu/prepare_carry.sh).
+#   [LONG=0] bash scripts/gpu/gpu_tests.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" gpu_tests
+stamp "environment"; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+stamp "build"; bash scripts/gpu/build.sh || exit 1
+stamp "gpu tests"
+exclude=(); [ "${LONG:-1}" = 0 ] && exclude=(-LE long)
+(cd build-gpu && ctest -L gpu "${exclude[@]}" --output-on-failure --timeout 600 2>&1 | tail -${GPU_TEST_LINES:-60})
+stamp "done"
