@@ -401,8 +401,8 @@ def image_note(cfg, config: Dict, image: Dict) -> str:
     line = (f"image geometry from {image['source']}: target {cfg.image_target_size}, crop {crop}, "
             f"resize edge {cfg.image_resize_edge or cfg.image_target_size}, letterbox "
             f"{'on' if cfg.image_letterbox else 'off'}; the ViT sees {cfg.image_size} x {cfg.image_size}")
-    ignored = [k for k in ("image_target_size", "image_crop_size", "shortest_image_edge", "crop_fraction")
-               if k in config and config[k] is not None and config[k] != image.get(k)]
+    from gr00t_upstream_config import N17_IMAGE_KEYS
+    ignored = [k for k in N17_IMAGE_KEYS if k in config and config[k] is not None and config[k] != image.get(k)]
     if ignored:
         line += ("\nnote: config.json's " + ", ".join(f"{k}={config[k]!r}" for k in ignored) +
                  " not used: upstream's N1.7 processor reads processor_config.json (or its defaults)")
@@ -421,6 +421,7 @@ def import_checkpoint(src: Path, out: Path, strict: bool = False, overrides=(), 
     import chat_template as chat
     from gr00t_upstream_config import (UpstreamConfigError, model_config_from_upstream, n17_image_settings,
                                        read_backbone_config, read_processor_kwargs)
+    from model import tokenizer as tokenizers_
     from model.export import save_model
     from model.n16 import build_model
     if not (src / "config.json").is_file():
@@ -439,10 +440,10 @@ def import_checkpoint(src: Path, out: Path, strict: bool = False, overrides=(), 
         raise SystemExit(f"convert_gr00t_checkpoint: {src}/{where}: {e}") from None
     images = image_note(cfg, config, n17_image_settings(processor)) if cfg.backbone == "qwen3vl" else None
     tok = Path(tokenizer) if tokenizer else checkpoint_tokenizer(src)
-    text_form = "raw"
+    text_form = tokenizers_.RAW
     if cfg.backbone == "qwen3vl" and tok is not None:
         # upstream N1.7 formalizes the task text (processor_config.json's processor_kwargs, default true)
-        text_form = "gr00t_formalized" if n17_formalizes_language(processor) else "raw"
+        text_form = tokenizers_.GR00T_FORMALIZED if n17_formalizes_language(processor) else tokenizers_.RAW
     template_source = None
     if cfg.backbone == "qwen3vl" and not no_chat_template:
         # upstream's N1.7 prompt: the tokenizer's chat template around the images and the text
@@ -496,13 +497,14 @@ def main(argv=None) -> int:
                     help="import (N1.7): no chat template: the LM sees [images ; text] (not upstream's prompt)")
     args = ap.parse_args(argv)
     if args.model is None:
+        from model import tokenizer as tokenizers_
         r = import_checkpoint(args.src, args.out, args.strict, args.overrides, args.backbone_config, args.tokenizer,
                               args.seed, args.chat_template, args.no_chat_template)
         print(f"imported {args.src} as {r['config']} ({r['mapped']} tensors) -> {args.out}; tokenizer: "
               f"{r['tokenizer'] or 'word hash (no tokenizer.json in the checkpoint)'}"
               + (f"; chat template: {r['chat_template']}" if r["chat_template"] else "")
               + ("; task texts formalized as upstream N1.7's (convert the dataset with --formalize-language)"
-                 if r["text_form"] == "gr00t_formalized" else ""))
+                 if r["text_form"] == tokenizers_.GR00T_FORMALIZED else ""))
         if r["images"]:
             print(r["images"])
     else:

@@ -114,7 +114,7 @@ def load_tokenizer():
     return module, path
 
 
-def tokenize_tasks(meta, max_len, con, tokenizer_path=None, text_form="raw"):
+def tokenize_tasks(meta, max_len, con, tokenizer_path=None, formalize=False):
     """Token ids of every task text: the word hash of scripts/model/tokenizer.py, or the Hugging Face
     tokenizer.json given with --tokenizer (docs/shard-format.md s2, "tokenizer")."""
     module, path = load_tokenizer()
@@ -122,7 +122,7 @@ def tokenize_tasks(meta, max_len, con, tokenizer_path=None, text_form="raw"):
         fail(f"--tokenizer {tokenizer_path}", "is not a file",
              "pass the tokenizer.json of the checkpoint the model was exported from")
     try:
-        enc, record = module.load(tokenizer_path, text_form)
+        enc, record = module.load(tokenizer_path, module.GR00T_FORMALIZED if formalize else module.RAW)
     except (ValueError, RuntimeError) as e:
         fail(f"--tokenizer {tokenizer_path}", str(e), "pass a Hugging Face tokenizer.json file")
     tasks = []
@@ -256,8 +256,7 @@ def convert(args, con):
     first_parquet = meta.parquet_path(episodes[0])
     columns = source.plan_columns(meta, pq.read_schema(first_parquet), first_parquet, con.warn)
     stats = copy_stats(meta, columns)
-    tok_info, tasks = tokenize_tasks(meta, args.max_text_tokens, con, args.tokenizer,
-                                     "gr00t_formalized" if args.formalize_language else "raw")
+    tok_info, tasks = tokenize_tasks(meta, args.max_text_tokens, con, args.tokenizer, args.formalize_language)
     con.info(f"converting {len(episodes)} episodes of {src} ({meta.info.get('codebase_version')}, "
              f"{meta.fps:g} fps, cameras: {', '.join(c.key for c in meta.cameras) or 'none'})")
 

@@ -90,7 +90,7 @@ def counts(params: List[Dict]) -> Dict:
             "by_role": by_role}
 
 
-def tokenizer_record(cfg, tokenizer_path=None, text_form: str = "raw") -> Dict:
+def tokenizer_record(cfg, tokenizer_path=None, text_form: str = tokenizers_.RAW) -> Dict:
     """The tokenizer the model is built for (and the text form it reads); its ids must fit the text
     embedding."""
     _, record = tokenizers_.load(tokenizer_path, text_form)
@@ -101,7 +101,7 @@ def tokenizer_record(cfg, tokenizer_path=None, text_form: str = "raw") -> Dict:
     return record
 
 
-def extra_files(cfg, model: torch.nn.Module, tokenizer_path=None, text_form: str = "raw") -> Dict[str, str]:
+def extra_files(cfg, model: torch.nn.Module, tokenizer_path=None, text_form: str = tokenizers_.RAW) -> Dict[str, str]:
     params = param_table(model)
     spec = batch_spec(cfg)
     spec["tokenizer"] = tokenizer_record(cfg, tokenizer_path, text_form)
@@ -117,7 +117,7 @@ def extra_files(cfg, model: torch.nn.Module, tokenizer_path=None, text_form: str
 
 
 def export(config: str, out: str, seed: int = 0, overrides: List[str] = (), tokenizer: str = None,
-           text_form: str = "raw") -> Dict[str, str]:
+           text_form: str = tokenizers_.RAW) -> Dict[str, str]:
     """Builds, scripts and saves; returns the extra files written."""
     silence_torchscript_deprecation()
     cfg = apply_overrides(get_config(config), list(overrides))
@@ -127,7 +127,8 @@ def export(config: str, out: str, seed: int = 0, overrides: List[str] = (), toke
     return save_model(cfg, build_model(cfg), out, tokenizer, text_form)
 
 
-def save_model(cfg, model: torch.nn.Module, out: str, tokenizer: str = None, text_form: str = "raw") -> Dict[str, str]:
+def save_model(cfg, model: torch.nn.Module, out: str, tokenizer: str = None,
+               text_form: str = tokenizers_.RAW) -> Dict[str, str]:
     """Scripts a built model (weights and requires_grad as they are) and saves it with the extra
     files; scripts/convert_gr00t_checkpoint.py calls this after loading upstream weights."""
     silence_torchscript_deprecation()
@@ -139,7 +140,7 @@ def save_model(cfg, model: torch.nn.Module, out: str, tokenizer: str = None, tex
 
 
 def export_records(config: str, out: str, overrides: List[str] = (), tokenizer: str = None,
-                   text_form: str = "raw") -> Dict[str, str]:
+                   text_form: str = tokenizers_.RAW) -> Dict[str, str]:
     """The extra files of export() without weights or TorchScript, as a zip laid out like
     torch.jit.save's archive (<name>/extra/loongforge/...), written atomically."""
     import zipfile
@@ -174,7 +175,7 @@ def main(argv: List[str] = None) -> int:
                     help="write only the loongforge/*.json records (no weights, no TorchScript) for "
                     "scripts/compile_step.py; the trainer cannot run such a file")
     args = ap.parse_args(argv)
-    form = "gr00t_formalized" if args.formalize_language else "raw"
+    form = tokenizers_.GR00T_FORMALIZED if args.formalize_language else tokenizers_.RAW
     try:
         if args.records_only:
             files = export_records(args.config, args.out, args.overrides, args.tokenizer, form)

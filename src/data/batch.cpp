@@ -227,7 +227,8 @@ void check_tokenizer_match(const Dataset& ds, const SampleOptions& opt) {
   }
   if (m.kind == d.kind && (m.kind == "word_hash" || m.sha256 == d.sha256)) {
     if (m.text_form == d.text_form) return;
-    const std::string flag = m.text_form == "gr00t_formalized" ? " --formalize-language" : " without --formalize-language";
+    const std::string flag =
+        m.text_form == "gr00t_formalized" ? " --formalize-language" : ", without --formalize-language";
     throw DataError(where + ": text form mismatch: task texts were tokenized " + d.text_form + " but the model " +
                     opt.model_path + " reads " + m.text_form + " texts (" + describe(m) +
                     "); re-convert the dataset (scripts/convert_lerobot.py SRC DST --tokenizer " + m.file + flag +
