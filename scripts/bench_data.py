@@ -164,7 +164,7 @@ def dataloader(data, workers, args, cache_bytes, decoder="ffmpeg"):
         prefetch_factor=4 if workers > 0 else None)
     n = 0
     for s, b in enumerate(loader):
-        b.update(builder.fm_draws(s, 0, 0, 1))
+        builder.add_draws(b, s, 0, 0, 1)
         n += b["images"].shape[0]
     del loader
     seconds = time.perf_counter() - t0

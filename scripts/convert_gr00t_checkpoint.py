@@ -3,7 +3,7 @@
 
     python3 scripts/convert_gr00t_checkpoint.py SRC_DIR --out MODEL.pt [--strict] [--set KEY=VALUE ...]
         [--backbone-config CONFIG_JSON] [--tokenizer TOKENIZER_JSON] [--seed N]
-        [--chat-template FILE | --no-chat-template]
+        [--chat-template FILE | --no-chat-template] [--embodiment-tag TAG]
     python3 scripts/convert_gr00t_checkpoint.py SRC --model MODEL.pt --out OUT.safetensors [--strict]
 
 Import (no --model): SRC_DIR is an upstream checkpoint folder (safetensors
@@ -24,7 +24,12 @@ scripts/model/prompt.py) and refuses without one unless --no-chat-template,
 and reads processor_config.json's processor_kwargs as upstream's N1.7
 processor does: formalize_language (the text form the export records) and
 the image geometry (gr00t_upstream_config.n17_image_settings; a line says
-what was taken and which config.json image fields upstream ignores).
+what was taken and which config.json image fields upstream ignores). An N1.7
+import also records how upstream's processor prepares state and actions for
+--embodiment-tag (default new_embodiment, lerobot's default): its slot, the
+checkpoint's statistics.json (or the dataset's) in float32 min-max with
+clip_outliers, relative action groups, state dropout
+(scripts/gr00t_processor.py; a line says what was taken).
 
 With --model, SRC is a safetensors file or a folder of them (sharded `model-0000X-of-0000N.safetensors`).
 MODEL.pt is the exported LoongForge model the weights are for: its parameters
@@ -410,10 +415,12 @@ def image_note(cfg, config: Dict, image: Dict) -> str:
 
 
 def import_checkpoint(src: Path, out: Path, strict: bool = False, overrides=(), backbone_config=None,
-                      tokenizer=None, seed: int = 0, chat_template=None, no_chat_template: bool = False) -> Dict:
+                      tokenizer=None, seed: int = 0, chat_template=None, no_chat_template: bool = False,
+                      embodiment_tag: str = None) -> Dict:
     """SRC_DIR (config.json + safetensors) -> our export at out (see the module docstring). Returns the
     conversion report plus "config" (the ModelConfig's name and gr00t_head) and "tokenizer" (the file
-    recorded, or None for the word hash) and "chat_template" (its source, or None)."""
+    recorded, or None for the word hash) and "chat_template" (its source, or None) and "processor" (N1.7: the
+    data processing record of embodiment_tag, scripts/gr00t_processor.py; N1.6: None)."""
     import dataclasses
 
     import torch
@@ -439,6 +446,17 @@ def import_checkpoint(src: Path, out: Path, strict: bool = False, overrides=(), 
         where = "config.json and processor_config.json" if processor is not None else "config.json"
         raise SystemExit(f"convert_gr00t_checkpoint: {src}/{where}: {e}") from None
     images = image_note(cfg, config, n17_image_settings(processor)) if cfg.backbone == "qwen3vl" else None
+    data_processor = None
+    if cfg.backbone == "qwen3vl":
+        # upstream N1.7's state/action preparation for this embodiment (statistics.json, processor_kwargs)
+        from gr00t_processor import DEFAULT_TAG, ProcessorError, n17_processor_record
+        try:
+            data_processor = n17_processor_record(src, processor, embodiment_tag or DEFAULT_TAG)
+        except ProcessorError as e:
+            raise SystemExit(f"convert_gr00t_checkpoint: {e}") from None
+    elif embodiment_tag:
+        raise SystemExit("convert_gr00t_checkpoint: --embodiment-tag picks an N1.7 checkpoint's statistics; this is "
+                         "an N1.6 checkpoint, whose processor is not reproduced (docs/models.md s5)")
     tok = Path(tokenizer) if tokenizer else checkpoint_tokenizer(src)
     text_form = tokenizers_.RAW
     if cfg.backbone == "qwen3vl" and tok is not None:
@@ -468,12 +486,12 @@ def import_checkpoint(src: Path, out: Path, strict: bool = False, overrides=(), 
         for n, p in model.named_parameters():
             p.copy_(converted[n])
     try:
-        save_model(cfg, model, str(out), str(tok) if tok else None, text_form)
+        save_model(cfg, model, str(out), str(tok) if tok else None, text_form, data_processor)
     except ValueError as e:
         raise SystemExit(f"convert_gr00t_checkpoint: {e}") from None
     return dict(report, config={"name": cfg.name, "gr00t_head": cfg.gr00t_head, "backbone": cfg.backbone},
                 tokenizer=str(tok) if tok else None, chat_template=template_source, text_form=text_form,
-                images=images)
+                images=images, processor=data_processor)
 
 
 def main(argv=None) -> int:
@@ -495,11 +513,14 @@ def main(argv=None) -> int:
                          "one next to the tokenizer")
     ap.add_argument("--no-chat-template", action="store_true",
                     help="import (N1.7): no chat template: the LM sees [images ; text] (not upstream's prompt)")
+    ap.add_argument("--embodiment-tag", default=None,
+                    help="import (N1.7): the embodiment whose statistics, slot and settings the data pipeline uses, "
+                         "as lerobot's GrootConfig.embodiment_tag (default new_embodiment)")
     args = ap.parse_args(argv)
     if args.model is None:
         from model import tokenizer as tokenizers_
         r = import_checkpoint(args.src, args.out, args.strict, args.overrides, args.backbone_config, args.tokenizer,
-                              args.seed, args.chat_template, args.no_chat_template)
+                              args.seed, args.chat_template, args.no_chat_template, args.embodiment_tag)
         print(f"imported {args.src} as {r['config']} ({r['mapped']} tensors) -> {args.out}; tokenizer: "
               f"{r['tokenizer'] or 'word hash (no tokenizer.json in the checkpoint)'}"
               + (f"; chat template: {r['chat_template']}" if r["chat_template"] else "")
@@ -507,10 +528,14 @@ def main(argv=None) -> int:
                  if r["text_form"] == tokenizers_.GR00T_FORMALIZED else ""))
         if r["images"]:
             print(r["images"])
+        if r["processor"]:
+            from gr00t_processor import describe
+            print(describe(r["processor"]))
     else:
-        if args.overrides or args.backbone_config or args.tokenizer or args.chat_template or args.no_chat_template:
-            ap.error("--set, --backbone-config, --tokenizer and --(no-)chat-template are for importing "
-                     "(without --model)")
+        if (args.overrides or args.backbone_config or args.tokenizer or args.chat_template or args.no_chat_template
+                or args.embodiment_tag):
+            ap.error("--set, --backbone-config, --tokenizer, --(no-)chat-template and --embodiment-tag are for "
+                     "importing (without --model)")
         r = convert(args.src, args.model, args.out, args.strict)
         print(f"mapped {r['mapped']} tensors -> {args.out}")
     if r["unused_known"]:

@@ -21,6 +21,11 @@ Contract
                                 tokenizer whose ids the model reads: the word hash
                                 of tokenizer.py, or --tokenizer's tokenizer.json.
                                 The trainer refuses a dataset tokenized otherwise.
+                                With --processor (or an import of an upstream
+                                N1.7 checkpoint) also "processor": how the data
+                                pipeline prepares state, actions and the
+                                embodiment slot for these weights
+                                (scripts/gr00t_processor.py; training-semantics s3).
     loongforge/code.json        {"sha256", "files"}: SHA-256 over the model code
                                 (scripts/model/*.py, names and bytes in name order)
                                 that built the file (model_code_hash); an
@@ -101,10 +106,31 @@ def tokenizer_record(cfg, tokenizer_path=None, text_form: str = tokenizers_.RAW)
     return record
 
 
-def extra_files(cfg, model: torch.nn.Module, tokenizer_path=None, text_form: str = tokenizers_.RAW) -> Dict[str, str]:
+def check_processor(cfg, record: Dict) -> Dict:
+    """A processor record (scripts/gr00t_processor.py) that fits the model; ValueError naming what does not."""
+    if record.get("form") != "gr00t_n17":
+        raise ValueError(f"processor record: form {record.get('form')!r} must be gr00t_n17")
+    slot = int(record.get("embodiment_id", 0))
+    if not 0 <= slot < cfg.num_embodiments:
+        raise ValueError(f"processor record: embodiment_id {slot} is outside the model's {cfg.num_embodiments} slots")
+    if record.get("stats") == "checkpoint":
+        state, action = record["state"], record["action"]
+        if len(state["min"]) > cfg.max_state_dim or len(action["state_index"]) > cfg.max_action_dim:
+            raise ValueError(f"processor record: {len(state['min'])} state / {len(action['state_index'])} action "
+                             f"values exceed the model's max_state_dim {cfg.max_state_dim} / max_action_dim "
+                             f"{cfg.max_action_dim}")
+        if any(len(r) != len(action["state_index"]) for r in action["min"] + action["max"]):
+            raise ValueError("processor record: every action statistics row must have one value per action value")
+    return record
+
+
+def extra_files(cfg, model: torch.nn.Module, tokenizer_path=None, text_form: str = tokenizers_.RAW,
+                processor: Dict = None) -> Dict[str, str]:
     params = param_table(model)
     spec = batch_spec(cfg)
     spec["tokenizer"] = tokenizer_record(cfg, tokenizer_path, text_form)
+    if processor:
+        spec["processor"] = check_processor(cfg, processor)
     files = {
         "config.json": cfg.to_dict(),
         "params.json": params,
@@ -117,22 +143,22 @@ def extra_files(cfg, model: torch.nn.Module, tokenizer_path=None, text_form: str
 
 
 def export(config: str, out: str, seed: int = 0, overrides: List[str] = (), tokenizer: str = None,
-           text_form: str = tokenizers_.RAW) -> Dict[str, str]:
+           text_form: str = tokenizers_.RAW, processor: Dict = None) -> Dict[str, str]:
     """Builds, scripts and saves; returns the extra files written."""
     silence_torchscript_deprecation()
     cfg = apply_overrides(get_config(config), list(overrides))
     if tokenizer is not None and not os.path.isfile(tokenizer):
         raise ValueError(f"--tokenizer {tokenizer}: no such file; pass the checkpoint's tokenizer.json")
     torch.manual_seed(seed)
-    return save_model(cfg, build_model(cfg), out, tokenizer, text_form)
+    return save_model(cfg, build_model(cfg), out, tokenizer, text_form, processor)
 
 
 def save_model(cfg, model: torch.nn.Module, out: str, tokenizer: str = None,
-               text_form: str = tokenizers_.RAW) -> Dict[str, str]:
+               text_form: str = tokenizers_.RAW, processor: Dict = None) -> Dict[str, str]:
     """Scripts a built model (weights and requires_grad as they are) and saves it with the extra
     files; scripts/convert_gr00t_checkpoint.py calls this after loading upstream weights."""
     silence_torchscript_deprecation()
-    files = extra_files(cfg, model, tokenizer, text_form)
+    files = extra_files(cfg, model, tokenizer, text_form, processor)
     scripted = torch.jit.script(model)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)  # like any writer of outputs
     torch.jit.save(scripted, out, _extra_files=files)
@@ -140,14 +166,14 @@ def save_model(cfg, model: torch.nn.Module, out: str, tokenizer: str = None,
 
 
 def export_records(config: str, out: str, overrides: List[str] = (), tokenizer: str = None,
-                   text_form: str = tokenizers_.RAW) -> Dict[str, str]:
+                   text_form: str = tokenizers_.RAW, processor: Dict = None) -> Dict[str, str]:
     """The extra files of export() without weights or TorchScript, as a zip laid out like
     torch.jit.save's archive (<name>/extra/loongforge/...), written atomically."""
     import zipfile
     cfg = apply_overrides(get_config(config), list(overrides))
     with torch.device("meta"):  # shapes, names and requires_grad only; no memory, no init
         model = build_model(cfg)
-    files = extra_files(cfg, model, tokenizer, text_form)
+    files = extra_files(cfg, model, tokenizer, text_form, processor)
     stem = os.path.splitext(os.path.basename(out))[0] or "records"
     tmp = out + ".partial"
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
@@ -171,16 +197,26 @@ def main(argv: List[str] = None) -> int:
     ap.add_argument("--formalize-language", action="store_true",
                     help="with --tokenizer: the model reads task texts changed as upstream GR00T N1.7 does "
                     "(convert the dataset with --formalize-language too)")
+    ap.add_argument("--processor", default=None, metavar="PROCESSOR_JSON",
+                    help="a processor record as scripts/gr00t_processor.py makes it (an import of an upstream "
+                    "N1.7 checkpoint writes one): the data pipeline prepares state, actions and the embodiment "
+                    "slot as upstream's processor does")
     ap.add_argument("--records-only", action="store_true",
                     help="write only the loongforge/*.json records (no weights, no TorchScript) for "
                     "scripts/compile_step.py; the trainer cannot run such a file")
     args = ap.parse_args(argv)
     form = tokenizers_.GR00T_FORMALIZED if args.formalize_language else tokenizers_.RAW
     try:
+        processor = None
+        if args.processor:
+            try:
+                processor = json.loads(open(args.processor).read())
+            except (OSError, json.JSONDecodeError) as e:
+                raise ValueError(f"--processor {args.processor}: {e}") from None
         if args.records_only:
-            files = export_records(args.config, args.out, args.overrides, args.tokenizer, form)
+            files = export_records(args.config, args.out, args.overrides, args.tokenizer, form, processor)
         else:
-            files = export(args.config, args.out, args.seed, args.overrides, args.tokenizer, form)
+            files = export(args.config, args.out, args.seed, args.overrides, args.tokenizer, form, processor)
     except ValueError as e:
         print(f"export: {e}", file=sys.stderr)
         return 2

@@ -753,6 +753,20 @@ def min_max_normalize(x: np.ndarray, mn: np.ndarray, mx: np.ndarray) -> np.ndarr
     return y.astype(np.float32)
 
 
+def gr00t_n17_normalize(x: np.ndarray, mn: np.ndarray, mx: np.ndarray, clip: bool) -> np.ndarray:
+    """Upstream GR00T N1.7's min-max (processor "gr00t_n17", section 3): every operand float32,
+    d = max - min; y = ((2 * (x - min)) / d) - 1, 0 where d == 0; clipped to [-1, 1] when clip."""
+    x, mn, mx = x.astype(np.float32), mn.astype(np.float32), mx.astype(np.float32)
+    d = mx - mn
+    y = (np.float32(2.0) * (x - mn)) / np.where(d != 0, d, np.float32(1.0)) - np.float32(1.0)
+    y = np.where(d != 0, y, np.float32(0.0)).astype(np.float32)
+    return np.clip(y, np.float32(-1.0), np.float32(1.0)) if clip else y
+
+
+# The state-dropout draw's generator seed: the sample's flow-matching seed XOR this ("STATE_DP").
+STATE_DROPOUT_SALT = 0x53544154455F4450
+
+
 # ---------------------------------------------------------------------------- samples and batches
 
 
@@ -790,7 +804,8 @@ def _mcfg_or(model_cfg, key: str, default):
 class SampleBuilder:
     """Samples (training-semantics s3) and micro-batches (s2 + s4) of one dataset for one model."""
 
-    def __init__(self, dataset: LFDataset, model_cfg, data_cfg: Dict, cache_bytes: int = 2 << 30):
+    def __init__(self, dataset: LFDataset, model_cfg, data_cfg: Dict, cache_bytes: int = 2 << 30,
+                 processor: Optional[Dict] = None):
         self.ds = dataset
         self.seed = int(_get(data_cfg, "run.seed"))
         self.B = int(_get(data_cfg, "trainer.micro_batch_size"))
@@ -847,6 +862,7 @@ class SampleBuilder:
         self.normalize = mean_std_normalize if mode == "mean_std" else min_max_normalize
         self.state_min, self.state_max = self._stats(self.state_col, keys)
         self.action_min, self.action_max = self._stats(self.action_col, keys)
+        self._use_processor(processor or {}, mode, model_cfg)
         self.task_col = self._task_column()
         self.cameras = [c for c in dataset.cameras if c.get("modality_name", "")]
         nv = int(_mcfg(model_cfg, "num_views"))
@@ -858,6 +874,50 @@ class SampleBuilder:
         self._samplers: Dict[Tuple[int, int], Sampler] = {}
 
     # -- setup helpers
+    def _use_processor(self, rec: Dict, mode: str, model_cfg) -> None:
+        """The model's processor record (batch_spec.json "processor", section 3): upstream N1.7's
+        state/action preparation with the checkpoint's statistics, embodiment slot and state dropout.
+        Absent: the dataset form above."""
+        self.n17 = rec.get("form", "dataset") != "dataset"
+        self.state_dropout, self.valid_horizon, self.state_index = 0.0, 0, None
+        if not self.n17:
+            return
+        where = "the model's batch_spec.json processor"
+        if rec.get("form") != "gr00t_n17":
+            raise ValueError(f"{where}: form {rec.get('form')!r} is not dataset or gr00t_n17; re-export the model")
+        if mode != "min_max":
+            raise ValueError(f"data.normalization={mode}: {where} normalizes state and actions min-max as upstream "
+                             "GR00T N1.7 does; remove data.normalization")
+        self.clip = bool(rec["clip"])
+        self.state_dropout = float(rec.get("state_dropout", 0.0))
+        self.valid_horizon = int(rec.get("valid_horizon", 0))
+        self.embodiment_id = int(rec.get("embodiment_id", self.embodiment_id))
+        if not 0 <= self.embodiment_id < int(_mcfg(model_cfg, "num_embodiments")):
+            raise ValueError(f"{where}: embodiment_id {self.embodiment_id} outside the model's num_embodiments")
+        f32 = lambda v: np.asarray(v, dtype=np.float64).astype(np.float32)  # noqa: E731
+        if rec.get("stats") != "checkpoint":      # the dataset's min / max, rounded to float32 as upstream does
+            self.state_min, self.state_max = f32(self.state_min), f32(self.state_max)
+            self.action_min, self.action_max = f32(self.action_min)[None], f32(self.action_max)[None]   # (1, A)
+            return
+        st, ac = rec["state"], rec["action"]
+        self.state_min, self.state_max = f32(st["min"]), f32(st["max"])                                 # (D,)
+        self.action_min, self.action_max = f32(ac["min"]), f32(ac["max"])                               # (R, A)
+        if self.state_min.shape != (self.state_w,):
+            raise ValueError(f"{where}: the checkpoint's state statistics ({dict(zip(st['keys'], st['dims']))}) "
+                             f"have {self.state_min.size} values but the dataset's state column "
+                             f"{self.state_col!r} has {self.state_w}; convert a dataset whose state is laid out "
+                             "as the checkpoint's modality keys, or import with another --embodiment-tag")
+        if self.action_min.shape[1] != self.action_w:
+            raise ValueError(f"{where}: the checkpoint's action statistics ({dict(zip(ac['keys'], ac['dims']))}) "
+                             f"have {self.action_min.shape[1]} values but the dataset's action column "
+                             f"{self.action_col!r} has {self.action_w}; convert a dataset whose actions are laid "
+                             "out as the checkpoint's modality keys, or import with another --embodiment-tag")
+        if self.action_min.shape[0] > 1 and self.H > self.action_min.shape[0]:
+            raise ValueError(f"data.action_horizon={self.H} exceeds the {self.action_min.shape[0]} chunk rows of the "
+                             "checkpoint's relative-action statistics (upstream refuses it too); lower it")
+        index = np.asarray(ac["state_index"], dtype=np.int64)
+        self.state_index = index if (index >= 0).any() else None
+
     def _numeric_column(self, group: str, default: str, max_dim: int) -> Tuple[str, int]:
         groups = self.ds.meta.get("modality", {}).get(group, {})
         keys = {g.get("original_key", default) for g in groups.values()} or {default}
@@ -904,13 +964,25 @@ class SampleBuilder:
         ep = self.ds.episodes[e]
         L = ep.length
         state = np.zeros(self.max_state, np.float32)                                      # (D_s,)
-        state[:self.state_w] = self.normalize(self.ds.array(e, self.state_col)[t],
-                                              self.state_min, self.state_max)
         actions = np.zeros((self.H, self.max_action), np.float32)                         # (H, A)
         mask = np.zeros((self.H, self.max_action), np.float32)                            # (H, A)
         n = min(self.H, L - t)
-        actions[:n, :self.action_w] = self.normalize(self.ds.array(e, self.action_col)[t:t + n],
-                                                     self.action_min, self.action_max)
+        raw_state = self.ds.array(e, self.state_col)[t]                                   # (w_s,)
+        raw_actions = self.ds.array(e, self.action_col)[t:t + n]                          # (n, w_a)
+        if self.n17:   # upstream N1.7's processor (section 3)
+            n = min(n, self.valid_horizon) if self.valid_horizon > 0 else n
+            raw_actions = np.array(raw_actions[:n], dtype=np.float32)
+            if self.state_index is not None:   # relative groups: the action minus the raw state value
+                rel = self.state_index >= 0
+                raw_actions[:, rel] -= raw_state.astype(np.float32)[self.state_index[rel]]
+            rows = min(n, self.action_min.shape[0])
+            a_min = np.broadcast_to(self.action_min[:rows], (n, self.action_w)) if n else self.action_min[:0]
+            a_max = np.broadcast_to(self.action_max[:rows], (n, self.action_w)) if n else self.action_max[:0]
+            state[:self.state_w] = gr00t_n17_normalize(raw_state, self.state_min, self.state_max, self.clip)
+            actions[:n, :self.action_w] = gr00t_n17_normalize(raw_actions, a_min, a_max, self.clip)
+        else:
+            state[:self.state_w] = self.normalize(raw_state, self.state_min, self.state_max)
+            actions[:n, :self.action_w] = self.normalize(raw_actions, self.action_min, self.action_max)
         mask[:n, :self.action_w] = 1.0
         tokens, text_mask = self.text(e, t)
         return {
@@ -969,11 +1041,29 @@ class SampleBuilder:
     def micro_batch_indices(self, step: int, i: int, rank: int, world: int) -> List[int]:
         return self.sampler(rank, world).micro_batch(step, i)
 
+    def state_dropped(self, p: int) -> bool:
+        """Section 4: the processor's state dropout of the sample at stream position p (its own generator)."""
+        if self.state_dropout <= 0:
+            return False
+        g = torch.Generator(device="cpu")
+        g.manual_seed(((self.seed * 1000003 + p) % (1 << 63)) ^ STATE_DROPOUT_SALT)
+        return float(torch.rand(1, generator=g)) < self.state_dropout
+
+    def add_draws(self, batch: Dict[str, Tensor], step: int, i: int, rank: int, world: int) -> Dict[str, Tensor]:
+        """Completes a collated micro-batch: fm_t / fm_noise, and the processor's state dropout (a dropped
+        sample's state row is zeroed). Returns batch."""
+        batch.update(self.fm_draws(step, i, rank, world))
+        if self.state_dropout > 0:
+            sampler = self.sampler(rank, world)
+            for b in range(batch["state"].shape[0]):
+                if self.state_dropped(sampler.stream_position(step, i, b)):
+                    batch["state"][b].zero_()
+        return batch
+
     def micro_batch(self, step: int, i: int, rank: int = 0, world: int = 1) -> Dict[str, Tensor]:
         """The full batch of micro-batch i of optimizer step `step` on a rank, incl. fm_t / fm_noise."""
         batch = collate_samples([self.sample(j) for j in self.micro_batch_indices(step, i, rank, world)])
-        batch.update(self.fm_draws(step, i, rank, world))
-        return batch
+        return self.add_draws(batch, step, i, rank, world)
 
 
 def collate_samples(samples: List[Dict[str, Tensor]]) -> Dict[str, Tensor]:

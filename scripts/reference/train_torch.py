@@ -134,7 +134,7 @@ def cfg_get(cfg: Dict, dotted: str):
 
 def load_model(path: str) -> Tuple[torch.nn.Module, ModelConfig, Dict]:
     """Exported TorchScript file -> (eager N16Model with its weights on CPU, config, extra files)."""
-    names = ["config.json", "params.json", "flops.json"]
+    names = ["config.json", "params.json", "flops.json", "batch_spec.json"]
     extra = {"loongforge/" + n: "" for n in names}
     try:
         ops.load_if_built()  # model files with category_linear=grouped call loongforge:: operators
@@ -170,7 +170,9 @@ def load_model(path: str) -> Tuple[torch.nn.Module, ModelConfig, Dict]:
                              f"params.json says {p['shape']}")
         named[p["name"]].requires_grad_(bool(p["trainable"]))
     flops = json.loads(extra["loongforge/flops.json"]) if extra["loongforge/flops.json"] else {}
-    return model, mcfg, {"params": params, "flops": flops}
+    spec = json.loads(extra["loongforge/batch_spec.json"]) if extra["loongforge/batch_spec.json"] else {}
+    # the data processing the weights expect (training-semantics s3); absent: the dataset form
+    return model, mcfg, {"params": params, "flops": flops, "processor": spec.get("processor")}
 
 
 # ---------------------------------------------------------------------------- the step pieces (section 5)
@@ -404,7 +406,7 @@ def run_parity(cfg: Dict, cfg_text: str, run_dir: Path) -> Dict:
         torch.backends.cudnn.allow_tf32 = False
     model, mcfg, info = load_model(cfg_get(cfg, "model.path"))
     model.to(device).train()
-    builder = SampleBuilder(LFDataset(cfg_get(cfg, "data.path")), mcfg, cfg)
+    builder = SampleBuilder(LFDataset(cfg_get(cfg, "data.path")), mcfg, cfg, processor=info["processor"])
     builder.sampler(0, 1)   # refuses a dataset smaller than one global batch before any work
     opt = make_optimizer(model, cfg, fused=False)
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -488,7 +490,8 @@ class Baseline:
             else contextlib.nullcontext
         self.fps = flops_per_sample(info)
 
-        self.builder = SampleBuilder(LFDataset(cfg_get(cfg, "data.path")), self.mcfg, cfg)
+        self.builder = SampleBuilder(LFDataset(cfg_get(cfg, "data.path")), self.mcfg, cfg,
+                                     processor=info["processor"])
         self.builder.sampler(self.rank, self.world)
         self.T = int(cfg_get(cfg, "trainer.max_steps"))
         self.K = int(cfg_get(cfg, "trainer.gradient_accumulation_steps"))
@@ -508,7 +511,7 @@ class Baseline:
         batches = []
         for i in range(K):
             b = next(self.it)
-            b.update(self.builder.fm_draws(s, i, self.rank, self.world))
+            self.builder.add_draws(b, s, i, self.rank, self.world)
             batches.append(b)
         t1 = time.perf_counter()
         nv = [float(b["action_mask"].sum()) for b in batches]   # = the model's num_valid, known before forward

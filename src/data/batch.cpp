@@ -281,6 +281,14 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
   state_b_ = require_stat(mean_std_ ? ss.std : ss.max, sc.width, sc.name + (mean_std_ ? ".std" : ".max"));
   action_a_ = require_stat(mean_std_ ? as.mean : as.min, ac.width, ac.name + (mean_std_ ? ".mean" : ".min"));
   action_b_ = require_stat(mean_std_ ? as.std : as.max, ac.width, ac.name + (mean_std_ ? ".std" : ".max"));
+  if (opt_.processor.n17) {  // the model's weights expect upstream N1.7's preparation (processor.hpp)
+    if (mean_std_)
+      throw ConfigError("data.normalization=mean_std: the model " + opt_.model_path +
+                        " normalizes state and actions min-max as upstream GR00T N1.7 does (batch_spec.json "
+                        "processor); remove data.normalization");
+    n17_.emplace(opt_.processor, ds_, state_col_, action_col_, opt_.action_horizon, opt_.model_path);
+    if (opt_.processor.embodiment_id >= 0) opt_.embodiment_id = opt_.processor.embodiment_id;
+  }
 
   for (const auto& cam : ds_.cameras()) {
     if (cam.modality_name.empty()) continue;
@@ -743,18 +751,24 @@ void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb) {
   }
 
   const ArrayView state = ds_.array(loc.episode, state_col_);
+  const float* raw_state = state.as<float>() + t * state.width;  // (w_s)
   float* s_out = b["state"][slot].data_ptr<float>();
-  for (int64_t j = 0; j < state.width; ++j)
-    s_out[j] = normalize(state.as<float>()[t * state.width + j], state_a_[j], state_b_[j], mean_std_);
+  if (n17_)
+    n17_->state(raw_state, s_out);
+  else
+    for (int64_t j = 0; j < state.width; ++j) s_out[j] = normalize(raw_state[j], state_a_[j], state_b_[j], mean_std_);
 
   const ArrayView action = ds_.array(loc.episode, action_col_);
   float* a_out = b["actions"][slot].data_ptr<float>();
   float* m_out = b["action_mask"][slot].data_ptr<float>();
   const int64_t A = opt_.max_action_dim;
-  for (int64_t k = 0; k < H && t + k < L && !skipped; ++k) {
+  // Upstream N1.7 counts only the first valid_horizon rows of a chunk (processor.hpp).
+  const int64_t rows = n17_ && opt_.processor.valid_horizon > 0 ? std::min(H, opt_.processor.valid_horizon) : H;
+  for (int64_t k = 0; k < rows && t + k < L && !skipped; ++k) {
+    const float* raw_action = action.as<float>() + (t + k) * action.width;  // (w_a)
+    if (n17_) n17_->action_row(k, raw_action, raw_state, a_out + k * A);
     for (int64_t j = 0; j < action.width; ++j) {
-      a_out[k * A + j] = normalize(action.as<float>()[(t + k) * action.width + j], action_a_[j], action_b_[j],
-                                   mean_std_);
+      if (!n17_) a_out[k * A + j] = normalize(raw_action[j], action_a_[j], action_b_[j], mean_std_);
       m_out[k * A + j] = 1.0f;
     }
     if (action.width > 0) mb.action_tokens += 1;
@@ -851,6 +865,13 @@ MicroBatch BatchBuilder::micro_batch(int64_t step, int64_t i) {
   }
   mb.tensors["fm_t"] = fm_t;
   mb.tensors["fm_noise"] = noise;
+  if (opt_.processor.state_dropout > 0) {    // the processor's state dropout, a draw per sample (s4)
+    at::Tensor state = mb.tensors["state"];  // (B, D)
+    for (int64_t b = 0; b < B; ++b)
+      if (state_dropped(opt_.seed, static_cast<uint64_t>(sampler_.stream_position(step, i, b)),
+                        opt_.processor.state_dropout))
+        state[b].zero_();
+  }
   return mb;
 }
 

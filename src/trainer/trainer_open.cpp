@@ -161,6 +161,22 @@ void Trainer::open_data() {
     so.model_tokenizer = {t.at("kind").get<std::string>(), t.at("sha256").get<std::string>(),
                           t.value("file", std::string()), t.value("text_form", std::string("raw"))};
   }
+  // The data processing the weights expect (batch_spec.json "processor"; data/processor.hpp).
+  so.processor = data::parse_processor(net_->info().batch_spec, net_->info().path);
+  if (so.processor.n17) {
+    const auto& p = so.processor;
+    if (p.embodiment_id >= 0 && cfg_.origin.count("data.embodiment_id") && cfg_.data.embodiment_id != p.embodiment_id)
+      throw ConfigError("data.embodiment_id=" + std::to_string(cfg_.data.embodiment_id) + " (set at " +
+                        cfg_.origin["data.embodiment_id"] + "): the model " + net_->info().path +
+                        " was imported for embodiment '" + p.embodiment_tag + "', slot " +
+                        std::to_string(p.embodiment_id) +
+                        " (batch_spec.json processor); remove data.embodiment_id, or re-import the checkpoint with "
+                        "scripts/convert_gr00t_checkpoint.py --embodiment-tag");
+    LF_LOG(logger("data"), info) << "state and actions prepared as upstream GR00T N1.7's processor for embodiment '"
+                                 << p.embodiment_tag << "' (slot " << p.embodiment_id << "): min-max in float32 from "
+                                 << p.source << (p.clip ? ", clipped to [-1, 1]" : "")
+                                 << (p.state_dropout > 0 ? ", state dropout " + std::to_string(p.state_dropout) : "");
+  }
   const int64_t side = so.image_size / mc.at("patch_size").get<int64_t>();
   const int64_t shuffle = mc.at("pixel_shuffle").get<int64_t>();
   tokens_per_view_ = side * side / (shuffle * shuffle);

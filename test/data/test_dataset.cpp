@@ -309,6 +309,101 @@ TEST_CASE("data: mean_std normalization divides by the stats' std and zeroes con
   }
 }
 
+namespace {
+// A processor record as scripts/gr00t_processor.py writes it for checkpoint statistics: the
+// dataset's own min / max scaled about their middle by `shrink` (so clipping shows), two chunk
+// rows, and action values 0..6 relative to state values 0..6.
+ProcessorRecord n17_record(const Dataset& ds, double shrink, bool clip) {
+  ProcessorRecord r;
+  r.n17 = true, r.clip = clip, r.checkpoint_stats = true, r.embodiment_id = 5, r.embodiment_tag = "robot";
+  const Stats& ss = ds.stats("observation.state");
+  for (size_t j = 0; j < ss.min.size(); ++j) {
+    const double mid = (ss.min[j] + ss.max[j]) / 2, half = (ss.max[j] - ss.min[j]) / 2 * shrink;
+    r.state_min.push_back(static_cast<float>(mid - half)), r.state_max.push_back(static_cast<float>(mid + half));
+  }
+  r.action_rows = 2;
+  for (int row = 0; row < 2; ++row)
+    for (size_t j = 0; j < 44; ++j) {
+      r.action_min.push_back(j < 7 ? -0.1f * static_cast<float>(row + 1) : r.state_min[j]);
+      r.action_max.push_back(j < 7 ? 0.1f * static_cast<float>(row + 1) : r.state_max[j]);
+    }
+  for (int64_t j = 0; j < 44; ++j) r.state_index.push_back(j < 7 ? j : -1);
+  return r;
+}
+}  // namespace
+
+TEST_CASE("data: an N1.7 processor record normalizes in float32 from its statistics, relative and clipped") {
+  const Dataset ds = Dataset::open(kData);
+  SampleOptions o = tiny_options();
+  o.action_horizon = 2;
+  o.processor = n17_record(ds, 0.5, /*clip=*/true);
+  BatchBuilder builder(ds, o);
+  Batch b = builder.sample(100);  // episode 0, row 100
+  const ArrayView state = ds.array(0, ds.column_by_role("state"));
+  const ArrayView action = ds.array(0, ds.column_by_role("action"));
+  const float* s = state.as<float>() + 100 * 44;
+  int64_t clipped = 0;
+  for (int64_t j = 0; j < 44; ++j) {
+    const float mn = o.processor.state_min[j], mx = o.processor.state_max[j];
+    float want = (2.0f * (s[j] - mn)) / (mx - mn) - 1.0f;  // Note [N1.7 processor], by hand
+    if (want > 1.0f || want < -1.0f) ++clipped;
+    want = want > 1.0f ? 1.0f : (want < -1.0f ? -1.0f : want);
+    if (mx == mn) want = 0.0f;
+    REQUIRE(b["state"][0][j].item<float>() == want);
+  }
+  REQUIRE(clipped > 0);  // the halved range clips some of row 100's values
+  for (int64_t k = 0; k < 2; ++k)
+    for (int64_t j = 0; j < 7; ++j) {  // relative: the action minus state value j, with row k's bounds
+      const float x = action.as<float>()[(100 + k) * 44 + j] - s[j];
+      const float mn = o.processor.action_min[k * 44 + j], mx = o.processor.action_max[k * 44 + j];
+      float want = (2.0f * (x - mn)) / (mx - mn) - 1.0f;
+      want = want > 1.0f ? 1.0f : (want < -1.0f ? -1.0f : want);
+      REQUIRE(b["actions"][0][k][j].item<float>() == want);
+    }
+  REQUIRE(b["embodiment_id"][0].item<int64_t>() == 5);  // the record's slot, not data.embodiment_id
+}
+
+TEST_CASE("data: an N1.7 processor record that does not fit the dataset is refused naming both") {
+  const Dataset ds = Dataset::open(kData);
+  SampleOptions o = tiny_options();
+  o.model_path = "m.pt";
+  o.processor = n17_record(ds, 1.0, true);
+  o.processor.state_min.pop_back(), o.processor.state_max.pop_back();
+  REQUIRE_THROWS_WITH(BatchBuilder(ds, o), Contains("the checkpoint's state statistics") &&
+                                               Contains("have 43 values") && Contains("has 44") &&
+                                               Contains("--embodiment-tag"));
+  o.processor = n17_record(ds, 1.0, true);
+  o.action_horizon = 16;  // more than the relative statistics' 2 rows
+  REQUIRE_THROWS_WITH(BatchBuilder(ds, o), Contains("data.action_horizon=16 exceeds the 2 chunk rows"));
+  o.action_horizon = 2, o.normalization = "mean_std";
+  REQUIRE_THROWS_WITH(BatchBuilder(ds, o), Contains("data.normalization=mean_std"));
+}
+
+TEST_CASE("data: the processor's state dropout zeroes the states its per-sample draws pick") {
+  const Dataset ds = Dataset::open(kData);
+  SampleOptions o = tiny_options();
+  o.micro_batch_size = 8;
+  o.processor.n17 = true, o.processor.clip = true, o.processor.state_dropout = 0.5;  // the dataset's statistics
+  BatchBuilder dropping(ds, o);
+  o.processor.state_dropout = 0;
+  BatchBuilder keeping(ds, o);
+  int64_t dropped = 0;
+  for (int64_t step = 0; step < 4; ++step) {
+    const at::Tensor x = dropping.micro_batch(step, 0).tensors["state"],
+                     y = keeping.micro_batch(step, 0).tensors["state"];
+    for (int64_t b = 0; b < 8; ++b) {
+      const auto p = static_cast<uint64_t>(dropping.sampler().stream_position(step, 0, b));
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(((42ull * 1000003ull + p) & 0x7FFFFFFFFFFFFFFFull) ^
+                                                          0x53544154455F4450ull);
+      const bool drop = at::rand({1}, gen, at::kFloat).item<float>() < 0.5f;
+      dropped += drop;
+      REQUIRE(at::equal(x[b], drop ? at::zeros_like(y[b]) : y[b]));
+    }
+  }
+  REQUIRE(dropped > 0);
+  REQUIRE(dropped < 32);
+}
+
 TEST_CASE("data: the task tokens of a sample are the task's BOS..EOS ids, zero padded") {
   const Dataset ds = Dataset::open(kData);
   BatchBuilder builder(ds, tiny_options());

@@ -157,6 +157,8 @@ def test_the_import_picks_the_config_and_the_checkpoints_tokenizer(upstream, imp
     assert f"chat template: {ckpt / 'tokenizer_config.json'}" in stdout, stdout
     assert "task texts formalized as upstream N1.7's" in stdout, stdout
     assert "image geometry from processor_config.json: target 64, crop 0.90625 of each side" in stdout, stdout
+    assert ("data processing as upstream N1.7's for embodiment 'new_embodiment': slot 10 (upstream's table of "
+            "released N1.7 tags); state/action min-max in float32 from the dataset's min / max") in stdout, stdout
     extra = {"loongforge/batch_spec.json": "", "loongforge/config.json": ""}
     torch.jit.load(str(model_pt), map_location="cpu", _extra_files=extra)
     record = json.loads(extra["loongforge/batch_spec.json"])["tokenizer"]
@@ -216,10 +218,16 @@ def test_the_trainer_starts_at_upstreams_loss_and_lowers_it(upstream, imported, 
     losses = train_imported(sets, tmp_path)
 
     cfg, _ = effective_config(Path(TRAIN), str(REPO / "configs/n16-tiny.yaml"), sets)
-    extra = {"loongforge/config.json": ""}
+    extra = {"loongforge/config.json": "", "loongforge/batch_spec.json": ""}
     torch.jit.load(str(model_pt), map_location="cpu", _extra_files=extra)
     mcfg = ModelConfig.from_json(extra["loongforge/config.json"])
-    batch = SampleBuilder(LFDataset(ds), mcfg, cfg).micro_batch(0, 0)
+    record = json.loads(extra["loongforge/batch_spec.json"])["processor"]
+    sb = SampleBuilder(LFDataset(ds), mcfg, cfg, processor=record)
+    batch = sb.micro_batch(0, 0)
+    # upstream's processor for this checkpoint (no statistics.json: the dataset's min / max; the default
+    # tag new_embodiment: slot 10), as both trainers apply it (equal to upstream's: python_n17_processor)
+    assert record["form"] == "gr00t_n17" and record["stats"] == "dataset" and record["clip"]
+    assert (batch["embodiment_id"] == 10).all()
     model.train()
     up = float(upstream_loss_on(oracle, model, batch, upstream[2], mcfg))
     diff = abs(losses[0] - up) / abs(up)

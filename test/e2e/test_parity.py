@@ -5,7 +5,11 @@ file, data order and flow-matching draws (docs/training-semantics.md). Their
 per-step losses agree to a relative 1e-4 -- with the whole model trainable,
 with gradient accumulation 4, with GR00T's default frozen backbone, with
 mean/std normalization, and with the episode-aware sample order. The GR00T head (gr00t-tiny, dropouts off, upstream's flow-matching
-time) gives the same losses in both trainers too, bit for bit over 10 steps.
+time) gives the same losses in both trainers too, bit for bit over 10 steps, also
+with an upstream N1.7 processor record (scripts/gr00t_processor.py: the
+checkpoint's q01/q99 statistics, clipping, relative action groups, 12 counted
+rows, state dropout 0.3, embodiment slot 7), which loongforge-train refuses to
+combine with another data.embodiment_id.
 
 Environment (set by ctest): LOONGFORGE_TRAIN (the binary), LOONGFORGE_TEST_DATASET
 (converted dataset), LOONGFORGE_TEST_MODELS (scratch folder), LOONGFORGE_PARITY_STEPS
@@ -42,12 +46,14 @@ CASES = {
 }
 
 
-def export(name, sets, config="n16-tiny"):
+def export(name, sets, config="n16-tiny", processor=None):
     out = SCRATCH / f"parity-{name}.pt"
     if not out.exists():
         cmd = [sys.executable, str(REPO / "scripts/model/export.py"), "--config", config, "--out", str(out)]
         for s in sets:
             cmd += ["--set", s]
+        if processor:
+            cmd += ["--processor", str(processor)]
         subprocess.run(cmd, check=True, env=dict(os.environ, PYTHONPATH=str(REPO / "scripts")),
                        stdout=subprocess.DEVNULL)
     return out
@@ -99,3 +105,39 @@ def test_the_gr00t_head_with_upstreams_flow_matching_time_gives_the_same_losses_
     a, b = run_both(tmp_path, model, 10, [])
     print(f"gr00t-tiny, 10 steps: C++ {a[0]:.6f} -> {a[-1]:.6f}, reference {b[0]:.6f} -> {b[-1]:.6f}")
     assert len(a) == len(b) == 10 and a == b
+
+
+def n17_processor_model(tmp_path):
+    """gr00t-tiny (dropouts off) exported with a processor record of a checkpoint whose sidecars
+    test/gr00t_sidecars.py writes from the dataset itself."""
+    sys.path.insert(0, str(REPO / "scripts")), sys.path.insert(0, str(REPO / "scripts/reference"))
+    sys.path.insert(0, str(REPO / "test"))
+    import lf_dataset
+    from gr00t_processor import n17_processor_record
+    from gr00t_sidecars import write_checkpoint
+    folder = write_checkpoint(tmp_path / "ck", lf_dataset.LFDataset(DATA), "robot", relative=("left_arm", "neck"),
+                              rows=20, delta=12, use_percentiles=True, state_dropout_prob=0.3)
+    (folder / "embodiment_id.json").write_text(json.dumps({"robot": 7}))
+    kw = json.loads((folder / "processor_config.json").read_text())["processor_kwargs"]
+    record = tmp_path / "processor.json"
+    record.write_text(json.dumps(n17_processor_record(folder, kw, "robot")))
+    return export("gr00t-tiny-n17-processor", ["gr00t_dropout=0", "gr00t_state_dropout=0"], config="gr00t-tiny",
+                  processor=record)
+
+
+def test_an_upstream_n17_processor_record_gives_the_same_losses_in_both_trainers(tmp_path):
+    model = n17_processor_model(tmp_path)
+    a, b = run_both(tmp_path, model, 10, [])
+    print(f"gr00t-tiny with an N1.7 processor record, 10 steps: C++ {a[0]:.6f} -> {a[-1]:.6f}, "
+          f"reference {b[0]:.6f} -> {b[-1]:.6f}")
+    assert len(a) == len(b) == 10 and a == b
+    # the same model without the record trains on other inputs: the record is what both read
+    plain = export("gr00t-tiny", ["gr00t_dropout=0", "gr00t_state_dropout=0"], config="gr00t-tiny")
+    c, _ = run_both(tmp_path / "plain", plain, 1, [])
+    assert c[0] != a[0]
+    bad = subprocess.run([TRAIN, "--config", str(REPO / "configs/n16-tiny.yaml"), "--set", f"model.path={model}",
+                          "--set", f"data.path={DATA}", "--set", "run.device=cpu", "--set", "data.embodiment_id=3",
+                          "--set", f"run.output_dir={tmp_path / 'bad'}", "--set", "trainer.max_steps=1"],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0
+    assert "data.embodiment_id=3 (set at --set): the model" in bad.stderr and "slot 7" in bad.stderr, bad.stderr

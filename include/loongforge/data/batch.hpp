@@ -57,6 +57,7 @@
 #include <map>                 // std::map
 #include <memory>              // std::shared_ptr
 #include <mutex>               // std::mutex
+#include <optional>            // std::optional
 #include <set>                 // std::set
 #include <string>              // std::string
 #include <utility>             // std::pair
@@ -65,6 +66,7 @@
 #include <ATen/core/Tensor.h>  // at::Tensor
 
 #include "loongforge/data/dataset.hpp"
+#include "loongforge/data/processor.hpp"
 #include "loongforge/data/video.hpp"
 
 namespace loongforge::data {
@@ -174,6 +176,10 @@ struct SampleOptions {
   std::string on_bad_video = "error";
   // data.video_decode: "whole" (a video per decode) or "span" (a keyframe span per decode).
   std::string video_decode = "whole";
+  // The model's processor record (batch_spec.json "processor"; processor.hpp): upstream GR00T
+  // N1.7's state/action preparation, embodiment slot (it replaces embodiment_id) and state
+  // dropout. Default: the dataset form (normalization above, in float64).
+  ProcessorRecord processor;
 };
 
 struct DataStats {
@@ -295,6 +301,7 @@ class BatchBuilder {
   // Normalization statistics: (min, max) or (mean, std) per value.
   std::vector<double> state_a_, state_b_, action_a_, action_b_;
   bool mean_std_ = false;
+  std::optional<N17Normalizer> n17_;  // the model's processor record is upstream N1.7's (processor.hpp)
   bool spans_ = false;  // opt_.video_decode == "span"
   // The frame cache, key = (episode * 1024 + camera) << 20 | first frame of the span (0 for a
   // whole video; kFileKey for the file entry of span decoding); guarded by mu_.

@@ -1,0 +1,84 @@
+// loongforge/data/processor.hpp — the data processing a model's weights expect,
+// when its export records one (batch_spec.json "processor"; docs/training-semantics.md
+// s3 and s4): upstream GR00T N1.7's preparation of state and actions, taken from
+// the checkpoint by scripts/convert_gr00t_checkpoint.py (scripts/gr00t_processor.py
+// writes the record). Without a record the data room uses the dataset form
+// (data.normalization over the dataset's stats, in float64; data.embodiment_id).
+//
+// Contract:
+//  - parse_processor() reads the record (or its absence) and refuses a malformed one
+//    naming the model file and the field; N17Normalizer checks it against the
+//    dataset (widths, chunk rows) and refuses a mismatch naming both sides.
+//  - N17Normalizer computes exactly what lerobot 0.6.1's GrootN17PackInputsStep does in
+//    float32 (Note [N1.7 processor]); pure, any thread.
+//  - state_dropped() is the processor's state dropout draw of one sample (s4).
+//
+// Example:
+//   ProcessorRecord r = parse_processor(model_batch_spec, "models/gr00t.pt");
+//   N17Normalizer n(r, dataset, state_col, action_col, /*action_horizon=*/16);
+//   n.state(raw_state, state_out);
+//   n.action_row(k, raw_action_row, raw_state, action_out_row);
+#pragma once
+
+#include <cstdint>  // int64_t, uint64_t
+#include <string>   // std::string
+#include <vector>   // std::vector
+
+#include <nlohmann/json_fwd.hpp>  // nlohmann::json
+
+namespace loongforge::data {
+
+class Dataset;
+
+struct ProcessorRecord {
+  bool n17 = false;                           // form "gr00t_n17"; false: the dataset form
+  bool clip = false;                          // clip_outliers: normalized values clamped to [-1, 1]
+  bool checkpoint_stats = false;              // false: the dataset's min / max (rounded to float32)
+  std::vector<float> state_min, state_max;    // (D) checkpoint statistics
+  int64_t action_rows = 1;                    // rows of action_min / action_max (1: every chunk step's)
+  std::vector<float> action_min, action_max;  // (rows, A) row-major
+  std::vector<int64_t> state_index;           // (A): the raw state value subtracted first (-1: none)
+  int64_t embodiment_id = -1;                 // the slot the checkpoint gives this embodiment (-1: none)
+  std::string embodiment_tag;
+  double state_dropout = 0;   // processor_kwargs.state_dropout_prob
+  int64_t valid_horizon = 0;  // action rows that count (0: every row)
+  std::string source;         // where the statistics come from, for messages
+};
+
+// batch_spec.json's "processor" (`spec` is the whole batch_spec; no key: the dataset
+// form). Throws DataError naming model_path and the field.
+ProcessorRecord parse_processor(const nlohmann::json& spec, const std::string& model_path);
+
+// Note [N1.7 processor]
+// Upstream normalizes min-max with every operand in float32: the statistics are
+// rounded to float32, d = max - min, y = ((2 * (x - min)) / d) - 1 (each operation
+// rounded to float32), 0 where d == 0, then clamped to [-1, 1] when clip_outliers.
+// A relative action value first becomes the action minus the raw state value
+// state_index names (float32), and chunk step k uses statistics row k. Our dataset
+// form differs: float64 arithmetic, 0 where d < 1e-8, no clamp (s3).
+float n17_normalize(float x, float min, float max, bool clip);
+
+class N17Normalizer {
+ public:
+  // Checks the record against the dataset's state / action columns (their widths,
+  // and a horizon of at most the relative statistics' rows); with the dataset's
+  // stats, rounds them to float32. Throws DataError naming the model and dataset.
+  N17Normalizer(ProcessorRecord record, const Dataset& dataset, int state_col, int action_col, int64_t action_horizon,
+                const std::string& model_path);
+  void state(const float* raw, float* out) const;  // (D) -> (D)
+  // Chunk step k: raw_action (A) and the sample's raw state (D) -> out (A).
+  void action_row(int64_t k, const float* raw_action, const float* raw_state, float* out) const;
+  const ProcessorRecord& record() const { return r_; }
+
+ private:
+  ProcessorRecord r_;
+  int64_t state_width_ = 0, action_width_ = 0;
+};
+
+// The processor's state dropout of the sample at stream position p (s4): its own
+// generator, seeded with ((seed * 1000003 + p) mod 2^63) XOR kStateDropoutSalt, draws
+// u ~ U[0, 1) (float32); the state is dropped when u < probability.
+constexpr uint64_t kStateDropoutSalt = 0x53544154455F4450ull;  // "STATE_DP"
+bool state_dropped(uint64_t seed, uint64_t p, double probability);
+
+}  // namespace loongforge::data

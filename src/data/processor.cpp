@@ -1,0 +1,157 @@
+// A model's processor record and upstream GR00T N1.7's state/action preparation
+// (processor.hpp, Note [N1.7 processor]).
+#include "loongforge/data/processor.hpp"
+
+#include <ATen/ATen.h>              // at::rand
+#include <ATen/CPUGeneratorImpl.h>  // at::CPUGeneratorImpl
+#include <nlohmann/json.hpp>        // nlohmann::json
+
+#include "loongforge/common/error.hpp"
+#include "loongforge/data/dataset.hpp"
+
+namespace loongforge::data {
+
+namespace {
+std::vector<float> floats(const nlohmann::json& v, const std::string& what, const std::string& model_path) {
+  if (!v.is_array())
+    throw DataError("model.path " + model_path + ": batch_spec.json processor." + what +
+                    " is not a list of numbers; re-import the model");
+  std::vector<float> out;
+  for (const auto& x : v) {
+    if (!x.is_number())
+      throw DataError("model.path " + model_path + ": batch_spec.json processor." + what +
+                      " holds a non-number; re-import the model");
+    out.push_back(static_cast<float>(x.get<double>()));  // upstream rounds its statistics to float32
+  }
+  return out;
+}
+}  // namespace
+
+ProcessorRecord parse_processor(const nlohmann::json& spec, const std::string& model_path) {
+  ProcessorRecord r;
+  if (!spec.is_object() || !spec.contains("processor") || spec.at("processor").is_null()) return r;
+  const nlohmann::json& j = spec.at("processor");
+  const std::string where = "model.path " + model_path + ": batch_spec.json processor";
+  try {
+    const std::string form = j.at("form").get<std::string>();
+    if (form == "dataset") return r;
+    if (form != "gr00t_n17")
+      throw DataError(where + ".form '" + form + "' is neither dataset nor gr00t_n17; re-import the model");
+    r.n17 = true;
+    r.clip = j.at("clip").get<bool>();
+    r.state_dropout = j.value("state_dropout", 0.0);
+    r.valid_horizon = j.value("valid_horizon", int64_t{0});
+    r.embodiment_id = j.value("embodiment_id", int64_t{-1});
+    r.embodiment_tag = j.value("embodiment_tag", std::string());
+    r.source = j.value("stats_source", std::string("the dataset's min / max"));
+    if (!(r.state_dropout >= 0.0 && r.state_dropout < 1.0) || r.valid_horizon < 0)
+      throw DataError(where + ": state_dropout must be in [0, 1) and valid_horizon >= 0; re-import the model");
+    if (j.value("stats", std::string("dataset")) != "checkpoint") return r;
+    r.checkpoint_stats = true;
+    const auto& st = j.at("state");
+    const auto& ac = j.at("action");
+    r.state_min = floats(st.at("min"), "state.min", model_path);
+    r.state_max = floats(st.at("max"), "state.max", model_path);
+    r.action_rows = ac.at("rows").get<int64_t>();
+    for (const auto& row : ac.at("min")) {
+      const auto v = floats(row, "action.min", model_path);
+      r.action_min.insert(r.action_min.end(), v.begin(), v.end());
+    }
+    for (const auto& row : ac.at("max")) {
+      const auto v = floats(row, "action.max", model_path);
+      r.action_max.insert(r.action_max.end(), v.begin(), v.end());
+    }
+    r.state_index = ac.at("state_index").get<std::vector<int64_t>>();
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(where + " is malformed (" + e.what() + "); re-import the model");
+  }
+  const auto width = static_cast<int64_t>(r.state_index.size());
+  if (r.state_min.size() != r.state_max.size() || r.action_rows < 1 ||
+      static_cast<int64_t>(r.action_min.size()) != r.action_rows * width || r.action_max.size() != r.action_min.size())
+    throw DataError(where + ": its statistics have inconsistent sizes (state " + std::to_string(r.state_min.size()) +
+                    " / " + std::to_string(r.state_max.size()) + ", action " + std::to_string(r.action_rows) +
+                    " rows of " + std::to_string(width) + "); re-import the model");
+  for (int64_t s : r.state_index)
+    if (s < -1 || s >= static_cast<int64_t>(r.state_min.size()))
+      throw DataError(where + ": action.state_index names state value " + std::to_string(s) + " of " +
+                      std::to_string(r.state_min.size()) + "; re-import the model");
+  return r;
+}
+
+float n17_normalize(float x, float min, float max, bool clip) {
+  const float d = max - min;
+  if (d == 0.0f) return 0.0f;
+  float y = (2.0f * (x - min)) / d - 1.0f;  // Note [N1.7 processor]: each step in float32
+  if (clip) {
+    if (y < -1.0f) y = -1.0f;  // a NaN stays NaN, as torch's clamp leaves it
+    if (y > 1.0f) y = 1.0f;
+  }
+  return y;
+}
+
+N17Normalizer::N17Normalizer(ProcessorRecord record, const Dataset& dataset, int state_col, int action_col,
+                             int64_t action_horizon, const std::string& model_path)
+    : r_(std::move(record)) {
+  const ColumnInfo& sc = dataset.columns()[state_col];
+  const ColumnInfo& ac = dataset.columns()[action_col];
+  state_width_ = sc.width, action_width_ = ac.width;
+  const std::string model = "model.path " + model_path + " (imported for embodiment '" + r_.embodiment_tag + "')";
+  if (!r_.checkpoint_stats) {
+    // The dataset's min / max, rounded to float32 as upstream rounds them.
+    const Stats& ss = dataset.stats(sc.name);
+    const Stats& as = dataset.stats(ac.name);
+    if (static_cast<int64_t>(ss.min.size()) != sc.width || static_cast<int64_t>(as.min.size()) != ac.width ||
+        ss.max.size() != ss.min.size() || as.max.size() != as.min.size())
+      throw DataError(dataset.dir() + ": the min / max stats of '" + sc.name + "' or '" + ac.name +
+                      "' do not have one value per column value; re-convert the dataset");
+    r_.state_min.assign(ss.min.begin(), ss.min.end());
+    r_.state_max.assign(ss.max.begin(), ss.max.end());
+    r_.action_rows = 1;
+    r_.action_min.assign(as.min.begin(), as.min.end());
+    r_.action_max.assign(as.max.begin(), as.max.end());
+    r_.state_index.assign(static_cast<size_t>(ac.width), -1);
+    return;
+  }
+  if (static_cast<int64_t>(r_.state_min.size()) != sc.width)
+    throw DataError(model + ": the checkpoint's state statistics (" + r_.source + ") have " +
+                    std::to_string(r_.state_min.size()) + " values but the state column '" + sc.name + "' of " +
+                    dataset.dir() + " has " + std::to_string(sc.width) +
+                    "; convert a dataset whose state is laid out as the checkpoint's modality keys, or import with "
+                    "another --embodiment-tag");
+  if (static_cast<int64_t>(r_.state_index.size()) != ac.width)
+    throw DataError(model + ": the checkpoint's action statistics (" + r_.source + ") have " +
+                    std::to_string(r_.state_index.size()) + " values but the action column '" + ac.name + "' of " +
+                    dataset.dir() + " has " + std::to_string(ac.width) +
+                    "; convert a dataset whose actions are laid out as the checkpoint's modality keys, or import "
+                    "with another --embodiment-tag");
+  if (r_.action_rows > 1 && action_horizon > r_.action_rows)
+    throw DataError("data.action_horizon=" + std::to_string(action_horizon) + " exceeds the " +
+                    std::to_string(r_.action_rows) + " chunk rows of the relative-action statistics of " + model +
+                    " (upstream refuses it too); lower data.action_horizon");
+}
+
+void N17Normalizer::state(const float* raw, float* out) const {
+  for (int64_t j = 0; j < state_width_; ++j)
+    out[j] = n17_normalize(raw[j], r_.state_min[static_cast<size_t>(j)], r_.state_max[static_cast<size_t>(j)], r_.clip);
+}
+
+void N17Normalizer::action_row(int64_t k, const float* raw_action, const float* raw_state, float* out) const {
+  const int64_t row = r_.action_rows > 1 ? k : 0;
+  const float* mn = r_.action_min.data() + row * action_width_;
+  const float* mx = r_.action_max.data() + row * action_width_;
+  for (int64_t j = 0; j < action_width_; ++j) {
+    const int64_t s = r_.state_index[static_cast<size_t>(j)];
+    const float x = s >= 0 ? raw_action[j] - raw_state[s] : raw_action[j];  // a relative value: float32
+    out[j] = n17_normalize(x, mn[j], mx[j], r_.clip);
+  }
+}
+
+bool state_dropped(uint64_t seed, uint64_t p, double probability) {
+  if (probability <= 0) return false;
+  auto gen =
+      at::make_generator<at::CPUGeneratorImpl>(((seed * 1000003ull + p) & 0x7FFFFFFFFFFFFFFFull) ^ kStateDropoutSalt);
+  const float u = at::rand({1}, gen, at::kFloat).item<float>();
+  return static_cast<double>(u) < probability;
+}
+
+}  // namespace loongforge::data
