@@ -21,7 +21,7 @@
 // numbers are those of the non-overlapped path (bitwise: the same collectives
 // on the same buffers). On CPUs the hooks run on the thread that called
 // backward; on GPUs on autograd's device thread, whose current stream
-// ProcessGroupNCCL orders its stream after (not yet run on a GPU). CUDA-graph
+// ProcessGroupNCCL orders its stream after (one NCCL rank: test_nccl_gpu). CUDA-graph
 // replay and the compiled runner do not run AccumulateGrad: the trainer turns
 // overlap off for them.
 #include <algorithm>  // std::max
