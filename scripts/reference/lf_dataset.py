@@ -975,9 +975,9 @@ class SampleBuilder:
             if self.state_index is not None:   # relative groups: the action minus the raw state value
                 rel = self.state_index >= 0
                 raw_actions[:, rel] -= raw_state.astype(np.float32)[self.state_index[rel]]
-            rows = min(n, self.action_min.shape[0])
-            a_min = np.broadcast_to(self.action_min[:rows], (n, self.action_w)) if n else self.action_min[:0]
-            a_max = np.broadcast_to(self.action_max[:rows], (n, self.action_w)) if n else self.action_max[:0]
+            rows = min(n, self.action_min.shape[0])   # 1 (every step's bounds) or n (step k's: row k)
+            a_min = np.broadcast_to(self.action_min[:rows], (n, self.action_w))
+            a_max = np.broadcast_to(self.action_max[:rows], (n, self.action_w))
             state[:self.state_w] = gr00t_n17_normalize(raw_state, self.state_min, self.state_max, self.clip)
             actions[:n, :self.action_w] = gr00t_n17_normalize(raw_actions, a_min, a_max, self.clip)
         else:
