@@ -14,7 +14,7 @@ Contract
   optimizer step s takes the global batch of G = B x K x W samples
   perm_e[j*G .. (j+1)*G) (e = s // T, j = s % T, T = N // G), micro-batch i
   of rank r holds block positions q = i*B*W + b*W + r (section 2).
-- `SampleBuilder(dataset, model_cfg, data_cfg)`: one sample (section 3) and
+- `SampleBuilder(dataset, model_cfg, data_cfg, processor=None)`: one sample (section 3) and
   `micro_batch(step, i, rank, world)`: the full model batch of micro-batch i
   of optimizer step `step` on a rank, including the flow-matching draws
   `fm_t`/`fm_noise`, drawn per sample from its stream position (section 4).
@@ -22,6 +22,9 @@ Contract
   `loongforge-train --print-config` (a nested dict with at least `run.seed`,
   `data.*`, `trainer.micro_batch_size` and
   `trainer.gradient_accumulation_steps`); Python defines no defaults.
+  `processor` is the model's batch_spec.json "processor" record (upstream
+  GR00T N1.7's state/action preparation, section 3; its state dropout, section
+  4), None for the dataset form.
 - Video: each episode's video is decoded ONCE with the ffmpeg CLI to raw
   yuv420p frames and kept in a per-process LRU cache bounded in bytes; RGB is
   computed with the contract's integer BT.601 formula. Streams that are not
@@ -31,7 +34,7 @@ Contract
   C++ decoder is then approximate.
 - `SampleDataset` + `MicroBatchSampler` + `collate_samples`: the same samples
   for a torch DataLoader (workers decode); the caller adds the flow-matching
-  draws with `SampleBuilder.fm_draws(step, i, rank, world)` in the main process.
+  draws with `SampleBuilder.add_draws(batch, step, i, rank, world)` in the main process.
 
 Usage
     ds = LFDataset("build/datasets/robot_sim.PickNPlace.lf")

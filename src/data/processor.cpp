@@ -112,18 +112,16 @@ N17Normalizer::N17Normalizer(ProcessorRecord record, const Dataset& dataset, int
     r_.state_index.assign(static_cast<size_t>(ac.width), -1);
     return;
   }
-  if (static_cast<int64_t>(r_.state_min.size()) != sc.width)
-    throw DataError(model + ": the checkpoint's state statistics (" + r_.source + ") have " +
-                    std::to_string(r_.state_min.size()) + " values but the state column '" + sc.name + "' of " +
-                    dataset.dir() + " has " + std::to_string(sc.width) +
-                    "; convert a dataset whose state is laid out as the checkpoint's modality keys, or import with "
-                    "another --embodiment-tag");
-  if (static_cast<int64_t>(r_.state_index.size()) != ac.width)
-    throw DataError(model + ": the checkpoint's action statistics (" + r_.source + ") have " +
-                    std::to_string(r_.state_index.size()) + " values but the action column '" + ac.name + "' of " +
-                    dataset.dir() + " has " + std::to_string(ac.width) +
-                    "; convert a dataset whose actions are laid out as the checkpoint's modality keys, or import "
-                    "with another --embodiment-tag");
+  // The checkpoint's statistics must cover the column exactly (upstream would pad or cut them).
+  auto require_width = [&](size_t stats, const ColumnInfo& column, const char* what) {
+    if (static_cast<int64_t>(stats) == column.width) return;
+    throw DataError(model + ": the checkpoint's " + what + " statistics (" + r_.source + ") have " +
+                    std::to_string(stats) + " values but the " + what + " column '" + column.name + "' of " +
+                    dataset.dir() + " has " + std::to_string(column.width) + "; convert a dataset whose " + what +
+                    " values are laid out as the checkpoint's modality keys, or import with another --embodiment-tag");
+  };
+  require_width(r_.state_min.size(), sc, "state");
+  require_width(r_.state_index.size(), ac, "action");
   if (r_.action_rows > 1 && action_horizon > r_.action_rows)
     throw DataError("data.action_horizon=" + std::to_string(action_horizon) + " exceeds the " +
                     std::to_string(r_.action_rows) + " chunk rows of the relative-action statistics of " + model +

@@ -64,21 +64,26 @@ def losses(metrics_path):
         return [json.loads(line)["loss"] for line in f if line.strip()]
 
 
-def run_both(tmp_path, model, steps, train_sets):
-    """loongforge-train and the reference trainer on one model file -> (C++ losses, reference losses)."""
+def run_cpp(tmp_path, model, steps, train_sets):
+    """loongforge-train on one model file -> (its losses, the arguments it ran with)."""
     sets = [f"model.path={model}", f"data.path={DATA}", f"trainer.max_steps={steps}", "run.device=cpu",
             "precision.mode=fp32", "logging.progress=off", "checkpoint.interval_steps=100000", "run.deterministic=true",
             f"run.output_dir={tmp_path}", "run.name=cpp"] + train_sets
-    config = REPO / "configs/n16-tiny.yaml"
-    cpp = ["--config", str(config)]
+    cpp = ["--config", str(REPO / "configs/n16-tiny.yaml")]
     for s in sets:
         cpp += ["--set", s]
     subprocess.run([TRAIN] + cpp, check=True, stdout=subprocess.DEVNULL)
+    return losses(tmp_path / "cpp" / "metrics.jsonl"), cpp
+
+
+def run_both(tmp_path, model, steps, train_sets):
+    """loongforge-train and the reference trainer on one model file -> (C++ losses, reference losses)."""
+    a, cpp = run_cpp(tmp_path, model, steps, train_sets)
     ref = [sys.executable, str(REPO / "scripts/reference/train_torch.py"), "--mode", "parity",
            "--loongforge-train", TRAIN, "--out", str(tmp_path / "torch")] + cpp
     subprocess.run(ref, check=True, stdout=subprocess.DEVNULL,
                    env=dict(os.environ, PYTHONPATH=str(REPO / "scripts")))
-    return losses(tmp_path / "cpp" / "metrics.jsonl"), losses(tmp_path / "torch" / "metrics.jsonl")
+    return a, losses(tmp_path / "torch" / "metrics.jsonl")
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -133,7 +138,7 @@ def test_an_upstream_n17_processor_record_gives_the_same_losses_in_both_trainers
     assert len(a) == len(b) == 10 and a == b
     # the same model without the record trains on other inputs: the record is what both read
     plain = export("gr00t-tiny", ["gr00t_dropout=0", "gr00t_state_dropout=0"], config="gr00t-tiny")
-    c, _ = run_both(tmp_path / "plain", plain, 1, [])
+    c, _ = run_cpp(tmp_path / "plain", plain, 1, [])
     assert c[0] != a[0]
     bad = subprocess.run([TRAIN, "--config", str(REPO / "configs/n16-tiny.yaml"), "--set", f"model.path={model}",
                           "--set", f"data.path={DATA}", "--set", "run.device=cpu", "--set", "data.embodiment_id=3",

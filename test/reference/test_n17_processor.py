@@ -17,7 +17,8 @@
 # checkpoint's probability (a per-sample draw of ours: 3000 samples at p = 0.3,
 # and every dropped row all zero). What upstream would refuse, and what it would
 # silently pad (a dataset whose widths differ from the checkpoint's statistics),
-# is refused naming the file and key.
+# is refused naming the file and key. The reference's dataset form (float64,
+# without a record) gives other values on the same samples (the share is printed).
 #
 # Run: ctest --test-dir build -R python_n17_processor
 import json
@@ -69,6 +70,22 @@ def test_the_dataset_statistics_when_the_checkpoint_has_none_for_the_tag(upstrea
     record, mine = assert_same_as_upstream(upstream, ds, folder, "new_embodiment")
     assert record["stats"] == "dataset" and record["embodiment_id"] == 10   # upstream's table: new_embodiment
     assert (mine[3] == 10).all()
+
+
+def test_the_dataset_form_of_the_reference_is_not_upstreams(upstream, ds, tmp_path):
+    """The comparison above can fail: the dataset form (float64, no record) differs from upstream's."""
+    folder = write_checkpoint(tmp_path / "ck", ds, "some_other_robot")
+    up = upstream_batch(upstream, upstream_pack(upstream, folder, "new_embodiment", ds), ds, SAMPLES)
+    old = ours(ds, None, SAMPLES)
+    D, A = old[0].shape[1], old[1].shape[2]
+    differ = total = 0
+    for u, m, valid in ((up[0][:, :D].float(), old[0], torch.ones_like(old[0])),
+                        (up[1][..., :A].float(), old[1], old[2])):
+        differ += int(((u != m) & (valid > 0)).sum())
+        total += int(valid.sum())
+    print(f"dataset form vs upstream: {differ} of {total} values differ ({100 * differ / total:.1f}%), "
+          f"max {(up[1][..., :A].float() - old[1]).abs().max().item():.3g}")
+    assert differ > 0
 
 
 def test_the_checkpoints_min_max_without_clipping(upstream, ds, tmp_path):
