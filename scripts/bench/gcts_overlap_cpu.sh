@@ -3,8 +3,12 @@
 # accumulation 2, hybrid, 40 steps), gcts.overlap on and off alternately,
 # PAIRS times; prints per run the median and mean step time and exposed
 # communication (metrics.jsonl: step_ms, exposed_comm_ms) over steps 11-40.
+# SHARDED=true adds gcts.shard_optimizer: overlap then also sends the
+# parameter all-gather in pieces during the update and waits for it before the
+# next forward (counted in exposed_comm_ms); off, the one all-gather is waited
+# for inside the update (not in exposed_comm_ms: compare step_ms).
 #
-#   bash scripts/bench/gcts_overlap_cpu.sh [OUT_DIR]     (PAIRS=2 by default)
+#   bash scripts/bench/gcts_overlap_cpu.sh [OUT_DIR]     (PAIRS=2, SHARDED=false by default)
 #
 # Needs the build's n16-tiny export and converted test dataset
 # (ctest --test-dir build -R 'export_test_models|convert_test_dataset').
@@ -19,7 +23,8 @@ run() {  # run <dir> <overlap>
     --set run.output_dir="$1" --set run.name=b --set trainer.max_steps=40 --set trainer.micro_batch_size=4 \
     --set trainer.gradient_accumulation_steps=2 --set run.threads=1 --set logging.progress=lines \
     --set checkpoint.interval_steps=1000000 --set control.enable=false \
-    --set gcts.enable=true --set gcts.comm_strategy=hybrid --set gcts.overlap="$2" > /dev/null
+    --set gcts.enable=true --set gcts.comm_strategy=hybrid --set gcts.overlap="$2" \
+    --set gcts.shard_optimizer="${SHARDED:-false}" > /dev/null
 }
 dirs=()
 for i in $(seq 1 "${PAIRS:-2}"); do

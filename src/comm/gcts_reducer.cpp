@@ -131,7 +131,7 @@ class GctsReducer final : public GradientReducer {
 
   std::string strategy() const override {
     std::string s = strategy_ + " (GCTS, " + (dtype_ == at::kFloat ? "fp32" : "bf16") + " reduction";
-    if (shard_) s += ", sharded optimizer";
+    if (shard_) s += shard_->gather_overlap ? ", sharded optimizer with overlapped all-gathers" : ", sharded optimizer";
     s += overlap_ ? ", overlapped with backward" : ", after backward";
     return s + ")";
   }
@@ -169,18 +169,23 @@ class GctsReducer final : public GradientReducer {
     const double comm_ms = union_ms(all);
     nlohmann::json gj = nlohmann::json::array();
     for (const auto& [name, g] : groups) gj.push_back(detail::group_json(name, g.collective, g.bytes, g.ms, g.calls, n));
-    double gather_ms = 0;
+    double gather_exposed_ms = 0;
     if (shard_ && shard_->gather_bytes > 0) {
-      gj.push_back(detail::group_json("parameters (sharded optimizer)", "all-gather", shard_->gather_bytes,
-                                      shard_->gather_ms, 1, n));
-      gather_ms = shard_->gather_ms;
+      // Note [Gather overlap] in src/trainer/sharded_adamw.cpp: ms from the first launch to the last arrival.
+      nlohmann::json g = detail::group_json("parameters (sharded optimizer)", "all-gather", shard_->gather_bytes,
+                                            shard_->gather_ms, shard_->gather_calls, n);
+      g["exposed_ms"] = shard_->gather_exposed_ms;
+      g["overlap"] = shard_->gather_overlap ? "during the update and the next batch's fetch" : "none";
+      gj.push_back(std::move(g));
+      gather_exposed_ms = shard_->gather_exposed_ms;
     }
     return {{"world", world_->size()},
             {"strategy", strategy_},
             {"overlap", overlap_},
             {"step", step_},
             {"reduce_exposed_ms", exposed_ms_},
-            {"exposed_ms", exposed_ms_ + gather_ms},
+            {"gather_exposed_ms", gather_exposed_ms},
+            {"exposed_ms", exposed_ms_ + gather_exposed_ms},
             {"comm_ms", comm_ms},
             {"units_launched_in_backward", in_backward},
             {"bucket_bytes", in_.bucket_numel * esize()},

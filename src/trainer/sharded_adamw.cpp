@@ -1,7 +1,30 @@
 // ShardedAdamW: AdamW on this rank's range of the flat parameter space
 // (optimizer.hpp; Note [Flat shards] in comm/shard.hpp).
-#include <chrono>  // std::chrono
-#include <cmath>   // std::pow, std::sqrt
+//
+// Note [Gather overlap]
+// After the update every rank needs the other ranks' updated ranges before
+// its next forward. The all-gather is cut into pieces: piece p carries
+// elements [p * q, (p + 1) * q) of every rank's range (q = piece_numel, the
+// last piece padded), one collective each, its output laid rank by rank.
+// step() updates its segments in flat order, exactly as without pieces (the
+// same elementwise ops on the same tensors, so the numbers cannot depend on
+// q), copies each updated segment into the send buffer, and launches every
+// piece whose part of this rank's range is complete. So the first pieces
+// travel while the later segments are being updated. Without overlap step()
+// then waits for all of them and copies the received ranges into the
+// parameters; with overlap it returns with them in flight and
+// sync_parameters() does that wait and copy later: the trainer calls it just
+// before the next forward (after the next batch is fetched and counted), and
+// before a checkpoint reads the parameters. A second step() completes any
+// gather left in flight first. On Gloo the pieces run on the backend's
+// threads while the trainer thread works; on NCCL on its stream, ordered
+// after the update kernels that precede each launch, and the wait is a
+// stream dependency (the host does not block). The forward itself cannot
+// start before the last piece has arrived: the TorchScript forward gives no
+// hook to wait per layer.
+#include <algorithm>  // std::min, std::max, std::upper_bound
+#include <chrono>     // std::chrono
+#include <cmath>      // std::pow, std::sqrt
 
 #include <ATen/ATen.h>  // at::zeros, at::linalg_vector_norm
 
@@ -34,8 +57,8 @@ at::Tensor flat_view(const at::Tensor& t, const std::string& name) {
 }  // namespace
 
 ShardedAdamW::ShardedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions options, comm::World* world,
-                           int64_t tiny_numel)
-    : opt_(options), world_(world) {
+                           int64_t tiny_numel, GatherOptions gather)
+    : opt_(options), world_(world), overlap_gather_(gather.overlap && world != nullptr) {
   at::NoGradGuard no_grad;
   std::vector<int64_t> numels;
   for (const auto& p : params) {
@@ -59,10 +82,53 @@ ShardedAdamW::ShardedAdamW(const std::vector<OptimizedParam>& params, AdamWOptio
     replicated_[i] = {at::zeros_like(params_[i], at::MemoryFormat::Contiguous),
                       at::zeros_like(params_[i], at::MemoryFormat::Contiguous)};
   if (world_) {
+    plan_pieces(gather.piece_numel);
     const auto dev = opts.device(world_->device());
-    send_ = at::zeros({l.chunk}, dev);
-    gathered_ = at::zeros({l.chunk * l.world}, dev);
+    const auto pieces = static_cast<int64_t>(receive_.size());
+    send_ = at::zeros({pieces * piece_q_}, dev);
+    gathered_ = at::zeros({pieces * l.world * piece_q_}, dev);
   }
+  target_.gather_overlap = overlap_gather_;
+  target_.gather_calls = static_cast<int64_t>(receive_.size());
+}
+
+ShardedAdamW::~ShardedAdamW() {
+  try {
+    for (auto& p : in_flight_) p.wait();  // the buffers outlive the collectives
+  } catch (...) {  // a failed peer: nothing more to deliver
+  }
+}
+
+// Note [Gather overlap]: for each piece, where the other ranks' elements it
+// receives belong (this rank's own part is in the parameters already).
+void ShardedAdamW::plan_pieces(int64_t piece_numel) {
+  const comm::ShardLayout& l = target_.layout;
+  if (l.chunk == 0) return;
+  piece_q_ = piece_numel > 0 ? std::min(piece_numel, l.chunk) : l.chunk;
+  const int64_t pieces = (l.chunk + piece_q_ - 1) / piece_q_;
+  receive_.assign(static_cast<size_t>(pieces), {});
+  for (int64_t p = 0; p < pieces; ++p)
+    for (int64_t r = 0; r < l.world; ++r) {
+      if (r == l.rank) continue;
+      const int64_t f0 = std::min(l.begin_of(r) + p * piece_q_, l.end_of(r));
+      const int64_t f1 = std::min(l.begin_of(r) + (p + 1) * piece_q_, l.end_of(r));
+      const int64_t out0 = (p * l.world + r) * piece_q_;  // where f0 lands in gathered_
+      // The sharded parameters overlapping [f0, f1): the first is the last one starting at or before f0.
+      auto k = static_cast<size_t>(std::upper_bound(l.offsets.begin(), l.offsets.end(), f0) - l.offsets.begin());
+      for (k = k > 0 ? k - 1 : 0; k < l.sharded.size() && l.offsets[k] < f1; ++k) {
+        const int64_t p0 = l.offsets[k], p1 = p0 + params_[l.sharded[k]].numel();
+        const int64_t s0 = std::max(p0, f0), s1 = std::min(p1, f1);
+        if (s0 < s1) receive_[static_cast<size_t>(p)].push_back({l.sharded[k], s0 - p0, out0 + (s0 - f0), s1 - s0});
+      }
+    }
+}
+
+void ShardedAdamW::launch_gather(size_t p) {
+  const int64_t world = target_.layout.world;
+  const auto q = piece_q_, pi = static_cast<int64_t>(p);
+  if (in_flight_.empty()) first_launch_ = std::chrono::steady_clock::now();
+  in_flight_.push_back(
+      world_->all_gather_async(gathered_.narrow(0, pi * world * q, world * q), send_.narrow(0, pi * q, q)));
 }
 
 at::Tensor ShardedAdamW::clip_grad_norm(double max_norm) {
@@ -93,37 +159,55 @@ at::Tensor ShardedAdamW::clip_grad_norm(double max_norm) {
 
 void ShardedAdamW::step(double lr) {
   at::NoGradGuard no_grad;
+  sync_parameters();  // a previous step's gathers, if nobody completed them
   const comm::ShardLayout& l = target_.layout;
   for (auto& n : steps_) n += 1;  // every parameter has a (possibly zero) averaged gradient
+  // Note [Gather overlap]: a piece goes out once this rank's part of it is updated.
+  size_t next = 0;
+  auto launch_complete = [&](int64_t updated) {
+    while (world_ && next < receive_.size() &&
+           std::min(static_cast<int64_t>(next + 1) * piece_q_, l.owned()) <= updated)
+      launch_gather(next++);
+  };
+  launch_complete(0);
   for (const auto& s : l.segments) {
     const double wd = decay_[s.param] ? opt_.weight_decay : 0.0;
-    adamw_piece(flat_view(params_[s.param], names_[s.param]).narrow(0, s.param_offset, s.numel),
-                target_.grad.narrow(0, s.shard_offset, s.numel), exp_avg_.narrow(0, s.shard_offset, s.numel),
+    at::Tensor piece = flat_view(params_[s.param], names_[s.param]).narrow(0, s.param_offset, s.numel);
+    adamw_piece(piece, target_.grad.narrow(0, s.shard_offset, s.numel), exp_avg_.narrow(0, s.shard_offset, s.numel),
                 exp_avg_sq_.narrow(0, s.shard_offset, s.numel), steps_[s.param], lr, wd, opt_);
+    if (world_) send_.narrow(0, s.shard_offset, s.numel).copy_(piece);
+    launch_complete(s.shard_offset + s.numel);
   }
+  launch_complete(l.owned());
   for (auto& [i, mv] : replicated_) {
     at::Tensor& p = params_[i];
     const at::Tensor g = p.grad().defined() ? p.grad() : at::zeros_like(p);
     adamw_piece(p, g, mv.first, mv.second, steps_[i], lr, decay_[i] ? opt_.weight_decay : 0.0, opt_);
   }
-  all_gather_parameters();
+  if (!overlap_gather_) sync_parameters();
   zero_grad();
 }
 
-void ShardedAdamW::all_gather_parameters() {
-  if (!world_) return;  // one rank: every parameter was updated in place
+void ShardedAdamW::sync_parameters() {
+  if (in_flight_.empty()) return;  // one rank, or nothing launched since
+  at::NoGradGuard no_grad;
   const auto t0 = std::chrono::steady_clock::now();
-  const comm::ShardLayout& l = target_.layout;
-  for (const auto& s : l.segments)
-    send_.narrow(0, s.shard_offset, s.numel)
-        .copy_(flat_view(params_[s.param], names_[s.param]).narrow(0, s.param_offset, s.numel));
-  world_->all_gather_async(gathered_, send_).wait();
-  for (size_t k = 0; k < l.sharded.size(); ++k) {
-    const size_t i = l.sharded[k];
-    flat_view(params_[i], names_[i]).copy_(gathered_.narrow(0, l.offsets[k], params_[i].numel()));
+  auto last = first_launch_;
+  for (size_t p = 0; p < in_flight_.size(); ++p) {
+    in_flight_[p].wait();
+    last = std::max(last, in_flight_[p].finished_at());
+    for (const Copy& c : receive_[p])
+      flat_view(params_[c.param], names_[c.param])
+          .narrow(0, c.param_offset, c.numel)
+          .copy_(gathered_.narrow(0, c.buffer_offset, c.numel));
   }
+  in_flight_.clear();
+  const auto now = std::chrono::steady_clock::now();
+  auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
   target_.gather_bytes = static_cast<double>(gathered_.numel() * 4);
-  target_.gather_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  target_.gather_ms = ms(first_launch_, last);
+  // Without overlap the trainer waited for all of it inside step().
+  target_.gather_exposed_ms = overlap_gather_ ? ms(t0, now) : ms(first_launch_, now);
 }
 
 void ShardedAdamW::zero_grad() {

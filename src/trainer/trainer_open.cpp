@@ -1,5 +1,6 @@
 // Trainer, phase 1: open -- everything a rank needs before its first step
 // (trainer.hpp).
+#include <algorithm>  // std::max
 #include <chrono>   // std::chrono::system_clock
 #include <cmath>    // std::ceil
 #include <fstream>  // std::ofstream
@@ -282,8 +283,13 @@ void Trainer::open() {
   sharded_ = gcts && cfg_.gcts.shard_optimizer;
   ShardedAdamW* sharded = nullptr;
   if (sharded_) {
+    // Note [Gather overlap] in sharded_adamw.cpp: each all-gather receives about one gradient bucket.
+    GatherOptions gather;
+    gather.overlap = cfg_.gcts.overlap;
+    if (gather.overlap)  // else one all-gather of everything, after the update
+      gather.piece_numel = std::max<int64_t>(1, static_cast<int64_t>(cfg_.gcts.bucket_mb * 1e6 / 4.0) / world_size);
     auto opt = std::make_unique<ShardedAdamW>(trainable, ao, world_.get(),
-                                              static_cast<int64_t>(cfg_.gcts.tiny_tensor_kb * 1024.0 / 4.0));
+                                              static_cast<int64_t>(cfg_.gcts.tiny_tensor_kb * 1024.0 / 4.0), gather);
     sharded = opt.get();
     optimizer_ = std::move(opt);
   } else if (fused) {

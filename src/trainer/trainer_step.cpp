@@ -66,16 +66,23 @@ void Trainer::step() {
                               static_cast<double>(total_valid)
                         : 1.0 / static_cast<double>(k);
 
+  double comm_ms = 0;
+  {
+    // A sharded optimizer's all-gathers of the last update (Note [Gather overlap] in sharded_adamw.cpp).
+    Phase p(*control_, "comm/gather", s + 1);
+    const auto t0 = Clock::now();
+    optimizer_->sync_parameters();
+    comm_ms += ms_since(t0);
+  }
   reducer_->begin_step(optimizer_->params(), k);  // GCTS overlap: arms the gradient hooks
   at::Tensor loss = runner_->run(batches, weights, s, *control_);
   batches.clear();  // the step's inputs are no longer needed
 
-  double comm_ms = 0;
   if (reducer_->world_size() > 1 || sharded_) {  // one rank: a sharded optimizer still takes its gradient shard
     const auto t0 = Clock::now();
     reducer_->average_gradients(optimizer_->params(), *control_, s);
     if (reducer_->world_size() > 1) loss = reducer_->sum_scalar(loss) / world;  // the job's loss (docs/training-semantics.md s5)
-    comm_ms = ms_since(t0);
+    comm_ms += ms_since(t0);
   }
 
   double step_loss = 0, grad_norm = 0;
@@ -215,6 +222,7 @@ double Trainer::save(int64_t steps_done) {
   const auto t0 = Clock::now();
   last_saved_step_ = steps_done;
   if (!writer_) return 0.0;
+  optimizer_->sync_parameters();  // the parameters of the last update are all in place
   pos_.step = steps_done;
   pos_.epoch = source_->sampler().epoch_of_step(steps_done);
   writer_->wait();  // the writer may still read the buffers of the previous snapshot

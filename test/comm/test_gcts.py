@@ -7,8 +7,10 @@ rank at one step) changes nothing: bitwise on two ranks; the sharded
 optimizer's state gathered from its per-rank files equals the unsharded state;
 a sharded checkpoint resumed on 2 -> 4 -> 2 ranks continues the run.
 Overlap (gcts.overlap: buckets launched from gradient hooks during the last
-micro-batch's backward) gives bitwise the parameters of reduction after
-backward, for simple and hybrid, sharded and not (2 ranks: every element is
+micro-batch's backward; a sharded optimizer's all-gather sent in pieces during
+the update and completed before the next forward, as monitor-comm shows)
+gives bitwise the parameters of reduction after backward and one blocking
+all-gather, for simple and hybrid, sharded and not (2 ranks: every element is
 (a + b) / 2 whichever path); `loongforge monitor-comm --json` on a running
 2-rank job reports per bucket and per group the bytes of the plan, times and
 bandwidths by nccl-tests' definitions and the exposed communication; a run
@@ -274,13 +276,51 @@ OVERLAP_CASES = [("hybrid", True)] if FAST else [
     ("simple", False), ("simple", True), ("hybrid", False), ("hybrid", True)]
 
 
+def run_watching_comm(out, world, *sets, name, steps=STEPS):
+    """run(), and one `monitor-comm --json` record of rank 0 taken once 2 steps are done."""
+    accum = 8 // (2 * world)
+    procs = launch(out, world, *BASE, f"trainer.gradient_accumulation_steps={accum}", *sets, name=name, steps=steps)
+    try:
+        sock0 = str(out / "ctl0" / "s.sock")
+        wait_socket(sock0, procs)
+        c = Client(sock0)
+        while c.request("status")["result"].get("step", 0) < 2:
+            time.sleep(0.05)
+        r = cli("monitor-comm", "--socket", sock0, "--count", "1", "--json")
+        record = json.loads(r.stdout.splitlines()[0])
+    finally:
+        wait_all(procs, out, timeout=300)
+    return out / name, record
+
+
 @pytest.mark.parametrize("strategy,sharded", OVERLAP_CASES)
 def test_overlap_with_backward_changes_nothing(simple_after_backward, tmp_path, strategy, sharded):
-    on = run(tmp_path / "on", 2, *gcts_sets(strategy, sharded, True), name="on")
-    off = (simple_after_backward if (strategy, sharded) == ("simple", False)
-           else run(tmp_path / "off", 2, *gcts_sets(strategy, sharded, False), name="off"))
+    on, record = run_watching_comm(tmp_path / "on", 2, *gcts_sets(strategy, sharded, True), name="on")
+    off_record = None
+    if (strategy, sharded) == ("simple", False):
+        off = simple_after_backward
+    else:
+        off, off_record = run_watching_comm(tmp_path / "off", 2, *gcts_sets(strategy, sharded, False), name="off")
     assert_bitwise(on, off)
-    assert "overlapped with backward)" in (tmp_path / "on" / "rank0.log").read_text()
+    log = (tmp_path / "on" / "rank0.log").read_text()
+    assert "overlapped with backward)" in log
+    comm = record["comm"]
+    gathers = [g for g in comm["groups"] if g["collective"] == "all-gather"]
+    if sharded:
+        # Note [Gather overlap]: the parameters' all-gather in pieces of gcts.bucket_mb=1 (125000 floats per rank),
+        # left in flight until the next forward.
+        assert "sharded optimizer with overlapped all-gathers" in log
+        (g,) = gathers
+        assert g["calls"] >= 2 and g["bytes"] == g["calls"] * 2 * 125000 * 4
+        assert g["overlap"] != "none" and g["time_ms"] > 0
+        assert 0 <= g["exposed_ms"] == comm["gather_exposed_ms"] <= comm["exposed_ms"]
+        (g_off,) = [g for g in off_record["comm"]["groups"] if g["collective"] == "all-gather"]
+        assert g_off["calls"] == 1 and g_off["overlap"] == "none"
+        print(f"  parameter all-gather, step {record['comm']['step']}: {g['calls']} pieces, {g['bytes'] / 1e6:.1f} MB, "
+              f"{g['time_ms']:.2f} ms in flight, {g['exposed_ms']:.2f} ms waited for before the forward; overlap off, "
+              f"step {off_record['comm']['step']}: one all-gather, {g_off['exposed_ms']:.2f} ms waited for in the update")
+    else:
+        assert gathers == [] and comm["gather_exposed_ms"] == 0
     print(f"2 ranks, {strategy}, {'sharded' if sharded else 'unsharded'}: overlap on vs off, {STEPS} steps: "
           "parameters and losses bitwise equal")
 

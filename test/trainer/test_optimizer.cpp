@@ -1,7 +1,10 @@
 // Proves the fused optimizer computes the plain one's update: FusedAdamW
 // (ATen's multi-tensor kernels) against AdamW (docs/training-semantics.md s5)
 // in fp32 on the CPU over 100 steps with clipping, a non-finite gradient that
-// must change nothing, and checkpoint state that moves between the two.
+// must change nothing, and checkpoint state that moves between the two; and
+// that ShardedAdamW's all-gathers, cut in pieces and left in flight after
+// step() (Note [Gather overlap]), give two Gloo ranks bitwise the parameters
+// of one blocking all-gather.
 #include <cmath>   // std::isnan
 #include <limits>  // std::numeric_limits
 
@@ -9,6 +12,7 @@
 #include <ATen/CPUGeneratorImpl.h>  // at::CPUGeneratorImpl
 
 #include "catch_compat.hpp"
+#include "comm/ranks.hpp"
 #include "loongforge/trainer/optimizer.hpp"
 
 using namespace loongforge::trainer;
@@ -128,4 +132,62 @@ TEST_CASE("optimizer: state saved from one AdamW implementation continues in the
   f.clip_grad_norm(1.0), a_next.clip_grad_norm(1.0);
   f.step(1e-3), a_next.step(1e-3);
   for (size_t i = 0; i < init.size(); ++i) CHECK(rel(f.params()[i], a_next.params()[i]) <= 1e-6);
+}
+
+namespace {
+
+// Three sharded updates on this rank with the same gradients everywhere: the
+// flat gradient of the sharded tensors and the replicated tensors' own.
+struct ShardedRun {
+  std::vector<at::Tensor> params;
+  std::vector<int64_t> in_flight_after_step;
+  bool stale_until_synced = true;  // another rank's range kept its old values until sync_parameters()
+};
+
+ShardedRun sharded_steps(loongforge::comm::World& world, GatherOptions gather) {
+  auto ps = make_params(11);
+  ShardedAdamW opt(ps, options(), &world, /*tiny_numel=*/16, gather);
+  const auto& l = opt.layout();
+  ShardedRun out;
+  for (int64_t step = 0; step < 3; ++step) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(500 + static_cast<uint64_t>(step));
+    const at::Tensor flat = at::randn({l.total}, gen);
+    opt.shard().grad.narrow(0, 0, l.owned()).copy_(flat.narrow(0, l.begin(), l.owned()));
+    for (size_t i : l.replicated) ps[i].tensor.mutable_grad() = at::randn(ps[i].tensor.sizes(), gen);
+    // The first element of the other rank's range: which parameter, where.
+    const int64_t other = l.begin_of(1 - l.rank);
+    size_t k = 0;
+    while (k + 1 < l.offsets.size() && l.offsets[k + 1] <= other) ++k;
+    const at::Tensor watched = ps[l.sharded[k]].tensor.view({-1}).narrow(0, other - l.offsets[k], 1);
+    const at::Tensor before = watched.clone();
+    opt.step(1e-2);
+    out.in_flight_after_step.push_back(opt.gathers_in_flight());
+    out.stale_until_synced = out.stale_until_synced && watched.equal(before);
+    opt.sync_parameters();
+    REQUIRE(opt.gathers_in_flight() == 0);
+    REQUIRE_FALSE(watched.equal(before));  // the other rank's update arrived
+  }
+  for (const auto& p : ps) out.params.push_back(p.tensor.clone());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("optimizer: ShardedAdamW's all-gathers in pieces left in flight equal one blocking all-gather, bitwise") {
+  std::vector<ShardedRun> blocking(2), pieces(2);
+  loongforge::comm::test::two_ranks([&](loongforge::comm::World& world) {
+    blocking[world.rank()] = sharded_steps(world, GatherOptions{/*overlap=*/false, /*piece_numel=*/0});
+    pieces[world.rank()] = sharded_steps(world, GatherOptions{/*overlap=*/true, /*piece_numel=*/37});
+  });
+  for (int64_t r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    for (const int64_t n : blocking[r].in_flight_after_step) REQUIRE(n == 0);  // completed inside step()
+    for (const int64_t n : pieces[r].in_flight_after_step) REQUIRE(n > 10);    // a rank's ~3300 floats in pieces of 37
+    REQUIRE(pieces[r].stale_until_synced);
+    for (size_t i = 0; i < pieces[r].params.size(); ++i) {
+      CAPTURE(i);
+      REQUIRE(pieces[r].params[i].equal(blocking[r].params[i]));
+      REQUIRE(pieces[r].params[i].equal(pieces[0].params[i]));  // every rank ends with the same parameters
+    }
+  }
 }

@@ -59,8 +59,13 @@ struct ShardLayout {
 struct ShardTarget {
   ShardLayout layout;
   at::Tensor grad;  // (chunk) fp32 on the parameters' device; [0, owned) is this rank's averaged gradient
-  // The optimizer's all-gather of updated parameters, for monitor-comm.
-  double gather_bytes = 0, gather_ms = 0;
+  // The optimizer's all-gather of updated parameters, for monitor-comm
+  // (Note [Gather overlap] in src/trainer/sharded_adamw.cpp): bytes received
+  // per step, the collectives it took, the time from the first launch to the
+  // last completion, and the part of it the trainer waited for.
+  double gather_bytes = 0, gather_ms = 0, gather_exposed_ms = 0;
+  int64_t gather_calls = 0;
+  bool gather_overlap = false;  // launched in pieces during the update, completed before the next forward
 };
 
 }  // namespace loongforge::comm

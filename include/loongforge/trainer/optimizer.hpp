@@ -15,6 +15,10 @@
 //    gradients to undefined (set_to_none); zero_grad() only does the latter.
 //    After keep_gradients(true) both zero the gradient tensors in place
 //    instead (the CUDA-graph StepRunner accumulates into those very tensors).
+//  - sync_parameters() returns when every parameter holds the value step()
+//    gave it (on NCCL: ordered on the current stream). Only ShardedAdamW with
+//    overlapped gathers leaves work in flight after step(); the trainer calls
+//    it before anything reads the parameters (the next forward, a checkpoint).
 //  - state_tensors() names every state tensor ("<param>.exp_avg", ...) on the
 //    device, stable in order and shape for the whole run (allocated at
 //    construction), so checkpoint buffers can be reserved once;
@@ -49,8 +53,13 @@
 // replicated tensors); load_state() takes full per-parameter moments
 // ("<name>.exp_avg", as AdamW writes them and as state.cpp assembles them
 // from a sharded checkpoint of any world size) and keeps its range.
+// With GatherOptions::overlap the all-gather goes out in pieces while step()
+// is still updating, and step() returns with them in flight:
+// sync_parameters() completes them (Note [Gather overlap] in
+// sharded_adamw.cpp).
 #pragma once
 
+#include <chrono>   // std::chrono::steady_clock
 #include <cstdint>  // int64_t
 #include <map>      // std::map
 #include <string>   // std::string
@@ -61,10 +70,7 @@
 #include <nlohmann/json.hpp>   // nlohmann::json
 
 #include "loongforge/comm/shard.hpp"
-
-namespace loongforge::comm {
-class World;
-}
+#include "loongforge/comm/world.hpp"  // comm::Pending
 
 namespace loongforge::trainer {
 
@@ -78,6 +84,7 @@ class Optimizer {
   virtual void step(double lr) = 0;
   virtual void zero_grad() = 0;
   virtual void keep_gradients(bool keep) = 0;
+  virtual void sync_parameters() {}
   // True when step() skips the update on the device after clip_grad_norm()
   // saw a non-finite norm, so the caller need not read the norm first.
   virtual bool skips_nonfinite_on_device() const { return false; }
@@ -153,27 +160,44 @@ class FusedAdamW final : public AdamWBase {
   at::Tensor found_inf_;  // float32 scalar: 1 when the last clip_grad_norm saw a non-finite norm
 };
 
+struct GatherOptions {
+  bool overlap = false;     // leave the all-gathers in flight after step() (sync_parameters() completes them)
+  int64_t piece_numel = 0;  // elements each rank sends per all-gather; 0: its whole range in one
+};
+
 class ShardedAdamW final : public Optimizer {
  public:
   // `world` nullptr: one rank (the shard is everything). Tensors up to
   // tiny_numel elements stay replicated.
   ShardedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions options, comm::World* world,
-               int64_t tiny_numel);
+               int64_t tiny_numel, GatherOptions gather = {});
+  ~ShardedAdamW() override;
+  ShardedAdamW(const ShardedAdamW&) = delete;
+  ShardedAdamW& operator=(const ShardedAdamW&) = delete;
   const std::vector<at::Tensor>& params() const override { return params_; }
   at::Tensor clip_grad_norm(double max_norm) override;
   void step(double lr) override;
   void zero_grad() override;
   void keep_gradients(bool keep) override { keep_grads_ = keep; }
+  void sync_parameters() override;
   NamedTensorList state_tensors() const override;
   nlohmann::json state_json() const override;
   void load_state(const std::map<std::string, at::Tensor>& tensors, const nlohmann::json& json) override;
 
   comm::ShardTarget& shard() { return target_; }
+  int64_t gathers_in_flight() const { return static_cast<int64_t>(in_flight_.size()); }
   const comm::ShardLayout& layout() const { return target_.layout; }
   const std::vector<std::string>& names() const { return names_; }
 
  private:
-  void all_gather_parameters();
+  // Where the other ranks' elements of one all-gather piece go (Note
+  // [Gather overlap]): buffer_offset is into gathered_.
+  struct Copy {
+    size_t param = 0;
+    int64_t param_offset = 0, buffer_offset = 0, numel = 0;
+  };
+  void plan_pieces(int64_t piece_numel);
+  void launch_gather(size_t p);
   std::vector<std::string> names_;
   std::vector<at::Tensor> params_;
   std::vector<bool> decay_;
@@ -183,7 +207,12 @@ class ShardedAdamW final : public Optimizer {
   comm::ShardTarget target_;
   at::Tensor exp_avg_, exp_avg_sq_;                    // (owned) fp32: this rank's range
   std::map<size_t, std::pair<at::Tensor, at::Tensor>> replicated_;  // tiny tensors: exp_avg, exp_avg_sq
-  at::Tensor send_, gathered_;                         // all-gather buffers: (chunk), (world x chunk)
+  at::Tensor send_, gathered_;                         // all-gather buffers: (pieces x q), (pieces x world x q)
+  int64_t piece_q_ = 0;                                // elements per rank per piece
+  std::vector<std::vector<Copy>> receive_;             // per piece
+  std::vector<comm::Pending> in_flight_;               // launched, not yet completed (sync_parameters)
+  std::chrono::steady_clock::time_point first_launch_;
+  bool overlap_gather_ = false;
   bool keep_grads_ = false;
 };
 

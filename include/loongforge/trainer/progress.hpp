@@ -25,7 +25,9 @@ struct StepRecord {
   double samples_per_s = 0, tokens_per_s = 0, mfu = 0;
   double data_wait_ms = 0, step_ms = 0, peak_mem_mb = 0;
   double checkpoint_stall_ms = 0;  // snapshot copy + waiting for the previous write
-  double exposed_comm_ms = 0;      // gradient communication not hidden behind compute
+  // Communication the step waited for outside the optimizer: gradient reduction after backward, the
+  // loss sum, and (gcts.overlap) a sharded optimizer's all-gathers still in flight at the forward.
+  double exposed_comm_ms = 0;
   int64_t tokens = 0;              // tokens of the step (tokens_per_s = tokens / step time)
   double samples_skipped = 0;      // this rank's samples skipped for a bad video so far (data.on_bad_video=skip)
   double videos_bad = 0;           // this rank's videos found bad so far
