@@ -6,15 +6,25 @@
 // overlap (Note [Overlap] in src/comm/gcts_reducer.cpp), whose hooks run on
 // autograd's CUDA device thread, gives bitwise the gradients of the reduction
 // after backward for `simple` and `hybrid`, sharded and not, launching units
-// during backward. One rank is all NCCL allows per GPU; several ranks need the
-// multi-GPU machines (issue #13).
+// during backward; a sharded optimizer's all-gather in pieces left in flight
+// (Note [Gather overlap] in src/trainer/sharded_adamw.cpp) gives bitwise the
+// parameters of one blocking all-gather; and an all-reduce through World can
+// be captured in a CUDA graph and replayed with new inputs (the question of
+// issue #13 whether collectives can live inside the fast step's graphs). One
+// rank is all NCCL allows per GPU; several ranks need the multi-GPU machines
+// (issue #13).
 #include <string>
 #include <vector>
 
-#include <ATen/ATen.h>  // at::arange
+#include <ATen/ATen.h>                    // at::arange
+#include <ATen/CPUGeneratorImpl.h>        // at::CPUGeneratorImpl
+#include <ATen/cuda/CUDAGraph.h>          // at::cuda::CUDAGraph
+#include <c10/cuda/CUDAGuard.h>           // c10::cuda::CUDAStreamGuard
+#include <c10/cuda/CUDAFunctions.h>       // c10::cuda::device_synchronize
 
 #include "catch_compat.hpp"
 #include "gcts_step.hpp"
+#include "loongforge/trainer/optimizer.hpp"
 #include "ranks.hpp"
 
 using namespace loongforge;
@@ -70,5 +80,59 @@ TEST_CASE("comm: on a GPU, overlapped reduction through NCCL equals reduction af
       }
       if (sharded) REQUIRE(on.shard_grad.equal(off.shard_grad));
     }
+  }
+}
+
+TEST_CASE("comm: on a GPU, a sharded optimizer's all-gather in pieces through NCCL equals one blocking all-gather") {
+  auto world = one_nccl_rank();
+  const auto cuda = at::TensorOptions().device(world->device()).dtype(at::kFloat);
+  auto run = [&](trainer::GatherOptions gather, std::vector<int64_t>* in_flight) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+    std::vector<trainer::OptimizedParam> ps;
+    for (const int64_t n : {700, 9, 1300, 64, 420}) ps.push_back({"p" + std::to_string(n), at::randn({n}, gen).to(cuda), true});
+    trainer::ShardedAdamW opt(ps, trainer::AdamWOptions{}, world.get(), /*tiny_numel=*/16, gather);
+    for (int64_t step = 0; step < 3; ++step) {
+      opt.shard().grad.copy_(at::randn({opt.layout().chunk}, gen).to(cuda));
+      for (size_t i : opt.layout().replicated) ps[i].tensor.mutable_grad() = at::randn({9}, gen).to(cuda);
+      opt.step(1e-2);
+      in_flight->push_back(opt.gathers_in_flight());
+      opt.sync_parameters();
+    }
+    std::vector<at::Tensor> out;
+    for (const auto& p : ps) out.push_back(p.tensor.cpu());
+    return out;
+  };
+  std::vector<int64_t> blocking_in_flight, pieces_in_flight;
+  const auto blocking = run(trainer::GatherOptions{false, 0}, &blocking_in_flight);
+  const auto pieces = run(trainer::GatherOptions{true, 100}, &pieces_in_flight);
+  for (const int64_t n : blocking_in_flight) REQUIRE(n == 0);
+  for (const int64_t n : pieces_in_flight) REQUIRE(n == 25);  // 2484 sharded floats in pieces of 100
+  for (size_t i = 0; i < pieces.size(); ++i) REQUIRE(pieces[i].equal(blocking[i]));
+}
+
+TEST_CASE("comm: an NCCL all-reduce captured in a CUDA graph runs on every replay") {
+  auto world = one_nccl_rank();
+  const auto cuda = at::TensorOptions().device(world->device()).dtype(at::kFloat);
+  at::Tensor x = at::arange(1000, cuda);
+  std::vector<at::Tensor> warm = {x * 2};
+  world->allreduce_sum(warm);  // the communicator exists before the capture
+  c10::cuda::device_synchronize();
+  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, 0);
+  c10::cuda::CUDAStreamGuard guard(side);
+  at::cuda::CUDAGraph graph;
+  at::Tensor z;
+  graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+  {
+    std::vector<at::Tensor> t = {x * 2};
+    world->allreduce_sum(t);
+    z = t[0] + 1;
+  }
+  graph.capture_end();
+  for (const float v : {3.0f, -1.5f, 7.25f}) {
+    CAPTURE(v);
+    x.fill_(v);
+    graph.replay();
+    side.synchronize();
+    REQUIRE(at::equal(z.cpu(), at::full({1000}, 2 * v + 1)));
   }
 }

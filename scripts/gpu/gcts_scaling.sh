@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Issue #13's scaling table on the H200 machines (NCCL): per-GPU throughput of
+# loongforge-train with gradient communication plain (GCTS off), GCTS `simple`,
+# `hybrid` and `hybrid` with the sharded optimizer, against the reference
+# trainer's PyTorch DDP (--mode baseline; torchrun at several GPUs), at every
+# world size in WORLDS (default: 1 and, on a machine with more GPUs, all of
+# them). Same config for all (configs/bench/n16-1b-h200.yaml: bf16, micro-batch
+# 32 per GPU, accumulation 1, so the global batch grows with the GPUs), STEPS
+# steps each (default 150), steady state = steps after 50. Prints per run the
+# median samples/s per GPU, ms/step, exposed communication (metrics.jsonl's
+# exposed_comm_ms: reduction after backward and a sharded optimizer's gather
+# wait; the reference does not report it), peak device memory and MFU, and the
+# scaling efficiency of each setting against its own 1-GPU run in the same call.
+# Builds build-gpu/ first; TESTS=1 also runs the GPU tests (LONG=0 form).
+# Carry: .gpu-carry (scripts/gpu/prepare_carry.sh).
+#   [WORLDS="1 2"] [MODEL=n16-1b] [STEPS=150] [RUNS="lf-plain ..."] [TESTS=1] bash scripts/gpu/gcts_scaling.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" gcts_scaling
+model=${MODEL:-n16-1b}; steps=${STEPS:-150}
+gpus=$(nvidia-smi -L | wc -l)
+worlds=${WORLDS:-1 $([ "$gpus" -gt 1 ] && echo "$gpus")}
+runs=${RUNS:-lf-plain lf-simple lf-hybrid lf-sharded ref-ddp}
+stamp "environment: $gpus GPU(s), worlds $worlds, $model, $steps steps"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+stamp "build"; bash scripts/gpu/build.sh || exit 1
+if [ "${TESTS:-0}" = 1 ]; then
+  stamp "gpu tests"
+  (cd build-gpu && ctest -L gpu -LE long --output-on-failure --timeout 600 2>&1 | tail -${GPU_TEST_LINES:-30})
+fi
+stamp "export $model"
+PYTHONPATH=scripts python3 scripts/model/export.py --config $model --out /dev/shm/$model.pt | tail -1 || exit 1
+cfg=configs/bench/n16-1b-h200.yaml
+common=(--config $cfg --set model.path=/dev/shm/$model.pt --set trainer.max_steps=$steps --set run.output_dir=/tmp/runs
+        --set logging.progress=lines --set logging.interval_steps=50 --set control.enable=false)
+names=()
+for w in $worlds; do
+  for run in $runs; do
+    name=$run-w$w
+    stamp "$name"
+    case $run in
+      lf-plain) sets=() ;;
+      lf-simple) sets=(--set gcts.enable=true --set gcts.comm_strategy=simple) ;;
+      lf-hybrid) sets=(--set gcts.enable=true --set gcts.comm_strategy=hybrid) ;;
+      lf-sharded) sets=(--set gcts.enable=true --set gcts.comm_strategy=hybrid --set gcts.shard_optimizer=true) ;;
+    esac
+    case $run in
+      lf-*)
+        LOONGFORGE_TRAIN=build-gpu/src/daemon/loongforge-train LOG_DIR=/tmp/logs/$name timeout 400 \
+          bash scripts/launch_local.sh $w "${common[@]}" --set run.name=$name "${sets[@]}" > "$OUT/$name.log" 2>&1
+        echo "exit $?"
+        grep -m1 -E "gradient communication" "$OUT/$name.log" | cut -c1-300
+        cp /tmp/runs/$name/metrics.jsonl "$OUT/${name}_metrics.jsonl" 2>/dev/null ;;
+      ref-ddp)
+        launcher=(python3); [ "$w" -gt 1 ] && launcher=(torchrun --standalone --nproc_per_node $w)
+        PYTHONPATH=scripts timeout 400 "${launcher[@]}" scripts/reference/train_torch.py "${common[@]}" \
+          --set run.name=$name --mode baseline --loongforge-train build-gpu/src/daemon/loongforge-train \
+          --out /tmp/runs/$name > "$OUT/$name.log" 2>&1
+        echo "exit $?"
+        cp /tmp/runs/$name/metrics.jsonl "$OUT/${name}_metrics.jsonl" 2>/dev/null ;;
+    esac
+    tail -2 "$OUT/$name.log" | cut -c1-300
+    names+=("$name")
+  done
+done
+stamp "steady state (steps after 50)"
+python3 - "$OUT" "${names[@]}" <<'PY'
+import json, statistics as st, sys
+from pathlib import Path
+out, names = Path(sys.argv[1]), sys.argv[2:]
+rows = {}
+for n in names:
+    f = out / f"{n}_metrics.jsonl"
+    if not f.exists():
+        print(f"{n}: no metrics"); continue
+    recs = [json.loads(l) for l in f.read_text().splitlines() if l.strip()]
+    tail = [r for r in recs if r["step"] > 50]
+    if not tail:
+        print(f"{n}: fewer than 51 steps"); continue
+    run, w = n.rsplit("-w", 1)
+    w = int(w)
+    sps = st.median(r["samples_per_s"] for r in tail)
+    per_gpu = sps / w if run.startswith("ref") else sps  # the reference reports the job's samples/s
+    rows[n] = dict(run=run, w=w, per_gpu=per_gpu, ms=st.median(r["step_ms"] for r in tail),
+                   exposed=st.median(r.get("exposed_comm_ms", 0.0) for r in tail),
+                   mem=max(r.get("peak_mem_mb", 0.0) for r in recs), mfu=st.median(r.get("mfu", 0.0) for r in tail),
+                   n=len(tail))
+print(f"{'run':18} {'GPUs':>4} {'samples/s/GPU':>13} {'ms/step':>8} {'exposed ms':>10} {'exposed %':>9} "
+      f"{'peak MB':>8} {'MFU':>6} {'scaling':>8}")
+for n, r in rows.items():
+    one = rows.get(f"{r['run']}-w1")
+    eff = f"{100 * r['per_gpu'] / one['per_gpu']:.1f}%" if one and r["w"] > 1 else "-"
+    exposed = "-" if r["run"].startswith("ref") else f"{r['exposed']:.2f}"
+    share = "-" if r["run"].startswith("ref") else f"{100 * r['exposed'] / r['ms']:.2f}"
+    print(f"{n:18} {r['w']:>4} {r['per_gpu']:>13.1f} {r['ms']:>8.1f} {exposed:>10} {share:>9} {r['mem']:>8.0f} "
+          f"{r['mfu']:>6.3f} {eff:>8}   ({r['n']} steps)")
+for w in sorted({r["w"] for r in rows.values()}):
+    ref = rows.get(f"ref-ddp-w{w}")
+    if ref:
+        print(f"{w} GPU(s), against the reference's DDP: " + ", ".join(
+            f"{r['run']} {r['per_gpu'] / ref['per_gpu']:.2f}x" for r in rows.values()
+            if r["w"] == w and not r["run"].startswith("ref")))
+PY
+stamp "done"
