@@ -11,9 +11,13 @@
 # exposed_comm_ms: reduction after backward and a sharded optimizer's gather
 # wait; the reference does not report it), peak device memory and MFU, and the
 # scaling efficiency of each setting against its own 1-GPU run in the same call.
-# Builds build-gpu/ first; TESTS=1 also runs the GPU tests (LONG=0 form).
+# Builds build-gpu/ first; TESTS=1 also runs the GPU tests (LONG=0 form);
+# PROFILE=1 takes a 2-second `profile-step --kernels` at step 60 of each
+# one-GPU loongforge run ($OUT/<run>-w1-profile.json; steps 55-100 are then
+# left out of the table). Checkpoints go to /dev/shm (the final one of n16-1b is 7.9 GB)
+# and are removed after each run.
 # Carry: .gpu-carry (scripts/gpu/prepare_carry.sh).
-#   [WORLDS="1 2"] [MODEL=n16-1b] [STEPS=150] [RUNS="lf-plain ..."] [TESTS=1] bash scripts/gpu/gcts_scaling.sh
+#   [WORLDS="1 2"] [MODEL=n16-1b] [STEPS=150] [RUNS="lf-plain ..."] [TESTS=1] [PROFILE=1] bash scripts/gpu/gcts_scaling.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" gcts_scaling
 model=${MODEL:-n16-1b}; steps=${STEPS:-150}
 gpus=$(nvidia-smi -L | wc -l)
@@ -30,7 +34,7 @@ stamp "export $model"
 PYTHONPATH=scripts python3 scripts/model/export.py --config $model --out /dev/shm/$model.pt | tail -1 || exit 1
 cfg=configs/bench/n16-1b-h200.yaml
 common=(--config $cfg --set model.path=/dev/shm/$model.pt --set trainer.max_steps=$steps --set run.output_dir=/tmp/runs
-        --set logging.progress=lines --set logging.interval_steps=50 --set control.enable=false)
+        --set logging.progress=lines --set logging.interval_steps=50)
 names=()
 for w in $worlds; do
   for run in $runs; do
@@ -44,14 +48,25 @@ for w in $worlds; do
     esac
     case $run in
       lf-*)
+        ctl=(--set control.enable=false)
+        prof=0; [ "${PROFILE:-0}" = 1 ] && [ "$w" = 1 ] && prof=1  # one socket path for all ranks: one rank only
+        [ $prof = 1 ] && ctl=(--set control.socket=/tmp/lf-ctl/$name.sock)
         LOONGFORGE_TRAIN=build-gpu/src/daemon/loongforge-train LOG_DIR=/tmp/logs/$name timeout 400 \
-          bash scripts/launch_local.sh $w "${common[@]}" --set run.name=$name "${sets[@]}" > "$OUT/$name.log" 2>&1
-        echo "exit $?"
+          bash scripts/launch_local.sh $w "${common[@]}" --set run.name=$name "${sets[@]}" "${ctl[@]}" \
+          --set checkpoint.dir=/dev/shm/ckpt/$name > "$OUT/$name.log" 2>&1 &
+        pid=$!
+        if [ $prof = 1 ] && wait_for_step /tmp/lf-ctl/$name.sock 60 $pid; then
+          build-gpu/cli/loongforge profile-step --socket /tmp/lf-ctl/$name.sock --duration 2 --kernels \
+            --output "$OUT/$name-profile.json" | tail -24
+        fi
+        wait $pid; echo "exit $?"
+        rm -rf /dev/shm/ckpt
         grep -m1 -E "gradient communication" "$OUT/$name.log" | cut -c1-300
         cp /tmp/runs/$name/metrics.jsonl "$OUT/${name}_metrics.jsonl" 2>/dev/null ;;
       ref-ddp)
         launcher=(python3); [ "$w" -gt 1 ] && launcher=(torchrun --standalone --nproc_per_node $w)
         PYTHONPATH=scripts timeout 400 "${launcher[@]}" scripts/reference/train_torch.py "${common[@]}" \
+          --set control.enable=false \
           --set run.name=$name --mode baseline --loongforge-train build-gpu/src/daemon/loongforge-train \
           --out /tmp/runs/$name > "$OUT/$name.log" 2>&1
         echo "exit $?"
@@ -62,20 +77,22 @@ for w in $worlds; do
   done
 done
 stamp "steady state (steps after 50)"
-python3 - "$OUT" "${names[@]}" <<'PY'
-import json, statistics as st, sys
+PROFILE=${PROFILE:-0} python3 - "$OUT" "${names[@]}" <<'PY'
+import json, os, statistics as st, sys
 from pathlib import Path
 out, names = Path(sys.argv[1]), sys.argv[2:]
+profiled = os.environ["PROFILE"] == "1"
 rows = {}
 for n in names:
     f = out / f"{n}_metrics.jsonl"
     if not f.exists():
         print(f"{n}: no metrics"); continue
     recs = [json.loads(l) for l in f.read_text().splitlines() if l.strip()]
-    tail = [r for r in recs if r["step"] > 50]
+    run, w = n.rsplit("-w", 1)
+    skip = profiled and run.startswith("lf") and w == "1"  # profile-step synchronises the steps it profiles
+    tail = [r for r in recs if r["step"] > 50 and not (skip and 55 <= r["step"] <= 100)]
     if not tail:
         print(f"{n}: fewer than 51 steps"); continue
-    run, w = n.rsplit("-w", 1)
     w = int(w)
     sps = st.median(r["samples_per_s"] for r in tail)
     per_gpu = sps / w if run.startswith("ref") else sps  # the reference reports the job's samples/s
