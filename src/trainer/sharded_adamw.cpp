@@ -57,8 +57,8 @@ at::Tensor flat_view(const at::Tensor& t, const std::string& name) {
 }  // namespace
 
 ShardedAdamW::ShardedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions options, comm::World* world,
-                           int64_t tiny_numel, GatherOptions gather)
-    : opt_(options), world_(world), overlap_gather_(gather.overlap && world != nullptr) {
+                           int64_t tiny_numel, ShardedOptions sharded)
+    : opt_(options), world_(world), fused_(sharded.fused), overlap_gather_(sharded.overlap_gather && world != nullptr) {
   at::NoGradGuard no_grad;
   std::vector<int64_t> numels;
   for (const auto& p : params) {
@@ -71,6 +71,13 @@ ShardedAdamW::ShardedAdamW(const std::vector<OptimizedParam>& params, AdamWOptio
                         std::string(c10::toString(p.tensor.scalar_type())) + " (set gcts.shard_optimizer=false)");
   }
   steps_.assign(params.size(), 0);
+  if (fused_) {
+    const auto scalar = params.empty() ? at::TensorOptions().dtype(at::kFloat)
+                                       : params.front().tensor.options().dtype(at::kFloat);
+    for (size_t i = 0; i < params.size(); ++i) device_steps_.push_back(at::zeros({}, scalar));
+    lr_ = at::zeros({}, scalar);
+    found_inf_ = at::zeros({}, scalar);
+  }
   const int64_t world_size = world ? world->size() : 1, rank = world ? world->rank() : 0;
   target_.layout = comm::ShardLayout::make(numels, tiny_numel, world_size, rank);
   const auto opts = params.empty() ? at::TensorOptions().dtype(at::kFloat) : params.front().tensor.options();
@@ -82,7 +89,7 @@ ShardedAdamW::ShardedAdamW(const std::vector<OptimizedParam>& params, AdamWOptio
     replicated_[i] = {at::zeros_like(params_[i], at::MemoryFormat::Contiguous),
                       at::zeros_like(params_[i], at::MemoryFormat::Contiguous)};
   if (world_) {
-    plan_pieces(gather.piece_numel);
+    plan_pieces(sharded.gather_piece_numel);
     const auto dev = opts.device(world_->device());
     const auto pieces = static_cast<int64_t>(receive_.size());
     send_ = at::zeros({pieces * piece_q_}, dev);
@@ -134,6 +141,28 @@ void ShardedAdamW::launch_gather(size_t p) {
 at::Tensor ShardedAdamW::clip_grad_norm(double max_norm) {
   at::NoGradGuard no_grad;
   const comm::ShardLayout& l = target_.layout;
+  if (fused_) {
+    // As FusedAdamW: float32 norms on the device, nothing read back.
+    std::vector<at::Tensor> grads;
+    for (size_t i : l.replicated)
+      if (params_[i].grad().defined()) grads.push_back(params_[i].grad());
+    at::Tensor sq = at::zeros({1}, found_inf_.options());
+    if (l.owned() > 0) sq.add_(at::linalg_vector_norm(target_.grad.narrow(0, 0, l.owned()), 2).square());
+    if (world_) {
+      std::vector<at::Tensor> t = {sq.to(world_->device())};
+      world_->allreduce_sum(t);
+      sq = t[0].to(found_inf_.device());
+    }
+    if (!grads.empty()) sq.add_(at::stack(at::_foreach_norm(grads, 2)).square().sum());
+    const at::Tensor total = sq.sqrt().reshape({});
+    if (max_norm > 0) {
+      const at::Tensor coef = at::clamp((total + 1e-6).reciprocal() * max_norm, c10::nullopt, 1.0);
+      target_.grad.mul_(coef);
+      if (!grads.empty()) at::_foreach_mul_(grads, coef);
+    }
+    found_inf_.copy_(at::logical_not(at::isfinite(total)));
+    return total;
+  }
   const auto f64 = target_.grad.options().dtype(at::kDouble);
   // Squared norm of this rank's range, summed over ranks, plus the replicated tensors' (equal on every rank).
   at::Tensor sharded = at::zeros({1}, f64);
@@ -161,7 +190,6 @@ void ShardedAdamW::step(double lr) {
   at::NoGradGuard no_grad;
   sync_parameters();  // a previous step's gathers, if nobody completed them
   const comm::ShardLayout& l = target_.layout;
-  for (auto& n : steps_) n += 1;  // every parameter has a (possibly zero) averaged gradient
   // Note [Gather overlap]: a piece goes out once this rank's part of it is updated.
   size_t next = 0;
   auto launch_complete = [&](int64_t updated) {
@@ -169,6 +197,18 @@ void ShardedAdamW::step(double lr) {
            std::min(static_cast<int64_t>(next + 1) * piece_q_, l.owned()) <= updated)
       launch_gather(next++);
   };
+  if (fused_) {  // one multi-tensor update of everything, then every piece
+    fused_update(lr);
+    if (world_)
+      for (const auto& s : l.segments)
+        send_.narrow(0, s.shard_offset, s.numel)
+            .copy_(flat_view(params_[s.param], names_[s.param]).narrow(0, s.param_offset, s.numel));
+    launch_complete(l.owned());
+    if (!overlap_gather_) sync_parameters();
+    zero_grad();
+    return;
+  }
+  for (auto& n : steps_) n += 1;  // every parameter has a (possibly zero) averaged gradient
   launch_complete(0);
   for (const auto& s : l.segments) {
     const double wd = decay_[s.param] ? opt_.weight_decay : 0.0;
@@ -186,6 +226,38 @@ void ShardedAdamW::step(double lr) {
   }
   if (!overlap_gather_) sync_parameters();
   zero_grad();
+}
+
+// The fused form of the update (FusedAdamW::update's calls) on this rank's
+// segments and the replicated tensors. Every parameter's counter advances,
+// segment here or not (the op-for-op form counts them all too), unless the
+// norm was non-finite.
+void ShardedAdamW::fused_update(double lr) {
+  const comm::ShardLayout& l = target_.layout;
+  lr_.fill_(lr);
+  at::_foreach_add_(device_steps_, 1);
+  for (const bool decay : {true, false}) {
+    std::vector<at::Tensor> p, g, m, v, s;
+    for (const auto& seg : l.segments) {
+      if (decay_[seg.param] != decay) continue;
+      p.push_back(flat_view(params_[seg.param], names_[seg.param]).narrow(0, seg.param_offset, seg.numel));
+      g.push_back(target_.grad.narrow(0, seg.shard_offset, seg.numel));
+      m.push_back(exp_avg_.narrow(0, seg.shard_offset, seg.numel));
+      v.push_back(exp_avg_sq_.narrow(0, seg.shard_offset, seg.numel));
+      s.push_back(device_steps_[seg.param]);
+    }
+    for (auto& [i, mv] : replicated_) {
+      if (decay_[i] != decay) continue;
+      p.push_back(params_[i]);
+      g.push_back(params_[i].grad().defined() ? params_[i].grad() : at::zeros_like(params_[i]));
+      m.push_back(mv.first), v.push_back(mv.second), s.push_back(device_steps_[i]);
+    }
+    if (p.empty()) continue;
+    at::_fused_adamw_(p, g, m, v, /*max_exp_avg_sqs=*/{}, s, lr_, opt_.beta1, opt_.beta2,
+                      decay ? opt_.weight_decay : 0.0, opt_.eps, /*amsgrad=*/false, /*maximize=*/false,
+                      /*grad_scale=*/c10::nullopt, found_inf_);
+  }
+  at::_foreach_add_(device_steps_, found_inf_, -1);  // a skipped update does not count (as FusedAdamW)
 }
 
 void ShardedAdamW::sync_parameters() {
@@ -234,7 +306,13 @@ NamedTensorList ShardedAdamW::state_tensors() const {
 
 nlohmann::json ShardedAdamW::state_json() const {
   nlohmann::json steps = nlohmann::json::object(), sharded = nlohmann::json::array();
-  for (size_t i = 0; i < params_.size(); ++i) steps[names_[i]] = steps_[i];
+  std::vector<int64_t> counts = steps_;
+  if (fused_ && !device_steps_.empty()) {
+    const at::Tensor all = at::stack(device_steps_).to(at::kCPU);  // one copy for every counter (checkpoints only)
+    const float* v = all.data_ptr<float>();
+    for (size_t i = 0; i < counts.size(); ++i) counts[i] = static_cast<int64_t>(v[i]);
+  }
+  for (size_t i = 0; i < params_.size(); ++i) steps[names_[i]] = counts[i];
   const comm::ShardLayout& l = target_.layout;
   for (size_t i : l.sharded) sharded.push_back({names_[i], params_[i].numel()});
   return {{"optimizer", "adamw"},
@@ -256,7 +334,10 @@ void ShardedAdamW::load_state(const std::map<std::string, at::Tensor>& tensors, 
                             std::to_string(steps_[i]));
     return nullptr;
   };
-  for (size_t i = 0; i < params_.size(); ++i) steps_[i] = steps.value(names_[i], int64_t{0});
+  for (size_t i = 0; i < params_.size(); ++i) {
+    steps_[i] = steps.value(names_[i], int64_t{0});
+    if (fused_) device_steps_[i].fill_(static_cast<double>(steps_[i]));
+  }
   exp_avg_.zero_(), exp_avg_sq_.zero_();
   for (const auto& s : target_.layout.segments) {
     const at::Tensor* a = find(s.param, ".exp_avg");

@@ -284,12 +284,13 @@ void Trainer::open() {
   ShardedAdamW* sharded = nullptr;
   if (sharded_) {
     // Note [Gather overlap] in sharded_adamw.cpp: each all-gather receives about one gradient bucket.
-    GatherOptions gather;
-    gather.overlap = cfg_.gcts.overlap;
-    if (gather.overlap)  // else one all-gather of everything, after the update
-      gather.piece_numel = std::max<int64_t>(1, static_cast<int64_t>(cfg_.gcts.bucket_mb * 1e6 / 4.0) / world_size);
+    ShardedOptions so;
+    so.fused = fused;
+    so.overlap_gather = cfg_.gcts.overlap;
+    if (so.overlap_gather)  // else one all-gather of everything, after the update
+      so.gather_piece_numel = std::max<int64_t>(1, static_cast<int64_t>(cfg_.gcts.bucket_mb * 1e6 / 4.0) / world_size);
     auto opt = std::make_unique<ShardedAdamW>(trainable, ao, world_.get(),
-                                              static_cast<int64_t>(cfg_.gcts.tiny_tensor_kb * 1024.0 / 4.0), gather);
+                                              static_cast<int64_t>(cfg_.gcts.tiny_tensor_kb * 1024.0 / 4.0), so);
     sharded = opt.get();
     optimizer_ = std::move(opt);
   } else if (fused) {
@@ -364,7 +365,8 @@ void Trainer::open() {
                     << dataset_->total_rows() << " samples, global batch " << pos_.global_batch << " ("
                     << cfg_.trainer.micro_batch_size << " x " << cfg_.trainer.gradient_accumulation_steps << " x "
                     << world_size << " ranks), " << pos_.steps_per_epoch << " steps per epoch, AdamW "
-                    << (sharded_ ? "sharded over " + std::to_string(world_size) + " rank(s)" : fused ? "fused" : "plain")
+                    << (sharded_ ? std::string(fused ? "fused, " : "") + "sharded over " + std::to_string(world_size) + " rank(s)"
+                        : fused ? "fused" : "plain")
                     << ", gradient communication " << reducer_->strategy() << ", steps "
                     << pos_.step + 1 << ".." << last_step_;
 

@@ -1,6 +1,6 @@
 """GCTS on the CPU (Gloo, several processes, the real binaries): with one
 global batch (8 samples), 1, 2 and 4 ranks under the plain path and GCTS's
-`simple` and `hybrid` strategies, with and without the sharded optimizer, end
+`simple` and `hybrid` strategies, with and without the sharded optimizer (op for op and fused), end
 with the same parameters (fp32; the measured maximum relative difference is
 printed); switching the strategy mid-run (sent to rank 1, applied by every
 rank at one step) changes nothing: bitwise on two ranks; the sharded
@@ -99,33 +99,39 @@ def reference(tmp_path_factory):
     return r, final(r)[1], losses(r)
 
 
-CASES_FAST = [(2, "hybrid", True), (4, "simple", False)]
+# (world, strategy, sharded, fused): fused = optimizer.implementation=fused (ATen's multi-tensor AdamW; on the CPU
+# the default is the op-for-op one).
+CASES_FAST = [(2, "hybrid", True, True), (4, "simple", False, False)]
 CASES = CASES_FAST if FAST else [
-    # (world, strategy, sharded)
-    (1, "hybrid", True),
-    (2, "simple", False),
-    (2, "hybrid", False),
-    (2, "simple", True),
-    (2, "hybrid", True),
-    (4, "simple", False),
-    (4, "hybrid", True),
+    (1, "hybrid", True, False),
+    (2, "simple", False, False),
+    (2, "hybrid", False, False),
+    (2, "simple", True, False),
+    (2, "hybrid", True, False),
+    (2, "hybrid", True, True),
+    (4, "simple", False, False),
+    (4, "hybrid", True, False),
 ]
 
 
-@pytest.mark.parametrize("world,strategy,sharded", CASES)
+@pytest.mark.parametrize("world,strategy,sharded,fused", CASES)
 def test_every_world_size_strategy_and_sharding_ends_with_the_parameters_of_one_rank(reference, tmp_path, world,
-                                                                                    strategy, sharded):
+                                                                                    strategy, sharded, fused):
     sets = ["gcts.enable=true", f"gcts.comm_strategy={strategy}", f"gcts.shard_optimizer={str(sharded).lower()}"]
     # Small buckets: several buckets and reduce-scatter slices even on n16-tiny.
     sets += ["gcts.bucket_mb=1", "gcts.first_bucket_mb=0.25"]
+    if fused:
+        sets.append("optimizer.implementation=fused")
     r = run(tmp_path, world, *sets, name="gcts")
     _, w = final(r)
     d, dl = rel_diff(reference[1], w), loss_diff(reference[2], losses(r))
-    print(f"{world} rank(s), {strategy}, {'sharded' if sharded else 'unsharded'}: {STEPS} steps, max relative "
-          f"parameter difference {d:.2e}, loss {dl:.2e} (vs 1 rank, plain)")
+    print(f"{world} rank(s), {strategy}, {'sharded' if sharded else 'unsharded'}{', fused AdamW' if fused else ''}: "
+          f"{STEPS} steps, max relative parameter difference {d:.2e}, loss {dl:.2e} (vs 1 rank, plain)")
     assert d <= REL_TOL and dl <= REL_TOL, (d, dl)
     log = (tmp_path / "rank0.log").read_text()
     assert f"gradient communication {strategy} (GCTS, fp32 reduction" in log
+    if sharded:
+        assert f"AdamW {'fused, ' if fused else ''}sharded over {world} rank(s)" in log
     if sharded and world > 1:
         ckpt, _ = final(r)
         files = json.loads((ckpt / "MANIFEST.json").read_text())["files"]

@@ -86,11 +86,11 @@ TEST_CASE("comm: on a GPU, overlapped reduction through NCCL equals reduction af
 TEST_CASE("comm: on a GPU, a sharded optimizer's all-gather in pieces through NCCL equals one blocking all-gather") {
   auto world = one_nccl_rank();
   const auto cuda = at::TensorOptions().device(world->device()).dtype(at::kFloat);
-  auto run = [&](trainer::GatherOptions gather, std::vector<int64_t>* in_flight) {
+  auto run = [&](trainer::ShardedOptions sharded, std::vector<int64_t>* in_flight) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
     std::vector<trainer::OptimizedParam> ps;
     for (const int64_t n : {700, 9, 1300, 64, 420}) ps.push_back({"p" + std::to_string(n), at::randn({n}, gen).to(cuda), true});
-    trainer::ShardedAdamW opt(ps, trainer::AdamWOptions{}, world.get(), /*tiny_numel=*/16, gather);
+    trainer::ShardedAdamW opt(ps, trainer::AdamWOptions{}, world.get(), /*tiny_numel=*/16, sharded);
     for (int64_t step = 0; step < 3; ++step) {
       opt.shard().grad.copy_(at::randn({opt.layout().chunk}, gen).to(cuda));
       for (size_t i : opt.layout().replicated) ps[i].tensor.mutable_grad() = at::randn({9}, gen).to(cuda);
@@ -103,8 +103,8 @@ TEST_CASE("comm: on a GPU, a sharded optimizer's all-gather in pieces through NC
     return out;
   };
   std::vector<int64_t> blocking_in_flight, pieces_in_flight;
-  const auto blocking = run(trainer::GatherOptions{false, 0}, &blocking_in_flight);
-  const auto pieces = run(trainer::GatherOptions{true, 100}, &pieces_in_flight);
+  const auto blocking = run(trainer::ShardedOptions{false, 0, /*fused=*/true}, &blocking_in_flight);
+  const auto pieces = run(trainer::ShardedOptions{true, 100, /*fused=*/true}, &pieces_in_flight);
   for (const int64_t n : blocking_in_flight) REQUIRE(n == 0);
   for (const int64_t n : pieces_in_flight) REQUIRE(n == 25);  // 2484 sharded floats in pieces of 100
   for (size_t i = 0; i < pieces.size(); ++i) REQUIRE(pieces[i].equal(blocking[i]));

@@ -4,7 +4,9 @@
 // must change nothing, and checkpoint state that moves between the two; and
 // that ShardedAdamW's all-gathers, cut in pieces and left in flight after
 // step() (Note [Gather overlap]), give two Gloo ranks bitwise the parameters
-// of one blocking all-gather.
+// of one blocking all-gather, op for op and fused; and that the fused
+// ShardedAdamW computes the op-for-op one's update and skips a non-finite one
+// on the device.
 #include <cmath>   // std::isnan
 #include <limits>  // std::numeric_limits
 
@@ -144,9 +146,9 @@ struct ShardedRun {
   bool stale_until_synced = true;  // another rank's range kept its old values until sync_parameters()
 };
 
-ShardedRun sharded_steps(loongforge::comm::World& world, GatherOptions gather) {
+ShardedRun sharded_steps(loongforge::comm::World& world, ShardedOptions sharded) {
   auto ps = make_params(11);
-  ShardedAdamW opt(ps, options(), &world, /*tiny_numel=*/16, gather);
+  ShardedAdamW opt(ps, options(), &world, /*tiny_numel=*/16, sharded);
   const auto& l = opt.layout();
   ShardedRun out;
   for (int64_t step = 0; step < 3; ++step) {
@@ -174,10 +176,12 @@ ShardedRun sharded_steps(loongforge::comm::World& world, GatherOptions gather) {
 }  // namespace
 
 TEST_CASE("optimizer: ShardedAdamW's all-gathers in pieces left in flight equal one blocking all-gather, bitwise") {
+ for (const bool fused : {false, true}) {
+  CAPTURE(fused);
   std::vector<ShardedRun> blocking(2), pieces(2);
   loongforge::comm::test::two_ranks([&](loongforge::comm::World& world) {
-    blocking[world.rank()] = sharded_steps(world, GatherOptions{/*overlap=*/false, /*piece_numel=*/0});
-    pieces[world.rank()] = sharded_steps(world, GatherOptions{/*overlap=*/true, /*piece_numel=*/37});
+    blocking[world.rank()] = sharded_steps(world, ShardedOptions{/*overlap_gather=*/false, /*gather_piece_numel=*/0, fused});
+    pieces[world.rank()] = sharded_steps(world, ShardedOptions{/*overlap_gather=*/true, /*gather_piece_numel=*/37, fused});
   });
   for (int64_t r = 0; r < 2; ++r) {
     CAPTURE(r);
@@ -190,4 +194,63 @@ TEST_CASE("optimizer: ShardedAdamW's all-gathers in pieces left in flight equal 
       REQUIRE(pieces[r].params[i].equal(pieces[0].params[i]));  // every rank ends with the same parameters
     }
   }
+ }
+}
+
+namespace {
+// What the reducer does for a sharded optimizer on one rank: the gradients of
+// the sharded tensors laid end to end into shard().grad.
+void fill_shard(ShardedAdamW& opt) {
+  for (const auto& s : opt.layout().segments)
+    opt.shard().grad.narrow(0, s.shard_offset, s.numel)
+        .copy_(opt.params()[s.param].grad().reshape({-1}).narrow(0, s.param_offset, s.numel));
+}
+}  // namespace
+
+TEST_CASE("optimizer: the fused ShardedAdamW equals the op-for-op one within 1e-6 per tensor over 100 steps with clipping") {
+  const auto init = make_params(5);
+  ShardedAdamW plain(clone(init), options(), nullptr, /*tiny_numel=*/16);
+  ShardedAdamW fused(clone(init), options(), nullptr, /*tiny_numel=*/16, ShardedOptions{false, 0, /*fused=*/true});
+  REQUIRE(fused.skips_nonfinite_on_device());
+  REQUIRE_FALSE(plain.skips_nonfinite_on_device());
+  double worst_norm = 0;
+  for (int64_t s = 0; s < 100; ++s) {
+    for (ShardedAdamW* o : {&plain, &fused}) {
+      set_grads(o->params(), s, s % 3 == 0 ? 10.0 : 0.1);  // every third step clips
+      fill_shard(*o);
+    }
+    const double np = plain.clip_grad_norm(1.0).item<double>(), nf = fused.clip_grad_norm(1.0).item<double>();
+    worst_norm = std::max(worst_norm, std::abs(nf - np) / np);
+    plain.step(1e-3 * (1 + s % 7)), fused.step(1e-3 * (1 + s % 7));
+  }
+  double worst = 0;
+  for (size_t i = 0; i < plain.params().size(); ++i) worst = std::max(worst, rel(fused.params()[i], plain.params()[i]));
+  const auto sp = plain.state_tensors(), sf = fused.state_tensors();
+  REQUIRE(sp.size() == sf.size());
+  for (size_t i = 0; i < sp.size(); ++i) worst = std::max(worst, rel(sf[i].second, sp[i].second));
+  WARN("measured: max relative difference per tensor " << worst << ", of the clip norm " << worst_norm);
+  CHECK(worst_norm <= 1e-6);
+  CHECK(worst <= 1e-6);
+  CHECK(fused.state_json() == plain.state_json());  // step counts
+}
+
+TEST_CASE("optimizer: a non-finite gradient changes nothing in the fused ShardedAdamW, on the device") {
+  ShardedAdamW fused(make_params(3), options(), nullptr, /*tiny_numel=*/16, ShardedOptions{false, 0, /*fused=*/true});
+  set_grads(fused.params(), 0, 1.0);
+  fill_shard(fused);
+  fused.clip_grad_norm(1.0);
+  fused.step(1e-3);
+  std::vector<at::Tensor> before;
+  for (const auto& p : fused.params()) before.push_back(p.clone());
+  for (const auto& t : fused.state_tensors()) before.push_back(t.second.clone());
+  const auto steps_before = fused.state_json();
+  set_grads(fused.params(), 1, 1.0);
+  fill_shard(fused);
+  fused.shard().grad[5] = std::numeric_limits<float>::infinity();
+  REQUIRE_FALSE(std::isfinite(fused.clip_grad_norm(1.0).item<double>()));
+  fused.step(1e-3);
+  size_t k = 0;
+  for (const auto& p : fused.params()) REQUIRE(at::equal(p, before[k++]));
+  for (const auto& t : fused.state_tensors()) REQUIRE(at::equal(t.second, before[k++]));
+  REQUIRE(fused.state_json() == steps_before);
 }

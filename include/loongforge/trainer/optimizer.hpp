@@ -53,10 +53,14 @@
 // replicated tensors); load_state() takes full per-parameter moments
 // ("<name>.exp_avg", as AdamW writes them and as state.cpp assembles them
 // from a sharded checkpoint of any world size) and keeps its range.
-// With GatherOptions::overlap the all-gather goes out in pieces while step()
-// is still updating, and step() returns with them in flight:
+// With ShardedOptions::overlap_gather the all-gather goes out in pieces
+// while step() is still updating, and step() returns with them in flight:
 // sync_parameters() completes them (Note [Gather overlap] in
-// sharded_adamw.cpp).
+// sharded_adamw.cpp). With ShardedOptions::fused the update of the range and
+// of the replicated tensors runs through ATen's multi-tensor kernels as
+// FusedAdamW's does (equal to the op-for-op form within float rounding), the
+// squared norms are float32 device scalars, and a non-finite norm skips the
+// update on the device (skips_nonfinite_on_device()).
 #pragma once
 
 #include <chrono>   // std::chrono::steady_clock
@@ -160,9 +164,10 @@ class FusedAdamW final : public AdamWBase {
   at::Tensor found_inf_;  // float32 scalar: 1 when the last clip_grad_norm saw a non-finite norm
 };
 
-struct GatherOptions {
-  bool overlap = false;     // leave the all-gathers in flight after step() (sync_parameters() completes them)
-  int64_t piece_numel = 0;  // elements each rank sends per all-gather; 0: its whole range in one
+struct ShardedOptions {
+  bool overlap_gather = false;     // leave the all-gathers in flight after step() (sync_parameters() completes them)
+  int64_t gather_piece_numel = 0;  // elements each rank sends per all-gather; 0: its whole range in one
+  bool fused = false;              // ATen's multi-tensor AdamW (as FusedAdamW) instead of AdamW's op sequence
 };
 
 class ShardedAdamW final : public Optimizer {
@@ -170,7 +175,7 @@ class ShardedAdamW final : public Optimizer {
   // `world` nullptr: one rank (the shard is everything). Tensors up to
   // tiny_numel elements stay replicated.
   ShardedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions options, comm::World* world,
-               int64_t tiny_numel, GatherOptions gather = {});
+               int64_t tiny_numel, ShardedOptions sharded = {});
   ~ShardedAdamW() override;
   ShardedAdamW(const ShardedAdamW&) = delete;
   ShardedAdamW& operator=(const ShardedAdamW&) = delete;
@@ -179,6 +184,7 @@ class ShardedAdamW final : public Optimizer {
   void step(double lr) override;
   void zero_grad() override;
   void keep_gradients(bool keep) override { keep_grads_ = keep; }
+  bool skips_nonfinite_on_device() const override { return fused_; }
   void sync_parameters() override;
   NamedTensorList state_tensors() const override;
   nlohmann::json state_json() const override;
@@ -198,12 +204,16 @@ class ShardedAdamW final : public Optimizer {
   };
   void plan_pieces(int64_t piece_numel);
   void launch_gather(size_t p);
+  void fused_update(double lr);
   std::vector<std::string> names_;
   std::vector<at::Tensor> params_;
   std::vector<bool> decay_;
-  std::vector<int64_t> steps_;
+  std::vector<int64_t> steps_;  // op-for-op form: updates taken, per parameter
   AdamWOptions opt_;
   comm::World* world_;
+  bool fused_ = false;
+  std::vector<at::Tensor> device_steps_;  // fused: float32 scalars per parameter, as FusedAdamW keeps them
+  at::Tensor lr_, found_inf_;             // fused: float32 device scalars
   comm::ShardTarget target_;
   at::Tensor exp_avg_, exp_avg_sq_;                    // (owned) fp32: this rank's range
   std::map<size_t, std::pair<at::Tensor, at::Tensor>> replicated_;  // tiny tensors: exp_avg, exp_avg_sq
