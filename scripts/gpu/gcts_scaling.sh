@@ -2,7 +2,9 @@
 # Issue #13's scaling table on the H200 machines (NCCL): per-GPU throughput of
 # loongforge-train with gradient communication plain (GCTS off), GCTS `simple`,
 # `hybrid` and `hybrid` with the sharded optimizer, against the reference
-# trainer's PyTorch DDP (--mode baseline; torchrun at several GPUs), at every
+# trainer's PyTorch DDP (ref-ddp: --mode baseline; torchrun at several GPUs;
+# ref-opt, not in the default RUNS for its compile time: --mode optimized,
+# torch.compile with CUDA graphs, the strongest baseline), at every
 # world size in WORLDS (default: 1 and, on a machine with more GPUs, all of
 # them). Same config for all (configs/bench/n16-1b-h200.yaml: bf16, micro-batch
 # 32 per GPU, accumulation 1, so the global batch grows with the GPUs), STEPS
@@ -63,11 +65,12 @@ for w in $worlds; do
         rm -rf /dev/shm/ckpt
         grep -m1 -E "gradient communication" "$OUT/$name.log" | cut -c1-300
         cp /tmp/runs/$name/metrics.jsonl "$OUT/${name}_metrics.jsonl" 2>/dev/null ;;
-      ref-ddp)
+      ref-ddp|ref-opt)
+        mode=baseline; [ $run = ref-opt ] && mode=optimized
         launcher=(python3); [ "$w" -gt 1 ] && launcher=(torchrun --standalone --nproc_per_node $w)
         PYTHONPATH=scripts timeout 400 "${launcher[@]}" scripts/reference/train_torch.py "${common[@]}" \
           --set control.enable=false \
-          --set run.name=$name --mode baseline --loongforge-train build-gpu/src/daemon/loongforge-train \
+          --set run.name=$name --mode $mode --loongforge-train build-gpu/src/daemon/loongforge-train \
           --out /tmp/runs/$name > "$OUT/$name.log" 2>&1
         echo "exit $?"
         cp /tmp/runs/$name/metrics.jsonl "$OUT/${name}_metrics.jsonl" 2>/dev/null ;;
@@ -110,10 +113,11 @@ for n, r in rows.items():
     print(f"{n:18} {r['w']:>4} {r['per_gpu']:>13.1f} {r['ms']:>8.1f} {exposed:>10} {share:>9} {r['mem']:>8.0f} "
           f"{r['mfu']:>6.3f} {eff:>8}   ({r['n']} steps)")
 for w in sorted({r["w"] for r in rows.values()}):
-    ref = rows.get(f"ref-ddp-w{w}")
-    if ref:
-        print(f"{w} GPU(s), against the reference's DDP: " + ", ".join(
-            f"{r['run']} {r['per_gpu'] / ref['per_gpu']:.2f}x" for r in rows.values()
-            if r["w"] == w and not r["run"].startswith("ref")))
+    for base in ("ref-ddp", "ref-opt"):
+        ref = rows.get(f"{base}-w{w}")
+        if ref:
+            print(f"{w} GPU(s), against {base}: " + ", ".join(
+                f"{r['run']} {r['per_gpu'] / ref['per_gpu']:.2f}x" for r in rows.values()
+                if r["w"] == w and not r["run"].startswith("ref")))
 PY
 stamp "done"

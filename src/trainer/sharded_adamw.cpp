@@ -10,7 +10,9 @@
 // same elementwise ops on the same tensors, so the numbers cannot depend on
 // q), copies each updated segment into the send buffer, and launches every
 // piece whose part of this rank's range is complete. So the first pieces
-// travel while the later segments are being updated. Without overlap step()
+// travel while the later segments are being updated. (The fused form updates
+// every segment in one multi-tensor call, then launches every piece.)
+// Without overlap step()
 // then waits for all of them and copies the received ranges into the
 // parameters; with overlap it returns with them in flight and
 // sync_parameters() does that wait and copy later: the trainer calls it just

@@ -91,6 +91,16 @@ def loss_diff(a, b):
     return max(abs(x - y) / max(abs(x), abs(y), 1e-12) for x, y in zip(a, b))
 
 
+def client_after(out, procs, rank, step):
+    """(socket path, Client) of rank `rank` of a launched job, once the job has done `step` steps."""
+    sock = str(out / f"ctl{rank}" / "s.sock")
+    wait_socket(sock, procs)
+    c = Client(sock)
+    while c.request("status")["result"].get("step", 0) < step:
+        time.sleep(0.05)
+    return sock, c
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """1 rank, plain path (GCTS off), accumulation 4."""
@@ -159,11 +169,7 @@ def two_rank_pair(tmp_path, *sets, name):
     procs = launch(out, 2, *BASE, "trainer.gradient_accumulation_steps=2", *sets, "gcts.comm_strategy=hybrid",
                    "trainer.max_steps=20", name=name, steps=20)
     try:
-        sock1 = str(out / "ctl1" / "s.sock")
-        wait_socket(sock1, procs)
-        c = Client(sock1)
-        while c.request("status")["result"].get("step", 0) < 3:
-            time.sleep(0.05)
+        _, c = client_after(out, procs, 1, 3)
         r = c.request("switch-strategy", {"strategy": "simple"})
         assert r["ok"], r
         at = r["result"]["applied_at_step"]
@@ -287,11 +293,7 @@ def run_watching_comm(out, world, *sets, name, steps=STEPS):
     accum = 8 // (2 * world)
     procs = launch(out, world, *BASE, f"trainer.gradient_accumulation_steps={accum}", *sets, name=name, steps=steps)
     try:
-        sock0 = str(out / "ctl0" / "s.sock")
-        wait_socket(sock0, procs)
-        c = Client(sock0)
-        while c.request("status")["result"].get("step", 0) < 2:
-            time.sleep(0.05)
+        sock0, _ = client_after(out, procs, 0, 2)
         r = cli("monitor-comm", "--socket", sock0, "--count", "1", "--json")
         record = json.loads(r.stdout.splitlines()[0])
     finally:
@@ -343,11 +345,7 @@ def test_monitor_comm_reports_the_plan_bytes_and_replanning_changes_nothing(simp
     out = tmp_path
     procs = launch(out, 2, *sets, name="mon", steps=steps)
     try:
-        sock0 = str(out / "ctl0" / "s.sock")
-        wait_socket(sock0, procs)
-        c = Client(sock0)
-        while c.request("status")["result"].get("step", 0) < 2:
-            time.sleep(0.05)
+        sock0, _ = client_after(out, procs, 0, 2)
         r = cli("monitor-comm", "--socket", sock0, "--count", "2", "--interval", "0.2", "--json")
         records = [json.loads(l) for l in r.stdout.splitlines() if l.strip()]
     finally:
@@ -392,11 +390,7 @@ def test_monitor_comm_reports_the_plan_bytes_and_replanning_changes_nothing(simp
 
 def switch_after(out, procs, rank, step, strategy):
     """Asks rank `rank` for switch-strategy once the job has done `step` steps; returns the applying step."""
-    sock = str(out / f"ctl{rank}" / "s.sock")
-    wait_socket(sock, procs)
-    c = Client(sock)
-    while c.request("status")["result"].get("step", 0) < step:
-        time.sleep(0.05)
+    _, c = client_after(out, procs, rank, step)
     r = c.request("switch-strategy", {"strategy": strategy})
     assert r["ok"], r
     return r["result"]["applied_at_step"]
