@@ -53,6 +53,22 @@ double rel(const at::Tensor& a, const at::Tensor& b) {
   return (a - b).norm().item<double>() / std::max(b.norm().item<double>(), 1e-30);
 }
 
+// Everything an update may change: parameters, state tensors and step counts.
+struct Snapshot {
+  std::vector<at::Tensor> tensors;
+  nlohmann::json steps;
+  explicit Snapshot(const Optimizer& o) : steps(o.state_json()) {
+    for (const auto& p : o.params()) tensors.push_back(p.clone());
+    for (const auto& t : o.state_tensors()) tensors.push_back(t.second.clone());
+  }
+  bool operator==(const Snapshot& other) const {
+    if (steps != other.steps || tensors.size() != other.tensors.size()) return false;
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (!at::equal(tensors[i], other.tensors[i])) return false;
+    return true;
+  }
+};
+
 AdamWOptions options() {
   AdamWOptions o;
   o.beta1 = 0.95, o.beta2 = 0.999, o.eps = 1e-8, o.weight_decay = 0.05;
@@ -95,19 +111,13 @@ TEST_CASE("optimizer: a non-finite gradient changes nothing in FusedAdamW, on th
   set_grads(fused.params(), 0, 1.0);
   fused.clip_grad_norm(1.0);
   fused.step(1e-3);  // one real step, so the state is not all zeros
-  std::vector<at::Tensor> before;
-  for (const auto& p : fused.params()) before.push_back(p.clone());
-  for (const auto& t : fused.state_tensors()) before.push_back(t.second.clone());
-  const auto steps_before = fused.state_json();
+  const Snapshot before(fused);
 
   set_grads(fused.params(), 1, 1.0);
   const_cast<at::Tensor&>(fused.params()[4]).mutable_grad()[3] = std::numeric_limits<float>::quiet_NaN();
   REQUIRE(std::isnan(fused.clip_grad_norm(1.0).item<double>()));
   fused.step(1e-3);
-  size_t k = 0;
-  for (const auto& p : fused.params()) REQUIRE(at::equal(p, before[k++]));
-  for (const auto& t : fused.state_tensors()) REQUIRE(at::equal(t.second, before[k++]));
-  REQUIRE(fused.state_json() == steps_before);
+  REQUIRE(Snapshot(fused) == before);
 }
 
 TEST_CASE("optimizer: state saved from one AdamW implementation continues in the other") {
@@ -240,17 +250,11 @@ TEST_CASE("optimizer: a non-finite gradient changes nothing in the fused Sharded
   fill_shard(fused);
   fused.clip_grad_norm(1.0);
   fused.step(1e-3);
-  std::vector<at::Tensor> before;
-  for (const auto& p : fused.params()) before.push_back(p.clone());
-  for (const auto& t : fused.state_tensors()) before.push_back(t.second.clone());
-  const auto steps_before = fused.state_json();
+  const Snapshot before(fused);
   set_grads(fused.params(), 1, 1.0);
   fill_shard(fused);
   fused.shard().grad[5] = std::numeric_limits<float>::infinity();
   REQUIRE_FALSE(std::isfinite(fused.clip_grad_norm(1.0).item<double>()));
   fused.step(1e-3);
-  size_t k = 0;
-  for (const auto& p : fused.params()) REQUIRE(at::equal(p, before[k++]));
-  for (const auto& t : fused.state_tensors()) REQUIRE(at::equal(t.second, before[k++]));
-  REQUIRE(fused.state_json() == steps_before);
+  REQUIRE(Snapshot(fused) == before);
 }
