@@ -90,11 +90,18 @@ class GctsReducer final : public GradientReducer {
   }
 
   int64_t world_size() const override { return world_ ? world_->size() : 1; }
-  int64_t sum_counts(int64_t local) override { return world_ ? detail::sum_count(*world_, local) : local; }
+  StepCounts agree_counts(const StepCounts& local) override {
+    StepCounts all = world_ ? detail::agree_counts(*world_, local) : local;
+    slots_ = all.slots;  // this step's per-embodiment rows (Note [Embodiment rows])
+    slots_known_ = true;
+    return all;
+  }
   at::Tensor sum_scalar(const at::Tensor& scalar) override {
     return world_ ? detail::sum_device_scalar(*world_, scalar) : scalar;
   }
-  bool has_work() const { return world_ || shard_; }
+  // One rank with a sharded optimizer: its gradient shard must be filled,
+  // unless the gradients are views into it (Note [Gradient views]).
+  bool has_work() const { return world_ || (shard_ && !shard_->local.defined()); }
 
   void begin_step(const std::vector<at::Tensor>& params, int64_t micro_batches) override {
     reset_step(params);
@@ -113,7 +120,12 @@ class GctsReducer final : public GradientReducer {
 
   void average_gradients(const std::vector<at::Tensor>& params, PhaseRecorder& phases, int64_t step) override {
     armed_ = false;
-    if (!has_work()) return;  // one rank, replicated state: the gradients are the mean already
+    if (!has_work()) {
+      // One rank: the gradients are the mean already (and with gradient
+      // views, in the optimizer's shard, but for any a runner replaced).
+      if (shard_) shard_->adopt_foreign_grads(params);
+      return;
+    }
     if (!begun_) reset_step(params);
     const std::string phase = "comm/" + strategy_;
     Phase p(phases, phase.c_str(), step + 1);
@@ -124,6 +136,7 @@ class GctsReducer final : public GradientReducer {
     exposed_ms_ = detail::ms_since(t0);
     step_ = step + 1;
     begun_ = false;
+    slots_known_ = false;
     for (const auto& t : timings_)
       if (t.service_ms > 0) window_.push_back({t.bytes, t.service_ms});
     if (world_ && rebuild_interval_ > 0 && step_ % rebuild_interval_ == 0) rebuild();
@@ -456,6 +469,11 @@ class GctsReducer final : public GradientReducer {
   // Copies the gradient elements of flat range [x, y) into dst (length y - x).
   void fill_flat(at::Tensor dst, int64_t x, int64_t y) {
     const ShardLayout& l = shard_->layout;
+    if (shard_->local.defined()) {  // Note [Gradient views]: one copy of the range
+      adopt_foreign(x, y);
+      dst.copy_(shard_->local.narrow(0, x, y - x));
+      return;
+    }
     const int64_t end = std::min(y, l.total);
     if (end < y) dst.narrow(0, std::max<int64_t>(0, end - x), y - std::max(end, x)).zero_();
     for (size_t k = 0; k < l.sharded.size(); ++k) {
@@ -464,6 +482,18 @@ class GctsReducer final : public GradientReducer {
       const int64_t a = std::max(p0, x), b = std::min(p1, end);
       if (a >= b) continue;
       dst.narrow(0, a - x, b - a).copy_(grad_or_zeros(i).reshape({-1}).narrow(0, a - p0, b - a));
+    }
+  }
+
+  // Note [Gradient views]: the gradients in [x, y) of parameters whose .grad
+  // is not their view into the flat buffer (a runner replaced it) go there.
+  void adopt_foreign(int64_t x, int64_t y) {
+    const ShardLayout& l = shard_->layout;
+    for (size_t k = 0; k < l.sharded.size(); ++k) {
+      const int64_t p0 = l.offsets[k], p1 = p0 + params_[l.sharded[k]].numel;
+      if (p1 <= x || p0 >= y) continue;
+      const at::Tensor& g = live_[l.sharded[k]].grad();
+      if (g.defined() && !shard_->is_view_grad(k, g)) shard_->local.narrow(0, p0, p1 - p0).copy_(g.reshape({-1}));
     }
   }
 
@@ -485,9 +515,45 @@ class GctsReducer final : public GradientReducer {
     f.finish = [this, out, a, len] { shard_->grad.narrow(0, a, len).copy_(average(out.clone())); };
   }
 
-  // Per-embodiment parameters: only the slot rows that hold gradient on some rank.
+  // Note [Embodiment rows]
+  // Per-embodiment parameters (dim 0 = slot) reduce only the rows of slots
+  // some rank's batch indexed: the model reads a slot's row only for samples
+  // of that embodiment (batch "embodiment_id"), so any other row's gradient
+  // is zero on every rank and its mean is the zero it already is. The slots
+  // come from agree_counts(), already united over ranks on the hosts; the
+  // index tensor is cached per slot set (a dataset has one embodiment), so
+  // the step neither reads the device nor copies to it. Without them (a
+  // caller that did not agree the counts) the rows are found from the
+  // gradients: non-zero rows, united by an all-reduce of the row masks, then
+  // nonzero(), which waits for the device. Either way the same rows hold the
+  // same sums (the known slots may add rows that are zero everywhere).
+  at::Tensor slot_index(int64_t slots, c10::Device device) {
+    std::vector<int64_t> ids;
+    for (int64_t s : slots_) {
+      if (s < 0 || s >= slots)
+        throw CommError("gcts.sparse_embodiment: embodiment slot " + std::to_string(s) +
+                        " is outside the per-embodiment parameters' " + std::to_string(slots) +
+                        " slots (the dataset's embodiment_id must be below the model's embodiment count)");
+      ids.push_back(s);
+    }
+    const auto key = std::make_pair(ids, slots);
+    auto it = slot_index_.find(key);
+    if (it == slot_index_.end())
+      it = slot_index_.emplace(key, at::tensor(ids, at::TensorOptions().dtype(at::kLong)).to(device)).first;
+    return it->second;
+  }
+
   void launch_embodiment(const Unit& unit, InFlight& f) {
     const std::vector<size_t>& emb = unit.bucket.params;
+    if (slots_known_) {
+      std::vector<at::Tensor> rows, index;
+      for (size_t i : emb) {
+        index.push_back(slot_index(params_[i].shape[0], live_[i].device()));
+        rows.push_back(grad_or_zeros(i).index_select(0, index.back()).reshape({-1}).to(dtype_));
+      }
+      reduce_rows(emb, std::move(rows), std::move(index), f);
+      return;
+    }
     std::vector<at::Tensor> masks;
     for (size_t i : emb) {
       const at::Tensor& p = live_[i];
@@ -510,6 +576,12 @@ class GctsReducer final : public GradientReducer {
       off += slots;
       rows.push_back(grad_or_zeros(i).index_select(0, index.back()).reshape({-1}).to(dtype_));
     }
+    reduce_rows(emb, std::move(rows), std::move(index), f);
+  }
+
+  // The selected rows of every per-embodiment parameter in one all-reduce; their means go back to those rows.
+  void reduce_rows(const std::vector<size_t>& emb, std::vector<at::Tensor> rows, std::vector<at::Tensor> index,
+                   InFlight& f) {
     at::Tensor flat = at::cat(rows);
     f.bytes += static_cast<double>(flat.numel() * flat.element_size());
     f.pending = all_reduce(flat);
@@ -562,6 +634,9 @@ class GctsReducer final : public GradientReducer {
   Plan simple_, hybrid_;
   std::vector<bool> sharded_;
   std::vector<at::Tensor> hooked_;  // parameters carrying our hook
+  std::vector<int64_t> slots_;      // this step's embodiment slots (agree_counts), valid while slots_known_
+  bool slots_known_ = false;
+  std::map<std::pair<std::vector<int64_t>, int64_t>, at::Tensor> slot_index_;  // (slots, slot count) -> device index
 
   // This step (reset_step).
   std::vector<at::Tensor> live_;

@@ -2,6 +2,9 @@
 // all-reduce (GCTS off); GCTS's strategies are in gcts_reducer.cpp.
 #include "loongforge/comm/reducer.hpp"
 
+#include <algorithm>  // std::sort, std::unique
+#include <stdexcept>  // std::invalid_argument
+
 #include <ATen/ATen.h>  // at::full
 
 #include "loongforge/common/error.hpp"
@@ -12,6 +15,46 @@ namespace loongforge::comm {
 
 nlohmann::json GradientReducer::switch_strategy(const std::string&) {
   throw CommError("switch-strategy needs GCTS (gcts.enable=true); this run uses " + strategy());
+}
+
+// ---------------------------------------------------------------------------
+// StepCounts: "valid;slot,slot,..." on the wire
+
+StepCounts StepCounts::combine(const std::vector<StepCounts>& ranks) {
+  StepCounts all;
+  for (const auto& r : ranks) {
+    all.valid += r.valid;
+    all.slots.insert(all.slots.end(), r.slots.begin(), r.slots.end());
+  }
+  std::sort(all.slots.begin(), all.slots.end());
+  all.slots.erase(std::unique(all.slots.begin(), all.slots.end()), all.slots.end());
+  return all;
+}
+
+std::string StepCounts::encode() const {
+  std::string s = std::to_string(valid) + ";";
+  for (size_t i = 0; i < slots.size(); ++i) s += (i ? "," : "") + std::to_string(slots[i]);
+  return s;
+}
+
+StepCounts StepCounts::decode(const std::string& s) {
+  StepCounts c;
+  const size_t semi = s.find(';');
+  try {
+    if (semi == std::string::npos) throw std::invalid_argument("no ';'");
+    size_t used = 0;
+    c.valid = std::stoll(s.substr(0, semi), &used);
+    if (used != semi) throw std::invalid_argument("valid count");
+    for (size_t a = semi + 1; a < s.size();) {
+      const size_t b = std::min(s.find(',', a), s.size());
+      c.slots.push_back(std::stoll(s.substr(a, b - a), &used));
+      if (used != b - a) throw std::invalid_argument("slot");
+      a = b + 1;
+    }
+  } catch (const std::exception&) {
+    throw CommError("a rank's step counts are malformed: '" + s.substr(0, 64) + "' (expected 'valid;slot,slot')");
+  }
+  return c;
 }
 
 // ---------------------------------------------------------------------------
@@ -33,10 +76,10 @@ nlohmann::json group_json(const std::string& name, const std::string& collective
           {"busbw_gbps", algbw * bus_factor(collective, n)}};
 }
 
-int64_t sum_count(World& world, int64_t local) {
-  std::vector<at::Tensor> t = {at::full({1}, local, at::TensorOptions().dtype(at::kLong).device(world.device()))};
-  world.allreduce_sum(t);
-  return t[0].item<int64_t>();
+StepCounts agree_counts(World& world, const StepCounts& local) {
+  std::vector<StepCounts> ranks;
+  for (const auto& s : world.all_gather_on_hosts(local.encode())) ranks.push_back(StepCounts::decode(s));
+  return StepCounts::combine(ranks);
 }
 
 at::Tensor sum_device_scalar(World& world, const at::Tensor& scalar) {
@@ -53,7 +96,7 @@ namespace {
 class LocalReducer final : public GradientReducer {
  public:
   int64_t world_size() const override { return 1; }
-  int64_t sum_counts(int64_t local) override { return local; }
+  StepCounts agree_counts(const StepCounts& local) override { return local; }
   void average_gradients(const std::vector<at::Tensor>&, PhaseRecorder&, int64_t) override {}
   at::Tensor sum_scalar(const at::Tensor& scalar) override { return scalar; }
   std::string strategy() const override { return "none (1 rank: no gradient communication)"; }
@@ -64,7 +107,7 @@ class AllReduceReducer final : public GradientReducer {
  public:
   explicit AllReduceReducer(World& world) : world_(world), sync_(world) {}
   int64_t world_size() const override { return world_.size(); }
-  int64_t sum_counts(int64_t local) override { return detail::sum_count(world_, local); }
+  StepCounts agree_counts(const StepCounts& local) override { return detail::agree_counts(world_, local); }
 
   void average_gradients(const std::vector<at::Tensor>& params, PhaseRecorder& phases, int64_t step) override {
     Phase p(phases, "comm/all-reduce", step + 1);

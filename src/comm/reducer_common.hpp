@@ -9,6 +9,7 @@
 #include <ATen/core/Tensor.h>  // at::Tensor
 #include <nlohmann/json.hpp>   // nlohmann::json
 
+#include "loongforge/comm/reducer.hpp"
 #include "loongforge/comm/world.hpp"
 
 namespace loongforge::comm::detail {
@@ -34,7 +35,7 @@ struct GroupStats {
 nlohmann::json group_json(const std::string& name, const std::string& collective, double bytes, double ms,
                           int64_t calls, double n);
 
-int64_t sum_count(World& world, int64_t local);
+StepCounts agree_counts(World& world, const StepCounts& local);
 at::Tensor sum_device_scalar(World& world, const at::Tensor& scalar);
 
 }  // namespace loongforge::comm::detail

@@ -3,6 +3,8 @@
 
 #include <algorithm>  // std::max, std::min
 
+#include <ATen/ATen.h>  // at::Tensor::copy_
+
 namespace loongforge::comm {
 
 ShardLayout ShardLayout::make(const std::vector<int64_t>& numels, int64_t tiny_numel, int64_t world, int64_t rank) {
@@ -27,6 +29,20 @@ ShardLayout ShardLayout::make(const std::vector<int64_t>& numels, int64_t tiny_n
     l.segments.push_back(Segment{l.sharded[k], s0 - p0, s0 - b, s1 - s0});
   }
   return l;
+}
+
+bool ShardTarget::is_view_grad(size_t k, const at::Tensor& g) const {
+  return local.defined() && g.defined() &&
+         g.data_ptr() == static_cast<void*>(local.data_ptr<float>() + layout.offsets[k]);
+}
+
+void ShardTarget::adopt_foreign_grads(const std::vector<at::Tensor>& params) const {
+  if (!local.defined()) return;
+  for (size_t k = 0; k < layout.sharded.size(); ++k) {
+    const at::Tensor& g = params[layout.sharded[k]].grad();
+    if (!g.defined() || is_view_grad(k, g)) continue;
+    local.narrow(0, layout.offsets[k], g.numel()).copy_(g.reshape({-1}));
+  }
 }
 
 }  // namespace loongforge::comm

@@ -142,6 +142,7 @@ std::shared_ptr<void> hold(c10::intrusive_ptr<c10d::Work> w) {
 struct World::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::Backend> pg;
+  int64_t host_calls = 0;  // all_gather_on_hosts calls so far (the same on every rank)
 };
 
 World::World(WorldInfo info) : info_(std::move(info)), impl_(std::make_unique<Impl>()) {}
@@ -240,6 +241,36 @@ std::string World::agree(const std::string& key, const std::string& value) {
   if (info_.rank == 0) impl_->store->set(k, std::vector<uint8_t>(value.begin(), value.end()));
   const auto v = impl_->store->get(k);
   return std::string(v.begin(), v.end());
+}
+
+// Note [Host exchange]
+// Call n: rank r sets lf/host/<n>/<r>, then reads every rank's key of call n
+// (waiting for them to appear, up to the world's timeout).
+// Once a rank has read all keys of call n, every rank has written call n, so
+// every rank has finished reading call n - 1: its own key of call n - 1 can
+// go. So the store holds at most two keys per rank. The values travel host
+// to host through rank 0's store, so no device work is waited for: what
+// ProcessGroupNCCL's all-reduce of a host number followed by .item() cannot
+// avoid (that waits for every kernel queued before it).
+std::vector<std::string> World::all_gather_on_hosts(const std::string& mine) {
+  const int64_t n = impl_->host_calls++;
+  auto key = [](int64_t call, int64_t rank) {
+    return "lf/host/" + std::to_string(call) + "/" + std::to_string(rank);
+  };
+  std::vector<std::string> out;
+  try {
+    impl_->store->set(key(n, info_.rank), std::vector<uint8_t>(mine.begin(), mine.end()));
+    std::vector<std::string> keys;
+    for (int64_t r = 0; r < info_.world_size; ++r) keys.push_back(key(n, r));
+    impl_->store->wait(keys);
+    for (const auto& v : impl_->store->multiGet(keys)) out.emplace_back(v.begin(), v.end());
+    if (n > 0) impl_->store->deleteKey(key(n - 1, info_.rank));
+  } catch (const std::exception& e) {
+    throw CommError("rank " + std::to_string(info_.rank) + ": exchanging the step's counts through the rendezvous store " +
+                    info_.master_addr + ":" + std::to_string(info_.master_port) + " failed (call " + std::to_string(n) +
+                    "; a peer died, hung or is at another step?): " + e.what());
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------------------

@@ -271,6 +271,7 @@ class AsyncSource final : public BatchSource {
         }
         MicroBatch mb = builder_.micro_batch(m / accumulation_, m % accumulation_);
         item.batch.num_valid = mb.num_valid;
+        item.batch.embodiments = mb.embodiments;
         item.batch.tokens = mb.text_tokens + mb.action_tokens + batch_size_ * image_tokens_per_sample_;
         const DataStats st = builder_.stats();
         item.samples_skipped = st.samples_skipped, item.videos_bad = st.videos_bad;

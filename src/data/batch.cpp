@@ -872,6 +872,8 @@ MicroBatch BatchBuilder::micro_batch(int64_t step, int64_t i) {
                         opt_.processor.state_dropout))
         state[b].zero_();
   }
+  const at::Tensor slots = std::get<0>(at::_unique(mb.tensors.at("embodiment_id"), /*sorted=*/true));
+  mb.embodiments.assign(slots.data_ptr<int64_t>(), slots.data_ptr<int64_t>() + slots.numel());
   return mb;
 }
 

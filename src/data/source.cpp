@@ -27,6 +27,7 @@ class SyncSource final : public BatchSource {
       mb = builder_.micro_batch(step, micro);
     }
     r.num_valid = mb.num_valid;
+    r.embodiments = mb.embodiments;
     r.tokens = mb.text_tokens + mb.action_tokens + batch_size_ * image_tokens_per_sample_;
     Phase p(phases, "h2d", step + 1, micro);
     // Through page-locked memory, so the copy is asynchronous (from pageable

@@ -84,7 +84,12 @@ ShardedAdamW::ShardedAdamW(const std::vector<OptimizedParam>& params, AdamWOptio
   target_.layout = comm::ShardLayout::make(numels, tiny_numel, world_size, rank);
   const auto opts = params.empty() ? at::TensorOptions().dtype(at::kFloat) : params.front().tensor.options();
   const comm::ShardLayout& l = target_.layout;
-  target_.grad = at::zeros({l.chunk}, opts);
+  if (sharded.gradient_views) {
+    target_.local = at::zeros({l.world * l.chunk}, opts);
+    install_gradient_views();
+  }
+  // One rank: the optimizer's range is the whole flat space (chunk = total).
+  target_.grad = target_.local.defined() && l.world == 1 ? target_.local : at::zeros({l.chunk}, opts);
   exp_avg_ = at::zeros({l.owned()}, opts);
   exp_avg_sq_ = at::zeros({l.owned()}, opts);
   for (size_t i : l.replicated)
@@ -284,15 +289,32 @@ void ShardedAdamW::sync_parameters() {
   target_.gather_exposed_ms = overlap_gather_ ? ms(t0, now) : ms(first_launch_, now);
 }
 
+// Note [Gradient views] in comm/shard.hpp: each sharded parameter's .grad
+// becomes its range of the flat buffer (again, where a runner replaced it).
+void ShardedAdamW::install_gradient_views() {
+  const comm::ShardLayout& l = target_.layout;
+  for (size_t k = 0; k < l.sharded.size(); ++k) {
+    at::Tensor& p = params_[l.sharded[k]];
+    if (target_.is_view_grad(k, p.grad())) continue;
+    p.mutable_grad() = target_.local.narrow(0, l.offsets[k], p.numel()).view(p.sizes());
+  }
+}
+
 void ShardedAdamW::zero_grad() {
   target_.grad.zero_();
-  if (!keep_grads_) {
-    for (auto& p : params_) p.mutable_grad() = at::Tensor();
-    return;
+  if (target_.local.defined()) {
+    if (!target_.local.is_same(target_.grad)) target_.local.zero_();
+    install_gradient_views();
   }
   std::vector<at::Tensor> grads;
-  for (auto& p : params_)
-    if (p.grad().defined()) grads.push_back(p.grad());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (target_.local.defined() && !replicated_.count(i)) continue;  // a view, zeroed above
+    at::Tensor& p = params_[i];
+    if (!keep_grads_)
+      p.mutable_grad() = at::Tensor();
+    else if (p.grad().defined())
+      grads.push_back(p.grad());
+  }
   if (!grads.empty()) at::_foreach_zero_(grads);
 }
 

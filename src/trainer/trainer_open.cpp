@@ -329,8 +329,13 @@ void Trainer::open() {
     reducer_ = comm::make_plain_reducer(world_.get());
   }
   optimizer_->keep_gradients(graphs && !compiled);  // the compiled runner's graph outputs are the gradients
-  if (device_.is_cuda() && optimizer_->skips_nonfinite_on_device() && world_info_.world_size == 1)
+  // Several ranks too: the loss and the norm are sums over ranks on the device
+  // (every rank reads the same values one step late, so a non-finite one
+  // stops or warns at the same step everywhere) and the step's counts travel
+  // host to host (agree_counts), so no rank waits for its device mid-step.
+  if (device_.is_cuda() && optimizer_->skips_nonfinite_on_device())
     readback_ = std::make_unique<Readback>(device_);
+  if (device_.is_cuda() && (world_info_.world_size > 1 || sharded_)) comm_timer_ = std::make_unique<CommTimer>(device_);
   if (readback_ && graphs)
     if (auto* fused_adamw = dynamic_cast<FusedAdamW*>(optimizer_.get()))
       optimizer_graph_ = make_optimizer_graph(*fused_adamw, cfg_.trainer.grad_clip_norm,

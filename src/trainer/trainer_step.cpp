@@ -51,13 +51,16 @@ void Trainer::step() {
   // Every micro-batch of the step first: their valid counts weight the losses.
   std::vector<data::ReadyBatch> batches;
   int64_t local_valid = 0, tokens = 0;
+  std::vector<comm::StepCounts> micro;
   for (int64_t i = 0; i < k; ++i) {
     batches.push_back(source_->next(s, i, *control_));
     local_valid += batches.back().num_valid;
     tokens += batches.back().tokens;
+    micro.push_back({batches.back().num_valid, batches.back().embodiments});
   }
   const double data_ms = ms_since(t_step);
-  const int64_t total_valid = reducer_->sum_counts(local_valid);
+  // Host to host: no rank waits for its device here (reducer.hpp).
+  const int64_t total_valid = reducer_->agree_counts(comm::StepCounts::combine(micro)).valid;
   const auto world = static_cast<double>(reducer_->world_size());
   std::vector<double> weights(static_cast<size_t>(k));
   for (int64_t i = 0; i < k; ++i)
@@ -71,7 +74,9 @@ void Trainer::step() {
     // A sharded optimizer's all-gathers of the last update (Note [Gather overlap] in sharded_adamw.cpp).
     Phase p(*control_, "comm/gather", s + 1);
     const auto t0 = Clock::now();
+    if (comm_timer_) comm_timer_->begin();
     optimizer_->sync_parameters();
+    if (comm_timer_) comm_timer_->end();
     comm_ms += ms_since(t0);
   }
   reducer_->begin_step(optimizer_->params(), k);  // GCTS overlap: arms the gradient hooks
@@ -80,10 +85,13 @@ void Trainer::step() {
 
   if (reducer_->world_size() > 1 || sharded_) {  // one rank: a sharded optimizer still takes its gradient shard
     const auto t0 = Clock::now();
+    if (comm_timer_) comm_timer_->begin();
     reducer_->average_gradients(optimizer_->params(), *control_, s);
     if (reducer_->world_size() > 1) loss = reducer_->sum_scalar(loss) / world;  // the job's loss (docs/training-semantics.md s5)
+    if (comm_timer_) comm_timer_->end();
     comm_ms += ms_since(t0);
   }
+  if (comm_timer_) comm_timer_->close_step(s + 1);
 
   double step_loss = 0, grad_norm = 0;
   const double lr = schedule_.lr_at(s);
@@ -170,6 +178,7 @@ void Trainer::step_boundary() {
   const StepRecord* newest = &record_;
   StepRecord late;
   if (!readback_) {
+    device_exposed_comm(record_);
     progress_->record(record_);
   } else {
     newest = nullptr;
@@ -214,7 +223,16 @@ StepRecord Trainer::complete(Readback::Held held, Clock::time_point next_start) 
   const double period = std::chrono::duration<double, std::milli>(next_start - held.started).count();
   set_step_time(held.record, std::max(period - held.record.checkpoint_stall_ms, 1e-3));
   check_finite(held.record.step, loss, norm, /*read_late=*/true);
+  device_exposed_comm(held.record);
   return held.record;
+}
+
+// On GPUs the step's exposed communication is the device's (Note [Exposed
+// communication on the device] in readback.cpp): the host time around the
+// calls counts only launches there. Called once the step's values are read.
+void Trainer::device_exposed_comm(StepRecord& r) {
+  if (!comm_timer_) return;
+  if (const auto ms = comm_timer_->take(r.step)) r.exposed_comm_ms = *ms;
 }
 
 // Copies the state to host memory (the stall) and hands it to the writer.

@@ -54,7 +54,11 @@ struct StepResult {
   double bytes = 0;
 };
 
-inline StepResult train_step(World& world, const std::string& strategy, bool sharded, bool overlap) {
+// `agree`: the step's counts go through agree_counts() first, as the trainer
+// does, so the per-embodiment rows come from the batches' slots (Note
+// [Embodiment rows]); without it from the gradients.
+inline StepResult train_step(World& world, const std::string& strategy, bool sharded, bool overlap,
+                             bool agree = false) {
   const c10::Device device = world.device();
   Net net(device);
   config::Config cfg;
@@ -72,14 +76,19 @@ inline StepResult train_step(World& world, const std::string& strategy, bool sha
   }
   auto reducer = make_gcts_reducer(cfg, &world, net.meta, sharded ? &target : nullptr, overlap);
   NoPhases phases;
-  reducer->begin_step(net.params, /*micro_batches=*/2);
+  std::vector<at::Tensor> xs, ids;
+  StepCounts counts;
   for (int64_t micro = 0; micro < 2; ++micro) {
     // each rank, each micro-batch: its own data
     auto gen = at::make_generator<at::CPUGeneratorImpl>(100 + world.rank() * 10 + micro);
-    const at::Tensor x = at::randn({6, 8}, gen).to(device);
-    const at::Tensor ids = at::randint(0, 2, {6}, gen, at::kLong).to(device);  // slots 2, 3 get no gradient
-    net.loss(x, ids).backward();
+    xs.push_back(at::randn({6, 8}, gen).to(device));
+    const at::Tensor id = at::randint(0, 2, {6}, gen, at::kLong);  // slots 2, 3 get no gradient
+    for (int64_t k = 0; k < id.numel(); ++k) counts.slots.push_back(id[k].item<int64_t>());
+    ids.push_back(id.to(device));
   }
+  if (agree) reducer->agree_counts(StepCounts::combine({counts}));
+  reducer->begin_step(net.params, /*micro_batches=*/2);
+  for (int64_t micro = 0; micro < 2; ++micro) net.loss(xs[micro], ids[micro]).backward();
   reducer->average_gradients(net.params, phases, 0);
   StepResult r;
   for (const auto& p : net.params) r.grads.push_back(p.grad().cpu().clone());

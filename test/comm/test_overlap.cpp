@@ -3,13 +3,16 @@
 // accumulated into .grad; and on two Gloo ranks (two threads), a small model
 // trained with 2 micro-batches gets bitwise the same averaged gradients with
 // overlap on as with it off, for `simple` and `hybrid`, sharded and not, while
-// overlap launches some buckets during backward and the other path none.
+// overlap launches some buckets during backward and the other path none; and
+// that the step's counts travel host to host (World::all_gather_on_hosts) and
+// the per-embodiment rows they name reduce what the gradients' rows would.
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>                          // at::ones
 #include <torch/csrc/autograd/function_hook.h>  // PostAccumulateGradHook
 #include <torch/csrc/autograd/variable.h>       // set_post_acc_grad_hooks
+#include <torch/csrc/distributed/c10d/Store.hpp>  // c10d::Store::getNumKeys
 
 #include "catch_compat.hpp"
 #include "gcts_step.hpp"
@@ -25,6 +28,11 @@ struct Record final : torch::autograd::PostAccumulateGradHook {
   void operator()(const torch::autograd::Variable& t) override { seen->push_back(t.grad().clone()); }
   std::vector<at::Tensor>* seen;
 };
+
+// The trainer's exchange of a step's counts, through a plain reducer of `world`.
+StepCounts detail_agree(World& world, const StepCounts& mine) {
+  return make_plain_reducer(&world)->agree_counts(mine);
+}
 
 }  // namespace
 
@@ -65,4 +73,46 @@ TEST_CASE("comm: overlapped reduction equals reduction after backward, bitwise (
         for (size_t i = 0; i < on[0].grads.size(); ++i) REQUIRE(on[0].grads[i].equal(on[1].grads[i]));
     }
   }
+}
+
+TEST_CASE("comm: per-embodiment rows chosen from the agreed batch slots equal rows found from the gradients, bitwise (2 ranks)") {
+  for (const bool overlap : {false, true}) {
+    CAPTURE(overlap);
+    std::vector<test::StepResult> agreed(2), found(2);
+    test::two_ranks([&](World& world) {
+      agreed[world.rank()] = test::train_step(world, "hybrid", /*sharded=*/false, overlap, /*agree=*/true);
+      found[world.rank()] = test::train_step(world, "hybrid", /*sharded=*/false, overlap, /*agree=*/false);
+    });
+    for (int64_t r = 0; r < 2; ++r) {
+      CAPTURE(r);
+      for (size_t i = 0; i < agreed[r].grads.size(); ++i) {
+        CAPTURE(i);
+        REQUIRE(agreed[r].grads[i].equal(found[r].grads[i]));
+        REQUIRE(agreed[r].grads[i].equal(agreed[0].grads[i]));
+      }
+      // The same rows travel; only the 4 slots' int32 row masks (16 bytes) are not all-reduced.
+      REQUIRE(agreed[r].bytes == found[r].bytes - 16);
+    }
+  }
+}
+
+TEST_CASE("comm: the step's counts are summed and their slots united host to host, call after call, without piling up keys") {
+  std::vector<std::vector<StepCounts>> seen(2);
+  std::vector<int64_t> keys(2);
+  test::two_ranks([&](World& world) {
+    const int64_t r = world.rank();
+    for (int64_t call = 0; call < 50; ++call)
+      seen[r].push_back(detail_agree(world, {call + r, {r == 0 ? call % 3 : 7}}));
+    world.barrier();
+    keys[r] = world.store().getNumKeys();
+  });
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t call = 0; call < 50; ++call) {
+      CAPTURE(r, call);
+      REQUIRE(seen[r][call].valid == 2 * call + 1);
+      REQUIRE(seen[r][call].slots == std::vector<int64_t>{call % 3, 7});
+    }
+  REQUIRE(keys[0] < 20);  // two per rank at most, plus the rendezvous's own
+  REQUIRE_THROWS_WITH(StepCounts::decode("12;3,x"), lf_catch::Contains("malformed"));
+  REQUIRE(StepCounts::decode(StepCounts{5, {1, 4}}.encode()).slots == std::vector<int64_t>{1, 4});
 }

@@ -159,7 +159,7 @@ TEST_CASE("comm: GradientSync averages gradients over ranks, a missing gradient 
     // The trainer's seam over the same world: the loss and the valid counts are sums over ranks.
     auto reducer = make_plain_reducer(&world);
     const double loss = reducer->sum_scalar(at::scalar_tensor(r == 0 ? 1.0 : 2.0, at::kDouble)).item<double>();
-    const int64_t valid = reducer->sum_counts(r == 0 ? 5 : 7);
+    const int64_t valid = reducer->agree_counts({r == 0 ? 5 : 7, {r}}).valid;
     out[r] = {w.grad(), b.grad(), only0.grad(), loss, s.bytes, world.agree("run_dir", r == 0 ? "runs/a" : "ignored"),
               valid};
   });

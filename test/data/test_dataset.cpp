@@ -464,6 +464,12 @@ TEST_CASE("data: a micro-batch carries every model input and deterministic flow-
   REQUIRE(at::equal(x["images"], y["images"]));
   REQUIRE(x["fm_t"].max().item<float>() <= 1.0f);
   REQUIRE_FALSE(at::equal(x["fm_noise"], a.micro_batch(4, 0).tensors["fm_noise"]));
+  // The embodiment slots it indexes, known on the host (GCTS's per-embodiment rows).
+  SampleOptions other = tiny_options();
+  other.embodiment_id = 5;
+  const MicroBatch m = BatchBuilder(ds, other).micro_batch(3, 0);
+  REQUIRE(m.embodiments == std::vector<int64_t>{5});
+  REQUIRE(at::equal(m.tensors.at("embodiment_id"), at::full({4}, 5, at::kLong)));
 }
 
 TEST_CASE("data: a truncated video is reported with the file") {

@@ -6,7 +6,8 @@
 // step() (Note [Gather overlap]), give two Gloo ranks bitwise the parameters
 // of one blocking all-gather, op for op and fused; and that the fused
 // ShardedAdamW computes the op-for-op one's update and skips a non-finite one
-// on the device.
+// on the device; and that gradients as views into the sharded optimizer's flat
+// buffer (Note [Gradient views]) give the update of packed copies bitwise.
 #include <cmath>   // std::isnan
 #include <limits>  // std::numeric_limits
 
@@ -14,7 +15,9 @@
 #include <ATen/CPUGeneratorImpl.h>  // at::CPUGeneratorImpl
 
 #include "catch_compat.hpp"
+#include "comm/gcts_step.hpp"
 #include "comm/ranks.hpp"
+#include "loongforge/comm/reducer.hpp"
 #include "loongforge/trainer/optimizer.hpp"
 
 using namespace loongforge::trainer;
@@ -257,4 +260,88 @@ TEST_CASE("optimizer: a non-finite gradient changes nothing in the fused Sharded
   REQUIRE_FALSE(std::isfinite(fused.clip_grad_norm(1.0).item<double>()));
   fused.step(1e-3);
   REQUIRE(Snapshot(fused) == before);
+}
+
+namespace {
+// Three steps of 2 micro-batches through GCTS's reducer (hybrid) into a
+// ShardedAdamW, each rank with its own data; `foreign`: at step 1 one sharded
+// parameter's .grad is replaced by a copy, as the compiled runner's graph
+// outputs do (Note [Gradient views]).
+struct ViewRun {
+  std::vector<at::Tensor> params;
+  bool grad_is_local = false;        // one rank: the optimizer's shard is the flat gradient buffer itself
+  bool backward_wrote_local = true;  // every sharded .grad pointed into shard().local after backward
+};
+
+ViewRun view_steps(loongforge::comm::World* world, bool views, bool foreign) {
+  auto ps = make_params(21);
+  std::vector<loongforge::comm::ReducedParam> meta;
+  for (auto& p : ps) {
+    p.tensor.requires_grad_(true);
+    meta.push_back({p.name, p.tensor.sizes().vec(), p.tensor.numel(), false, -1});
+  }
+  ShardedOptions o;
+  o.gradient_views = views;
+  ShardedAdamW opt(ps, options(), world, /*tiny_numel=*/16, o);
+  loongforge::config::Config cfg;
+  cfg.gcts.enable = true, cfg.gcts.comm_strategy = "hybrid", cfg.gcts.bucket_mb = 0.002, cfg.gcts.first_bucket_mb = 0.0005;
+  auto reducer = loongforge::comm::make_gcts_reducer(cfg, world, meta, &opt.shard(), /*overlap=*/false);
+  loongforge::comm::test::NoPhases phases;
+  const int64_t rank = world ? world->rank() : 0;
+  ViewRun out;
+  out.grad_is_local = opt.shard().grad.is_same(opt.shard().local);
+  for (int64_t step = 0; step < 3; ++step) {
+    reducer->begin_step(opt.params(), 2);
+    for (int64_t micro = 0; micro < 2; ++micro) {
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(300 + static_cast<uint64_t>(step * 10 + micro + 100 * rank));
+      at::Tensor loss = at::zeros({});
+      for (const auto& p : opt.params()) loss = loss + (p.tanh() * at::randn(p.sizes(), gen)).sum();
+      loss.backward();
+    }
+    if (foreign && step == 1) {
+      at::Tensor& p = const_cast<at::Tensor&>(opt.params()[opt.layout().sharded[2]]);
+      p.mutable_grad() = p.grad().clone();
+    }
+    const auto& l = opt.layout();
+    for (size_t k = 0; k < l.sharded.size(); ++k)
+      out.backward_wrote_local = out.backward_wrote_local && opt.shard().is_view_grad(k, opt.params()[l.sharded[k]].grad());
+    reducer->average_gradients(opt.params(), phases, step);
+    opt.clip_grad_norm(1.0);
+    opt.step(1e-2);
+  }
+  for (const auto& p : ps) out.params.push_back(p.tensor.detach().clone());
+  return out;
+}
+
+void require_equal(const ViewRun& a, const ViewRun& b) {
+  REQUIRE(a.params.size() == b.params.size());
+  for (size_t i = 0; i < a.params.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(a.params[i].equal(b.params[i]));
+  }
+}
+}  // namespace
+
+TEST_CASE("optimizer: gradients as views into the sharded optimizer's flat buffer update bitwise as packed copies, at 1 and 2 ranks") {
+  for (const bool foreign : {false, true}) {
+    CAPTURE(foreign);
+    const ViewRun copies = view_steps(nullptr, /*views=*/false, foreign);
+    const ViewRun views = view_steps(nullptr, /*views=*/true, foreign);
+    REQUIRE(views.grad_is_local);
+    REQUIRE(views.backward_wrote_local == !foreign);  // backward accumulated straight into the flat buffer
+    REQUIRE_FALSE(copies.backward_wrote_local);
+    require_equal(views, copies);
+    std::vector<ViewRun> c2(2), v2(2);
+    loongforge::comm::test::two_ranks([&](loongforge::comm::World& world) {
+      c2[world.rank()] = view_steps(&world, false, foreign);
+      v2[world.rank()] = view_steps(&world, true, foreign);
+    });
+    for (int64_t r = 0; r < 2; ++r) {
+      CAPTURE(r);
+      REQUIRE_FALSE(v2[r].grad_is_local);  // two ranks: the averaged range is a buffer of its own
+      REQUIRE(v2[r].backward_wrote_local == !foreign);
+      require_equal(v2[r], c2[r]);
+      require_equal(v2[r], v2[0]);
+    }
+  }
 }

@@ -5,8 +5,13 @@
 // Contract:
 //  - One reducer per rank, owned by the trainer thread; every rank calls the
 //    same methods in the same order each step (c10d's rule).
-//  - sum_counts() sums a host integer over ranks before backward (the step's
-//    valid action elements, docs/training-semantics.md s5); one rank: itself.
+//  - agree_counts() sums the step's valid action elements over ranks before
+//    backward (docs/training-semantics.md s5) and unites the embodiment slots
+//    the ranks' batches index, host to host (World::all_gather_on_hosts: no
+//    rank waits for its device); one rank: its own. GCTS's hybrid plan
+//    reduces those slots' rows of the per-embodiment parameters this step
+//    (a row no batch indexes has no gradient anywhere); a step without it
+//    finds the rows from the gradients (a mask all-reduce and a device read).
 //  - average_gradients() leaves every parameter's .grad equal to the mean of
 //    the ranks' gradients (a rank without a gradient for a parameter
 //    contributes zeros). One rank: nothing to do. With a ShardTarget (a
@@ -34,7 +39,7 @@
 // Example:
 //   auto reducer = make_plain_reducer(world.get());   // nullptr: one rank
 //   auto gcts = make_gcts_reducer(cfg, world.get(), params, /*shard=*/nullptr, /*overlap=*/true);
-//   const int64_t v = reducer->sum_counts(local_valid);
+//   const StepCounts all = reducer->agree_counts({local_valid, {embodiment_id}});
 //   reducer->begin_step(optimizer.params(), k);
 //   ... k forward/backward passes ...
 //   reducer->average_gradients(optimizer.params(), phases, step);
@@ -70,11 +75,21 @@ struct ReducedParam {
   int64_t ready_rank = -1;
 };
 
+// What a step's batches say on the host, before the step runs.
+struct StepCounts {
+  int64_t valid = 0;           // valid action elements (the loss is averaged over them)
+  std::vector<int64_t> slots;  // embodiment slots indexed (batch "embodiment_id"), sorted, distinct
+  // `valid` summed, `slots` united over every rank's counts (rank order).
+  static StepCounts combine(const std::vector<StepCounts>& ranks);
+  std::string encode() const;
+  static StepCounts decode(const std::string& s);  // CommError on a malformed string
+};
+
 class GradientReducer {
  public:
   virtual ~GradientReducer() = default;
   virtual int64_t world_size() const = 0;
-  virtual int64_t sum_counts(int64_t local) = 0;
+  virtual StepCounts agree_counts(const StepCounts& local) = 0;
   // Before the step's forward/backward passes (`micro_batches` of them) over
   // `params` (optimizer order): GCTS with overlap arms its gradient hooks
   // here (Note [Overlap] in gcts_reducer.cpp); the others do nothing.

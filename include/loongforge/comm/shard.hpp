@@ -18,6 +18,21 @@
 // resume on another world size rebuilds every parameter's moments from the
 // shards that cover it and takes its own range (exact: copies only).
 //
+// Note [Gradient views]
+// With `local` defined (ShardedOptions::gradient_views, the default), the
+// sharded parameters' .grad tensors are views into one flat buffer laid out
+// as above (world x chunk elements, the padding zero): autograd's
+// AccumulateGrad adds each backward's gradient into the existing .grad in
+// place, so backward writes straight into the flat space, as DDP's
+// gradient_as_bucket_view does. The reducer then reads ranges of `local`
+// instead of packing parameter by parameter (one copy per rank and unit
+// instead of one per parameter piece), and at one rank `grad` IS `local`
+// (the optimizer's range is everything): nothing is copied at all. A runner
+// that replaces a .grad (the compiled runner's graph outputs) breaks the
+// view for that step: the reducer copies such a gradient into `local` first
+// (is_view_grad), and the optimizer's zero_grad() re-installs the views.
+// Numbers: 0 + g is g, so the gradients are bitwise those of the copies.
+//
 // Example:
 //   ShardLayout l = ShardLayout::make({1000, 8, 3000}, /*tiny_numel=*/16, /*world=*/2, /*rank=*/1);
 //   // sharded = {0, 2}, replicated = {1}, total = 4000, chunk = 2000: rank 1 owns [2000, 4000)
@@ -59,6 +74,10 @@ struct ShardLayout {
 struct ShardTarget {
   ShardLayout layout;
   at::Tensor grad;  // (chunk) fp32 on the parameters' device; [0, owned) is this rank's averaged gradient
+  // Note [Gradient views]: (world x chunk) fp32, this rank's own gradients of
+  // the sharded parameters at their flat offsets, or undefined (the reducer
+  // packs each parameter's .grad). At one rank the same tensor as `grad`.
+  at::Tensor local;
   // The optimizer's all-gather of updated parameters, for monitor-comm
   // (Note [Gather overlap] in src/trainer/sharded_adamw.cpp): bytes received
   // per step, the collectives it took, the time from the first launch to the
@@ -66,6 +85,14 @@ struct ShardTarget {
   double gather_bytes = 0, gather_ms = 0, gather_exposed_ms = 0;
   int64_t gather_calls = 0;
   bool gather_overlap = false;  // launched in pieces during the update, completed before the next forward
+
+  // Whether `g` (a sharded parameter's .grad; k its index in layout.sharded)
+  // is its view into `local`, i.e. its values are there already.
+  bool is_view_grad(size_t k, const at::Tensor& g) const;
+  // Copies into `local` every sharded parameter's .grad in `params`
+  // (optimizer order) that is not its view (Note [Gradient views]); an
+  // undefined one leaves its zeros. No-op without `local`.
+  void adopt_foreign_grads(const std::vector<at::Tensor>& params) const;
 };
 
 }  // namespace loongforge::comm

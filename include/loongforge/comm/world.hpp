@@ -18,6 +18,9 @@
 //    buckets can be in flight at once.
 //  - store() is the rendezvous store for small control messages (the
 //    control plane's cluster-wide commands); keys under "lf/".
+//    all_gather_on_hosts() exchanges small strings through it without
+//    touching a device (the step's counts, so a GPU rank never waits for its
+//    device to learn them).
 //  - Trainer thread only.
 //
 // Example:
@@ -107,6 +110,10 @@ class World {
   void barrier();
   // Rank 0's `value` for `key`, on every rank (through the store; small strings).
   std::string agree(const std::string& key, const std::string& value_on_rank0);
+  // Every rank's `mine`, in rank order, through the store: host to host, so
+  // it never waits for device work (Note [Host exchange] in world.cpp). Every
+  // rank must call it equally often; small strings (a step's counts).
+  std::vector<std::string> all_gather_on_hosts(const std::string& mine);
 
  private:
   struct Impl;

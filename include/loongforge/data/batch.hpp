@@ -216,6 +216,7 @@ struct MicroBatch {
   int64_t text_tokens = 0;    // == sum of text_mask
   int64_t action_tokens = 0;  // action rows with at least one valid element (== action_mask.amax(2).sum())
   std::vector<int64_t> blank_slots;  // samples skipped for a bad video: zero images (frames.hpp model_images)
+  std::vector<int64_t> embodiments;  // the distinct values of "embodiment_id", sorted
 };
 
 class BatchBuilder {

@@ -77,6 +77,7 @@ struct ReadyBatch {
   Batch tensors;              // the model's batch, on the device
   int64_t num_valid = 0;      // valid action elements (the loss is averaged over them)
   int64_t tokens = 0;         // text + action + image tokens (throughput metrics)
+  std::vector<int64_t> embodiments;  // the distinct embodiment ids in the batch, sorted (known on the host)
 };
 
 class BatchSource {

@@ -60,7 +60,11 @@
 // of the replicated tensors runs through ATen's multi-tensor kernels as
 // FusedAdamW's does (equal to the op-for-op form within float rounding), the
 // squared norms are float32 device scalars, and a non-finite norm skips the
-// update on the device (skips_nonfinite_on_device()).
+// update on the device (skips_nonfinite_on_device()). With
+// ShardedOptions::gradient_views (the default) the sharded parameters'
+// gradients are views into one flat buffer, shard().local (Note [Gradient
+// views] in comm/shard.hpp): they are defined from construction on, and
+// step()/zero_grad() zero that buffer instead of dropping them.
 #pragma once
 
 #include <chrono>   // std::chrono::steady_clock
@@ -168,6 +172,7 @@ struct ShardedOptions {
   bool overlap_gather = false;     // leave the all-gathers in flight after step() (sync_parameters() completes them)
   int64_t gather_piece_numel = 0;  // elements each rank sends per all-gather; 0: its whole range in one
   bool fused = false;              // ATen's multi-tensor AdamW (as FusedAdamW) instead of AdamW's op sequence
+  bool gradient_views = true;      // the sharded parameters' .grad are views into one flat buffer (Note [Gradient views])
 };
 
 class ShardedAdamW final : public Optimizer {
@@ -205,6 +210,7 @@ class ShardedAdamW final : public Optimizer {
   void plan_pieces(int64_t piece_numel);
   void launch_gather(size_t p);
   void fused_update(double lr);
+  void install_gradient_views();
   std::vector<std::string> names_;
   std::vector<at::Tensor> params_;
   std::vector<bool> decay_;

@@ -27,6 +27,8 @@ struct StepRecord {
   double checkpoint_stall_ms = 0;  // snapshot copy + waiting for the previous write
   // Communication the step waited for outside the optimizer: gradient reduction after backward, the
   // loss sum, and (gcts.overlap) a sharded optimizer's all-gathers still in flight at the forward.
+  // Host time on CPUs; on GPUs the compute stream's time in those calls, timed on the device
+  // (Note [Exposed communication on the device] in readback.cpp).
   double exposed_comm_ms = 0;
   int64_t tokens = 0;              // tokens of the step (tokens_per_s = tokens / step time)
   double samples_skipped = 0;      // this rank's samples skipped for a bad video so far (data.on_bad_video=skip)

@@ -8,7 +8,7 @@
 //    Error naming the key, file or rank on any problem.
 //  - step(): one optimizer step through the seams:
 //      data::BatchSource (K micro-batches on the device, host metadata)
-//      -> comm::GradientReducer::sum_counts (the step's valid elements)
+//      -> comm::GradientReducer::agree_counts (the step's valid elements and embodiment slots)
 //      -> fusion::StepRunner (forward + backward, loss on the device)
 //      -> comm::GradientReducer::average_gradients
 //      -> Optimizer::clip_grad_norm, Optimizer::step.
@@ -99,6 +99,7 @@ class Trainer {
   [[noreturn]] void fail_in_step(const std::exception& e, bool out_of_memory);
   void check_finite(int64_t step, double loss, double norm, bool read_late);
   StepRecord complete(Readback::Held held, Clock::time_point next_start);
+  void device_exposed_comm(StepRecord& r);
   void set_step_time(StepRecord& r, double step_ms) const;
   [[noreturn]] void fail_on_data(const DataError& e);
   std::string save_after_failure(bool intact);
@@ -143,6 +144,7 @@ class Trainer {
   // Set on the fast path (CUDA, an optimizer that skips non-finite updates on
   // the device): the step reads nothing back; records go out one boundary late.
   std::unique_ptr<Readback> readback_;
+  std::unique_ptr<CommTimer> comm_timer_;  // GPUs with communication: exposed_comm_ms timed on the device
   std::unique_ptr<OptimizerGraph> optimizer_graph_;  // fast path with CUDA graphs (optimizer_graph.hpp)
   Clock::time_point step_started_;  // start of the step just taken
   int64_t frames_counted_ = 0;        // source frames_decoded at frames_counted_at_ (decoded_frames_per_s)
