@@ -79,6 +79,9 @@ TEST_CASE("comm: on a GPU, overlapped reduction through NCCL equals reduction af
         REQUIRE(on.grads[i].equal(off.grads[i]));
       }
       if (sharded) REQUIRE(on.shard_grad.equal(off.shard_grad));
+      // The step's counts through the store; the embodiment rows from the agreed slots.
+      const test::StepResult agreed = test::train_step(*world, strategy, sharded, /*overlap=*/true, /*agree=*/true);
+      for (size_t i = 0; i < on.grads.size(); ++i) REQUIRE(agreed.grads[i].equal(on.grads[i]));
     }
   }
 }
