@@ -27,6 +27,7 @@
 #include <algorithm>  // std::max
 #include <cmath>      // std::abs
 #include <chrono>     // std::chrono
+#include <deque>      // std::deque
 #include <functional>  // std::function
 #include <map>        // std::map
 
@@ -137,8 +138,7 @@ class GctsReducer final : public GradientReducer {
     step_ = step + 1;
     begun_ = false;
     slots_known_ = false;
-    for (const auto& t : timings_)
-      if (t.service_ms > 0) window_.push_back({t.bytes, t.service_ms});
+    settle_timings();
     if (world_ && rebuild_interval_ > 0 && step_ % rebuild_interval_ == 0) rebuild();
   }
 
@@ -160,13 +160,14 @@ class GctsReducer final : public GradientReducer {
 
   nlohmann::json comm_status() const override {
     if (!world_) return nullptr;
+    settle();
     const double n = static_cast<double>(world_->size());
     std::map<std::string, detail::GroupStats> groups;
     std::map<std::string, std::vector<std::pair<Clock::time_point, Clock::time_point>>> spans;
     std::vector<std::pair<Clock::time_point, Clock::time_point>> all;
     nlohmann::json buckets = nlohmann::json::array();
     int64_t in_backward = 0;
-    for (const auto& t : timings_) {
+    for (const auto& t : shown_) {
       auto& g = groups[t.group];
       g.collective = t.collective, g.bytes += t.bytes, g.calls += 1;
       spans[t.group].push_back({t.launched, t.done});
@@ -184,9 +185,17 @@ class GctsReducer final : public GradientReducer {
     for (const auto& [name, g] : groups) gj.push_back(detail::group_json(name, g.collective, g.bytes, g.ms, g.calls, n));
     double gather_exposed_ms = 0;
     if (shard_ && shard_->gather_bytes > 0) {
-      // Note [Gather overlap] in src/trainer/sharded_adamw.cpp: ms from the first launch to the last arrival.
+      // Note [Gather overlap] in src/trainer/sharded_adamw.cpp: ms from the first launch to the last arrival
+      // (on NCCL from the pieces' device spans once they are done).
+      double gather_ms = shard_->gather_ms;
+      const auto& sp = shard_->gather_spans;
+      if (!sp.empty() && std::all_of(sp.begin(), sp.end(), [](const auto& s) { return s && s->done(); })) {
+        double last = 0;
+        for (const auto& s : sp) last = std::max(last, s->ms_from(*sp.front()).second);
+        gather_ms = last;
+      }
       nlohmann::json g = detail::group_json("parameters (sharded optimizer)", "all-gather", shard_->gather_bytes,
-                                            shard_->gather_ms, shard_->gather_calls, n);
+                                            gather_ms, shard_->gather_calls, n);
       g["exposed_ms"] = shard_->gather_exposed_ms;
       g["overlap"] = shard_->gather_overlap ? "during the update and the next batch's fetch" : "none";
       gj.push_back(std::move(g));
@@ -195,7 +204,8 @@ class GctsReducer final : public GradientReducer {
     return {{"world", world_->size()},
             {"strategy", strategy_},
             {"overlap", overlap_},
-            {"step", step_},
+            {"step", shown_step_},
+            {"clock", world_->backend() == Backend::Nccl ? "device (CUDA events)" : "host"},
             {"reduce_exposed_ms", exposed_ms_},
             {"gather_exposed_ms", gather_exposed_ms},
             {"exposed_ms", exposed_ms_ + gather_exposed_ms},
@@ -274,9 +284,11 @@ class GctsReducer final : public GradientReducer {
     std::function<void()> finish;  // unpack once the collective is done
   };
   // Note [Collective timings]
-  // A collective's time_ms is from its launch to its completion (the
-  // backend's completion callback): what nccl-tests times, so algbw = bytes /
-  // time_ms. Collectives queue behind each other (Gloo runs two at a time),
+  // A collective's time_ms is from its launch to its completion (Gloo: the
+  // backend's completion callback; NCCL: device events, Note [Collective
+  // timings on the device] in world.hpp, known a step or so later, so
+  // monitor-comm's `step` may trail the running one): what nccl-tests times,
+  // so algbw = bytes / time_ms. Collectives queue behind each other (Gloo runs two at a time),
   // so a late one's time includes waiting; service_ms is the part after the
   // previous collective's completion (0 when it finished under it), the
   // re-planning fit's input. A group's time and the step's comm_ms are the
@@ -288,7 +300,57 @@ class GctsReducer final : public GradientReducer {
     double bytes = 0, ms = 0, service_ms = 0;
     Clock::time_point launched, done;
     bool in_backward = false;
+    std::shared_ptr<const DeviceSpan> span;  // NCCL (Note [Collective timings on the device] in world.hpp)
   };
+
+  // Launch/completion times and service times in launch order from
+  // [launched, done] spans (Note [Collective timings]).
+  static void service_times(std::vector<Timing>& ts) {
+    Clock::time_point prev_done{};
+    for (auto& t : ts) {
+      const auto start = std::max(t.launched, prev_done);
+      prev_done = std::max(prev_done, t.done);
+      t.ms = std::chrono::duration<double, std::milli>(t.done - t.launched).count();
+      t.service_ms = std::max(0.0, std::chrono::duration<double, std::milli>(t.done - start).count());
+    }
+  }
+
+  // The step's timings become what monitor-comm shows and the re-planning
+  // window's samples: at once on host clocks; on NCCL once their device spans
+  // are done (a later step: the host runs ahead), re-timed from the spans on
+  // one clock (the first span's start).
+  void settle_timings() {
+    const bool device = !timings_.empty() && timings_.front().span;
+    if (!device) {
+      shown_ = timings_, shown_step_ = step_;
+      for (const auto& t : shown_)
+        if (t.service_ms > 0) window_.push_back({t.bytes, t.service_ms});
+      return;
+    }
+    unsettled_.emplace_back(step_, timings_);
+    settle();
+  }
+
+  // Moves every unsettled step whose spans are done, oldest first, to what
+  // monitor-comm shows and to the re-planning window; never waits.
+  void settle() const {
+    while (!unsettled_.empty()) {
+      auto& [step, ts] = unsettled_.front();
+      if (!std::all_of(ts.begin(), ts.end(), [](const Timing& t) { return t.span->done(); })) break;
+      const Clock::time_point origin{};
+      for (auto& t : ts) {
+        const auto [a, b] = t.span->ms_from(*ts.front().span);
+        t.launched = origin + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(a));
+        t.done = origin + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(b));
+      }
+      service_times(ts);
+      for (const auto& t : ts)
+        if (t.service_ms > 0) window_.push_back({t.bytes, t.service_ms});
+      shown_ = std::move(ts), shown_step_ = step;
+      unsettled_.pop_front();
+    }
+    if (unsettled_.size() > 8) unsettled_.pop_front();  // never done: a stalled device; keep what is shown
+  }
 
   static double union_ms(std::vector<std::pair<Clock::time_point, Clock::time_point>> spans) {
     std::sort(spans.begin(), spans.end());
@@ -603,21 +665,18 @@ class GctsReducer final : public GradientReducer {
 
   // Waits for every unit in launch order (Note [Collective timings]).
   void finish_all() {
-    Clock::time_point prev_done{};
     for (auto& f : flight_) {
       f.pending.wait();
       f.finish();
       Timing t;
       t.done = f.pending.finished_at();
       t.launched = f.launched;
-      const auto start = std::max(f.launched, prev_done);
-      prev_done = std::max(prev_done, t.done);
       t.unit = f.unit, t.group = active().units[f.unit].group, t.collective = f.collective, t.bytes = f.bytes;
-      t.ms = std::chrono::duration<double, std::milli>(t.done - t.launched).count();
-      t.service_ms = std::max(0.0, std::chrono::duration<double, std::milli>(t.done - start).count());
       t.in_backward = f.in_backward;
+      t.span = f.pending.span();
       timings_.push_back(std::move(t));
     }
+    service_times(timings_);
     flight_.clear();
   }
 
@@ -648,7 +707,12 @@ class GctsReducer final : public GradientReducer {
 
   // The last finished step, for monitor-comm; the re-planning window.
   std::vector<Timing> timings_;
-  std::vector<std::pair<double, double>> window_;  // (bytes, ms) per collective since the last re-plan
+  // Measurements, settled lazily (comm_status() is const): NCCL steps whose
+  // device spans are not done yet; monitor-comm's newest settled step.
+  mutable std::deque<std::pair<int64_t, std::vector<Timing>>> unsettled_;
+  mutable std::vector<Timing> shown_;
+  mutable int64_t shown_step_ = 0;
+  mutable std::vector<std::pair<double, double>> window_;  // (bytes, ms) per collective since the last re-plan
   nlohmann::json last_rebuild_ = nullptr;
   double exposed_ms_ = 0;
   int64_t step_ = 0;

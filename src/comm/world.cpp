@@ -6,8 +6,13 @@
 #include <chrono>   // std::chrono
 #include <cstdlib>  // std::getenv, std::strtoll
 
+#include <optional>  // std::optional
+
 #include <ATen/ATen.h>  // at::empty
 #include <ATen/core/ivalue.h>  // c10::ivalue::Future
+#include <c10/core/Event.h>        // c10::Event
+#include <c10/core/StreamGuard.h>  // c10::StreamGuard
+#include <c10/core/impl/DeviceGuardImplInterface.h>  // c10::impl::getDeviceGuardImpl
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -98,8 +103,23 @@ int64_t now_ns() {
 }
 }  // namespace
 
-Pending::Pending(std::shared_ptr<void> work, std::string what, int64_t rank)
-    : work_(std::move(work)), what_(std::move(what)), rank_(rank), done_ns_(std::make_shared<std::atomic<int64_t>>(0)) {
+struct DeviceSpan::Events {
+  c10::Event start{c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT};
+  c10::Event end{c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT};
+};
+DeviceSpan::DeviceSpan() : events(std::make_unique<Events>()) {}
+DeviceSpan::~DeviceSpan() = default;
+bool DeviceSpan::done() const { return events->end.query() && events->start.query(); }
+std::pair<double, double> DeviceSpan::ms_from(const DeviceSpan& t0) const {
+  return {t0.events->start.elapsedTime(events->start), t0.events->start.elapsedTime(events->end)};
+}
+
+Pending::Pending(std::shared_ptr<void> work, std::string what, int64_t rank, std::shared_ptr<const DeviceSpan> span)
+    : work_(std::move(work)),
+      what_(std::move(what)),
+      rank_(rank),
+      done_ns_(std::make_shared<std::atomic<int64_t>>(0)),
+      span_(std::move(span)) {
   auto* w = static_cast<c10::intrusive_ptr<c10d::Work>*>(work_.get());
   try {
     auto done = done_ns_;
@@ -142,6 +162,7 @@ std::shared_ptr<void> hold(c10::intrusive_ptr<c10d::Work> w) {
 struct World::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::Backend> pg;
+  std::optional<c10::Stream> timing;  // NCCL: waits for each collective, then records its end
   int64_t host_calls = 0;  // all_gather_on_hosts calls so far (the same on every rank)
 };
 
@@ -191,31 +212,39 @@ void World::allreduce_sum(std::vector<at::Tensor>& tensors) {
   }
 }
 
+// Note [Collective timings on the device] (world.hpp).
+Pending World::launch(const char* what, const std::function<std::shared_ptr<void>()>& enqueue) {
+  try {
+    if (backend_ != Backend::Nccl) return Pending(enqueue(), what, info_.rank);
+    const auto* guard = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+    if (!impl_->timing) impl_->timing = guard->getStreamFromGlobalPool(device_, /*isHighPriority=*/false);
+    auto span = std::make_shared<DeviceSpan>();
+    span->events->start.record(guard->getStream(device_));
+    std::shared_ptr<void> work = enqueue();
+    {
+      c10::StreamGuard on_timing(*impl_->timing);
+      (*static_cast<c10::intrusive_ptr<c10d::Work>*>(work.get()))->wait();  // this stream only (not the host)
+      span->events->end.record(*impl_->timing);
+    }
+    return Pending(std::move(work), what, info_.rank, std::move(span));
+  } catch (const std::exception& e) {
+    throw CommError("rank " + std::to_string(info_.rank) + ": " + what + " failed: " + e.what());
+  }
+}
+
 Pending World::allreduce_sum_async(at::Tensor tensor) {
   std::vector<at::Tensor> t = {std::move(tensor)};
-  try {
-    return Pending(hold(impl_->pg->allreduce(t)), "all-reduce", info_.rank);
-  } catch (const std::exception& e) {
-    throw CommError("rank " + std::to_string(info_.rank) + ": all-reduce failed: " + e.what());
-  }
+  return launch("all-reduce", [&] { return hold(impl_->pg->allreduce(t)); });
 }
 
 Pending World::reduce_scatter_sum_async(at::Tensor output, std::vector<at::Tensor> inputs) {
   std::vector<at::Tensor> out = {std::move(output)};
   std::vector<std::vector<at::Tensor>> in = {std::move(inputs)};
-  try {
-    return Pending(hold(impl_->pg->reduce_scatter(out, in)), "reduce-scatter", info_.rank);
-  } catch (const std::exception& e) {
-    throw CommError("rank " + std::to_string(info_.rank) + ": reduce-scatter failed: " + e.what());
-  }
+  return launch("reduce-scatter", [&] { return hold(impl_->pg->reduce_scatter(out, in)); });
 }
 
 Pending World::all_gather_async(at::Tensor output, at::Tensor input) {
-  try {
-    return Pending(hold(impl_->pg->_allgather_base(output, input)), "all-gather", info_.rank);
-  } catch (const std::exception& e) {
-    throw CommError("rank " + std::to_string(info_.rank) + ": all-gather failed: " + e.what());
-  }
+  return launch("all-gather", [&] { return hold(impl_->pg->_allgather_base(output, input)); });
 }
 
 void World::broadcast(std::vector<at::Tensor>& tensors, int64_t root) {

@@ -272,8 +272,10 @@ void ShardedAdamW::sync_parameters() {
   at::NoGradGuard no_grad;
   const auto t0 = std::chrono::steady_clock::now();
   auto last = first_launch_;
+  target_.gather_spans.clear();
   for (size_t p = 0; p < in_flight_.size(); ++p) {
     in_flight_[p].wait();
+    target_.gather_spans.push_back(in_flight_[p].span());
     last = std::max(last, in_flight_[p].finished_at());
     for (const Copy& c : receive_[p])
       flat_view(params_[c.param], names_[c.param])

@@ -10,6 +10,7 @@
 
 #include <ATen/ATen.h>              // at::randn, at::tanh
 #include <ATen/CPUGeneratorImpl.h>  // at::CPUGeneratorImpl
+#include <c10/core/impl/DeviceGuardImplInterface.h>  // c10::impl::getDeviceGuardImpl
 
 #include "loongforge/comm/reducer.hpp"
 #include "loongforge/comm/shard.hpp"
@@ -52,6 +53,9 @@ struct StepResult {
   at::Tensor shard_grad;          // sharded: this rank's averaged range
   int64_t launched_in_backward = 0;
   double bytes = 0;
+  std::string clock;           // monitor-comm's clock: "host" (Gloo) or device events (NCCL)
+  int64_t shown_step = 0;      // the step monitor-comm shows
+  std::vector<double> times;   // per bucket time_ms
 };
 
 // `agree`: the step's counts go through agree_counts() first, as the trainer
@@ -90,12 +94,19 @@ inline StepResult train_step(World& world, const std::string& strategy, bool sha
   reducer->begin_step(net.params, /*micro_batches=*/2);
   for (int64_t micro = 0; micro < 2; ++micro) net.loss(xs[micro], ids[micro]).backward();
   reducer->average_gradients(net.params, phases, 0);
+  // NCCL's timings are device events: monitor-comm shows a step once they are done.
+  if (device.is_cuda()) c10::impl::getDeviceGuardImpl(device.type())->synchronizeDevice(device.index());
   StepResult r;
   for (const auto& p : net.params) r.grads.push_back(p.grad().cpu().clone());
   if (sharded) r.shard_grad = target.grad.cpu().clone();
   const auto status = reducer->comm_status();
   r.launched_in_backward = status.at("units_launched_in_backward").get<int64_t>();
-  for (const auto& b : status.at("buckets")) r.bytes += b.at("bytes").get<double>();
+  for (const auto& b : status.at("buckets")) {
+    r.bytes += b.at("bytes").get<double>();
+    r.times.push_back(b.at("time_ms").get<double>());
+  }
+  r.clock = status.at("clock").get<std::string>();
+  r.shown_step = status.at("step").get<int64_t>();
   return r;
 }
 

@@ -79,6 +79,11 @@ TEST_CASE("comm: on a GPU, overlapped reduction through NCCL equals reduction af
         REQUIRE(on.grads[i].equal(off.grads[i]));
       }
       if (sharded) REQUIRE(on.shard_grad.equal(off.shard_grad));
+      // monitor-comm on NCCL: device-timed buckets, shown once their events are done.
+      REQUIRE(on.clock == "device (CUDA events)");
+      REQUIRE(on.shown_step == 1);
+      REQUIRE_FALSE(on.times.empty());
+      for (const double t : on.times) REQUIRE((t >= 0 && t < 1000));
       // The step's counts through the store; the embodiment rows from the agreed slots.
       const test::StepResult agreed = test::train_step(*world, strategy, sharded, /*overlap=*/true, /*agree=*/true);
       for (size_t i = 0; i < on.grads.size(); ++i) REQUIRE(agreed.grads[i].equal(on.grads[i]));

@@ -62,6 +62,8 @@ TEST_CASE("comm: overlapped reduction equals reduction after backward, bitwise (
         REQUIRE(on[r].launched_in_backward > 0);
         REQUIRE(off[r].launched_in_backward == 0);
         REQUIRE(on[r].bytes == off[r].bytes);
+        REQUIRE(on[r].clock == "host");
+        REQUIRE(on[r].shown_step == 1);
         for (size_t i = 0; i < on[r].grads.size(); ++i) {
           CAPTURE(i);
           REQUIRE(on[r].grads[i].equal(off[r].grads[i]));

@@ -41,9 +41,12 @@
 #include <algorithm>  // std::min
 #include <cstddef>  // size_t
 #include <cstdint>  // int64_t
+#include <memory>   // std::shared_ptr
 #include <vector>   // std::vector
 
 #include <ATen/core/Tensor.h>  // at::Tensor
+
+#include "loongforge/comm/world.hpp"  // DeviceSpan
 
 namespace loongforge::comm {
 
@@ -84,7 +87,10 @@ struct ShardTarget {
   // last completion, and the part of it the trainer waited for.
   double gather_bytes = 0, gather_ms = 0, gather_exposed_ms = 0;
   int64_t gather_calls = 0;
-  bool gather_overlap = false;  // launched in pieces during the update, completed before the next forward
+  bool gather_overlap = false;
+  // NCCL: the last gather's pieces timed on the device (world.hpp, Note
+  // [Collective timings on the device]); monitor-comm prefers them once done.
+  std::vector<std::shared_ptr<const DeviceSpan>> gather_spans;  // launched in pieces during the update, completed before the next forward
 
   // Whether `g` (a sharded parameter's .grad; k its index in layout.sharded)
   // is its view into `local`, i.e. its values are there already.

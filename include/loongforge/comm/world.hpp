@@ -29,12 +29,14 @@
 //   sync.average(params);      // after backward, before clipping
 #pragma once
 
-#include <atomic>   // std::atomic
-#include <chrono>   // std::chrono::steady_clock
-#include <cstdint>  // int64_t
-#include <memory>   // std::unique_ptr, std::shared_ptr
-#include <string>   // std::string
-#include <vector>   // std::vector
+#include <atomic>      // std::atomic
+#include <chrono>      // std::chrono::steady_clock
+#include <cstdint>     // int64_t
+#include <functional>  // std::function
+#include <memory>      // std::unique_ptr, std::shared_ptr
+#include <string>      // std::string
+#include <utility>     // std::pair
+#include <vector>      // std::vector
 
 #include <ATen/core/Tensor.h>  // at::Tensor
 #include <c10/core/Device.h>   // c10::Device
@@ -64,19 +66,43 @@ const char* backend_name(Backend b);
 // Whether this binary has the backend (its headers were found at build time).
 bool backend_built(Backend b);
 
+// Note [Collective timings on the device]
+// On NCCL a collective's completion callback runs when it is enqueued (c10d
+// marks a CUDA future complete at once and orders streams after it), so host
+// clocks time launches only. There each *_async collective gets a
+// DeviceSpan: a timing event recorded on the caller's stream just before the
+// launch (the NCCL stream waits for that stream, so the collective starts no
+// earlier) and one recorded, after the launch, on a stream of World's own
+// that waits for the collective and does nothing else: it completes when the
+// collective does. done() asks without waiting; ms_from(t0) gives start and
+// end in milliseconds after another span's start (so spans of one step share
+// a clock). Gloo: no spans (host clocks are right there).
+struct DeviceSpan {
+  DeviceSpan();
+  ~DeviceSpan();
+  DeviceSpan(const DeviceSpan&) = delete;
+  DeviceSpan& operator=(const DeviceSpan&) = delete;
+  bool done() const;                                           // both events have completed
+  std::pair<double, double> ms_from(const DeviceSpan& t0) const;  // (start, end); needs done() of both
+  struct Events;
+  std::unique_ptr<Events> events;
+};
+
 // A collective in flight (the *_async forms); wait() rethrows its failure as
 // a CommError naming the rank and the collective. finished_at() is when the
 // collective completed (the backend's completion callback, on its own thread;
 // when that has not run yet once wait() returns, the moment wait() returned),
-// for the per-bucket timings of monitor-comm and gcts.rebuild_interval.
+// for the per-bucket timings of monitor-comm and gcts.rebuild_interval;
+// span() is its DeviceSpan on NCCL (null on Gloo), valid after wait() too.
 class Pending {
  public:
   using Clock = std::chrono::steady_clock;
   Pending() = default;
-  Pending(std::shared_ptr<void> work, std::string what, int64_t rank);
+  Pending(std::shared_ptr<void> work, std::string what, int64_t rank, std::shared_ptr<const DeviceSpan> span = nullptr);
   void wait();
   bool valid() const { return static_cast<bool>(work_); }
   Clock::time_point finished_at() const;
+  const std::shared_ptr<const DeviceSpan>& span() const { return span_; }
 
  private:
   std::shared_ptr<void> work_;  // holds a c10::intrusive_ptr<c10d::Work>
@@ -84,6 +110,7 @@ class Pending {
   int64_t rank_ = 0;
   // steady_clock nanoseconds of completion (0: not yet), written by the backend's thread
   std::shared_ptr<std::atomic<int64_t>> done_ns_;
+  std::shared_ptr<const DeviceSpan> span_;
 };
 
 class World {
@@ -118,6 +145,8 @@ class World {
  private:
   struct Impl;
   explicit World(WorldInfo info);
+  // Launches one collective (Note [Collective timings on the device]).
+  Pending launch(const char* what, const std::function<std::shared_ptr<void>()>& enqueue);
   WorldInfo info_;
   Backend backend_ = Backend::Gloo;
   c10::Device device_ = c10::kCPU;
