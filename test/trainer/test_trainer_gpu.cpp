@@ -28,6 +28,8 @@ config::Config gpu_config(const std::string& name, const std::string& graphs, bo
   const std::string out = std::string(LOONGFORGE_TEST_MODELS) + "/trainer-gpu-" + name;
   remove_tree(out);
   make_dirs(out);
+  config::ValidationContext ctx;
+  ctx.built_engines = trainer::built_engines();  // as loongforge-train validates (GCTS keys)
   return config::parse_config_text(
       "{}", "test",
       {"model.path=" + std::string(LOONGFORGE_TEST_MODELS) + "/n16-tiny.pt", "data.path=" LOONGFORGE_TEST_DATASET,
@@ -35,7 +37,8 @@ config::Config gpu_config(const std::string& name, const std::string& graphs, bo
        "logging.tensorboard=false", "control.enable=false", "trainer.micro_batch_size=4",
        "trainer.gradient_accumulation_steps=2", "trainer.max_steps=30", "checkpoint.interval_steps=1000",
        "optimizer.implementation=fused", "trainer.cuda_graphs=" + graphs, "gcts.enable=" + std::string(sharded ? "true" : "false"),
-       "gcts.shard_optimizer=" + std::string(sharded ? "true" : "false")});
+       "gcts.shard_optimizer=" + std::string(sharded ? "true" : "false")},
+      ctx);
 }
 
 // Runs `t` to the end with CUDA's sync-debug mode set to error around every
