@@ -42,6 +42,7 @@ for w in $worlds; do
   for run in $runs; do
     name=$run-w$w
     stamp "$name"
+    rm -rf "/tmp/runs/$name" "$OUT/${name}_metrics.jsonl"  # a failed run must not show an earlier call's metrics
     case $run in
       lf-plain) sets=() ;;
       lf-simple) sets=(--set gcts.enable=true --set gcts.comm_strategy=simple) ;;

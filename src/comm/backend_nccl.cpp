@@ -8,6 +8,8 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #if LOONGFORGE_WITH_NCCL
 #include <c10/cuda/CUDAFunctions.h>  // c10::cuda::set_device
+#include <c10/cuda/CUDAGuard.h>            // c10::cuda::CUDAGuard
+#include <c10/cuda/CUDAGraphsC10Utils.h>  // c10::cuda::currentStreamCaptureStatusMayInitCtx
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -48,6 +50,17 @@ c10::intrusive_ptr<c10d::Backend> open_nccl(const c10::intrusive_ptr<c10d::Store
                     " (one process per GPU: LOCAL_RANK must name a visible GPU; NCCL_DEBUG=INFO shows why a "
                     "communicator could not be created)");
   }
+#endif
+}
+
+bool stream_capturing(c10::Device device) {
+#if !LOONGFORGE_WITH_NCCL
+  (void)device;
+  return false;
+#else
+  if (!device.is_cuda()) return false;
+  c10::cuda::CUDAGuard on(device);
+  return c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
 #endif
 }
 

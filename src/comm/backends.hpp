@@ -23,4 +23,9 @@ c10::intrusive_ptr<c10d::Backend> open_gloo(const c10::intrusive_ptr<c10d::Store
 c10::intrusive_ptr<c10d::Backend> open_nccl(const c10::intrusive_ptr<c10d::Store>& store, const WorldInfo& info,
                                             std::chrono::milliseconds timeout, c10::Device device, std::string* on);
 
+// Whether the current CUDA stream of `device` is being captured into a CUDA
+// graph (Note [Reduction in the graph] in gcts_reducer.cpp); false on CPUs
+// and in builds without NCCL (nothing there can be captured).
+bool stream_capturing(c10::Device device);
+
 }  // namespace loongforge::comm::detail

@@ -23,7 +23,32 @@
 // backward; on GPUs on autograd's device thread, whose current stream
 // ProcessGroupNCCL orders its stream after (one NCCL rank: test_nccl_gpu). CUDA-graph
 // replay and the compiled runner do not run AccumulateGrad: the trainer turns
-// overlap off for them.
+// overlap off for them (under CUDA graphs on NCCL the reduction goes into the
+// graph instead, below).
+//
+// Note [Reduction in the graph]
+// A replayed CUDA graph runs no hooks, so under the graph runner the
+// reduction used to follow backward, all of it exposed. On NCCL it can be
+// captured instead: the graph runner captures the step's last micro-batch
+// into a graph of its own (keyed by graph_key()), and inside that capture
+// begin_capture() arms the hooks for that one backward, so each unit's
+// packing and collective are recorded as its gradients become final
+// (ProcessGroupNCCL launches on its stream after waiting for the capturing
+// stream, which joins that stream to the capture); end_capture() records
+// the remaining units, the waits (the capturing stream waits for each
+// collective: the join) and the unpacking. Replaying that graph then
+// reduces the gradients of every micro-batch accumulated so far, overlapped
+// with the backward as the device schedules the graph's branches, with no
+// host work. What the capture bakes in makes the key: strategy, bucket size,
+// reduction dtype and, for hybrid's per-embodiment rows, the agreed slots (a
+// graph replays only for the slots it was captured with; their index
+// tensors are made before the capture, prepare_capture()). Timings: a
+// captured collective has no DeviceSpan (World::launch skips it; an event
+// recorded in a capture only orders streams); the trainer times the graph's
+// tail on the device instead (exposed_on_device()). Every rank captures at
+// the same step (the same warm-up counts and keys), and NCCL lets captured
+// and uncaptured collectives mix on one communicator, so a rank that runs a
+// step eagerly still matches one that replays. Gloo (CPUs) never captures.
 #include <algorithm>  // std::max
 #include <cmath>      // std::abs
 #include <chrono>     // std::chrono
@@ -100,6 +125,47 @@ class GctsReducer final : public GradientReducer {
   at::Tensor sum_scalar(const at::Tensor& scalar) override {
     return world_ ? detail::sum_device_scalar(*world_, scalar) : scalar;
   }
+  // Note [Reduction in the graph].
+  std::string graph_key() const override {
+    if (!world_ || world_->backend() != Backend::Nccl || !has_work()) return "";
+    const bool rows = has_rows();
+    if (rows && !slots_known_) return "";  // the rows would be found by reading the device
+    std::string k = strategy_ + ", bucket " + std::to_string(in_.bucket_numel * esize()) + " bytes, " +
+                    (dtype_ == at::kFloat ? "fp32" : "bf16");
+    if (rows) {
+      k += ", slots";
+      for (int64_t x : slots_) k += " " + std::to_string(x);
+    }
+    return k;
+  }
+  void prepare_capture() override {
+    for (const auto& u : active().units)
+      if (u.kind == Unit::Kind::Embodiment)
+        for (size_t i : u.bucket.params) slot_index(params_[i].shape[0], live_[i].device());
+  }
+  void begin_capture() override {
+    if (hooked_.empty()) install_hooks(live_);
+    reset_step(live_);
+    micro_batches_ = 1;  // this one backward makes the gradients final (earlier ones are in .grad)
+    armed_ = true;
+  }
+  void end_capture() override {
+    armed_ = false;
+    at::NoGradGuard no_grad;
+    while (next_ < active().units.size()) launch(next_++, /*in_backward=*/false);
+    finish_all();  // each wait makes the capturing stream wait for its collective
+    graph_units_ = std::move(timings_);
+    timings_.clear();
+    begun_ = false;
+  }
+  void graph_replayed() override { replayed_ = true; }
+  void abandon_capture() override {
+    armed_ = false;
+    flight_.clear();  // recorded into a capture that failed: nothing to wait for
+    reset_step(live_);
+  }
+  void exposed_on_device(int64_t step, double ms) override { device_exposed_ = {step, ms}; }
+
   // One rank with a sharded optimizer: its gradient shard must be filled,
   // unless the gradients are views into it (Note [Gradient views]).
   bool has_work() const { return world_ || (shard_ && !shard_->local.defined()); }
@@ -121,6 +187,17 @@ class GctsReducer final : public GradientReducer {
 
   void average_gradients(const std::vector<at::Tensor>& params, PhaseRecorder& phases, int64_t step) override {
     armed_ = false;
+    if (replayed_) {  // Note [Reduction in the graph]: the replay did it all
+      replayed_ = false;
+      step_ = step + 1;
+      begun_ = false;
+      slots_known_ = false;
+      unsettled_.clear();
+      shown_ = graph_units_, shown_step_ = step_, shown_in_graph_ = true;
+      exposed_ms_ = 0;
+      if (rebuild_interval_ > 0 && step_ % rebuild_interval_ == 0) rebuild();
+      return;
+    }
     if (!has_work()) {
       // One rank: the gradients are the mean already (and with gradient
       // views, in the optimizer's shard, but for any a runner replaced).
@@ -138,6 +215,7 @@ class GctsReducer final : public GradientReducer {
     step_ = step + 1;
     begun_ = false;
     slots_known_ = false;
+    shown_in_graph_ = false;
     settle_timings();
     if (world_ && rebuild_interval_ > 0 && step_ % rebuild_interval_ == 0) rebuild();
   }
@@ -146,6 +224,7 @@ class GctsReducer final : public GradientReducer {
     std::string s = strategy_ + " (GCTS, " + (dtype_ == at::kFloat ? "fp32" : "bf16") + " reduction";
     if (shard_) s += shard_->gather_overlap ? ", sharded optimizer with overlapped all-gathers" : ", sharded optimizer";
     s += overlap_ ? ", overlapped with backward" : ", after backward";
+    if (!graph_units_.empty()) s += "; captured into the last micro-batch's CUDA graph";
     return s + ")";
   }
 
@@ -173,6 +252,7 @@ class GctsReducer final : public GradientReducer {
       spans[t.group].push_back({t.launched, t.done});
       all.push_back({t.launched, t.done});
       nlohmann::json b = detail::group_json(t.group, t.collective, t.bytes, t.ms, 1, n);
+      if (shown_in_graph_) untimed(b);
       b["unit"] = t.unit;
       b["service_ms"] = t.service_ms;
       b["launched_in_backward"] = t.in_backward;
@@ -182,7 +262,10 @@ class GctsReducer final : public GradientReducer {
     for (auto& [name, g] : groups) g.ms = union_ms(spans[name]);
     const double comm_ms = union_ms(all);
     nlohmann::json gj = nlohmann::json::array();
-    for (const auto& [name, g] : groups) gj.push_back(detail::group_json(name, g.collective, g.bytes, g.ms, g.calls, n));
+    for (const auto& [name, g] : groups) {
+      gj.push_back(detail::group_json(name, g.collective, g.bytes, g.ms, g.calls, n));
+      if (shown_in_graph_) untimed(gj.back());
+    }
     double gather_exposed_ms = 0;
     if (shard_ && shard_->gather_bytes > 0) {
       // Note [Gather overlap] in src/trainer/sharded_adamw.cpp: ms from the first launch to the last arrival
@@ -201,20 +284,31 @@ class GctsReducer final : public GradientReducer {
       gj.push_back(std::move(g));
       gather_exposed_ms = shard_->gather_exposed_ms;
     }
-    return {{"world", world_->size()},
+    // On NCCL the host's times count launches; the trainer's device-timed
+    // figure for the step (exposed_on_device: the reduction's and the
+    // gather's waits) is its exposed_ms.
+    const bool nccl = world_->backend() == Backend::Nccl;
+    const double exposed = nccl && device_exposed_.first > 0 ? device_exposed_.second : exposed_ms_ + gather_exposed_ms;
+    nlohmann::json j = {
+            {"world", world_->size()},
             {"strategy", strategy_},
-            {"overlap", overlap_},
+            {"overlap", overlap_ || shown_in_graph_},
             {"step", shown_step_},
-            {"clock", world_->backend() == Backend::Nccl ? "device (CUDA events)" : "host"},
+            {"clock", shown_in_graph_ ? "none: captured in a CUDA graph (collectives are not timed one by one)"
+                      : nccl          ? "device (CUDA events)"
+                                      : "host"},
             {"reduce_exposed_ms", exposed_ms_},
             {"gather_exposed_ms", gather_exposed_ms},
-            {"exposed_ms", exposed_ms_ + gather_exposed_ms},
+            {"exposed_ms", exposed},
             {"comm_ms", comm_ms},
             {"units_launched_in_backward", in_backward},
             {"bucket_bytes", in_.bucket_numel * esize()},
             {"last_rebuild", last_rebuild_},
             {"groups", gj},
             {"buckets", buckets}};
+    if (nccl) j["exposed_step"] = device_exposed_.first;  // the step the device-timed exposed figures are from
+    if (shown_in_graph_) j["in_graph"] = true, j["comm_ms"] = nullptr;
+    return j;
   }
 
   nlohmann::json plan() const override {
@@ -346,7 +440,7 @@ class GctsReducer final : public GradientReducer {
       service_times(ts);
       for (const auto& t : ts)
         if (t.service_ms > 0) window_.push_back({t.bytes, t.service_ms});
-      shown_ = std::move(ts), shown_step_ = step;
+      shown_ = std::move(ts), shown_step_ = step, shown_in_graph_ = false;
       unsettled_.pop_front();
     }
     if (unsettled_.size() > 8) unsettled_.pop_front();  // never done: a stalled device; keep what is shown
@@ -365,6 +459,12 @@ class GctsReducer final : public GradientReducer {
   }
 
   const Plan& active() const { return strategy_ == "simple" ? simple_ : hybrid_; }
+  bool has_rows() const {
+    const auto& us = active().units;
+    return std::any_of(us.begin(), us.end(), [](const Unit& u) { return u.kind == Unit::Kind::Embodiment; });
+  }
+  // A collective captured in a graph has no time of its own (Note [Reduction in the graph]).
+  static void untimed(nlohmann::json& j) { j["time_ms"] = j["algbw_gbps"] = j["busbw_gbps"] = nullptr; }
   int64_t esize() const { return dtype_ == at::kFloat ? 4 : 2; }
 
   // Note [Re-planning]
@@ -715,6 +815,11 @@ class GctsReducer final : public GradientReducer {
   mutable std::vector<std::pair<double, double>> window_;  // (bytes, ms) per collective since the last re-plan
   nlohmann::json last_rebuild_ = nullptr;
   double exposed_ms_ = 0;
+  std::pair<int64_t, double> device_exposed_{0, 0.0};  // (step, ms): the trainer's device timing
+  // Note [Reduction in the graph]: the units the captured graph carries; a replay this step.
+  std::vector<Timing> graph_units_;
+  bool replayed_ = false;
+  mutable bool shown_in_graph_ = false;
   int64_t step_ = 0;
 };
 

@@ -114,12 +114,17 @@ std::pair<double, double> DeviceSpan::ms_from(const DeviceSpan& t0) const {
   return {t0.events->start.elapsedTime(events->start), t0.events->start.elapsedTime(events->end)};
 }
 
-Pending::Pending(std::shared_ptr<void> work, std::string what, int64_t rank, std::shared_ptr<const DeviceSpan> span)
+Pending::Pending(std::shared_ptr<void> work, std::string what, int64_t rank, std::shared_ptr<const DeviceSpan> span,
+                 bool in_graph)
     : work_(std::move(work)),
       what_(std::move(what)),
       rank_(rank),
       done_ns_(std::make_shared<std::atomic<int64_t>>(0)),
-      span_(std::move(span)) {
+      span_(std::move(span)),
+      in_graph_(in_graph) {
+  // Captured: a CUDA future's callback would make a pool stream wait for an
+  // event of the capture, joining that stream to it unjoined.
+  if (in_graph_) return;
   auto* w = static_cast<c10::intrusive_ptr<c10d::Work>*>(work_.get());
   try {
     auto done = done_ns_;
@@ -216,6 +221,8 @@ void World::allreduce_sum(std::vector<at::Tensor>& tensors) {
 Pending World::launch(const char* what, const std::function<std::shared_ptr<void>()>& enqueue) {
   try {
     if (backend_ != Backend::Nccl) return Pending(enqueue(), what, info_.rank);
+    // Captured into a CUDA graph: no span (its events would order streams only, Note [Reduction in the graph]).
+    if (detail::stream_capturing(device_)) return Pending(enqueue(), what, info_.rank, nullptr, /*in_graph=*/true);
     const auto* guard = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
     if (!impl_->timing) impl_->timing = guard->getStreamFromGlobalPool(device_, /*isHighPriority=*/false);
     auto span = std::make_shared<DeviceSpan>();

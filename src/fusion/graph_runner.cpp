@@ -18,11 +18,17 @@
 // place (Optimizer::keep_gradients). The warm-up calls create them.
 // Every graph allocates from one memory pool shared with PyTorch's caching
 // allocator (at::cuda::graph_pool_handle()).
+// With a GraphReduction (step_runner.hpp; Note [Reduction in the graph] in
+// src/comm/gcts_reducer.cpp) whose key is non-empty, the step's last
+// micro-batch has a signature of its own (batch + key): its graph holds the
+// reduction after the backward, between two event-record nodes (Note [Timing
+// inside a graph]).
 // A capture that fails (an op that synchronises or is not capturable) either
 // throws (required) or is logged once, counted, and that signature runs
 // eagerly from then on.
 #include "loongforge/fusion/step_runner.hpp"
 
+#include <deque>    // std::deque
 #include <map>      // std::map
 #include <sstream>  // std::ostringstream
 #include <string>   // std::string
@@ -39,6 +45,8 @@
 #include <c10/cuda/CUDACachingAllocator.h>  // c10::cuda::CUDACachingAllocator::emptyCache
 #include <c10/cuda/CUDAGuard.h>        // c10::cuda::CUDAStreamGuard
 #include <c10/cuda/CUDAStream.h>       // c10::cuda::getStreamFromPool
+#include <c10/cuda/CUDAException.h>    // C10_CUDA_CHECK
+#include <cuda_runtime_api.h>          // cudaEventRecordWithFlags, cudaGraphExecEventRecordNodeSetEvent
 #endif
 
 namespace loongforge::fusion {
@@ -52,14 +60,59 @@ std::string signature(const model::Batch& b) {
   return s.str();
 }
 
+// Note [Timing inside a graph]
+// An event recorded during a capture only orders streams, unless recorded
+// with cudaEventRecordExternal: then it is a node of the graph, recorded at
+// each replay. A reduction graph has two such nodes, after the backward and
+// at the end. Before each replay both are re-pointed
+// (cudaGraphExecEventRecordNodeSetEvent, which needs the graph the
+// executable was made from: such graphs are kept) to a fresh pair of events,
+// filed under the step, so each step's pair times that step's tail alone:
+// the reduction's waits and unpacking, the communication the step waits for.
+struct EventPair {
+  cudaEvent_t a = nullptr, b = nullptr;
+  EventPair() {
+    C10_CUDA_CHECK(cudaEventCreate(&a));
+    C10_CUDA_CHECK(cudaEventCreate(&b));
+  }
+  ~EventPair() {
+    if (a) (void)cudaEventDestroy(a);
+    if (b) (void)cudaEventDestroy(b);
+  }
+  EventPair(const EventPair&) = delete;
+  EventPair& operator=(const EventPair&) = delete;
+  bool done() const { return cudaEventQuery(a) == cudaSuccess && cudaEventQuery(b) == cudaSuccess; }
+};
+
 struct Captured {
   int64_t calls = 0;
   bool eager_only = false;             // its capture failed (not required)
+  bool reduces = false;                // the last micro-batch's graph, with the reduction (key non-empty)
   std::unique_ptr<at::cuda::CUDAGraph> graph;
   model::Batch inputs;                 // static copies of the batch
   at::Tensor w32, w64;                 // the loss weight, float32 (backward) and float64 (the step loss)
   at::Tensor part;                     // loss * w, float64, written by each replay
+  cudaGraphNode_t tail_begin = nullptr, tail_end = nullptr;  // Note [Timing inside a graph]
 };
+
+// The event-record node of `graph` that records `event`.
+cudaGraphNode_t record_node(cudaGraph_t graph, cudaEvent_t event) {
+  size_t n = 0;
+  C10_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  C10_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &n));
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type;
+    C10_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+    if (type != cudaGraphNodeTypeEventRecord) continue;
+    cudaEvent_t e = nullptr;
+    C10_CUDA_CHECK(cudaGraphEventRecordNodeGetEvent(node, &e));
+    if (e == event) return node;
+  }
+  throw ConfigError("the captured reduction graph has no event-record node for its timing event");
+}
+
+constexpr size_t kMaxReductionGraphs = 8;  // keys (slot sets, plans) with a graph of their own
 
 class GraphRunner final : public StepRunner {
  public:
@@ -71,10 +124,15 @@ class GraphRunner final : public StepRunner {
   at::Tensor run(std::vector<data::ReadyBatch>& batches, const std::vector<double>& weights, int64_t step,
                  PhaseRecorder& phases) override {
     at::Tensor total;
+    const std::string key = reduction_ ? reduction_->key() : "";
     on_side_stream(side_, [&] {
       for (size_t i = 0; i < batches.size(); ++i) {
         const auto micro = static_cast<int64_t>(i);
-        Captured& c = graphs_[signature(batches[i].tensors)];
+        std::string sig = signature(batches[i].tensors);
+        const bool reduce = !key.empty() && i + 1 == batches.size() && reduction_slot(sig + "|" + key);
+        if (reduce) sig += "|" + key;
+        Captured& c = graphs_[sig];
+        c.reduces = reduce;
         const at::Tensor part = micro_step(c, batches[i].tensors, weights[i], step, micro, phases);
         total = total.defined() ? total + part : part.clone();
       }
@@ -83,10 +141,32 @@ class GraphRunner final : public StepRunner {
   }
 
   nlohmann::json status() const override {
-    int64_t live = 0, eager = 0;
-    for (const auto& [sig, c] : graphs_) live += c.graph ? 1 : 0, eager += c.eager_only ? 1 : 0;
-    return {{"cuda_graphs", true},  {"graphs", live},      {"captures", captures_},
-            {"replays", replays_},  {"eager_signatures", eager}, {"capture_failures", failures_}};
+    int64_t live = 0, eager = 0, reducing = 0;
+    for (const auto& [sig, c] : graphs_)
+      live += c.graph ? 1 : 0, eager += c.eager_only ? 1 : 0, reducing += c.graph && c.reduces ? 1 : 0;
+    return {{"cuda_graphs", true},       {"graphs", live},      {"captures", captures_},
+            {"replays", replays_},       {"eager_signatures", eager}, {"capture_failures", failures_},
+            {"reduction_graphs", reducing}, {"reduction_replays", reduction_replays_}};
+  }
+
+  bool set_graph_reduction(GraphReduction* r) override {
+    reduction_ = r;
+    return true;
+  }
+
+  std::optional<double> take_graph_comm_ms(int64_t step) override {
+    for (auto it = timed_.begin(); it != timed_.end(); ++it) {
+      if (it->first != step) continue;
+      std::optional<double> ms;
+      if (it->second->done()) {
+        float f = 0;
+        if (cudaEventElapsedTime(&f, it->second->a, it->second->b) == cudaSuccess) ms = f;
+        spare_.push_back(std::move(it->second));
+      }
+      timed_.erase(it);
+      return ms;
+    }
+    return std::nullopt;
   }
 
  private:
@@ -97,8 +177,10 @@ class GraphRunner final : public StepRunner {
       fault_.maybe_raise("forward", step + 1);
       for (auto& [key, t] : c.inputs) t.copy_(batch.at(key), /*non_blocking=*/true);
       c.w32.fill_(w), c.w64.fill_(w);
+      if (c.reduces) time_tail(c, step + 1);  // Note [Timing inside a graph]
       c.graph->replay();
       ++replays_;
+      if (c.reduces) ++reduction_replays_, reduction_->replayed();
       return c.part;
     }
     if (c.eager_only || ++c.calls <= kGraphWarmupCalls) return eager_micro_step(net_, bf16_, fault_, batch, w, step, micro, phases);
@@ -112,24 +194,68 @@ class GraphRunner final : public StepRunner {
     for (const auto& [key, t] : batch) c.inputs[key] = t.clone();
     c.w32 = at::zeros({}, batch.begin()->second.options().dtype(at::kFloat));
     c.w64 = at::zeros({}, c.w32.options().dtype(at::kDouble));
+    EventPair marks;  // recorded as nodes (Note [Timing inside a graph])
+    if (c.reduces) reduction_->prepare();
     auto graph = capture_or_fallback(
         pool_,
         [&] {
+          if (c.reduces) reduction_->begin();
           AutocastScope autocast(bf16_);
           const at::Tensor loss = net_.forward(c.inputs).at("loss");
           (loss * c.w32).backward();
           c.part = loss.detach().to(at::kDouble) * c.w64;
+          if (!c.reduces) return;
+          const cudaStream_t s = c10::cuda::getCurrentCUDAStream().stream();
+          C10_CUDA_CHECK(cudaEventRecordWithFlags(marks.a, s, cudaEventRecordExternal));
+          reduction_->end();
+          C10_CUDA_CHECK(cudaEventRecordWithFlags(marks.b, s, cudaEventRecordExternal));
         },
-        {"forward+backward", "this input shape runs eagerly", required_, step + 1, &failures_});
+        {c.reduces ? "forward+backward with the gradient reduction" : "forward+backward",
+         c.reduces ? "the reduction follows backward for this input shape" : "this input shape runs eagerly",
+         required_, step + 1, &failures_},
+        /*keep_graph=*/c.reduces);
     if (!graph) {
+      if (c.reduces) reduction_failed_ = true, reduction_->abandon();  // later steps: the reduction after backward
       c.eager_only = true;
       c.inputs.clear();
       return;
     }
+    if (c.reduces) {
+      c.tail_begin = record_node(graph->raw_cuda_graph(), marks.a);
+      c.tail_end = record_node(graph->raw_cuda_graph(), marks.b);
+    }
     ++captures_;
     c.graph = std::move(graph);
-    LF_LOG(log, info) << "step " << step + 1 << ": captured forward+backward as CUDA graph " << captures_
-                      << " (batch of " << batch.begin()->second.size(0) << ")";
+    LF_LOG(log, info) << "step " << step + 1 << ": captured forward+backward"
+                      << (c.reduces ? " with the gradient reduction (" + reduction_->key() + ")" : std::string())
+                      << " as CUDA graph " << captures_ << " (batch of " << batch.begin()->second.size(0) << ")";
+  }
+
+  // Whether the reduction graph `sig` exists or may be made (at most kMaxReductionGraphs keys).
+  bool reduction_slot(const std::string& sig) {
+    if (reduction_failed_) return false;
+    if (graphs_.count(sig)) return true;
+    int64_t n = 0;
+    for (const auto& [s, c] : graphs_) n += c.reduces ? 1 : 0;
+    if (n < static_cast<int64_t>(kMaxReductionGraphs)) return true;
+    if (!full_logged_) {
+      full_logged_ = true;
+      LF_LOG(logger("fusion"), warn) << kMaxReductionGraphs << " reduction graphs exist (one per embodiment-slot "
+                                     << "set and plan); steps with another set reduce after backward";
+    }
+    return false;
+  }
+
+  // Note [Timing inside a graph]: this step's pair of events into the graph's two record nodes.
+  void time_tail(Captured& c, int64_t step) {
+    std::unique_ptr<EventPair> e;
+    if (!spare_.empty()) e = std::move(spare_.back()), spare_.pop_back();
+    else e = std::make_unique<EventPair>();
+    const cudaGraphExec_t exec = c.graph->raw_cuda_graph_exec();
+    C10_CUDA_CHECK(cudaGraphExecEventRecordNodeSetEvent(exec, c.tail_begin, e->a));
+    C10_CUDA_CHECK(cudaGraphExecEventRecordNodeSetEvent(exec, c.tail_end, e->b));
+    timed_.emplace_back(step, std::move(e));
+    while (timed_.size() > 16) timed_.pop_front();  // never asked for: dropped (their events are destroyed later)
   }
 
   model::Model& net_;
@@ -137,7 +263,11 @@ class GraphRunner final : public StepRunner {
   c10::cuda::CUDAStream side_;
   at::cuda::MempoolId_t pool_;
   std::map<std::string, Captured> graphs_;
-  int64_t captures_ = 0, replays_ = 0, failures_ = 0;
+  int64_t captures_ = 0, replays_ = 0, failures_ = 0, reduction_replays_ = 0;
+  GraphReduction* reduction_ = nullptr;
+  bool reduction_failed_ = false, full_logged_ = false;
+  std::deque<std::pair<int64_t, std::unique_ptr<EventPair>>> timed_;  // (1-based step, its events)
+  std::vector<std::unique_ptr<EventPair>> spare_;
   Fault fault_;
 };
 
@@ -181,8 +311,9 @@ void on_side_stream(const c10::cuda::CUDAStream& side, const std::function<void(
 // micro-batch 128. So each capture first returns the cached blocks to the
 // driver (emptyCache, once per capture, after the stream is idle): eager work
 // after it allocates afresh, once.
-std::unique_ptr<at::cuda::CUDAGraph> capture_graph(at::cuda::MempoolId_t pool, const std::function<void()>& fn) {
-  auto graph = std::make_unique<at::cuda::CUDAGraph>();
+std::unique_ptr<at::cuda::CUDAGraph> capture_graph(at::cuda::MempoolId_t pool, const std::function<void()>& fn,
+                                                   bool keep_graph) {
+  auto graph = std::make_unique<at::cuda::CUDAGraph>(keep_graph);
   c10::cuda::getCurrentCUDAStream().synchronize();  // warm-up work done; nothing else in flight on the stream
   c10::cuda::CUDACachingAllocator::emptyCache();    // Note [Capture memory]
   graph->capture_begin(pool, cudaStreamCaptureModeThreadLocal);  // Note [Thread-local capture]
@@ -193,13 +324,14 @@ std::unique_ptr<at::cuda::CUDAGraph> capture_graph(at::cuda::MempoolId_t pool, c
     throw;
   }
   graph->capture_end();
+  if (keep_graph) graph->instantiate();  // capture_end() instantiates only graphs it does not keep
   return graph;
 }
 
 std::unique_ptr<at::cuda::CUDAGraph> capture_or_fallback(at::cuda::MempoolId_t pool, const std::function<void()>& fn,
-                                                         const CaptureSite& site) {
+                                                         const CaptureSite& site, bool keep_graph) {
   try {
-    return capture_graph(pool, fn);
+    return capture_graph(pool, fn, keep_graph);
   } catch (const std::exception& e) {
     if (site.failures) ++*site.failures;
     const std::string why = short_libtorch_message(e.what());

@@ -20,6 +20,20 @@
 
 namespace loongforge::trainer {
 
+namespace {
+// The graph runner's view of the reducer (Note [Reduction in the graph] in src/comm/gcts_reducer.cpp).
+struct ReducerInGraph final : fusion::GraphReduction {
+  explicit ReducerInGraph(comm::GradientReducer& r) : reducer(r) {}
+  std::string key() const override { return reducer.graph_key(); }
+  void prepare() override { reducer.prepare_capture(); }
+  void begin() override { reducer.begin_capture(); }
+  void end() override { reducer.end_capture(); }
+  void replayed() override { reducer.graph_replayed(); }
+  void abandon() override { reducer.abandon_capture(); }
+  comm::GradientReducer& reducer;
+};
+}  // namespace
+
 Trainer::Trainer(config::Config cfg, comm::WorldInfo world)
     : cfg_(std::move(cfg)), world_info_(std::move(world)), leader_(world_info_.rank == 0), t_start_(Clock::now()) {}
 
@@ -315,14 +329,24 @@ void Trainer::open() {
     LF_LOG(logger("trainer"), info) << "module dependency graph: " << mdg.graph_nodes << " forward-graph nodes, "
                                     << used << " of " << reduced.size()
                                     << " trainable parameters read by forward (backward readiness = reverse first use)";
-    // Overlap needs autograd's AccumulateGrad to run (Note [Overlap] in src/comm/gcts_reducer.cpp).
+    // Overlap needs autograd's AccumulateGrad to run (Note [Overlap] in src/comm/gcts_reducer.cpp); under
+    // CUDA graphs on NCCL the reduction is captured into the last micro-batch's graph instead (Note
+    // [Reduction in the graph]).
     const bool overlap = cfg_.gcts.overlap && !graphs && !compiled;
+    const bool in_graph = cfg_.gcts.overlap && graphs && !compiled && world_ && world_->backend() == comm::Backend::Nccl;
     if (cfg_.gcts.overlap && !overlap)
-      LF_LOG(logger("trainer"), info) << "gcts.overlap: gradients are reduced after backward under "
-                                      << (compiled ? "trainer.compiled_step" : "trainer.cuda_graphs")
-                                      << " (replayed steps run no gradient hooks)";
+      LF_LOG(logger("trainer"), info)
+          << "gcts.overlap: "
+          << (in_graph ? "under trainer.cuda_graphs the reduction is captured into the last micro-batch's graph"
+                       : std::string("gradients are reduced after backward under ") +
+                             (compiled ? "trainer.compiled_step" : "trainer.cuda_graphs") +
+                             " (replayed steps run no gradient hooks)");
     reducer_ = comm::make_gcts_reducer(cfg_, world_.get(), std::move(reduced), sharded ? &sharded->shard() : nullptr,
                                        overlap);
+    if (in_graph) {
+      graph_reduction_ = std::make_unique<ReducerInGraph>(*reducer_);
+      runner_->set_graph_reduction(graph_reduction_.get());
+    }
     for (auto& e : engines_)
       if (e.name == "gcts") comm::attach(e, *reducer_, mdg.to_json());
   } else {

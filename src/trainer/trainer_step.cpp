@@ -233,6 +233,9 @@ StepRecord Trainer::complete(Readback::Held held, Clock::time_point next_start) 
 void Trainer::device_exposed_comm(StepRecord& r) {
   if (!comm_timer_) return;
   if (const auto ms = comm_timer_->take(r.step)) r.exposed_comm_ms = *ms;
+  // A reduction captured into the step's graph: its tail, timed inside the graph (Note [Timing inside a graph]).
+  if (const auto ms = runner_->take_graph_comm_ms(r.step)) r.exposed_comm_ms += *ms;
+  reducer_->exposed_on_device(r.step, r.exposed_comm_ms);
 }
 
 // Copies the state to host memory (the stall) and hands it to the writer.

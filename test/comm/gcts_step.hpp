@@ -4,6 +4,7 @@
 // test_overlap.cpp (two Gloo ranks) and test_nccl_gpu.cpp (NCCL on one GPU).
 #pragma once
 
+#include <functional>  // std::function
 #include <string>   // std::string
 #include <utility>  // std::pair
 #include <vector>   // std::vector
@@ -108,6 +109,73 @@ inline StepResult train_step(World& world, const std::string& strategy, bool sha
   r.clock = status.at("clock").get<std::string>();
   r.shown_step = status.at("step").get<int64_t>();
   return r;
+}
+
+// Drives `steps` steps of 2 micro-batches as the graph runner drives a
+// reduction in the graph (Note [Reduction in the graph] in
+// src/comm/gcts_reducer.cpp): micro-batch 0 eagerly, micro-batch 1 through
+// graph(region), where region() is what would be captured (begin_capture,
+// the backward, end_capture): `graph` captures it once and replays it on
+// GPUs, or just calls it (the protocol without a graph, any backend); then
+// graph_replayed() and average_gradients(). With `graph` empty: the plain
+// path (no overlap, reduction after backward). The slots are agreed as the
+// trainer does; step s scales the inputs by 1 + s / 2, into the same
+// tensors (a graph's inputs stay put), and gradients are zeroed in place.
+// Returns the averaged gradients after each step (the sharded range last).
+using GraphDriver = std::function<void(const std::function<void()>& region)>;
+inline std::vector<std::vector<at::Tensor>> graph_steps(World& world, const std::string& strategy, bool sharded,
+                                                        int64_t steps, const GraphDriver& graph) {
+  const c10::Device device = world.device();
+  Net net(device);
+  config::Config cfg;
+  cfg.gcts.enable = true;
+  cfg.gcts.comm_strategy = strategy;
+  cfg.gcts.bucket_mb = 0.002, cfg.gcts.first_bucket_mb = 0.0005, cfg.gcts.tiny_tensor_kb = 0.1;
+  ShardTarget target;
+  std::vector<int64_t> numels;
+  for (const auto& m : net.meta) numels.push_back(m.numel);
+  if (sharded) {
+    target.layout = ShardLayout::make(numels, 25, world.size(), world.rank());
+    target.grad = at::zeros({target.layout.chunk}, at::TensorOptions().device(device));
+  }
+  auto reducer = make_gcts_reducer(cfg, &world, net.meta, sharded ? &target : nullptr, /*overlap=*/false);
+  NoPhases phases;
+  std::vector<at::Tensor> base, xs, ids;
+  StepCounts counts;
+  for (int64_t micro = 0; micro < 2; ++micro) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(100 + world.rank() * 10 + micro);
+    base.push_back(at::randn({6, 8}, gen).to(device));
+    xs.push_back(base.back().clone());
+    const at::Tensor id = at::randint(0, 2, {6}, gen, at::kLong);  // slots 2, 3 get no gradient
+    for (int64_t k = 0; k < id.numel(); ++k) counts.slots.push_back(id[k].item<int64_t>());
+    ids.push_back(id.to(device));
+  }
+  for (const auto& p : net.params) p.mutable_grad() = at::zeros_like(p);  // the graph accumulates into these
+  std::vector<std::vector<at::Tensor>> out;
+  for (int64_t step = 0; step < steps; ++step) {
+    for (const auto& p : net.params) p.mutable_grad().zero_();
+    for (int64_t micro = 0; micro < 2; ++micro) xs[micro].copy_(base[micro] * (1.0 + 0.5 * step));
+    reducer->agree_counts(StepCounts::combine({counts}));
+    reducer->begin_step(net.params, /*micro_batches=*/2);
+    net.loss(xs[0], ids[0]).backward();
+    if (graph) {
+      reducer->prepare_capture();  // outside the region, as the graph runner does
+      graph([&] {
+        reducer->begin_capture();
+        net.loss(xs[1], ids[1]).backward();
+        reducer->end_capture();
+      });
+      reducer->graph_replayed();
+    } else {
+      net.loss(xs[1], ids[1]).backward();
+    }
+    reducer->average_gradients(net.params, phases, step);
+    std::vector<at::Tensor> g;
+    for (const auto& p : net.params) g.push_back(p.grad().cpu().clone());
+    if (sharded) g.push_back(target.grad.cpu().clone());
+    out.push_back(std::move(g));
+  }
+  return out;
 }
 
 }  // namespace loongforge::comm::test

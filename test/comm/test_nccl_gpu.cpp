@@ -10,15 +10,20 @@
 // (Note [Gather overlap] in src/trainer/sharded_adamw.cpp) gives bitwise the
 // parameters of one blocking all-gather; and an all-reduce through World can
 // be captured in a CUDA graph and replayed with new inputs (the question of
-// issue #13 whether collectives can live inside the fast step's graphs). One
+// issue #13 whether collectives can live inside the fast step's graphs); and
+// GCTS's reduction captured into a CUDA graph with the backward and replayed
+// (Note [Reduction in the graph]) gives the reduction after backward's
+// gradients for `simple` and `hybrid`, sharded and not. One
 // rank is all NCCL allows per GPU; several ranks need the multi-GPU machines
 // (issue #13).
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>                    // at::arange
 #include <ATen/CPUGeneratorImpl.h>        // at::CPUGeneratorImpl
-#include <ATen/cuda/CUDAGraph.h>          // at::cuda::CUDAGraph
+#include <ATen/cuda/CUDAGraph.h>          // at::cuda::CUDAGraph, at::cuda::graph_pool_handle
 #include <c10/cuda/CUDAGuard.h>           // c10::cuda::CUDAStreamGuard
 #include <c10/cuda/CUDAFunctions.h>       // c10::cuda::device_synchronize
 
@@ -143,4 +148,50 @@ TEST_CASE("comm: an NCCL all-reduce captured in a CUDA graph runs on every repla
     side.synchronize();
     REQUIRE(at::equal(z.cpu(), at::full({1000}, 2 * v + 1)));
   }
+}
+
+TEST_CASE("comm: on a GPU, GCTS's reduction captured with the backward into a CUDA graph and replayed equals "
+          "reduction after backward, bitwise") {
+  auto world = one_nccl_rank();
+  for (const std::string strategy : {"simple", "hybrid"}) {
+    for (const bool sharded : {false, true}) {
+      CAPTURE(strategy, sharded);
+      std::unique_ptr<at::cuda::CUDAGraph> graph;
+      int64_t captures = 0, replays = 0;
+      const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, 0);
+      // As the graph runner: on a side stream, captured once, replayed every step.
+      const auto drive = [&](const std::function<void()>& region) {
+        c10::cuda::device_synchronize();
+        c10::cuda::CUDAStreamGuard guard(side);
+        if (!graph) {
+          graph = std::make_unique<at::cuda::CUDAGraph>();
+          graph->capture_begin(at::cuda::graph_pool_handle(), cudaStreamCaptureModeThreadLocal);
+          region();
+          graph->capture_end();
+          ++captures;
+        }
+        graph->replay();
+        ++replays;
+        side.synchronize();
+      };
+      const auto captured = test::graph_steps(*world, strategy, sharded, 3, drive);
+      const auto plain = test::graph_steps(*world, strategy, sharded, 3, {});
+      REQUIRE(captures == 1);
+      REQUIRE(replays == 3);
+      for (size_t step = 0; step < 3; ++step)
+        for (size_t i = 0; i < plain[step].size(); ++i) {
+          CAPTURE(step, i);
+          REQUIRE(captured[step][i].equal(plain[step][i]));
+        }
+    }
+  }
+  // What a capture bakes in names the graph: on NCCL the key is set once the slots are agreed.
+  test::Net net(world->device());
+  config::Config cfg;
+  auto reducer = make_gcts_reducer(cfg, world.get(), net.meta, nullptr, false);
+  reducer->agree_counts({6, {0, 1}});
+  const std::string key = reducer->graph_key();
+  REQUIRE_FALSE(key.empty());
+  reducer->switch_strategy(cfg.gcts.comm_strategy == "simple" ? "hybrid" : "simple");
+  REQUIRE(reducer->graph_key() != key);
 }

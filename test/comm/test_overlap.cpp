@@ -5,7 +5,10 @@
 // overlap on as with it off, for `simple` and `hybrid`, sharded and not, while
 // overlap launches some buckets during backward and the other path none; and
 // that the step's counts travel host to host (World::all_gather_on_hosts) and
-// the per-embodiment rows they name reduce what the gradients' rows would.
+// the per-embodiment rows they name reduce what the gradients' rows would;
+// and that the reducer's protocol for a reduction captured in a CUDA graph
+// (Note [Reduction in the graph]), driven without a graph, gives bitwise the
+// gradients of the reduction after backward (Gloo itself never captures).
 #include <string>
 #include <vector>
 
@@ -117,4 +120,34 @@ TEST_CASE("comm: the step's counts are summed and their slots united host to hos
   REQUIRE(keys[0] < 20);  // two per rank at most, plus the rendezvous's own
   REQUIRE_THROWS_WITH(StepCounts::decode("12;3,x"), lf_catch::Contains("malformed"));
   REQUIRE(StepCounts::decode(StepCounts{5, {1, 4}}.encode()).slots == std::vector<int64_t>{1, 4});
+}
+
+TEST_CASE("comm: the reduction-in-the-graph protocol, run without a graph, equals reduction after backward, bitwise (2 ranks)") {
+  for (const std::string strategy : {"simple", "hybrid"}) {
+    for (const bool sharded : {false, true}) {
+      CAPTURE(strategy, sharded);
+      std::vector<std::vector<std::vector<at::Tensor>>> protocol(2), plain(2);
+      std::vector<std::string> keys(2, "unset");
+      test::two_ranks([&](World& world) {
+        const auto r = static_cast<size_t>(world.rank());
+        protocol[r] = test::graph_steps(world, strategy, sharded, 3, [](const std::function<void()>& region) { region(); });
+        plain[r] = test::graph_steps(world, strategy, sharded, 3, {});
+        test::Net net(world.device());
+        keys[r] = make_gcts_reducer(config::Config{}, &world, net.meta, nullptr, false)->graph_key();
+      });
+      for (size_t r = 0; r < 2; ++r) {
+        CAPTURE(r);
+        REQUIRE(keys[r].empty());  // Gloo: nothing to capture
+        REQUIRE(protocol[r].size() == 3);
+        for (size_t step = 0; step < 3; ++step)
+          for (size_t i = 0; i < plain[r][step].size(); ++i) {
+            CAPTURE(step, i);
+            REQUIRE(protocol[r][step][i].equal(plain[r][step][i]));
+          }
+      }
+      // The ranks averaged: the replicated gradients agree across ranks.
+      if (!sharded)
+        for (size_t i = 0; i < plain[0][2].size(); ++i) REQUIRE(plain[0][2][i].equal(plain[1][2][i]));
+    }
+  }
 }

@@ -11,6 +11,7 @@
 #include <atomic>     // std::atomic
 #include <cmath>      // std::abs
 #include <cstdio>     // std::printf
+#include <functional>  // std::function
 #include <memory>     // std::unique_ptr
 #include <string>     // std::string
 #include <thread>     // std::thread
@@ -81,6 +82,7 @@ struct Rig {
     const std::vector<double> w(bs.size(), 1.0 / static_cast<double>(bs.size()));
     NoPhases phases;
     at::Tensor loss = runner->run(bs, w, s, phases);
+    if (after_run) after_run();
     const double lr = 1e-3 * static_cast<double>(s + 1) / 30.0;  // changes every step, as a warm-up does
     if (opt_graph) {
       last_norm = opt_graph->step(lr).clone();
@@ -92,6 +94,31 @@ struct Rig {
   }
   at::Tensor step(int64_t s, int64_t k) { return step(s, batches(s, k)); }
   at::Tensor last_norm;
+  std::function<void()> after_run;  // between the runner and the optimizer (the trainer's reduction)
+  std::vector<at::Tensor> trainable() {
+    std::vector<at::Tensor> out;
+    for (const auto& p : net.parameters())
+      if (p.info->trainable) out.push_back(p.tensor);
+    return out;
+  }
+};
+
+// A stand-in for GCTS's reduction (Note [Reduction in the graph] in
+// src/comm/gcts_reducer.cpp): halves every gradient in place, inside the
+// graph when captured there.
+struct Halve final : fusion::GraphReduction {
+  std::vector<at::Tensor> params;
+  std::string k = "A";
+  int64_t prepared = 0, begun = 0, ended = 0, replays = 0;
+  std::string key() const override { return k; }
+  void prepare() override { ++prepared; }
+  void begin() override { ++begun; }
+  void end() override {
+    ++ended;
+    for (auto& p : params) p.mutable_grad().mul_(0.5);
+  }
+  void replayed() override { ++replays; }
+  void abandon() override {}
 };
 
 void require_equal_weights(Rig& a, Rig& b) {
@@ -278,4 +305,51 @@ TEST_CASE("graph capture: device memory the allocator keeps cached for eager wor
   INFO("capture: " << capture_error.substr(0, 600));
   REQUIRE(capture_error.empty());
   REQUIRE(big[chunk - 1].item<int64_t>() == 7);
+}
+
+TEST_CASE("graph runner: a reduction captured into the last micro-batch's graph gives the weights of the reduction "
+          "after backward, bit for bit, and is recaptured for another key") {
+  Rig eager(false, false), graph(true, false);
+  Halve h;
+  h.params = graph.trainable();
+  REQUIRE(graph.runner->set_graph_reduction(&h));
+  eager.after_run = [&] {
+    for (auto& p : eager.trainable()) p.mutable_grad().mul_(0.5);
+  };
+  int64_t seen = 0;
+  std::vector<int64_t> replayed_steps;
+  graph.after_run = [&] {  // what average_gradients() does when the replay did not reduce
+    if (h.replays > seen) {
+      seen = h.replays;
+      return;
+    }
+    for (auto& p : h.params) p.mutable_grad().mul_(0.5);
+  };
+  for (int64_t s = 0; s < 12; ++s) {
+    if (s == 8) h.k = "B";  // a new key (another slot set, a re-plan): its own warm-up and capture
+    const int64_t before = h.replays;
+    const double a = eager.step(s, 2).item<double>(), b = graph.step(s, 2).item<double>();
+    if (h.replays > before) replayed_steps.push_back(s + 1);
+    INFO("step " << s + 1 << ": eager " << a << ", graph " << b);
+    REQUIRE(a == b);
+  }
+  require_equal_weights(eager, graph);
+  // micro-batch 0: one plain graph; micro-batch 1: one graph per key, each after 3 eager calls
+  CHECK(h.prepared == 2);
+  CHECK(h.begun == 2);
+  CHECK(h.ended == 2);
+  CHECK(h.replays == 6);  // key A: steps 4-8; key B: step 12
+  const auto st = graph.runner->status();
+  CHECK(st.at("captures").get<int64_t>() == 3);
+  CHECK(st.at("reduction_graphs").get<int64_t>() == 2);
+  CHECK(st.at("reduction_replays").get<int64_t>() == 6);
+  // The graph's tail is timed per replayed step on the device (Note [Timing inside a graph]).
+  c10::cuda::device_synchronize();
+  for (const int64_t step : replayed_steps) {
+    CAPTURE(step);
+    const auto ms = graph.runner->take_graph_comm_ms(step);
+    REQUIRE(ms.has_value());
+    CHECK((*ms >= 0 && *ms < 1000));
+  }
+  CHECK_FALSE(graph.runner->take_graph_comm_ms(1).has_value());  // an eager step
 }

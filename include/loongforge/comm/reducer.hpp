@@ -97,6 +97,31 @@ class GradientReducer {
     (void)params, (void)micro_batches;
   }
   virtual void average_gradients(const std::vector<at::Tensor>& params, PhaseRecorder& phases, int64_t step) = 0;
+  // The reduction inside the CUDA graph of the step's last forward+backward
+  // (Note [Reduction in the graph] in gcts_reducer.cpp; GCTS on NCCL only):
+  //  - graph_key(): non-empty when this step's reduction can be captured; it
+  //    names what the captured work bakes in (strategy, bucket size,
+  //    reduction dtype, embodiment slots): a graph captured under another key
+  //    must not be replayed for this step.
+  //  - prepare_capture(): before the capture, outside it.
+  //  - begin_capture() / end_capture(): inside the capture, before the
+  //    forward and after the backward (end: the rest is launched, the stream
+  //    waits for all of it, the means are where the optimizer reads them).
+  //  - graph_replayed(): this step's last micro-batch ran such a graph;
+  //    average_gradients() then has nothing left to do. abandon_capture():
+  //    the capture failed (the runner runs the micro-batch eagerly), so
+  //    average_gradients() reduces as without a graph.
+  // Every rank must capture and replay at the same steps (same keys: the
+  // slots are agreed, the plan is the same everywhere).
+  virtual std::string graph_key() const { return ""; }
+  virtual void prepare_capture() {}
+  virtual void begin_capture() {}
+  virtual void end_capture() {}
+  virtual void graph_replayed() {}
+  virtual void abandon_capture() {}  // the capture failed: this step reduces after backward
+  // The step's exposed communication as the trainer timed it on the device
+  // (CUDA events; on NCCL the host only sees launches): monitor-comm shows it.
+  virtual void exposed_on_device(int64_t step, double ms) { (void)step, (void)ms; }
   virtual at::Tensor sum_scalar(const at::Tensor& scalar) = 0;
   // "none (1 rank)", "plain (...)": what `status` shows as the strategy.
   virtual std::string strategy() const = 0;

@@ -56,7 +56,9 @@ namespace loongforge::fusion {
 
 void on_side_stream(const c10::cuda::CUDAStream& side, const std::function<void()>& fn);
 
-std::unique_ptr<at::cuda::CUDAGraph> capture_graph(at::cuda::MempoolId_t pool, const std::function<void()>& fn);
+// keep_graph: the graph the executable was made from is kept (for raw_cuda_graph(): updating nodes).
+std::unique_ptr<at::cuda::CUDAGraph> capture_graph(at::cuda::MempoolId_t pool, const std::function<void()>& fn,
+                                                   bool keep_graph = false);
 
 // Where a capture happens, for its failure: "step N: capturing <what> as a
 // CUDA graph failed ...; <fallback> from now on". step: 1-based, or -1.
@@ -69,7 +71,7 @@ struct CaptureSite {
 };
 
 std::unique_ptr<at::cuda::CUDAGraph> capture_or_fallback(at::cuda::MempoolId_t pool, const std::function<void()>& fn,
-                                                         const CaptureSite& site);
+                                                         const CaptureSite& site, bool keep_graph = false);
 
 }  // namespace loongforge::fusion
 #endif

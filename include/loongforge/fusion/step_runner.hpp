@@ -39,6 +39,18 @@
 // (required) or is logged, counted, and the package runs uncaptured
 // (fallback).
 //
+// Graph reduction (graph runner only; Note [Reduction in the graph] in
+// src/comm/gcts_reducer.cpp): with set_graph_reduction(r), a step whose
+// r->key() is non-empty runs its last micro-batch as a graph of its own,
+// captured (after its own warm-up calls) with r->begin() before the forward
+// and r->end() after the backward inside the capture, and replayed only for
+// steps of the same key; r->replayed() is called for each step it ran for.
+// The part of that graph after the backward (the reduction's waits and
+// unpacking: the communication the step waits for) is timed on the device
+// by two event-record nodes re-pointed to fresh events before each replay;
+// take_graph_comm_ms(step) returns that time for a 1-based step once its
+// replay is done (nullopt: no such replay, or not done yet).
+//
 // Example:
 //   auto runner = make_plain_runner(net, /*bf16_autocast=*/device.is_cuda());
 //   at::Tensor loss = runner->run(batches, weights, step, phases);  // device, f64
@@ -46,6 +58,7 @@
 
 #include <cstdint>  // int64_t
 #include <memory>   // std::unique_ptr
+#include <optional> // std::optional
 #include <string>   // std::string
 #include <vector>   // std::vector
 
@@ -63,12 +76,33 @@ namespace loongforge::fusion {
 
 constexpr bool kDmfBuilt = false;  // the DMF engine is not in this build yet
 
+// Work captured into the last micro-batch's graph after its backward (see above).
+class GraphReduction {
+ public:
+  virtual ~GraphReduction() = default;
+  virtual std::string key() const = 0;  // "": not capturable this step
+  virtual void prepare() = 0;           // before a capture, outside it
+  virtual void begin() = 0;             // inside the capture, before the forward
+  virtual void end() = 0;               // inside the capture, after the backward
+  virtual void replayed() = 0;          // this step's last micro-batch ran the graph
+  virtual void abandon() = 0;           // the capture failed: the reduction follows backward
+};
+
 class StepRunner {
  public:
   virtual ~StepRunner() = default;
   virtual at::Tensor run(std::vector<data::ReadyBatch>& batches, const std::vector<double>& weights, int64_t step,
                          PhaseRecorder& phases) = 0;
   virtual nlohmann::json status() const { return nullptr; }
+  // The graph runner only; false elsewhere (the reduction then follows backward).
+  virtual bool set_graph_reduction(GraphReduction* r) {
+    (void)r;
+    return false;
+  }
+  virtual std::optional<double> take_graph_comm_ms(int64_t step) {
+    (void)step;
+    return std::nullopt;
+  }
 };
 
 // One forward and one backward per micro-batch, through the TorchScript

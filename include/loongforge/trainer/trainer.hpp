@@ -121,6 +121,8 @@ class Trainer {
   std::unique_ptr<data::BatchSource> source_;
   std::unique_ptr<fusion::StepRunner> runner_;
   std::unique_ptr<comm::GradientReducer> reducer_;
+  // The reducer as the graph runner sees it (Note [Reduction in the graph] in src/comm/gcts_reducer.cpp).
+  std::unique_ptr<fusion::GraphReduction> graph_reduction_;
   std::unique_ptr<Optimizer> optimizer_;
   Schedule schedule_;
 
