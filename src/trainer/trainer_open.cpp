@@ -3,6 +3,7 @@
 #include <algorithm>  // std::max
 #include <chrono>   // std::chrono::system_clock
 #include <cmath>    // std::ceil
+#include <cstdlib>  // std::getenv
 #include <fstream>  // std::ofstream
 
 #include <ATen/Context.h>   // at::globalContext
@@ -237,7 +238,10 @@ void Trainer::open() {
   memory::install(cfg_, device_);  // before the first CUDA allocation
   engines_ = engine_records(cfg_);
   // Note [One interface, two backends] (comm/world.hpp): NCCL for GPU ranks, Gloo for CPU ones.
-  if (world_size > 1)
+  // Test hook: LOONGFORGE_TEST_ONE_RANK_WORLD=1 connects a World at one rank as well, so one GPU runs the
+  // multi-rank step's communication (one-rank collectives; test_trainer_gpu).
+  const char* one = std::getenv("LOONGFORGE_TEST_ONE_RANK_WORLD");
+  if (world_size > 1 || (one && std::string(one) == "1"))
     world_ = comm::World::connect(world_info_, /*timeout_ms=*/300000,
                                   device_.is_cuda() ? comm::Backend::Nccl : comm::Backend::Gloo, device_);
 
@@ -359,7 +363,7 @@ void Trainer::open() {
   // host to host (agree_counts), so no rank waits for its device mid-step.
   if (device_.is_cuda() && optimizer_->skips_nonfinite_on_device())
     readback_ = std::make_unique<Readback>(device_);
-  if (device_.is_cuda() && (world_info_.world_size > 1 || sharded_)) comm_timer_ = std::make_unique<CommTimer>(device_);
+  if (device_.is_cuda() && (world_ || sharded_)) comm_timer_ = std::make_unique<CommTimer>(device_);
   if (readback_ && graphs)
     if (auto* fused_adamw = dynamic_cast<FusedAdamW*>(optimizer_.get()))
       optimizer_graph_ = make_optimizer_graph(*fused_adamw, cfg_.trainer.grad_clip_norm,

@@ -83,7 +83,7 @@ void Trainer::step() {
   at::Tensor loss = runner_->run(batches, weights, s, *control_);
   batches.clear();  // the step's inputs are no longer needed
 
-  if (reducer_->world_size() > 1 || sharded_) {  // one rank: a sharded optimizer still takes its gradient shard
+  if (world_ || sharded_) {  // one rank: a sharded optimizer still takes its gradient shard
     const auto t0 = Clock::now();
     if (comm_timer_) comm_timer_->begin();
     reducer_->average_gradients(optimizer_->params(), *control_, s);
@@ -358,5 +358,8 @@ void Trainer::publish(const char* phase, const StepRecord* r) {
   }
   control_->publish_status(std::move(st));
 }
+
+nlohmann::json Trainer::runner_status() const { return runner_ ? runner_->status() : nlohmann::json(nullptr); }
+nlohmann::json Trainer::comm_status() const { return reducer_ ? reducer_->comm_status() : nlohmann::json(nullptr); }
 
 }  // namespace loongforge::trainer

@@ -8,10 +8,21 @@
 //   path computes (cuda_graphs=off) within 1% (bf16);
 // - the same holds with GCTS's sharded optimizer at one rank, whose
 //   gradients are views into its shard (Note [Gradient views]), and the
-//   step's exposed communication is then timed on the device (CommTimer).
+//   step's exposed communication is then timed on the device (CommTimer);
+// - with a one-rank NCCL World (the LOONGFORGE_TEST_ONE_RANK_WORLD hook),
+//   GCTS's reduction captured into the last micro-batch's graph (Note
+//   [Reduction in the graph]) trains as the reduction after backward, never
+//   synchronises, and its tail is timed inside the graph.
 #include <algorithm>  // std::max
 #include <cmath>      // std::abs
 #include <string>     // std::string
+#include <vector>     // std::vector
+
+#include <arpa/inet.h>   // htonl
+#include <netinet/in.h>  // sockaddr_in
+#include <sys/socket.h>  // socket, bind
+#include <unistd.h>      // close
+#include <cstdlib>       // setenv
 
 #include <ATen/cuda/Sleep.h>         // at::cuda::sleep
 #include <c10/cuda/CUDAFunctions.h>  // c10::cuda::warning_state
@@ -24,21 +35,34 @@ using namespace loongforge;
 
 namespace {
 
-config::Config gpu_config(const std::string& name, const std::string& graphs, bool sharded = false) {
+config::Config gpu_config(const std::string& name, const std::string& graphs, bool sharded = false,
+                          const std::vector<std::string>& more = {}) {
   const std::string out = std::string(LOONGFORGE_TEST_MODELS) + "/trainer-gpu-" + name;
   remove_tree(out);
   make_dirs(out);
   config::ValidationContext ctx;
   ctx.built_engines = trainer::built_engines();  // as loongforge-train validates (GCTS keys)
-  return config::parse_config_text(
-      "{}", "test",
-      {"model.path=" + std::string(LOONGFORGE_TEST_MODELS) + "/n16-tiny.pt", "data.path=" LOONGFORGE_TEST_DATASET,
+  std::vector<std::string> sets = {"model.path=" + std::string(LOONGFORGE_TEST_MODELS) + "/n16-tiny.pt", "data.path=" LOONGFORGE_TEST_DATASET,
        "run.output_dir=" + out, "run.name=r", "run.device=cuda", "precision.mode=bf16", "logging.progress=off",
        "logging.tensorboard=false", "control.enable=false", "trainer.micro_batch_size=4",
        "trainer.gradient_accumulation_steps=2", "trainer.max_steps=30", "checkpoint.interval_steps=1000",
        "optimizer.implementation=fused", "trainer.cuda_graphs=" + graphs, "gcts.enable=" + std::string(sharded ? "true" : "false"),
-       "gcts.shard_optimizer=" + std::string(sharded ? "true" : "false")},
-      ctx);
+       "gcts.shard_optimizer=" + std::string(sharded ? "true" : "false")};
+  sets.insert(sets.end(), more.begin(), more.end());
+  return config::parse_config_text("{}", "test", sets, ctx);
+}
+
+// A free TCP port on the loopback (the one-rank World's rendezvous).
+int64_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
 }
 
 // Runs `t` to the end with CUDA's sync-debug mode set to error around every
@@ -118,4 +142,41 @@ TEST_CASE("trainer on a GPU: the comm timer gives the device time between its ev
   REQUIRE(*slept > 5.0);
   REQUIRE_FALSE(timer.take(2).has_value());  // taken once
   REQUIRE_FALSE(timer.take(3).has_value());  // no spans
+}
+
+TEST_CASE("trainer on a GPU: GCTS's reduction captured into the step's CUDA graph (one NCCL rank) trains as the "
+          "reduction after backward, and a step never synchronises") {
+  ::setenv("LOONGFORGE_TEST_ONE_RANK_WORLD", "1", 1);
+  for (const bool sharded : {false, true}) {
+    CAPTURE(sharded);
+    const std::string tag = sharded ? "-sharded" : "";
+    comm::WorldInfo info;
+    info.master_port = free_port();
+    trainer::Trainer after(gpu_config("after" + tag, "on", sharded, {"gcts.enable=true", "gcts.overlap=false"}), info);
+    REQUIRE(after.run() == 0);
+    REQUIRE(after.runner_status().at("reduction_graphs").get<int64_t>() == 0);
+    info.master_port = free_port();
+    trainer::Trainer t(gpu_config("in-graph" + tag, "on", sharded, {"gcts.enable=true", "gcts.overlap=true"}), info);
+    REQUIRE(run_without_syncs(t) == "");
+    const auto runner = t.runner_status(), comm = t.comm_status();
+    REQUIRE(t.close() == 0);
+    REQUIRE(t.history().size() == 30);
+    // 2 micro-batches: one plain graph, one with the reduction, each after 3 eager calls (captured at step 4)
+    REQUIRE(runner.at("reduction_graphs").get<int64_t>() == 1);
+    REQUIRE(runner.at("reduction_replays").get<int64_t>() == 27);
+    REQUIRE(comm.at("in_graph").get<bool>());
+    double worst = 0, exposed = 0;
+    int64_t timed = 0;
+    for (size_t i = 0; i < 30; ++i) {
+      const double a = after.history()[i].loss, b = t.history()[i].loss;
+      worst = std::max(worst, std::abs(a - b) / std::max(std::abs(a), 1e-12));
+      if (i >= 4) exposed = std::max(exposed, t.history()[i].exposed_comm_ms), timed += 1;
+    }
+    WARN("reduction in the graph vs after backward: largest relative loss difference " << worst
+         << "; largest exposed_comm_ms of the replayed steps (device, inside the graph) " << exposed);
+    REQUIRE(worst <= 1e-6);
+    REQUIRE(exposed > 0);          // the graph's tail was timed
+    REQUIRE(exposed < 50);         // one rank: copies and a few launches' worth
+  }
+  ::unsetenv("LOONGFORGE_TEST_ONE_RANK_WORLD");
 }

@@ -85,6 +85,9 @@ class Trainer {
 
   const std::string& run_dir() const { return run_dir_; }
   const std::vector<StepRecord>& history() const { return progress_->history(); }
+  // What `loongforge status` shows of the step runner and the gradient communication (null: nothing).
+  nlohmann::json runner_status() const;
+  nlohmann::json comm_status() const;
 
  private:
   using Clock = std::chrono::steady_clock;
