@@ -49,6 +49,28 @@ struct Net {
   }
 };
 
+// GCTS with buckets small enough that the Net has several.
+inline config::Config small_buckets(const std::string& strategy) {
+  config::Config cfg;
+  cfg.gcts.enable = true;
+  cfg.gcts.comm_strategy = strategy;
+  cfg.gcts.bucket_mb = 0.002;         // 500 floats: several buckets
+  cfg.gcts.first_bucket_mb = 0.0005;  // 125 floats
+  cfg.gcts.tiny_tensor_kb = 0.1;      // 25 floats: b1 is tiny
+  return cfg;
+}
+
+// This rank's sharded-optimizer target for the Net (empty when not sharded).
+inline ShardTarget shard_target(const Net& net, const World& world, bool sharded) {
+  ShardTarget target;
+  if (!sharded) return target;
+  std::vector<int64_t> numels;
+  for (const auto& m : net.meta) numels.push_back(m.numel);
+  target.layout = ShardLayout::make(numels, 25, world.size(), world.rank());
+  target.grad = at::zeros({target.layout.chunk}, at::TensorOptions().device(world.device()));
+  return target;
+}
+
 struct StepResult {
   std::vector<at::Tensor> grads;  // per parameter (replicated ones when sharded)
   at::Tensor shard_grad;          // sharded: this rank's averaged range
@@ -66,19 +88,8 @@ inline StepResult train_step(World& world, const std::string& strategy, bool sha
                              bool agree = false) {
   const c10::Device device = world.device();
   Net net(device);
-  config::Config cfg;
-  cfg.gcts.enable = true;
-  cfg.gcts.comm_strategy = strategy;
-  cfg.gcts.bucket_mb = 0.002;         // 500 floats: several buckets
-  cfg.gcts.first_bucket_mb = 0.0005;  // 125 floats
-  cfg.gcts.tiny_tensor_kb = 0.1;      // 25 floats: b1 is tiny
-  ShardTarget target;
-  std::vector<int64_t> numels;
-  for (const auto& m : net.meta) numels.push_back(m.numel);
-  if (sharded) {
-    target.layout = ShardLayout::make(numels, 25, world.size(), world.rank());
-    target.grad = at::zeros({target.layout.chunk}, at::TensorOptions().device(device));
-  }
+  const config::Config cfg = small_buckets(strategy);
+  ShardTarget target = shard_target(net, world, sharded);
   auto reducer = make_gcts_reducer(cfg, &world, net.meta, sharded ? &target : nullptr, overlap);
   NoPhases phases;
   std::vector<at::Tensor> xs, ids;
@@ -127,17 +138,8 @@ inline std::vector<std::vector<at::Tensor>> graph_steps(World& world, const std:
                                                         int64_t steps, const GraphDriver& graph) {
   const c10::Device device = world.device();
   Net net(device);
-  config::Config cfg;
-  cfg.gcts.enable = true;
-  cfg.gcts.comm_strategy = strategy;
-  cfg.gcts.bucket_mb = 0.002, cfg.gcts.first_bucket_mb = 0.0005, cfg.gcts.tiny_tensor_kb = 0.1;
-  ShardTarget target;
-  std::vector<int64_t> numels;
-  for (const auto& m : net.meta) numels.push_back(m.numel);
-  if (sharded) {
-    target.layout = ShardLayout::make(numels, 25, world.size(), world.rank());
-    target.grad = at::zeros({target.layout.chunk}, at::TensorOptions().device(device));
-  }
+  const config::Config cfg = small_buckets(strategy);
+  ShardTarget target = shard_target(net, world, sharded);
   auto reducer = make_gcts_reducer(cfg, &world, net.meta, sharded ? &target : nullptr, /*overlap=*/false);
   NoPhases phases;
   std::vector<at::Tensor> base, xs, ids;

@@ -17,12 +17,7 @@
 #include <cmath>      // std::abs
 #include <string>     // std::string
 #include <vector>     // std::vector
-
-#include <arpa/inet.h>   // htonl
-#include <netinet/in.h>  // sockaddr_in
-#include <sys/socket.h>  // socket, bind
-#include <unistd.h>      // close
-#include <cstdlib>       // setenv
+#include <cstdlib>    // setenv
 
 #include <ATen/cuda/Sleep.h>         // at::cuda::sleep
 #include <c10/cuda/CUDAFunctions.h>  // c10::cuda::warning_state
@@ -30,6 +25,7 @@
 #include "catch_compat.hpp"
 #include "loongforge/common/files.hpp"
 #include "loongforge/trainer/trainer.hpp"
+#include "../comm/ranks.hpp"  // free_port
 
 using namespace loongforge;
 
@@ -50,19 +46,6 @@ config::Config gpu_config(const std::string& name, const std::string& graphs, bo
        "gcts.shard_optimizer=" + std::string(sharded ? "true" : "false")};
   sets.insert(sets.end(), more.begin(), more.end());
   return config::parse_config_text("{}", "test", sets, ctx);
-}
-
-// A free TCP port on the loopback (the one-rank World's rendezvous).
-int64_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
 }
 
 // Runs `t` to the end with CUDA's sync-debug mode set to error around every
@@ -151,11 +134,11 @@ TEST_CASE("trainer on a GPU: GCTS's reduction captured into the step's CUDA grap
     CAPTURE(sharded);
     const std::string tag = sharded ? "-sharded" : "";
     comm::WorldInfo info;
-    info.master_port = free_port();
+    info.master_port = comm::test::free_port();
     trainer::Trainer after(gpu_config("after" + tag, "on", sharded, {"gcts.enable=true", "gcts.overlap=false"}), info);
     REQUIRE(after.run() == 0);
     REQUIRE(after.runner_status().at("reduction_graphs").get<int64_t>() == 0);
-    info.master_port = free_port();
+    info.master_port = comm::test::free_port();
     trainer::Trainer t(gpu_config("in-graph" + tag, "on", sharded, {"gcts.enable=true", "gcts.overlap=true"}), info);
     REQUIRE(run_without_syncs(t) == "");
     const auto runner = t.runner_status(), comm = t.comm_status();
