@@ -159,11 +159,6 @@ class GctsReducer final : public GradientReducer {
     begun_ = false;
   }
   void graph_replayed() override { replayed_ = true; }
-  void abandon_capture() override {
-    armed_ = false;
-    flight_.clear();  // recorded into a capture that failed: nothing to wait for
-    reset_step(live_);
-  }
   void exposed_on_device(int64_t step, double ms) override { device_exposed_ = {step, ms}; }
 
   // One rank with a sharded optimizer: its gradient shard must be filled,

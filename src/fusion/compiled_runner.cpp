@@ -248,7 +248,7 @@ class CompiledRunner final : public StepRunner {
             at::_foreach_add_(first_.grads, at::TensorList(out).slice(2));
           c.part = out[0].to(at::kDouble) * c.w64;
         },
-        {"the compiled step", "it runs uncaptured", required_, step + 1, &failures_});
+        {"the compiled step", "it runs uncaptured", required_, step + 1, &failures_, ""});
     if (!c.graph) {
       capture_failed_ = true;
       first_ = Captured{}, accumulate_ = Captured{};

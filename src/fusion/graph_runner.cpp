@@ -210,12 +210,13 @@ class GraphRunner final : public StepRunner {
           reduction_->end();
           C10_CUDA_CHECK(cudaEventRecordWithFlags(marks.b, s, cudaEventRecordExternal));
         },
-        {c.reduces ? "forward+backward with the gradient reduction" : "forward+backward",
-         c.reduces ? "the reduction follows backward for this input shape" : "this input shape runs eagerly",
-         required_, step + 1, &failures_},
+        // Note [Reduction in the graph]: every rank must replay the same collectives, so a failed capture stops
+        // the run instead of leaving this rank eager while the others replay.
+        {c.reduces ? "forward+backward with the gradient reduction" : "forward+backward", "this input shape runs eagerly",
+         required_ || c.reduces, step + 1, &failures_,
+         c.reduces ? "set gcts.overlap=false (the reduction then follows backward) or trainer.cuda_graphs=off" : ""},
         /*keep_graph=*/c.reduces);
     if (!graph) {
-      if (c.reduces) reduction_failed_ = true, reduction_->abandon();  // later steps: the reduction after backward
       c.eager_only = true;
       c.inputs.clear();
       return;
@@ -233,7 +234,6 @@ class GraphRunner final : public StepRunner {
 
   // Whether the reduction graph `sig` exists or may be made (at most kMaxReductionGraphs keys).
   bool reduction_slot(const std::string& sig) {
-    if (reduction_failed_) return false;
     if (graphs_.count(sig)) return true;
     int64_t n = 0;
     for (const auto& [s, c] : graphs_) n += c.reduces ? 1 : 0;
@@ -265,7 +265,7 @@ class GraphRunner final : public StepRunner {
   std::map<std::string, Captured> graphs_;
   int64_t captures_ = 0, replays_ = 0, failures_ = 0, reduction_replays_ = 0;
   GraphReduction* reduction_ = nullptr;
-  bool reduction_failed_ = false, full_logged_ = false;
+  bool full_logged_ = false;
   std::deque<std::pair<int64_t, std::unique_ptr<EventPair>>> timed_;  // (1-based step, its events)
   std::vector<std::unique_ptr<EventPair>> spare_;
   Fault fault_;
@@ -338,7 +338,7 @@ std::unique_ptr<at::cuda::CUDAGraph> capture_or_fallback(at::cuda::MempoolId_t p
     const std::string at = site.step >= 0 ? "step " + std::to_string(site.step) + ": " : "";
     if (site.required)
       throw ConfigError(at + "capturing " + site.what + " as a CUDA graph failed: " + why +
-                        "; set trainer.cuda_graphs=off, or auto (then " + site.fallback + ")");
+                        "; " + (site.fix.empty() ? "set trainer.cuda_graphs=off, or auto (then " + site.fallback + ")" : site.fix));
     LF_LOG(logger("fusion"), warn) << at << "capturing " << site.what << " as a CUDA graph failed (" << why << "); "
                                    << site.fallback << " from now on (trainer.cuda_graphs=auto)";
     return nullptr;

@@ -66,7 +66,7 @@ class CudaOptimizerGraph final : public OptimizerGraph {
           norm_ = opt_.clip_grad_norm(max_norm_);
           opt_.update();
         },
-        {"clipping and the fused AdamW update", "the optimizer runs eagerly", required_, -1, &failures_});
+        {"clipping and the fused AdamW update", "the optimizer runs eagerly", required_, -1, &failures_, ""});
     if (!graph_) {
       failed_ = true;
       return;

@@ -30,7 +30,6 @@ struct ReducerInGraph final : fusion::GraphReduction {
   void begin() override { reducer.begin_capture(); }
   void end() override { reducer.end_capture(); }
   void replayed() override { reducer.graph_replayed(); }
-  void abandon() override { reducer.abandon_capture(); }
   comm::GradientReducer& reducer;
 };
 }  // namespace

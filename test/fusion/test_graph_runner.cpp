@@ -118,7 +118,6 @@ struct Halve final : fusion::GraphReduction {
     for (auto& p : params) p.mutable_grad().mul_(0.5);
   }
   void replayed() override { ++replays; }
-  void abandon() override {}
 };
 
 void require_equal_weights(Rig& a, Rig& b) {

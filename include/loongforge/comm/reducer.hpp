@@ -108,9 +108,10 @@ class GradientReducer {
   //    forward and after the backward (end: the rest is launched, the stream
   //    waits for all of it, the means are where the optimizer reads them).
   //  - graph_replayed(): this step's last micro-batch ran such a graph;
-  //    average_gradients() then has nothing left to do. abandon_capture():
-  //    the capture failed (the runner runs the micro-batch eagerly), so
-  //    average_gradients() reduces as without a graph.
+  //    average_gradients() then has nothing left to do. A failed capture
+  //    stops the run (the graph runner throws ConfigError naming
+  //    gcts.overlap=false): a rank that fell back would launch collectives
+  //    its peers replay from a graph.
   // Every rank must capture and replay at the same steps (same keys: the
   // slots are agreed, the plan is the same everywhere).
   virtual std::string graph_key() const { return ""; }
@@ -118,7 +119,6 @@ class GradientReducer {
   virtual void begin_capture() {}
   virtual void end_capture() {}
   virtual void graph_replayed() {}
-  virtual void abandon_capture() {}  // the capture failed: this step reduces after backward
   // The step's exposed communication as the trainer timed it on the device
   // (CUDA events; on NCCL the host only sees launches): monitor-comm shows it.
   virtual void exposed_on_device(int64_t step, double ms) { (void)step, (void)ms; }

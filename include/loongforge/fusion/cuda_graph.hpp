@@ -68,6 +68,7 @@ struct CaptureSite {
   bool required = false;
   int64_t step = -1;
   int64_t* failures = nullptr;  // incremented on a failure
+  std::string fix;  // required: what the message tells the user to change ("": trainer.cuda_graphs)
 };
 
 std::unique_ptr<at::cuda::CUDAGraph> capture_or_fallback(at::cuda::MempoolId_t pool, const std::function<void()>& fn,

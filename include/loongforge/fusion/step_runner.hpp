@@ -49,7 +49,9 @@
 // unpacking: the communication the step waits for) is timed on the device
 // by two event-record nodes re-pointed to fresh events before each replay;
 // take_graph_comm_ms(step) returns that time for a 1-based step once its
-// replay is done (nullopt: no such replay, or not done yet).
+// replay is done (nullopt: no such replay, or not done yet). A reduction
+// graph's capture is always required (a failure throws ConfigError naming
+// gcts.overlap=false): every rank must replay the same collectives.
 //
 // Example:
 //   auto runner = make_plain_runner(net, /*bf16_autocast=*/device.is_cuda());
@@ -85,7 +87,6 @@ class GraphReduction {
   virtual void begin() = 0;             // inside the capture, before the forward
   virtual void end() = 0;               // inside the capture, after the backward
   virtual void replayed() = 0;          // this step's last micro-batch ran the graph
-  virtual void abandon() = 0;           // the capture failed: the reduction follows backward
 };
 
 class StepRunner {
