@@ -13,6 +13,10 @@
 # exposed_comm_ms: reduction after backward and a sharded optimizer's gather
 # wait; the reference does not report it), peak device memory and MFU, and the
 # scaling efficiency of each setting against its own 1-GPU run in the same call.
+# Under CUDA graphs (the config's default) the GCTS runs at several GPUs
+# reduce inside the last micro-batch's graph (Note [Reduction in the graph]);
+# lf-after (not in the default RUNS) is hybrid with gcts.overlap=false, the
+# reduction after the graph, to measure which is faster.
 # Builds build-gpu/ first; TESTS=1 also runs the GPU tests (LONG=0 form);
 # PROFILE=1 takes a 2-second `profile-step --kernels` at step 60 of each
 # one-GPU loongforge run ($OUT/<run>-w1-profile.json; steps 55-100 are then
@@ -47,6 +51,7 @@ for w in $worlds; do
       lf-plain) sets=() ;;
       lf-simple) sets=(--set gcts.enable=true --set gcts.comm_strategy=simple) ;;
       lf-hybrid) sets=(--set gcts.enable=true --set gcts.comm_strategy=hybrid) ;;
+      lf-after) sets=(--set gcts.enable=true --set gcts.comm_strategy=hybrid --set gcts.overlap=false) ;;
       lf-sharded) sets=(--set gcts.enable=true --set gcts.comm_strategy=hybrid --set gcts.shard_optimizer=true) ;;
     esac
     case $run in

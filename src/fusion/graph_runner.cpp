@@ -93,6 +93,7 @@ struct Captured {
   at::Tensor w32, w64;                 // the loss weight, float32 (backward) and float64 (the step loss)
   at::Tensor part;                     // loss * w, float64, written by each replay
   cudaGraphNode_t tail_begin = nullptr, tail_end = nullptr;  // Note [Timing inside a graph]
+  std::unique_ptr<EventPair> marks;  // the events the capture recorded (the nodes keep referring to them)
 };
 
 // The event-record node of `graph` that records `event`.
@@ -194,7 +195,7 @@ class GraphRunner final : public StepRunner {
     for (const auto& [key, t] : batch) c.inputs[key] = t.clone();
     c.w32 = at::zeros({}, batch.begin()->second.options().dtype(at::kFloat));
     c.w64 = at::zeros({}, c.w32.options().dtype(at::kDouble));
-    EventPair marks;  // recorded as nodes (Note [Timing inside a graph])
+    auto marks = std::make_unique<EventPair>();  // recorded as nodes (Note [Timing inside a graph])
     if (c.reduces) reduction_->prepare();
     auto graph = capture_or_fallback(
         pool_,
@@ -206,9 +207,9 @@ class GraphRunner final : public StepRunner {
           c.part = loss.detach().to(at::kDouble) * c.w64;
           if (!c.reduces) return;
           const cudaStream_t s = c10::cuda::getCurrentCUDAStream().stream();
-          C10_CUDA_CHECK(cudaEventRecordWithFlags(marks.a, s, cudaEventRecordExternal));
+          C10_CUDA_CHECK(cudaEventRecordWithFlags(marks->a, s, cudaEventRecordExternal));
           reduction_->end();
-          C10_CUDA_CHECK(cudaEventRecordWithFlags(marks.b, s, cudaEventRecordExternal));
+          C10_CUDA_CHECK(cudaEventRecordWithFlags(marks->b, s, cudaEventRecordExternal));
         },
         // Note [Reduction in the graph]: every rank must replay the same collectives, so a failed capture stops
         // the run instead of leaving this rank eager while the others replay.
@@ -222,8 +223,9 @@ class GraphRunner final : public StepRunner {
       return;
     }
     if (c.reduces) {
-      c.tail_begin = record_node(graph->raw_cuda_graph(), marks.a);
-      c.tail_end = record_node(graph->raw_cuda_graph(), marks.b);
+      c.tail_begin = record_node(graph->raw_cuda_graph(), marks->a);
+      c.tail_end = record_node(graph->raw_cuda_graph(), marks->b);
+      c.marks = std::move(marks);
     }
     ++captures_;
     c.graph = std::move(graph);
@@ -247,13 +249,22 @@ class GraphRunner final : public StepRunner {
   }
 
   // Note [Timing inside a graph]: this step's pair of events into the graph's two record nodes.
+  // A driver that refuses the update leaves the step untimed (logged once); training goes on.
   void time_tail(Captured& c, int64_t step) {
+    if (!tail_timing_) return;
     std::unique_ptr<EventPair> e;
     if (!spare_.empty()) e = std::move(spare_.back()), spare_.pop_back();
     else e = std::make_unique<EventPair>();
     const cudaGraphExec_t exec = c.graph->raw_cuda_graph_exec();
-    C10_CUDA_CHECK(cudaGraphExecEventRecordNodeSetEvent(exec, c.tail_begin, e->a));
-    C10_CUDA_CHECK(cudaGraphExecEventRecordNodeSetEvent(exec, c.tail_end, e->b));
+    cudaError_t rc = cudaGraphExecEventRecordNodeSetEvent(exec, c.tail_begin, e->a);
+    if (rc == cudaSuccess) rc = cudaGraphExecEventRecordNodeSetEvent(exec, c.tail_end, e->b);
+    if (rc != cudaSuccess) {
+      (void)cudaGetLastError();  // clear it: nothing ran
+      tail_timing_ = false;
+      LF_LOG(logger("fusion"), warn) << "timing the reduction inside the CUDA graph failed ("
+                                     << cudaGetErrorString(rc) << "); exposed_comm_ms leaves it out from now on";
+      return;
+    }
     timed_.emplace_back(step, std::move(e));
     while (timed_.size() > 16) timed_.pop_front();  // never asked for: dropped (their events are destroyed later)
   }
@@ -265,7 +276,7 @@ class GraphRunner final : public StepRunner {
   std::map<std::string, Captured> graphs_;
   int64_t captures_ = 0, replays_ = 0, failures_ = 0, reduction_replays_ = 0;
   GraphReduction* reduction_ = nullptr;
-  bool full_logged_ = false;
+  bool full_logged_ = false, tail_timing_ = true;
   std::deque<std::pair<int64_t, std::unique_ptr<EventPair>>> timed_;  // (1-based step, its events)
   std::vector<std::unique_ptr<EventPair>> spare_;
   Fault fault_;
