@@ -154,7 +154,7 @@ class GctsReducer final : public GradientReducer {
     at::NoGradGuard no_grad;
     while (next_ < active().units.size()) launch(next_++, /*in_backward=*/false);
     finish_all();  // each wait makes the capturing stream wait for its collective
-    graph_units_ = std::move(timings_);
+    graph_units_[graph_key()] = std::move(timings_);
     timings_.clear();
     begun_ = false;
   }
@@ -186,9 +186,9 @@ class GctsReducer final : public GradientReducer {
       replayed_ = false;
       step_ = step + 1;
       begun_ = false;
-      slots_known_ = false;
       unsettled_.clear();
-      shown_ = graph_units_, shown_step_ = step_, shown_in_graph_ = true;
+      shown_ = graph_units_[graph_key()], shown_step_ = step_, shown_in_graph_ = true;  // the key: before the slots go
+      slots_known_ = false;
       exposed_ms_ = 0;
       if (rebuild_interval_ > 0 && step_ % rebuild_interval_ == 0) rebuild();
       return;
@@ -812,7 +812,7 @@ class GctsReducer final : public GradientReducer {
   double exposed_ms_ = 0;
   std::pair<int64_t, double> device_exposed_{0, 0.0};  // (step, ms): the trainer's device timing
   // Note [Reduction in the graph]: the units the captured graph carries; a replay this step.
-  std::vector<Timing> graph_units_;
+  std::map<std::string, std::vector<Timing>> graph_units_;  // per graph key
   bool replayed_ = false;
   mutable bool shown_in_graph_ = false;
   int64_t step_ = 0;

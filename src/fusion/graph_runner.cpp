@@ -96,7 +96,7 @@ struct Captured {
   std::unique_ptr<EventPair> marks;  // the events the capture recorded (the nodes keep referring to them)
 };
 
-// The event-record node of `graph` that records `event`.
+// The event-record node of `graph` that records `event` (null: none).
 cudaGraphNode_t record_node(cudaGraph_t graph, cudaEvent_t event) {
   size_t n = 0;
   C10_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &n));
@@ -110,7 +110,7 @@ cudaGraphNode_t record_node(cudaGraph_t graph, cudaEvent_t event) {
     C10_CUDA_CHECK(cudaGraphEventRecordNodeGetEvent(node, &e));
     if (e == event) return node;
   }
-  throw ConfigError("the captured reduction graph has no event-record node for its timing event");
+  return nullptr;
 }
 
 constexpr size_t kMaxReductionGraphs = 8;  // keys (slot sets, plans) with a graph of their own
@@ -195,7 +195,8 @@ class GraphRunner final : public StepRunner {
     for (const auto& [key, t] : batch) c.inputs[key] = t.clone();
     c.w32 = at::zeros({}, batch.begin()->second.options().dtype(at::kFloat));
     c.w64 = at::zeros({}, c.w32.options().dtype(at::kDouble));
-    auto marks = std::make_unique<EventPair>();  // recorded as nodes (Note [Timing inside a graph])
+    // Recorded as nodes (Note [Timing inside a graph]).
+    std::unique_ptr<EventPair> marks = c.reduces ? std::make_unique<EventPair>() : nullptr;
     if (c.reduces) reduction_->prepare();
     auto graph = capture_or_fallback(
         pool_,
@@ -226,6 +227,7 @@ class GraphRunner final : public StepRunner {
       c.tail_begin = record_node(graph->raw_cuda_graph(), marks->a);
       c.tail_end = record_node(graph->raw_cuda_graph(), marks->b);
       c.marks = std::move(marks);
+      if (!c.tail_begin || !c.tail_end) untimed("the captured graph has no node for its timing events");
     }
     ++captures_;
     c.graph = std::move(graph);
@@ -248,6 +250,12 @@ class GraphRunner final : public StepRunner {
     return false;
   }
 
+  void untimed(const std::string& why) {
+    tail_timing_ = false;
+    LF_LOG(logger("fusion"), warn) << "timing the reduction inside the CUDA graph: " << why
+                                   << "; exposed_comm_ms leaves it out from now on";
+  }
+
   // Note [Timing inside a graph]: this step's pair of events into the graph's two record nodes.
   // A driver that refuses the update leaves the step untimed (logged once); training goes on.
   void time_tail(Captured& c, int64_t step) {
@@ -260,9 +268,7 @@ class GraphRunner final : public StepRunner {
     if (rc == cudaSuccess) rc = cudaGraphExecEventRecordNodeSetEvent(exec, c.tail_end, e->b);
     if (rc != cudaSuccess) {
       (void)cudaGetLastError();  // clear it: nothing ran
-      tail_timing_ = false;
-      LF_LOG(logger("fusion"), warn) << "timing the reduction inside the CUDA graph failed ("
-                                     << cudaGetErrorString(rc) << "); exposed_comm_ms leaves it out from now on";
+      untimed(std::string("re-pointing its event nodes failed: ") + cudaGetErrorString(rc));
       return;
     }
     timed_.emplace_back(step, std::move(e));

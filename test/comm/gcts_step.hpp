@@ -132,10 +132,12 @@ inline StepResult train_step(World& world, const std::string& strategy, bool sha
 // path (no overlap, reduction after backward). The slots are agreed as the
 // trainer does; step s scales the inputs by 1 + s / 2, into the same
 // tensors (a graph's inputs stay put), and gradients are zeroed in place.
-// Returns the averaged gradients after each step (the sharded range last).
+// Returns the averaged gradients after each step (the sharded range last);
+// `status`: monitor-comm's record after the last step.
 using GraphDriver = std::function<void(const std::function<void()>& region)>;
 inline std::vector<std::vector<at::Tensor>> graph_steps(World& world, const std::string& strategy, bool sharded,
-                                                        int64_t steps, const GraphDriver& graph) {
+                                                        int64_t steps, const GraphDriver& graph,
+                                                        nlohmann::json* status = nullptr) {
   const c10::Device device = world.device();
   Net net(device);
   const config::Config cfg = small_buckets(strategy);
@@ -177,6 +179,7 @@ inline std::vector<std::vector<at::Tensor>> graph_steps(World& world, const std:
     if (sharded) g.push_back(target.grad.cpu().clone());
     out.push_back(std::move(g));
   }
+  if (status) *status = reducer->comm_status();  // the last step, as monitor-comm shows it
   return out;
 }
 

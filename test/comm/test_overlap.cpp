@@ -128,16 +128,29 @@ TEST_CASE("comm: the reduction-in-the-graph protocol, run without a graph, equal
       CAPTURE(strategy, sharded);
       std::vector<std::vector<std::vector<at::Tensor>>> protocol(2), plain(2);
       std::vector<std::string> keys(2, "unset");
+      std::vector<nlohmann::json> in_graph(2), after(2);
       test::two_ranks([&](World& world) {
         const auto r = static_cast<size_t>(world.rank());
-        protocol[r] = test::graph_steps(world, strategy, sharded, 3, [](const std::function<void()>& region) { region(); });
-        plain[r] = test::graph_steps(world, strategy, sharded, 3, {});
+        protocol[r] = test::graph_steps(world, strategy, sharded, 3, [](const std::function<void()>& region) { region(); },
+                                        &in_graph[r]);
+        plain[r] = test::graph_steps(world, strategy, sharded, 3, {}, &after[r]);
         test::Net net(world.device());
         keys[r] = make_gcts_reducer(config::Config{}, &world, net.meta, nullptr, false)->graph_key();
       });
       for (size_t r = 0; r < 2; ++r) {
         CAPTURE(r);
         REQUIRE(keys[r].empty());  // Gloo: nothing to capture
+        // monitor-comm: the captured units, untimed, the same bytes as after backward
+        REQUIRE(in_graph[r].value("in_graph", false));
+        REQUIRE_FALSE(after[r].contains("in_graph"));
+        double a = 0, b = 0;
+        for (const auto& x : in_graph[r].at("buckets")) {
+          a += x.at("bytes").get<double>();
+          REQUIRE(x.at("time_ms").is_null());
+        }
+        for (const auto& x : after[r].at("buckets")) b += x.at("bytes").get<double>();
+        REQUIRE(a == b);
+        REQUIRE(a > 0);
         REQUIRE(protocol[r].size() == 3);
         for (size_t step = 0; step < 3; ++step)
           for (size_t i = 0; i < plain[r][step].size(); ++i) {
