@@ -157,7 +157,7 @@ TEST_CASE("trainer on a GPU: GCTS's reduction captured into the step's CUDA grap
     }
     WARN("reduction in the graph vs after backward: largest relative loss difference " << worst
          << "; largest exposed_comm_ms of the replayed steps (device, inside the graph) " << exposed);
-    REQUIRE(worst <= 1e-6);
+    REQUIRE(worst <= 0.01);  // bf16, as graphs vs eager above (backward's atomics are not deterministic)
     REQUIRE(exposed > 0);          // the graph's tail was timed
     REQUIRE(exposed < 50);         // one rank: copies and a few launches' worth
   }
