@@ -120,11 +120,10 @@ Pending::Pending(std::shared_ptr<void> work, std::string what, int64_t rank, std
       what_(std::move(what)),
       rank_(rank),
       done_ns_(std::make_shared<std::atomic<int64_t>>(0)),
-      span_(std::move(span)),
-      in_graph_(in_graph) {
+      span_(std::move(span)) {
   // Captured: a CUDA future's callback would make a pool stream wait for an
   // event of the capture, joining that stream to it unjoined.
-  if (in_graph_) return;
+  if (in_graph) return;
   auto* w = static_cast<c10::intrusive_ptr<c10d::Work>*>(work_.get());
   try {
     auto done = done_ns_;

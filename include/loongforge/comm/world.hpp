@@ -96,16 +96,15 @@ struct DeviceSpan {
 // span() is its DeviceSpan on NCCL (null on Gloo), valid after wait() too.
 // A collective launched while the current stream is being captured into a
 // CUDA graph (Note [Reduction in the graph] in src/comm/gcts_reducer.cpp)
-// has neither a span nor a completion time (it runs at each replay, not
-// now): in_graph() is true, and wait() only makes the capturing stream wait
-// for it, as the captured work's end.
+// (in_graph) has neither a span nor a completion time (it runs at each
+// replay, not now), and wait() only makes the capturing stream wait for it,
+// as the captured work's end.
 class Pending {
  public:
   using Clock = std::chrono::steady_clock;
   Pending() = default;
   Pending(std::shared_ptr<void> work, std::string what, int64_t rank, std::shared_ptr<const DeviceSpan> span = nullptr,
           bool in_graph = false);
-  bool in_graph() const { return in_graph_; }
   void wait();
   bool valid() const { return static_cast<bool>(work_); }
   Clock::time_point finished_at() const;
@@ -118,7 +117,6 @@ class Pending {
   // steady_clock nanoseconds of completion (0: not yet), written by the backend's thread
   std::shared_ptr<std::atomic<int64_t>> done_ns_;
   std::shared_ptr<const DeviceSpan> span_;
-  bool in_graph_ = false;
 };
 
 class World {
