@@ -218,8 +218,10 @@ class GctsReducer final : public GradientReducer {
   std::string strategy() const override {
     std::string s = strategy_ + " (GCTS, " + (dtype_ == at::kFloat ? "fp32" : "bf16") + " reduction";
     if (shard_) s += shard_->gather_overlap ? ", sharded optimizer with overlapped all-gathers" : ", sharded optimizer";
-    s += overlap_ ? ", overlapped with backward" : ", after backward";
-    if (!graph_units_.empty()) s += "; captured into the last micro-batch's CUDA graph";
+    if (!graph_units_.empty())
+      s += ", captured into the last micro-batch's CUDA graph";
+    else
+      s += overlap_ ? ", overlapped with backward" : ", after backward";
     return s + ")";
   }
 

@@ -399,7 +399,8 @@ void Trainer::open() {
                     << world_size << " ranks), " << pos_.steps_per_epoch << " steps per epoch, AdamW "
                     << (sharded_ ? std::string(fused ? "fused, " : "") + "sharded over " + std::to_string(world_size) + " rank(s)"
                         : fused ? "fused" : "plain")
-                    << ", gradient communication " << reducer_->strategy() << ", steps "
+                    << ", gradient communication " << reducer_->strategy()
+                    << (graph_reduction_ ? " until the last micro-batch's graph is captured with it" : "") << ", steps "
                     << pos_.step + 1 << ".." << last_step_;
 
   // Rank 0 reports for the job (its loss is the one of the whole job).
