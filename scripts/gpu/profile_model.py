@@ -10,6 +10,9 @@ Prints
 - ms per forward+backward (median of --iters, CUDA events) for the eager model
   built from the file's config (what the reference trainer runs) and for the
   TorchScript module itself (what loongforge-train runs);
+- with --compiled, the same for the eager model under torch.compile (the
+  reference's optimized mode less its CUDA graphs, whose launch gaps the
+  "cuda graph" row shows for TorchScript);
 - a per-region split of the eager forward (vision+LM under the frozen layout,
   action head + embodiment MLPs) and the backward;
 - the top kernels/ops by device time from torch.profiler over 3 iterations, and
@@ -20,6 +23,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -127,6 +131,9 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--trace", default="")
     ap.add_argument("--script-only", action="store_true", help="only the TorchScript rows (no eager model)")
+    ap.add_argument("--compiled", action="store_true",
+                    help="also the eager model under torch.compile (Inductor, as the reference's --mode optimized "
+                         "compiles it, without its CUDA graphs so the profiler sees the kernels)")
     args = ap.parse_args()
     # As loongforge-train runs TorchScript: the graph executor's optimizations off
     # (with them on, autocast around a scripted forward can crash; docs/architecture.md s9).
@@ -137,6 +144,14 @@ def main() -> int:
     print(f"config {cfg.name}, batch {args.batch}, torch {torch.__version__}, {torch.cuda.get_device_name()}")
 
     models = (("torchscript", scripted),) if args.script_only else (("eager", eager), ("torchscript", scripted))
+    if args.compiled and eager is not None:
+        t0 = time.time()
+        compiled = torch.compile(eager, dynamic=False)
+        zero(eager)
+        fwd_bwd(compiled, batch)
+        torch.cuda.synchronize()
+        print(f"torch.compile of the eager model: first forward+backward {time.time() - t0:.1f} s")
+        models += (("compiled", compiled),)
     for name, m in models:
         for _ in range(5):
             zero(m)
