@@ -23,7 +23,9 @@
 # left out of the table). Checkpoints go to /dev/shm (the final one of n16-1b is 7.9 GB)
 # and are removed after each run.
 # Carry: .gpu-carry (scripts/gpu/prepare_carry.sh).
-#   [WORLDS="1 2"] [MODEL=n16-1b] [STEPS=150] [RUNS="lf-plain ..."] [TESTS=1] [PROFILE=1] bash scripts/gpu/gcts_scaling.sh
+# EXPORT_SET="key=value ..." passes model overrides to the export (gr00t-n1.6-3b on the bundled
+# dataset needs "max_state_dim=64 max_action_dim=64": its state and action are 44 wide).
+#   [WORLDS="1 2"] [MODEL=n16-1b] [EXPORT_SET=...] [STEPS=150] [RUNS="lf-plain ..."] [TESTS=1] [PROFILE=1] bash scripts/gpu/gcts_scaling.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" gcts_scaling
 model=${MODEL:-n16-1b}; steps=${STEPS:-150}
 gpus=$(nvidia-smi -L | wc -l)
@@ -37,7 +39,8 @@ if [ "${TESTS:-0}" = 1 ]; then
   (cd build-gpu && ctest -L gpu -LE long --output-on-failure --timeout 600 2>&1 | tail -${GPU_TEST_LINES:-30})
 fi
 stamp "export $model"
-PYTHONPATH=scripts python3 scripts/model/export.py --config $model --out /dev/shm/$model.pt | tail -1 || exit 1
+xsets=(); for kv in ${EXPORT_SET:-}; do xsets+=(--set "$kv"); done
+PYTHONPATH=scripts python3 scripts/model/export.py --config $model "${xsets[@]}" --out /dev/shm/$model.pt | tail -1 || exit 1
 cfg=configs/bench/n16-1b-h200.yaml
 common=(--config $cfg --set model.path=/dev/shm/$model.pt --set trainer.max_steps=$steps --set run.output_dir=/tmp/runs
         --set logging.progress=lines --set logging.interval_steps=50)
