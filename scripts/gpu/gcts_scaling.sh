@@ -23,6 +23,9 @@
 # left out of the table). Checkpoints go to /dev/shm (the final one of n16-1b is 7.9 GB)
 # and are removed after each run.
 # Carry: .gpu-carry (scripts/gpu/prepare_carry.sh).
+# ONE_RANK_WORLD=1: the one-GPU lf runs communicate through a one-rank NCCL World (the trainer's
+# LOONGFORGE_TEST_ONE_RANK_WORLD hook), so lf-hybrid reduces inside the graph and lf-after after it
+# at one GPU: the cost of each placement's packing, copies and launches without a second GPU.
 # EXPORT_SET="key=value ..." passes model overrides to the export (gr00t-n1.6-3b on the bundled
 # dataset needs "max_state_dim=64 max_action_dim=64": its state and action are 44 wide).
 #   [WORLDS="1 2"] [MODEL=n16-1b] [EXPORT_SET=...] [STEPS=150] [RUNS="lf-plain ..."] [TESTS=1] [PROFILE=1] bash scripts/gpu/gcts_scaling.sh
@@ -62,7 +65,8 @@ for w in $worlds; do
         ctl=(--set control.enable=false)
         prof=0; [ "${PROFILE:-0}" = 1 ] && [ "$w" = 1 ] && prof=1  # one socket path for all ranks: one rank only
         [ $prof = 1 ] && ctl=(--set control.socket=/tmp/lf-ctl/$name.sock)
-        LOONGFORGE_TRAIN=build-gpu/src/daemon/loongforge-train LOG_DIR=/tmp/logs/$name timeout 400 \
+        rw=(); [ "${ONE_RANK_WORLD:-0}" = 1 ] && [ "$w" = 1 ] && rw=(LOONGFORGE_TEST_ONE_RANK_WORLD=1)
+        env "${rw[@]}" LOONGFORGE_TRAIN=build-gpu/src/daemon/loongforge-train LOG_DIR=/tmp/logs/$name timeout 400 \
           bash scripts/launch_local.sh $w "${common[@]}" --set run.name=$name "${sets[@]}" "${ctl[@]}" \
           --set checkpoint.dir=/dev/shm/ckpt/$name > "$OUT/$name.log" 2>&1 &
         pid=$!
