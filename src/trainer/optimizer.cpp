@@ -31,6 +31,12 @@ void AdamWBase::zero_grad() {
   if (!grads.empty()) at::_foreach_zero_(grads);  // in place: the CUDA graphs write these tensors
 }
 
+int64_t Optimizer::state_bytes() const {
+  int64_t n = 0;
+  for (const auto& [name, t] : state_tensors()) n += static_cast<int64_t>(t.nbytes());
+  return n;
+}
+
 NamedTensorList AdamWBase::state_tensors() const {
   NamedTensorList out;
   for (size_t i = 0; i < params_.size(); ++i) {

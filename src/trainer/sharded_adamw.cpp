@@ -330,6 +330,12 @@ NamedTensorList ShardedAdamW::state_tensors() const {
   return out;
 }
 
+int64_t ShardedAdamW::state_bytes() const {
+  int64_t n = static_cast<int64_t>(exp_avg_.nbytes() + exp_avg_sq_.nbytes());
+  for (const auto& [i, mv] : replicated_) n += static_cast<int64_t>(mv.first.nbytes() + mv.second.nbytes());
+  return n;
+}
+
 nlohmann::json ShardedAdamW::state_json() const {
   nlohmann::json steps = nlohmann::json::object(), sharded = nlohmann::json::array();
   std::vector<int64_t> counts = steps_;

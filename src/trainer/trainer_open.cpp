@@ -3,6 +3,7 @@
 #include <algorithm>  // std::max
 #include <chrono>   // std::chrono::system_clock
 #include <cmath>    // std::ceil
+#include <cstdio>   // std::snprintf
 #include <cstdlib>  // std::getenv
 #include <fstream>  // std::ofstream
 
@@ -392,6 +393,8 @@ void Trainer::open() {
   last_step_ = cfg_.trainer.steps_per_run > 0 ? std::min(cfg_.trainer.max_steps, pos_.step + cfg_.trainer.steps_per_run)
                                               : cfg_.trainer.max_steps;
   if (leader_) std::ofstream(run_dir_ + "/config.yaml") << config::print_config(cfg_);
+  char moments[32];  // MB = 2^20 bytes, as the peak memory figures
+  std::snprintf(moments, sizeof moments, "%.1f", static_cast<double>(optimizer_->state_bytes()) / (1024.0 * 1024.0));
   LF_LOG(log, info) << "run " << run_dir_ << ": " << net_->info().name << " on " << device_ << " ("
                     << (bf16_ ? "bf16" : "fp32") << "), " << dataset_->episodes().size() << " episodes / "
                     << dataset_->total_rows() << " samples, global batch " << pos_.global_batch << " ("
@@ -399,6 +402,7 @@ void Trainer::open() {
                     << world_size << " ranks), " << pos_.steps_per_epoch << " steps per epoch, AdamW "
                     << (sharded_ ? std::string(fused ? "fused, " : "") + "sharded over " + std::to_string(world_size) + " rank(s)"
                         : fused ? "fused" : "plain")
+                    << " (moments " << moments << " MB on this rank)"
                     << ", gradient communication " << reducer_->strategy()
                     << (graph_reduction_ ? " until the last micro-batch's graph is captured with it" : "") << ", steps "
                     << pos_.step + 1 << ".." << last_step_;

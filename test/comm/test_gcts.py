@@ -4,7 +4,9 @@ global batch (8 samples), 1, 2 and 4 ranks under the plain path and GCTS's
 with the same parameters (fp32; the measured maximum relative difference is
 printed); switching the strategy mid-run (sent to rank 1, applied by every
 rank at one step) changes nothing: bitwise on two ranks; the sharded
-optimizer's state gathered from its per-rank files equals the unsharded state;
+optimizer's state gathered from its per-rank files equals the unsharded state,
+and each rank reports (run line; rank 0 also in summary.json) the moments it
+holds: its range's and the replicated tiny tensors', about 1/world of one rank's;
 a sharded checkpoint resumed on 2 -> 4 -> 2 ranks continues the run.
 Overlap (gcts.overlap: buckets launched from gradient hooks during the last
 micro-batch's backward; a sharded optimizer's all-gather sent in pieces during
@@ -109,6 +111,15 @@ def reference(tmp_path_factory):
     return r, final(r)[1], losses(r)
 
 
+def reference_log(reference):
+    return (reference[0].parent / "rank0.log").read_text()
+
+
+def moments_mb(log):
+    """The optimizer memory a rank's run line reports ("(moments X MB on this rank)")."""
+    return float(re.search(r"\(moments ([0-9.]+) MB on this rank\)", log).group(1))
+
+
 # (world, strategy, sharded, fused): fused = optimizer.implementation=fused (ATen's multi-tensor AdamW; on the CPU
 # the default is the op-for-op one).
 CASES_FAST = [(2, "hybrid", True, True), (4, "simple", False, False)]
@@ -148,10 +159,23 @@ def test_every_world_size_strategy_and_sharding_ends_with_the_parameters_of_one_
         shards = sorted(f for f in files if f.startswith("optimizer/"))
         assert shards == [f"optimizer/rank_{i:05d}.safetensors" for i in range(world)]
         total = sum(v.numel() for v in reference[1].values())
-        for f in shards:  # each rank holds about 1/world of the moments
-            held = load_file(str(ckpt / f))
-            n = held["shard.exp_avg"].numel()
+        held = [load_file(str(ckpt / f)) for f in shards]
+        for h in held:  # each rank holds about 1/world of the moments
+            n = h["shard.exp_avg"].numel()
             assert 0 < n <= total // world + 1
+        # The optimizer memory each rank reports: its range's moments and the replicated tiny tensors'
+        # (rank 0's file holds those once), in the run line and, for rank 0, summary.json.
+        replicated = sum(t.nbytes for k, t in held[0].items() if not k.startswith("shard."))
+        full = moments_mb(reference_log(reference))
+        for rank, h in enumerate(held):
+            mb = (h["shard.exp_avg"].nbytes + h["shard.exp_avg_sq"].nbytes + replicated) / 2**20
+            reported = moments_mb((tmp_path / f"rank{rank}.log").read_text())
+            assert abs(reported - mb) <= 0.05, (rank, reported, mb)
+            assert reported < full / world + replicated / 2**20 + 0.1, (rank, reported, full)
+        summary = json.loads((r / "summary.json").read_text())
+        assert abs(summary["optimizer_state_mb"] - moments_mb(log)) <= 0.05
+        print(f"  optimizer moments per rank: {moments_mb(log):.1f} MB of {full:.1f} MB on one rank "
+              f"({replicated / 2**20:.2f} MB replicated)")
 
 
 def test_bf16_reduction_is_close_to_fp32_and_not_equal(reference, tmp_path):

@@ -345,3 +345,15 @@ TEST_CASE("optimizer: gradients as views into the sharded optimizer's flat buffe
     }
   }
 }
+
+TEST_CASE("optimizer: the memory each optimizer reports is its moments, 8 bytes per element at one rank") {
+  const auto init = make_params(7);
+  int64_t elements = 0;
+  for (const auto& p : init) elements += p.tensor.numel();
+  AdamW plain(clone(init), options());
+  FusedAdamW fused(clone(init), options());
+  ShardedAdamW sharded(clone(init), options(), nullptr, /*tiny_numel=*/16);  // one rank: the whole range
+  CHECK(plain.state_bytes() == 8 * elements);
+  CHECK(fused.state_bytes() == 8 * elements);
+  CHECK(sharded.state_bytes() == 8 * elements);
+}

@@ -24,6 +24,9 @@
 //    construction), so checkpoint buffers can be reserved once;
 //    state_json() holds the rest (per-parameter step counts);
 //    load_state() restores both from a checkpoint.
+//  - state_bytes() is the device (or host) memory of the moments this rank
+//    holds: what "optimizer memory per rank" means in the run line and
+//    summary.json (a sharded optimizer's communication buffers not included).
 //  - Trainer thread only.
 //
 // AdamW: two groups from params.json's per-parameter `decay` flag (weights
@@ -97,6 +100,7 @@ class Optimizer {
   // saw a non-finite norm, so the caller need not read the norm first.
   virtual bool skips_nonfinite_on_device() const { return false; }
   virtual NamedTensorList state_tensors() const = 0;
+  virtual int64_t state_bytes() const;  // the sum over state_tensors()
   virtual nlohmann::json state_json() const = 0;
   virtual void load_state(const std::map<std::string, at::Tensor>& tensors, const nlohmann::json& json) = 0;
 };
@@ -192,6 +196,7 @@ class ShardedAdamW final : public Optimizer {
   bool skips_nonfinite_on_device() const override { return fused_; }
   void sync_parameters() override;
   NamedTensorList state_tensors() const override;
+  int64_t state_bytes() const override;  // the replicated moments on every rank, not only rank 0
   nlohmann::json state_json() const override;
   void load_state(const std::map<std::string, at::Tensor>& tensors, const nlohmann::json& json) override;
 
