@@ -270,7 +270,9 @@ class Qwen3VLText(nn.Module):
                 sel[j] = 1
             elif j % 3 == 2 and j < 3 * section[2]:
                 sel[j] = 2
-        self.mrope_select: List[int] = sel
+        # A buffer, so it is on the model's device: a tensor made from a list in forward is copied from the
+        # host, which a CUDA graph cannot capture.
+        self.register_buffer("mrope_select", torch.tensor(sel, dtype=torch.long), persistent=False)
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.llm_width)
         self.layers = nn.ModuleList([LLMBlock(cfg) for _ in range(cfg.llm_layers)])
 
@@ -280,7 +282,7 @@ class Qwen3VLText(nn.Module):
         exps = torch.arange(0, d, 2, dtype=torch.int64, device=pos.device).float() / d
         inv_freq = 1.0 / torch.pow(self.rope_theta, exps)                        # (d/2,)
         freqs = pos.float()[..., None] * inv_freq                                # (3, B, S, d/2)
-        sel = torch.tensor(self.mrope_select, device=pos.device)
+        sel = self.mrope_select
         f = torch.where(sel == 1, freqs[1], torch.where(sel == 2, freqs[2], freqs[0]))  # (B, S, d/2)
         emb = torch.cat([f, f], dim=-1)[:, None]                                 # (B, 1, S, d)
         return emb.cos(), emb.sin()

@@ -91,7 +91,7 @@ class Gr00tModel(Gr00tHead):
         prefix_mask = torch.ones(B, prefix.shape[1], dtype=torch.bool, device=prefix.device)
         key_mask = torch.cat([prefix_mask, text_mask], dim=1)          # (B, S)
         image_mask = torch.zeros_like(key_mask)
-        image_mask[:, :n_image] = True
+        image_mask[:, :n_image].fill_(True)  # not `= True`: TorchScript copies that from a host tensor
         return key_mask, image_mask
 
     def encode_vl(self, batch: Dict[str, Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
@@ -237,8 +237,7 @@ class Gr00tQwen3VLModel(Gr00tModel):
         ones_head = torch.ones(B, n_head, dtype=torch.bool, device=dev)
         ones_tail = torch.ones(B, n_tail, dtype=torch.bool, device=dev)
         key_mask = torch.cat([ones_head, text_mask, ones_tail], dim=1)  # (B, S)
-        image_mask = torch.zeros_like(key_mask)
-        image_mask[:, self.prompt_image_index] = True
+        image_mask = torch.zeros_like(key_mask).index_fill(1, self.prompt_image_index, True)
         m = text_mask.to(torch.int64)
         text_pos = torch.where(text_mask, self.text_pos0 + torch.cumsum(m, dim=1) - 1, torch.zeros_like(m))
         tail_pos = self.text_pos0 + m.sum(dim=1, keepdim=True) + torch.arange(n_tail, device=dev)[None]

@@ -210,8 +210,10 @@ def action_time_features(t_bucket: Tensor, dim: int) -> Tensor:
     """GR00T's action-encoder features of (B, H) -> (B, H, dim): [sin, cos] of
     t * exp(-i * ln(10000) / (dim/2)), the log taken in fp32 as upstream does."""
     half = dim // 2
-    log_base = torch.log(torch.full([1], 10000.0, dtype=torch.float32))
-    exponent = -torch.arange(half, dtype=torch.float32, device=t_bucket.device) * (log_base / half).to(t_bucket.device)
+    # A 0-dim host tensor, as upstream's: an operand on any device without a copy (a host-to-device copy
+    # cannot be captured in a CUDA graph).
+    log_base = torch.log(torch.tensor(10000.0, dtype=torch.float32))
+    exponent = -torch.arange(half, dtype=torch.float32, device=t_bucket.device) * (log_base / half)
     args = t_bucket.float().unsqueeze(-1) * exponent.exp()                       # (B, H, half)
     return torch.cat([torch.sin(args), torch.cos(args)], dim=-1)
 

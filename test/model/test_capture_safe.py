@@ -1,0 +1,62 @@
+"""Every named config's TorchScript forward and backward copies nothing from
+the host to the model's device: such a copy (a tensor made from a Python list
+or number, then moved; `x[...] = True` in TorchScript) cannot be captured in a
+CUDA graph, so loongforge-train's fast step fell back to eager steps on a GPU
+(gr00t-n1.6-3b in session 32: "Cannot copy between CPU and CUDA tensors
+during CUDA graph capture", docs/benchmarks.md). Run on the meta device, where
+a host tensor meeting a device one is easy to see: a dispatch mode records
+every op that copies a host tensor into a device one or mixes a host tensor
+of more than 0 dimensions with device ones (a 0-dim host tensor is a scalar
+operand on any device, as upstream's own constants are)."""
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+import model
+from model.batch import example_batch
+
+COPIES = ("copy_", "_to_copy", "index_put")
+
+
+class HostToDevice(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        ins = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        host = [t for t in ins if t.device.type == "cpu"]
+        if any(t.device.type == "meta" for t in ins + outs) and any(
+                t.dim() > 0 or func.__name__.startswith(COPIES) for t in host):
+            self.ops.add(func.__name__)
+        return out
+
+
+CASES = ["n16-tiny", "n16-1b", "n16-3b", "gr00t-tiny", "gr00t-n1.6-tiny", "gr00t-n1.7-tiny", "gr00t-n1.6-3b",
+         "gr00t-n1.7-3b", ("gr00t-n1.7-tiny", {"chat_template_ids": "1,-1,4,-2,2"})]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c if isinstance(c, str) else c[0] + "-chat-template")
+def test_the_scripted_step_copies_nothing_from_the_host_to_the_device(case):
+    name, overrides = (case, {}) if isinstance(case, str) else case
+    cfg = model.get_config(name, **overrides)
+    net = torch.jit.script(model.build_model(cfg, torch.device("meta")))
+    net.train()
+    batch = {k: v.to("meta") for k, v in example_batch(cfg, 2, seed=0).items()}
+    mode = HostToDevice()
+    with mode:
+        net(batch)["loss"].backward()
+    assert not mode.ops, f"{name}: host-to-device copies in the step: {sorted(mode.ops)}"
+
+
+def test_the_check_sees_a_list_made_into_a_device_tensor():
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x * torch.tensor([1.0, 2.0]).to(x.device)
+
+    mode = HostToDevice()
+    with mode:
+        torch.jit.script(f)(torch.ones(2, device="meta"))
+    assert mode.ops
