@@ -7,7 +7,10 @@ during CUDA graph capture", docs/benchmarks.md). Run on the meta device, where
 a host tensor meeting a device one is easy to see: a dispatch mode records
 every op that copies a host tensor into a device one or mixes a host tensor
 of more than 0 dimensions with device ones (a 0-dim host tensor is a scalar
-operand on any device, as upstream's own constants are)."""
+operand on any device, as upstream's own constants are). The step must not
+need a device value on the host either (`.item()`, a boolean mask's
+indexing: a synchronisation, which a capture refuses too): meta tensors have
+no values, so such an op raises here and fails the test."""
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -35,8 +38,8 @@ class HostToDevice(TorchDispatchMode):
         return out
 
 
-CASES = ["n16-tiny", "n16-1b", "n16-3b", "gr00t-tiny", "gr00t-n1.6-tiny", "gr00t-n1.7-tiny", "gr00t-n1.6-3b",
-         "gr00t-n1.7-3b", ("gr00t-n1.7-tiny", {"chat_template_ids": "1,-1,4,-2,2"})]
+# Every named config, and an N1.7 import's chat-template prompt (one view: head, image, text, tail).
+CASES = sorted(model.CONFIGS) + [("gr00t-n1.7-tiny", {"chat_template_ids": "1,-1,4,-2,2"})]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c if isinstance(c, str) else c[0] + "-chat-template")
@@ -52,7 +55,22 @@ def test_the_scripted_step_copies_nothing_from_the_host_to_the_device(case):
     assert not mode.ops, f"{name}: host-to-device copies in the step: {sorted(mode.ops)}"
 
 
-def test_the_check_sees_a_list_made_into_a_device_tensor():
+def masked(x: torch.Tensor) -> torch.Tensor:
+    return x[x > 0]
+
+
+def read(x: torch.Tensor) -> torch.Tensor:
+    return x * float(x.sum().item())
+
+
+@pytest.mark.parametrize("f", [masked, read], ids=["boolean-mask", "item"])
+def test_a_step_that_reads_a_device_value_on_the_host_fails_the_check(f):
+    with pytest.raises(RuntimeError):
+        with HostToDevice():
+            torch.jit.script(f)(torch.ones(2, device="meta"))
+
+
+def test_a_list_made_into_a_device_tensor_fails_the_check():
     def f(x: torch.Tensor) -> torch.Tensor:
         return x * torch.tensor([1.0, 2.0]).to(x.device)
 
