@@ -135,6 +135,8 @@ def main() -> int:
                     help="also the eager model under torch.compile (Inductor, as the reference's --mode optimized "
                          "compiles it, without its CUDA graphs so the profiler sees the kernels)")
     args = ap.parse_args()
+    if args.compiled and args.script_only:
+        ap.error("--compiled compiles the eager model, which --script-only leaves out")
     # As loongforge-train runs TorchScript: the graph executor's optimizations off
     # (with them on, autocast around a scripted forward can crash; docs/architecture.md s9).
     torch._C._set_graph_executor_optimize(False)
@@ -144,7 +146,7 @@ def main() -> int:
     print(f"config {cfg.name}, batch {args.batch}, torch {torch.__version__}, {torch.cuda.get_device_name()}")
 
     models = (("torchscript", scripted),) if args.script_only else (("eager", eager), ("torchscript", scripted))
-    if args.compiled and eager is not None:
+    if args.compiled:
         t0 = time.time()
         compiled = torch.compile(eager, dynamic=False)
         zero(eager)
