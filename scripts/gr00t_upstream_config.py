@@ -40,8 +40,10 @@ How each part is chosen
   transform (antialiased bicubic to shortest_image_edge or the target size,
   the crop, bicubic to the target, and the processor's bicubic to image_size;
   docs/training-semantics.md s3), letter_box_transform as image_letterbox
-  (zero padding to a square first); use_albumentations (cv2 INTER_AREA) is
-  refused. N1.6: the box resize after the crop (Eagle's processor is not
+  (zero padding to a square first); with use_albumentations, image_resample
+  cv2_area (OpenCV's INTER_AREA to shortest_image_edge or the target size,
+  keeping the aspect ratio, the crop, INTER_AREA back to that size, which is
+  then image_target_size). N1.6: the box resize after the crop (Eagle's processor is not
   reproduced).
 - overrides: ModelConfig `key=value` strings applied last (num_views,
   max_text_len: the data's shape, which no checkpoint records).
@@ -256,16 +258,18 @@ def model_config_from_upstream(config: Dict, backbone_config: Optional[Dict] = N
         _need(len(target) == 2 and target[0] == target[1], "image_target_size", target, "must be square")
         fields["image_size"] = int(target[0])
     fields["image_crop_fraction"] = crop_fraction_of(image)
-    if layout == "n1.7":  # lerobot's default N1.7 transform (not its cv2 INTER_AREA albumentations path)
-        _need(not image["use_albumentations"], "processor_kwargs.use_albumentations", image["use_albumentations"],
-              "must be false: the cv2 INTER_AREA transform of albumentations checkpoints is not implemented "
-              "(image_resample supports box and bicubic_aa)")
+    if layout == "n1.7":  # lerobot's N1.7 transforms: the default (torch) one, or cv2's with use_albumentations
         fields["image_letterbox"] = image["letter_box_transform"]
-        fields["image_resample"] = "bicubic_aa"
-        fields["image_resize_edge"] = int(image.get("shortest_image_edge") or 0)
-        # upstream's processor resizes the transform's frames again, to its smart_resize size
         base = get_config(base_name)
         side = int(fields.get("image_size", base.image_size))
+        if image["use_albumentations"]:  # INTER_AREA to shortest_image_edge (else the target), crop, back to it
+            fields["image_resample"] = "cv2_area"
+            fields["image_resize_edge"] = 0
+            side = int(image.get("shortest_image_edge") or side)
+        else:
+            fields["image_resample"] = "bicubic_aa"
+            fields["image_resize_edge"] = int(image.get("shortest_image_edge") or 0)
+        # upstream's processor resizes the transform's frames again, to its smart_resize size
         factor = int(fields.get("patch_size", base.patch_size)) * int(fields.get("pixel_shuffle", base.pixel_shuffle))
         fields["image_target_size"] = side
         fields["image_size"] = qwen3vl_processor_side(side, factor)

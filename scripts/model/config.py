@@ -68,10 +68,16 @@ class ModelConfig:
     # smart_resize size (multiples of 32, at least 65,536 pixels: a 224 target becomes 256), which
     # is what the ViT sees. Imports of N1.7 checkpoints get bicubic_aa with image_target_size their
     # image_target_size and image_size the processor's (scripts/gr00t_upstream_config.py).
+    # "cv2_area" = the transform of N1.7 checkpoints saved with use_albumentations (lerobot 0.6.1
+    # _transform_n1_7_image_for_vlm_albumentations, at eval): OpenCV's INTER_AREA resize of the
+    # uint8 frame's shorter side to image_target_size (0 = image_size; the aspect ratio kept, so
+    # frames must be square or letterboxed), the center crop there (int(T * f) rows and columns),
+    # INTER_AREA back to image_target_size, then the processor's antialiased bicubic to image_size
+    # when that differs; image_resize_edge must be 0 (imports put shortest_image_edge in the target).
     image_resample: str = "box"
     image_resize_edge: int = 0
     image_target_size: int = 0
-    # bicubic_aa only: each frame is first padded with zeros (black) to a square of its longer
+    # bicubic_aa and cv2_area only: each frame is first padded with zeros (black) to a square of its longer
     # side, (square - w) // 2 columns on the left and (square - h) // 2 rows on top, the rest
     # right and below: upstream N1.7's letter_box_transform, which keeps the aspect ratio through
     # the square resizes. A square frame is unchanged.
@@ -203,13 +209,16 @@ class ModelConfig:
 
         need(self.image_size % self.patch_size == 0, "image_size", "must be a multiple of patch_size")
         need(0.0 < self.image_crop_fraction <= 1.0, "image_crop_fraction", "must be in (0, 1] (1 = no crop)")
-        need(self.image_resample in ("box", "bicubic_aa"), "image_resample", "must be box or bicubic_aa")
+        need(self.image_resample in ("box", "bicubic_aa", "cv2_area"), "image_resample",
+             "must be box, bicubic_aa or cv2_area")
         need(self.image_resize_edge >= 0, "image_resize_edge", "must be >= 0 (0 = the target size)")
+        need(self.image_resize_edge == 0 or self.image_resample != "cv2_area", "image_resize_edge",
+             "must be 0 when image_resample is cv2_area (it resizes to image_target_size)")
         need(self.image_target_size >= 0, "image_target_size", "must be >= 0 (0 = image_size)")
-        need(self.image_target_size in (0, self.image_size) or self.image_resample == "bicubic_aa",
-             "image_target_size", "must be 0 or image_size unless image_resample is bicubic_aa")
-        need(not self.image_letterbox or self.image_resample == "bicubic_aa", "image_letterbox",
-             "must be false unless image_resample is bicubic_aa")
+        need(self.image_target_size in (0, self.image_size) or self.image_resample != "box",
+             "image_target_size", "must be 0 or image_size unless image_resample is bicubic_aa or cv2_area")
+        need(not self.image_letterbox or self.image_resample != "box", "image_letterbox",
+             "must be false unless image_resample is bicubic_aa or cv2_area")
         grid = self.image_size // self.patch_size
         need(grid % self.pixel_shuffle == 0, "pixel_shuffle",
              f"must divide the patch grid side ({grid})")

@@ -688,6 +688,55 @@ def letterbox(x: Tensor) -> Tensor:
     return F.pad(x, (left, q - w - left, top, q - h - top), value=0)
 
 
+def cv2_area_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: float, target: int = 0,
+                      letterboxed: bool = False) -> Tensor:
+    """image_resample=cv2_area (training-semantics s3; GR00T N1.7 checkpoints saved with
+    use_albumentations): each frame (h, w, 3) uint8, padded to a square first when letterboxed (as
+    letterbox() does), gets its shorter side resized to T (T = target, or size when 0) by OpenCV's
+    INTER_AREA, the longer side to round(side * T / shorter) (skipped when the shorter side is T);
+    when 0 < f < 1 it is center-cropped to int(side * f) rows and columns (at least 1) from
+    (side - crop) // 2 and its shorter side resized to T again; then, as a (3, T, T) uint8 tensor,
+    resized to (size, size) by antialiased bicubic unless T is size (upstream's processor), and
+    (v - 127.5) / 127.5 in float32. A frame that is not square after the first resize is refused:
+    upstream keeps its aspect ratio, the model takes square images. -> (V, 3, S, S)."""
+    try:
+        import cv2  # upstream's own resize (opencv-python-headless, scripts/requirements-test.txt)
+    except ImportError:
+        raise RuntimeError("image_resample=cv2_area needs OpenCV's Python module (pip install "
+                           "opencv-python-headless==5.1.0.95, as scripts/requirements-test.txt pins it)") from None
+    T = target or size
+
+    def shorter_to(x: np.ndarray) -> np.ndarray:
+        h, w = x.shape[:2]
+        if min(h, w) == T:
+            return x
+        scale = T / float(min(h, w))
+        return cv2.resize(x, (max(1, int(round(w * scale))), max(1, int(round(h * scale)))),
+                          interpolation=cv2.INTER_AREA)
+
+    out = []
+    for f in frames_rgb:
+        x = np.ascontiguousarray(f)
+        if letterboxed and x.shape[0] != x.shape[1]:
+            x = np.ascontiguousarray(letterbox(torch.from_numpy(x).permute(2, 0, 1)).permute(1, 2, 0).numpy())
+        x = shorter_to(x)
+        if x.shape[0] != x.shape[1]:
+            raise ValueError(f"image_resample cv2_area: a {f.shape[0]} x {f.shape[1]} frame becomes "
+                             f"{x.shape[0]} x {x.shape[1]} (upstream's albumentations transform keeps the aspect "
+                             "ratio), but the model takes square images; import the checkpoint with "
+                             "letter_box_transform, or use square frames")
+        if 0.0 < crop_fraction < 1.0:
+            side = x.shape[0]
+            c = max(1, int(side * crop_fraction))
+            top = (side - c) // 2
+            x = shorter_to(np.ascontiguousarray(x[top:top + c, top:top + c]))
+        t = torch.from_numpy(np.ascontiguousarray(x.transpose(2, 0, 1)))[None]               # (1, 3, T, T) uint8
+        if T != size:
+            t = F.interpolate(t, size=(size, size), mode="bicubic", antialias=True)
+        out.append(t[0])
+    return (torch.stack(out).to(torch.float32) - 127.5) / 127.5
+
+
 def bicubic_aa_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: float, edge: int,
                         target: int = 0, letterboxed: bool = False) -> Tensor:
     """image_resample=bicubic_aa (training-semantics s3; GR00T N1.7's default transform): each frame
@@ -829,15 +878,20 @@ class SampleBuilder:
         self.resize_edge = int(_mcfg_or(model_cfg, "image_resize_edge", 0))
         self.target_size = int(_mcfg_or(model_cfg, "image_target_size", 0))
         self.letterbox = bool(_mcfg_or(model_cfg, "image_letterbox", False))
-        if self.resample not in ("box", "bicubic_aa"):
-            raise ValueError(f"the model's image_resample={self.resample!r} must be box or bicubic_aa; re-export it")
+        if self.resample not in ("box", "bicubic_aa", "cv2_area"):
+            raise ValueError(f"the model's image_resample={self.resample!r} must be box, bicubic_aa or cv2_area; "
+                             "re-export it")
+        if self.resample == "cv2_area" and self.resize_edge != 0:
+            raise ValueError(f"the model's image_resize_edge={self.resize_edge} must be 0 when image_resample is "
+                             "cv2_area (it resizes to image_target_size); re-export it")
         if not 0.0 < self.crop <= 1.0:
             raise ValueError(f"the model's image_crop_fraction={self.crop} must be in (0, 1]; re-export it")
         if self.target_size < 0 or (self.resample == "box" and self.target_size not in (0, self.S)):
             raise ValueError(f"the model's image_target_size={self.target_size} must be 0 or image_size "
-                             f"({self.S}) unless image_resample is bicubic_aa; re-export it")
-        if self.letterbox and self.resample != "bicubic_aa":
-            raise ValueError("the model's image_letterbox=true needs image_resample bicubic_aa; re-export it")
+                             f"({self.S}) when image_resample is box; re-export it")
+        if self.letterbox and self.resample == "box":
+            raise ValueError("the model's image_letterbox=true needs image_resample bicubic_aa or cv2_area; "
+                             "re-export it")
         self.max_state = int(_mcfg(model_cfg, "max_state_dim"))
         self.max_action = int(_mcfg(model_cfg, "max_action_dim"))
         # flow-matching time form (section 4; exports before these fields: n16's, 0.999, 1.5)
@@ -1022,6 +1076,8 @@ class SampleBuilder:
         if self.resample == "bicubic_aa":
             return bicubic_aa_to_model(frames, self.S, self.crop, self.resize_edge, self.target_size,
                                        self.letterbox)                                         # (V, 3, S, S)
+        if self.resample == "cv2_area":
+            return cv2_area_to_model(frames, self.S, self.crop, self.target_size, self.letterbox)  # (V, 3, S, S)
         return image_to_model(frames, self.S, self.crop)  # (V, 3, S, S)
 
     # -- batches

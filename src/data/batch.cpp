@@ -296,21 +296,37 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
     if (col < 0) throw DataError(ds_.dir() + ": no video_frame column for camera '" + cam.key + "'");
     const int pts_col = ds_.column_by_name("video_pts:" + cam.key);
     if (pts_col < 0) throw DataError(ds_.dir() + ": no video_pts column for camera '" + cam.key + "'");
+    if (opt_.image_resample == "cv2_area" && !opt_.image_letterbox && cam.height != cam.width) {
+      const int64_t T = opt_.image_target_size > 0 ? opt_.image_target_size : opt_.image_size;
+      const double scale = static_cast<double>(T) / static_cast<double>(std::min(cam.height, cam.width));
+      const auto side = [scale](int64_t n) { return static_cast<int64_t>(std::nearbyint(static_cast<double>(n) * scale)); };
+      if (side(cam.height) != side(cam.width))
+        throw DataError(ds_.dir() + ": camera '" + cam.key + "' has " + std::to_string(cam.height) + " x " +
+                        std::to_string(cam.width) + " frames, which the model " + opt_.model_path +
+                        " (image_resample cv2_area, upstream's albumentations transform) resizes to " +
+                        std::to_string(side(cam.height)) + " x " + std::to_string(side(cam.width)) +
+                        " keeping the aspect ratio, but it takes square images; import the checkpoint with "
+                        "letter_box_transform, or use square frames");
+    }
     cameras_.push_back(cam.id);
     frame_cols_.push_back(col);
     pts_cols_.push_back(pts_col);
   }
-  if (opt_.image_resample != "box" && opt_.image_resample != "bicubic_aa")
+  if (opt_.image_resample != "box" && opt_.image_resample != "bicubic_aa" && opt_.image_resample != "cv2_area")
     throw DataError("model.path " + opt_.model_path + ": config.json image_resample='" + opt_.image_resample +
-                    "' is neither box nor bicubic_aa; re-export the model");
+                    "' is none of box, bicubic_aa, cv2_area; re-export the model");
   if (opt_.image_target_size < 0 ||
       (opt_.image_resample == "box" && opt_.image_target_size != 0 && opt_.image_target_size != opt_.image_size))
     throw DataError("model.path " + opt_.model_path + ": config.json image_target_size=" +
                     std::to_string(opt_.image_target_size) + " must be 0 or image_size (" +
-                    std::to_string(opt_.image_size) + ") unless image_resample is bicubic_aa; re-export the model");
-  if (opt_.image_letterbox && opt_.image_resample != "bicubic_aa")
+                    std::to_string(opt_.image_size) + ") when image_resample is box; re-export the model");
+  if (opt_.image_letterbox && opt_.image_resample == "box")
     throw DataError("model.path " + opt_.model_path + ": config.json image_letterbox=true needs image_resample "
-                    "bicubic_aa (it is " + opt_.image_resample + "); re-export the model");
+                    "bicubic_aa or cv2_area (it is box); re-export the model");
+  if (opt_.image_resample == "cv2_area" && opt_.image_resize_edge != 0)
+    throw DataError("model.path " + opt_.model_path + ": config.json image_resize_edge=" +
+                    std::to_string(opt_.image_resize_edge) +
+                    " must be 0 when image_resample is cv2_area (it resizes to image_target_size); re-export the model");
   if (opt_.frames_on_device && opt_.image_resample != "box")
     throw DataError("frames resized on the device do the box resize only, but the model's image_resample is " +
                     opt_.image_resample + "; set data.frame_resize=cpu");
@@ -467,9 +483,9 @@ BatchBuilder::Entry BatchBuilder::decode(int64_t key, const VideoFile* file) con
     // cropped and resized a chunk at a time, and only the resized ones are kept (Note [Frame cache]).
     // With frames_on_device the cropped uint8 frames are kept instead (the device resizes them).
     const int64_t S = opt_.image_size, h = cam.height, w = cam.width, frame_bytes = h * w * 3;
-    const bool bicubic = opt_.image_resample == "bicubic_aa";  // its crop comes after its first resize
-    const int64_t ch = bicubic ? h : cropped_size(h, opt_.image_crop_fraction);
-    const int64_t cw = bicubic ? w : cropped_size(w, opt_.image_crop_fraction);
+    const bool upstream = opt_.image_resample != "box";  // bicubic_aa and cv2_area crop after their first resize
+    const int64_t ch = upstream ? h : cropped_size(h, opt_.image_crop_fraction);
+    const int64_t cw = upstream ? w : cropped_size(w, opt_.image_crop_fraction);
     const int64_t chunk = std::clamp<int64_t>(kStagingBytes / std::max<int64_t>(frame_bytes, 1), 1, 64);
     at::Tensor out = opt_.frames_on_device ? at::empty({end - first, ch, cw, 3}, at::kByte)
                                            : at::empty({end - first, 3, S, S}, at::kFloat);
@@ -480,9 +496,13 @@ BatchBuilder::Entry BatchBuilder::decode(int64_t key, const VideoFile* file) con
       const at::Tensor u8 = staging.narrow(0, 0, staged).narrow(1, (h - ch) / 2, ch).narrow(2, (w - cw) / 2, cw);
       out.narrow(0, done, staged)
           .copy_(opt_.frames_on_device ? u8  // (n, ch, cw, 3)
-                 : bicubic ? resize_frames_bicubic_aa(u8, opt_.image_resize_edge, opt_.image_crop_fraction,
-                                                            opt_.image_target_size, S, opt_.image_letterbox)
-                           : resize_frames(u8, S));  // (n, 3, S, S)
+                 : opt_.image_resample == "bicubic_aa"
+                     ? resize_frames_bicubic_aa(u8, opt_.image_resize_edge, opt_.image_crop_fraction,
+                                                opt_.image_target_size, S, opt_.image_letterbox)
+                 : opt_.image_resample == "cv2_area"
+                     ? resize_frames_cv2_area(u8, opt_.image_target_size, opt_.image_crop_fraction, S,
+                                              opt_.image_letterbox)
+                     : resize_frames(u8, S));  // (n, 3, S, S)
       done += staged;
       staged = 0;
     };

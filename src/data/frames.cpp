@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>  // at::adaptive_avg_pool2d, at::_upsample_bicubic2d_aa, at::constant_pad_nd
 
 #include "loongforge/common/error.hpp"
+#include "loongforge/data/area_resize.hpp"
 
 #if LOONGFORGE_WITH_CUDA_KERNELS
 #include <c10/cuda/CUDAStream.h>  // c10::cuda::getCurrentCUDAStream
@@ -68,6 +69,43 @@ at::Tensor resize_frames_bicubic_aa(const at::Tensor& u8, int64_t E, double f, i
   // As upstream's Qwen3-VL processor normalises, its rescale fused into mean and std (0.5 * 255):
   // (v - 127.5) / 127.5 in float32, not ((v / 255) - 0.5) / 0.5 (docs/training-semantics.md s3).
   return (x.to(at::kFloat) - 127.5) / 127.5;
+}
+
+at::Tensor resize_frames_cv2_area(const at::Tensor& u8, int64_t T, double f, int64_t S, bool letterbox) {
+  if (T <= 0) T = S;
+  const auto shorter_to = [T](const at::Tensor& hwc) {  // (h, w, 3) uint8, its shorter side made T
+    const int64_t h = hwc.size(0), w = hwc.size(1), shorter = std::min(h, w);
+    if (shorter == T) return hwc;
+    const double scale = static_cast<double>(T) / static_cast<double>(shorter);
+    const auto side = [scale](int64_t n) {
+      return std::max<int64_t>(1, static_cast<int64_t>(std::nearbyint(static_cast<double>(n) * scale)));
+    };
+    return resize_area(hwc, side(h), side(w));
+  };
+  const int64_t n = u8.size(0);
+  at::Tensor out = at::empty({n, T, T, 3}, u8.options());
+  for (int64_t i = 0; i < n; ++i) {
+    at::Tensor x = u8[i];  // (h, w, 3)
+    if (letterbox && x.size(0) != x.size(1)) {
+      const int64_t h = x.size(0), w = x.size(1), q = std::max(h, w), left = (q - w) / 2, top = (q - h) / 2;
+      x = at::constant_pad_nd(x, {0, 0, left, q - w - left, top, q - h - top}, 0);  // (q, q, 3)
+    }
+    x = shorter_to(x);
+    if (x.size(0) != x.size(1))
+      throw DataError("image_resample cv2_area: a " + std::to_string(u8.size(1)) + " x " +
+                      std::to_string(u8.size(2)) + " frame becomes " + std::to_string(x.size(0)) + " x " +
+                      std::to_string(x.size(1)) + " (upstream's albumentations transform keeps the aspect ratio), "
+                      "but the model takes square images; import the checkpoint with letter_box_transform, or "
+                      "use a square camera");
+    if (f > 0.0 && f < 1.0) {
+      const int64_t side = x.size(0), crop = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(side) * f));
+      x = shorter_to(x.narrow(0, (side - crop) / 2, crop).narrow(1, (side - crop) / 2, crop));
+    }
+    out[i].copy_(x);
+  }
+  at::Tensor chw = out.permute({0, 3, 1, 2}).contiguous();  // (n, 3, T, T)
+  if (T != S) chw = at::_upsample_bicubic2d_aa(chw, {S, S}, /*align_corners=*/false);
+  return (chw.to(at::kFloat) - 127.5) / 127.5;  // as bicubic_aa's normalisation
 }
 
 at::Tensor model_images(const at::Tensor& u8, int64_t S, const std::vector<int64_t>& blank) {

@@ -128,14 +128,16 @@ TEST_CASE(
                     resize_frames_bicubic_aa(square, 0, 0.9, 28, 32, false)));
 }
 
-TEST_CASE("frames: a letterboxed model must resize by bicubic_aa, naming the key") {
+TEST_CASE("frames: a letterboxed model must resize by bicubic_aa or cv2_area, naming the key") {
   const Dataset ds = Dataset::open(kData);
   SampleOptions o = options(false, 1.0);
   o.model_path = "m.pt";
   o.image_letterbox = true;
   REQUIRE_THROWS_WITH(BatchBuilder(ds, o), Contains("m.pt: config.json image_letterbox=true needs image_resample "
-                                                    "bicubic_aa (it is box)"));
+                                                    "bicubic_aa or cv2_area (it is box)"));
   o.image_resample = "bicubic_aa";
+  REQUIRE_NOTHROW(BatchBuilder(ds, o));
+  o.image_resample = "cv2_area";
   REQUIRE_NOTHROW(BatchBuilder(ds, o));
 }
 
@@ -145,7 +147,7 @@ TEST_CASE("frames: a box-resize model with a target size of its own is refused, 
   o.model_path = "m.pt";
   o.image_target_size = 48;  // box resizes to image_size (64) only
   REQUIRE_THROWS_WITH(BatchBuilder(ds, o), Contains("m.pt: config.json image_target_size=48 must be 0 or image_size "
-                                                    "(64) unless image_resample is bicubic_aa"));
+                                                    "(64) when image_resample is box"));
   o.image_target_size = 64;
   REQUIRE_NOTHROW(BatchBuilder(ds, o));
 }

@@ -182,6 +182,47 @@ def test_import_then_export_back_gives_the_upstream_tensors_bit_for_bit(upstream
         assert torch.equal(back[k], v), k
 
 
+def test_a_use_albumentations_checkpoint_imports_with_cv2s_transform_and_trains(upstream, imported, tmp_path):
+    """The same checkpoint with processor_config.json's use_albumentations (Isaac-GR00T's default):
+    the import takes upstream's cv2 INTER_AREA transform (image_resample cv2_area, its frames equal
+    upstream's pixel_values: test_n17_pixel_values.py) and loongforge-train trains with it, from
+    another first loss than the default transform's frames give."""
+    import shutil
+    _, _, ckpt = upstream
+    alb = tmp_path / "ckpt-albumentations"
+    shutil.copytree(ckpt, alb)
+    kw = json.loads((alb / "processor_config.json").read_text())
+    kw["processor_kwargs"]["use_albumentations"] = True
+    (alb / "processor_config.json").write_text(json.dumps(kw))
+    env = dict(os.environ, PYTHONPATH=str(REPO / "scripts"))
+    r = subprocess.run([sys.executable, str(REPO / "scripts/convert_gr00t_checkpoint.py"), str(alb), "--out",
+                        str(tmp_path / "model.pt"), "--strict"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "image transform: OpenCV's INTER_AREA (use_albumentations)" in r.stdout, r.stdout
+    extra = {"loongforge/config.json": ""}
+    torch.jit.load(str(tmp_path / "model.pt"), map_location="cpu", _extra_files=extra)
+    cfg = json.loads(extra["loongforge/config.json"])
+    assert (cfg["image_resample"], cfg["image_target_size"], cfg["image_size"], cfg["image_resize_edge"]) == \
+        ("cv2_area", 64, 256, 0)
+    sets = [s for s in trainer_sets(tmp_path / "model.pt", imported[2], tmp_path) if not s.startswith("trainer.max")]
+    cmd = [TRAIN, "--config", str(REPO / "configs/n16-tiny.yaml")]
+    for s in sets + ["trainer.max_steps=2"]:
+        cmd += ["--set", s]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = [json.loads(line)["loss"] for line in (tmp_path / "import/metrics.jsonl").read_text().splitlines()]
+    assert len(got) == 2 and all(x == x for x in got)
+    default = tmp_path / "default"
+    base = [s for s in trainer_sets(imported[0], imported[2], default) if not s.startswith("trainer.max")]
+    cmd = [TRAIN, "--config", str(REPO / "configs/n16-tiny.yaml")]
+    for s in base + ["trainer.max_steps=1"]:
+        cmd += ["--set", s]
+    subprocess.run(cmd, check=True, capture_output=True)
+    first_default = json.loads((default / "import/metrics.jsonl").read_text().splitlines()[0])["loss"]
+    print(f"use_albumentations import: step-1 loss {got[0]:.7f}, the default transform's {first_default:.7f}")
+    assert got[0] != first_default
+
+
 def upstream_loss_on(oracle, model, batch, ckpt, cfg) -> torch.Tensor:
     """The upstream GR00TN17's loss for our batch (its task texts through upstream's processor and
     the checkpoint's chat template), its noise and time draws replaced by the batch's."""

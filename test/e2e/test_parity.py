@@ -43,6 +43,10 @@ CASES = {
     # target), then -> 64 as upstream's processor resizes a target below its minimum again
     "bicubic_resample": (["image_resample=bicubic_aa", "image_crop_fraction=0.9", "image_resize_edge=72",
                           "image_target_size=48"], []),
+    # the transform of N1.7 checkpoints saved with use_albumentations: 256 -> 72 by OpenCV's
+    # INTER_AREA (area weights), crop int(72 * 0.9) = 64, back up to 72 (INTER_AREA's linear
+    # coefficients), then -> 64 by the processor's bicubic
+    "cv2_area_resample": (["image_resample=cv2_area", "image_crop_fraction=0.9", "image_target_size=72"], []),
 }
 
 

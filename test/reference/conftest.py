@@ -17,6 +17,16 @@ import lerobot_oracle  # noqa: E402
 
 UPSTREAM = "lerobot/policies/groot/processor_groot.py"
 TRANSFORM = "_transform_n1_7_image_for_vlm_torch"
+ALBUMENTATIONS = "_transform_n1_7_image_for_vlm_albumentations"
+
+
+def _upstream_function(name: str, namespace: dict):
+    """A top-level function of upstream's processor_groot.py, compiled alone from the wheel's source
+    (test/lerobot_oracle.py) into `namespace`."""
+    source = (lerobot_oracle.unpacked_wheel() / UPSTREAM).read_text()
+    node = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == name)
+    exec(compile(ast.Module(body=[node], type_ignores=[]), UPSTREAM, "exec"), namespace)
+    return namespace[name]
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +36,14 @@ def upstream_transform():
     which the transform does not need)."""
     import torchvision.transforms.v2.functional as tv_functional
     from torchvision.transforms import InterpolationMode
-    source = (lerobot_oracle.unpacked_wheel() / UPSTREAM).read_text()
-    node = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == TRANSFORM)
-    namespace = {"torch": torch, "tv_functional": tv_functional, "InterpolationMode": InterpolationMode}
-    exec(compile(ast.Module(body=[node], type_ignores=[]), UPSTREAM, "exec"), namespace)
-    return namespace[TRANSFORM]
+    return _upstream_function(TRANSFORM, {"torch": torch, "tv_functional": tv_functional,
+                                          "InterpolationMode": InterpolationMode})
+
+
+@pytest.fixture(scope="module")
+def upstream_albumentations_transform():
+    """lerobot 0.6.1's `_transform_n1_7_image_for_vlm_albumentations` (checkpoints saved with
+    use_albumentations: OpenCV's INTER_AREA), compiled alone from the wheel's source."""
+    import cv2
+    import numpy as np
+    return _upstream_function(ALBUMENTATIONS, {"np": np, "cv2": cv2})

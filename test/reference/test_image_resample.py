@@ -8,8 +8,14 @@
   upscaled, already at the first size), with and without the crop, and with a shortest_image_edge
   of its own.
 
+image_resample=cv2_area is the transform of N1.7 checkpoints saved with use_albumentations: the
+reference trainer's frames (lf_dataset.cv2_area_to_model) equal upstream's
+`_transform_n1_7_image_for_vlm_albumentations` (its eval form: the center crop), normalised, bit
+for bit, letterboxed or not, on the cameras' size and others.
+
 loongforge-train's frames equal the reference trainer's bit for bit through e2e_parity's
-bicubic_resample case (the whole training run).
+bicubic_resample and cv2_area_resample cases (the whole training run); its INTER_AREA resize equals
+cv2's on its own cases (test_area_resize).
 """
 import numpy as np
 import pytest
@@ -43,6 +49,36 @@ def test_the_reference_frames_equal_upstream_n17_transform_bit_for_bit(upstream_
         assert torch.equal(ours[v], normalised(up)), f"view {v}"
 
 
+@pytest.mark.parametrize("shape,size,crop_size,edge,letterboxed", [
+    ((256, 256), 256, 230, None, False),   # the cameras' size, lerobot's default geometry: crop, back up
+    ((256, 256), 224, 200, None, False),   # shrunk by area weights first
+    ((512, 512), 256, None, None, False),  # 2 x 2 blocks, no crop
+    ((480, 480), 256, 230, 288, False),    # shortest_image_edge: the transform ends at 288
+    ((200, 256), 256, 243, None, True),    # letterboxed: padded to 256 x 256 first
+    ((480, 640), 224, 212, None, True),    # letterboxed, then shrunk
+])
+def test_the_reference_cv2_area_frames_equal_upstream_albumentations_transform_bit_for_bit(
+        upstream_albumentations_transform, shape, size, crop_size, edge, letterboxed):
+    g = torch.Generator().manual_seed(sum(shape) + size + 1)
+    frames = [torch.randint(0, 256, (*shape, 3), dtype=torch.uint8, generator=g).numpy() for _ in range(2)]
+    target = edge or size                     # the transform's last resize goes to this size
+    fraction = crop_size / size if crop_size else 1.0
+    ours = lfd.cv2_area_to_model(frames, target, fraction, 0, letterboxed)
+    for v, f in enumerate(frames):
+        up = upstream_albumentations_transform(
+            f, image_crop_size=[crop_size, crop_size] if crop_size else None, image_target_size=[size, size],
+            shortest_image_edge=edge, crop_fraction=None, letter_box_transform=letterboxed)
+        assert up.dtype == np.uint8 and up.shape == (target, target, 3)
+        assert torch.equal(ours[v], normalised(torch.from_numpy(np.ascontiguousarray(up.transpose(2, 0, 1))))), \
+            f"view {v}"
+
+
+def test_a_cv2_area_frame_that_stays_non_square_is_refused_naming_the_fix():
+    frame = np.zeros((200, 256, 3), np.uint8)
+    with pytest.raises(ValueError, match=r"a 200 x 256 frame becomes 256 x 328 .* letter_box_transform"):
+        lfd.cv2_area_to_model([frame], 256, 1.0)
+
+
 def test_a_box_model_with_a_target_size_of_its_own_is_refused_at_export():
     """image_target_size (the transform's size before upstream's processor resizes to image_size) is
     bicubic_aa's; the box resize goes to image_size directly."""
@@ -54,3 +90,6 @@ def test_a_box_model_with_a_target_size_of_its_own_is_refused_at_export():
         dataclasses.replace(tiny, image_target_size=48).validate()
     dataclasses.replace(tiny, image_target_size=tiny.image_size).validate()
     dataclasses.replace(tiny, image_resample="bicubic_aa", image_target_size=48).validate()
+    dataclasses.replace(tiny, image_resample="cv2_area", image_target_size=48).validate()
+    with pytest.raises(ValueError, match=r"image_resize_edge=72: must be 0 when image_resample is cv2_area"):
+        dataclasses.replace(tiny, image_resample="cv2_area", image_resize_edge=72).validate()

@@ -29,6 +29,9 @@ transformers, never copied:
   normalisation off (a pure rearrangement, checked by undoing it), bit for bit in float32;
 - letterboxed (image_letterbox, upstream's letter_box_transform), non-square real frames equal
   upstream's pixel_values too, bit for bit;
+- checkpoints saved with use_albumentations (image_resample cv2_area): upstream's cv2 INTER_AREA
+  transform and the processor give our tensor's pixel_values, bit for bit, at the 256 target and
+  at 224 (resized by the processor to 256);
 - the importer's processor size (gr00t_upstream_config.qwen3vl_processor_side) is transformers'
   smart_resize for square sides 32-1199 and a few above its pixel maximum;
 - for every uint8 value, upstream's normalisation equals ours and IEEE float32 division; the
@@ -114,6 +117,25 @@ def test_n17_model_input_equals_upstreams_pixel_values_bit_for_bit(upstream_tran
     print(f"\nformer ((v / 255) - 0.5) / 0.5 vs upstream on {n} frames: max |diff| {diff.max().item():.3g}, "
           f"{int((diff > 0).sum())} of {diff.numel()} values differ")
     assert 0 < diff.max().item() <= 2 ** -24
+
+
+@pytest.mark.parametrize("target,crop", [(TARGET, CROP), (224, 200)])
+def test_a_use_albumentations_model_input_equals_upstreams_pixel_values_bit_for_bit(
+        upstream_albumentations_transform, processor, frames, target, crop):
+    """image_resample cv2_area: upstream's albumentations transform hands the processor (h, w, 3)
+    uint8 arrays made by OpenCV's INTER_AREA; at a 224 target the processor resizes them to 256."""
+    frames = frames[:16]
+    ours = lfd.cv2_area_to_model(frames, TARGET, crop / target, target)            # (n, 3, 256, 256) float32
+    u8 = [upstream_albumentations_transform(f, image_crop_size=[crop, crop], image_target_size=[target, target],
+                                            shortest_image_edge=None, crop_fraction=None) for f in frames]
+    assert all(u.shape == (target, target, 3) for u in u8)
+    up = processor(images=u8, return_tensors="pt")
+    n, g = len(frames), TARGET // 16
+    assert up["image_grid_thw"].tolist() == [[1, g, g]] * n
+    mine = processor(images=list(ours), do_resize=False, do_rescale=False, do_normalize=False, return_tensors="pt")
+    assert torch.equal(mine["pixel_values"], up["pixel_values"])
+    # not the default transform's input: the two resamplers differ on the same frames
+    assert not torch.equal(ours, lfd.bicubic_aa_to_model(frames, TARGET, crop / target, 0, target))
 
 
 def test_every_uint8_value_is_normalised_as_upstream_and_ieee_division(processor):

@@ -224,9 +224,15 @@ def test_n17_image_settings_come_from_processor_config_as_upstreams_processor_ta
     assert geometry(imported(kwargs={"image_crop_size": [100, 100], "letter_box_transform": True})) == \
         (256, 256, 230 / 256, 0, True)
     assert not imported(kwargs={"letter_box_transform": "yes"}).image_letterbox   # not a boolean: false
-    with pytest.raises(guc.UpstreamConfigError, match="processor_kwargs.use_albumentations=True.*cv2 INTER_AREA"):
-        imported(kwargs={"use_albumentations": True})
-    assert not imported(dict(data, use_albumentations=True)).image_letterbox      # config.json's: not read
+    # use_albumentations: cv2's INTER_AREA transform, whose last resize goes to shortest_image_edge
+    # (else the target): that size is the target, the processor's smart_resize of it the model's
+    alb = imported(kwargs={"use_albumentations": True})
+    assert (alb.image_resample, geometry(alb)) == ("cv2_area", (256, 256, 230 / 256, 0, False))
+    alb = imported(kwargs={"use_albumentations": True, "image_target_size": [256, 256], "crop_fraction": 0.95,
+                           "shortest_image_edge": 224, "letter_box_transform": True})
+    assert (alb.image_resample, geometry(alb)) == ("cv2_area", (224, 256, 0.95, 0, True))
+    assert imported(kwargs={"use_albumentations": "yes"}).image_resample == "bicubic_aa"  # not a boolean: false
+    assert imported(dict(data, use_albumentations=True)).image_resample == "bicubic_aa"   # config.json's: not read
 
 
 def test_the_import_reads_processor_config_and_says_which_image_fields_upstream_ignores(tmp_path):
@@ -251,6 +257,9 @@ def test_the_import_reads_processor_config_and_says_which_image_fields_upstream_
     assert line.startswith("image geometry from processor_config.json: target 224, crop 0.901786 of each side, "
                            "resize edge 224, letterbox on"), line
     assert "config.json's image_target_size=[64, 64] not used" in line and "image_crop_size" not in line.split("\n")[1]
+    assert line.split("\n")[2] == "image transform: antialiased bicubic (upstream's default)"
+    alb = conv.image_note(dataclasses.replace(cfg, image_resample="cv2_area"), {}, image)
+    assert alb.split("\n")[1].startswith("image transform: OpenCV's INTER_AREA (use_albumentations)"), alb
 
 
 def test_an_n16_config_json_imports_as_gr00t_n16_3b_with_the_mask_token_and_crop_095():

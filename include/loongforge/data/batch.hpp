@@ -145,12 +145,13 @@ struct SampleOptions {
   // (docs/training-semantics.md s3; upstream GR00T's crop, taken from its checkpoint).
   double image_crop_fraction = 1.0;
   // config.json image_resample / image_resize_edge / image_target_size (frames.hpp): "box" (the
-  // crop above, then resize_frames) or "bicubic_aa" (resize_frames_bicubic_aa; the crop applies
-  // after its first resize; image_target_size 0 = image_size, only bicubic_aa takes another).
+  // crop above, then resize_frames), "bicubic_aa" (resize_frames_bicubic_aa) or "cv2_area"
+  // (resize_frames_cv2_area; image_resize_edge must be 0); the last two crop after their first
+  // resize, and take an image_target_size other than image_size (0 = image_size).
   std::string image_resample = "box";
   int64_t image_resize_edge = 0;
   int64_t image_target_size = 0;
-  bool image_letterbox = false;  // config.json image_letterbox: bicubic_aa pads frames to a square first
+  bool image_letterbox = false;  // config.json image_letterbox: bicubic_aa/cv2_area pad frames to a square first
   int64_t num_views = 1;
   int64_t max_state_dim = 64;
   int64_t max_action_dim = 64;

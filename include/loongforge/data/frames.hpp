@@ -27,6 +27,19 @@
 //    float32 (the same values as above up to one float rounding) -> float32
 //    (n, 3, S, S). Bit for bit the reference trainer's, and upstream's
 //    pixel_values (test_image_resample.py, test_n17_pixel_values.py).
+//  - resize_frames_cv2_area(u8, T, f, S, letterbox) (config.json image_resample "cv2_area":
+//    GR00T N1.7 checkpoints saved with use_albumentations, lerobot 0.6.1's
+//    _transform_n1_7_image_for_vlm_albumentations at eval): u8 uint8 (n, h, w, 3), CPU; letterboxed
+//    as above when asked; then each frame's shorter side resized to T (T = 0: S) by OpenCV's
+//    INTER_AREA (resize_area, area_resize.hpp), the longer one to round(side * T / shorter),
+//    half to even (skipped when the shorter side is T already); when 0 < f < 1 center-cropped to
+//    int(side * f) rows and columns (at least 1) from (side - crop) / 2, and the shorter side
+//    resized to T again the same way; then resized to S x S by ATen's antialiased bicubic on
+//    uint8 when T != S (upstream's processor, as above) and normalised as above -> float32
+//    (n, 3, S, S). A frame that is not square after the first resize (no letterbox, a
+//    non-square camera) throws DataError: upstream keeps its aspect ratio, which the model's
+//    square input cannot take. Bit for bit the reference trainer's (e2e_parity) and upstream's
+//    (test_image_resample.py).
 //  - A CUDA tensor in a build without LoongForge's CUDA kernels throws DataError.
 #pragma once
 
@@ -41,5 +54,6 @@ at::Tensor resize_frames(const at::Tensor& u8, int64_t S);
 at::Tensor model_images(const at::Tensor& u8, int64_t S, const std::vector<int64_t>& blank);
 at::Tensor resize_frames_bicubic_aa(const at::Tensor& u8, int64_t E, double f, int64_t T, int64_t S,
                                     bool letterbox = false);
+at::Tensor resize_frames_cv2_area(const at::Tensor& u8, int64_t T, double f, int64_t S, bool letterbox = false);
 
 }  // namespace loongforge::data
