@@ -411,9 +411,9 @@ def image_note(cfg, config: Dict, image: Dict) -> str:
     if ignored:
         line += ("\nnote: config.json's " + ", ".join(f"{k}={config[k]!r}" for k in ignored) +
                  " not used: upstream's N1.7 processor reads processor_config.json (or its defaults)")
-    line += ("\nimage transform: OpenCV's INTER_AREA (use_albumentations), its center crop (upstream's eval "
-             "form: not the train-time random crop window)" if cfg.image_resample == "cv2_area"
-             else "\nimage transform: antialiased bicubic (upstream's default)")
+    window = ("a window drawn per sample, as upstream trains" if cfg.image_random_crop else "the center")
+    line += (f"\nimage transform: OpenCV's INTER_AREA (use_albumentations), the crop at {window}"
+             if cfg.image_resample == "cv2_area" else "\nimage transform: antialiased bicubic (upstream's default)")
     return line
 
 

@@ -43,7 +43,8 @@ How each part is chosen
   (zero padding to a square first); with use_albumentations, image_resample
   cv2_area (OpenCV's INTER_AREA to shortest_image_edge or the target size,
   keeping the aspect ratio, the crop, INTER_AREA back to that size, which is
-  then image_target_size). N1.6: the box resize after the crop (Eagle's processor is not
+  then image_target_size; image_random_crop: the crop's window drawn per
+  sample, as lerobot trains such checkpoints). N1.6: the box resize after the crop (Eagle's processor is not
   reproduced).
 - overrides: ModelConfig `key=value` strings applied last (num_views,
   max_text_len: the data's shape, which no checkpoint records).
@@ -265,6 +266,7 @@ def model_config_from_upstream(config: Dict, backbone_config: Optional[Dict] = N
         if image["use_albumentations"]:  # INTER_AREA to shortest_image_edge (else the target), crop, back to it
             fields["image_resample"] = "cv2_area"
             fields["image_resize_edge"] = 0
+            fields["image_random_crop"] = fields["image_crop_fraction"] < 1.0  # lerobot trains with a random window
             side = int(image.get("shortest_image_edge") or side)
         else:
             fields["image_resample"] = "bicubic_aa"

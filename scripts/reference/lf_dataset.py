@@ -689,7 +689,7 @@ def letterbox(x: Tensor) -> Tensor:
 
 
 def cv2_area_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: float, target: int = 0,
-                      letterboxed: bool = False) -> Tensor:
+                      letterboxed: bool = False, crop_position: Optional[Tuple[float, float]] = None) -> Tensor:
     """image_resample=cv2_area (training-semantics s3; GR00T N1.7 checkpoints saved with
     use_albumentations): each frame (h, w, 3) uint8, padded to a square first when letterboxed (as
     letterbox() does), gets its shorter side resized to T (T = target, or size when 0) by OpenCV's
@@ -698,7 +698,9 @@ def cv2_area_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: fl
     (side - crop) // 2 and its shorter side resized to T again; then, as a (3, T, T) uint8 tensor,
     resized to (size, size) by antialiased bicubic unless T is size (upstream's processor), and
     (v - 127.5) / 127.5 in float32. A frame that is not square after the first resize is refused:
-    upstream keeps its aspect ratio, the model takes square images. -> (V, 3, S, S)."""
+    upstream keeps its aspect ratio, the model takes square images. With crop_position (pos_y, pos_x)
+    the window's top (left) is round((side - crop) * pos) instead (image_random_crop: upstream's
+    train-time crop; the position drawn per sample, SampleBuilder.crop_position). -> (V, 3, S, S)."""
     try:
         import cv2  # upstream's own resize (opencv-python-headless, scripts/requirements-test.txt)
     except ImportError:
@@ -728,8 +730,10 @@ def cv2_area_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: fl
         if 0.0 < crop_fraction < 1.0:
             side = x.shape[0]
             c = max(1, int(side * crop_fraction))
-            top = (side - c) // 2
-            x = shorter_to(np.ascontiguousarray(x[top:top + c, top:top + c]))
+            top = left = (side - c) // 2
+            if crop_position is not None:
+                top, left = (int(round((side - c) * min(max(pos, 0.0), 1.0))) for pos in crop_position)
+            x = shorter_to(np.ascontiguousarray(x[top:top + c, left:left + c]))
         t = torch.from_numpy(np.ascontiguousarray(x.transpose(2, 0, 1)))[None]               # (1, 3, T, T) uint8
         if T != size:
             t = F.interpolate(t, size=(size, size), mode="bicubic", antialias=True)
@@ -815,6 +819,8 @@ def gr00t_n17_normalize(x: np.ndarray, mn: np.ndarray, mx: np.ndarray, clip: boo
     return np.clip(y, np.float32(-1.0), np.float32(1.0)) if clip else y
 
 
+# The crop window's generator seed (image_random_crop): the sample's flow-matching seed XOR this ("CROP_POS").
+CROP_SALT = 0x43524F505F504F53
 # The state-dropout draw's generator seed: the sample's flow-matching seed XOR this ("STATE_DP").
 STATE_DROPOUT_SALT = 0x53544154455F4450
 
@@ -878,9 +884,13 @@ class SampleBuilder:
         self.resize_edge = int(_mcfg_or(model_cfg, "image_resize_edge", 0))
         self.target_size = int(_mcfg_or(model_cfg, "image_target_size", 0))
         self.letterbox = bool(_mcfg_or(model_cfg, "image_letterbox", False))
+        self.random_crop = bool(_mcfg_or(model_cfg, "image_random_crop", False))
         if self.resample not in ("box", "bicubic_aa", "cv2_area"):
             raise ValueError(f"the model's image_resample={self.resample!r} must be box, bicubic_aa or cv2_area; "
                              "re-export it")
+        if self.random_crop and (self.resample != "cv2_area" or not self.crop < 1.0):
+            raise ValueError(f"the model's image_random_crop=true needs image_resample cv2_area and an "
+                             f"image_crop_fraction below 1 (they are {self.resample} and {self.crop}); re-export it")
         if self.resample == "cv2_area" and self.resize_edge != 0:
             raise ValueError(f"the model's image_resize_edge={self.resize_edge} must be 0 when image_resample is "
                              "cv2_area (it resizes to image_target_size); re-export it")
@@ -1071,13 +1081,15 @@ class SampleBuilder:
             raise DataError(f"{path}: row {t} wants frame {frame} of {video.frames.shape[0]}")
         return video.rgb(frame)
 
-    def images(self, e: int, t: int) -> Tensor:
+    def images(self, e: int, t: int, crop_position: Optional[Tuple[float, float]] = None) -> Tensor:
+        """The sample's (V, 3, S, S) model images; crop_position: its window under image_random_crop."""
         frames = [self.rgb_frame(e, c, t) for c in self.cameras]
         if self.resample == "bicubic_aa":
             return bicubic_aa_to_model(frames, self.S, self.crop, self.resize_edge, self.target_size,
                                        self.letterbox)                                         # (V, 3, S, S)
         if self.resample == "cv2_area":
-            return cv2_area_to_model(frames, self.S, self.crop, self.target_size, self.letterbox)  # (V, 3, S, S)
+            return cv2_area_to_model(frames, self.S, self.crop, self.target_size, self.letterbox,
+                                     crop_position)                                            # (V, 3, S, S)
         return image_to_model(frames, self.S, self.crop)  # (V, 3, S, S)
 
     # -- batches
@@ -1100,6 +1112,14 @@ class SampleBuilder:
     def micro_batch_indices(self, step: int, i: int, rank: int, world: int) -> List[int]:
         return self.sampler(rank, world).micro_batch(step, i)
 
+    def crop_position(self, p: int) -> Tuple[float, float]:
+        """Section 4: the crop window (pos_y, pos_x) of the sample at stream position p under
+        image_random_crop (its own generator; the sample's views share it, as upstream's do)."""
+        g = torch.Generator(device="cpu")
+        g.manual_seed(((self.seed * 1000003 + p) % (1 << 63)) ^ CROP_SALT)
+        u = torch.rand(2, generator=g)
+        return float(u[0]), float(u[1])
+
     def state_dropped(self, p: int) -> bool:
         """Section 4: the processor's state dropout of the sample at stream position p (its own generator)."""
         if self.state_dropout <= 0:
@@ -1109,9 +1129,15 @@ class SampleBuilder:
         return float(torch.rand(1, generator=g)) < self.state_dropout
 
     def add_draws(self, batch: Dict[str, Tensor], step: int, i: int, rank: int, world: int) -> Dict[str, Tensor]:
-        """Completes a collated micro-batch: fm_t / fm_noise, and the processor's state dropout (a dropped
-        sample's state row is zeroed). Returns batch."""
+        """Completes a collated micro-batch: fm_t / fm_noise, the processor's state dropout (a dropped
+        sample's state row is zeroed) and, under image_random_crop, each sample's images cropped at
+        its window. Returns batch."""
         batch.update(self.fm_draws(step, i, rank, world))
+        if self.random_crop:  # the images again, each sample with its window (sample() took the center)
+            sampler = self.sampler(rank, world)
+            for b, j in enumerate(self.micro_batch_indices(step, i, rank, world)):
+                e, t = self.ds.locate(j)
+                batch["images"][b] = self.images(e, t, self.crop_position(sampler.stream_position(step, i, b)))
         if self.state_dropout > 0:
             sampler = self.sampler(rank, world)
             for b in range(batch["state"].shape[0]):

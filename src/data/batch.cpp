@@ -323,6 +323,10 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
   if (opt_.image_letterbox && opt_.image_resample == "box")
     throw DataError("model.path " + opt_.model_path + ": config.json image_letterbox=true needs image_resample "
                     "bicubic_aa or cv2_area (it is box); re-export the model");
+  if (opt_.image_random_crop && (opt_.image_resample != "cv2_area" || !(opt_.image_crop_fraction < 1.0)))
+    throw DataError("model.path " + opt_.model_path + ": config.json image_random_crop=true needs image_resample "
+                    "cv2_area and an image_crop_fraction below 1 (they are " + opt_.image_resample + " and " +
+                    std::to_string(opt_.image_crop_fraction) + "): it moves that crop's window; re-export the model");
   if (opt_.image_resample == "cv2_area" && opt_.image_resize_edge != 0)
     throw DataError("model.path " + opt_.model_path + ": config.json image_resize_edge=" +
                     std::to_string(opt_.image_resize_edge) +
@@ -487,8 +491,10 @@ BatchBuilder::Entry BatchBuilder::decode(int64_t key, const VideoFile* file) con
     const int64_t ch = upstream ? h : cropped_size(h, opt_.image_crop_fraction);
     const int64_t cw = upstream ? w : cropped_size(w, opt_.image_crop_fraction);
     const int64_t chunk = std::clamp<int64_t>(kStagingBytes / std::max<int64_t>(frame_bytes, 1), 1, 64);
-    at::Tensor out = opt_.frames_on_device ? at::empty({end - first, ch, cw, 3}, at::kByte)
-                                           : at::empty({end - first, 3, S, S}, at::kFloat);
+    const int64_t T = opt_.image_target_size > 0 ? opt_.image_target_size : S;
+    at::Tensor out = opt_.frames_on_device    ? at::empty({end - first, ch, cw, 3}, at::kByte)
+                     : opt_.image_random_crop ? at::empty({end - first, T, T, 3}, at::kByte)
+                                              : at::empty({end - first, 3, S, S}, at::kFloat);
     at::Tensor staging = at::empty({chunk, h, w, 3}, at::kByte);
     int64_t done = 0, staged = 0;  // rows [done, done + staged) of `out` are in `staging`
     auto flush_staged = [&] {  // the staged frames, cropped, in the cache's form
@@ -499,6 +505,8 @@ BatchBuilder::Entry BatchBuilder::decode(int64_t key, const VideoFile* file) con
                  : opt_.image_resample == "bicubic_aa"
                      ? resize_frames_bicubic_aa(u8, opt_.image_resize_edge, opt_.image_crop_fraction,
                                                 opt_.image_target_size, S, opt_.image_letterbox)
+                 : opt_.image_random_crop  // each sample crops its own window (fill)
+                     ? cv2_area_first(u8, T, opt_.image_letterbox)
                  : opt_.image_resample == "cv2_area"
                      ? resize_frames_cv2_area(u8, opt_.image_target_size, opt_.image_crop_fraction, S,
                                               opt_.image_letterbox)
@@ -719,7 +727,7 @@ std::vector<int64_t> BatchBuilder::videos_of(const std::vector<int64_t>& sample_
   return keys;
 }
 
-void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb) {
+void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb, std::pair<double, double> crop) {
   Batch& b = mb.tensors;
   const Location loc = locate(sample_id);
   const EpisodeInfo& ep = ds_.episodes()[loc.episode];
@@ -758,7 +766,11 @@ void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb) {
       skip_cause = what;
       break;
     }
-    b["images"][slot][static_cast<int64_t>(v)].copy_(fr[f - first]);
+    b["images"][slot][static_cast<int64_t>(v)].copy_(
+        opt_.image_random_crop
+            ? cv2_area_rest(fr.narrow(0, f - first, 1), opt_.image_crop_fraction, opt_.image_size, crop.first,
+                            crop.second)[0]
+            : fr[f - first]);
   }
   const bool skipped = !skip_cause.empty();
   if (skipped) {
@@ -869,7 +881,11 @@ MicroBatch BatchBuilder::micro_batch(int64_t step, int64_t i) {
   const int64_t B = static_cast<int64_t>(ids.size());
   MicroBatch mb;
   mb.tensors = empty_batch(opt_, B);
-  for (int64_t b = 0; b < B; ++b) fill(b, ids[b], mb);
+  for (int64_t b = 0; b < B; ++b)  // upstream's train-time crop window, a draw per sample (s4)
+    fill(b, ids[b], mb,
+         opt_.image_random_crop
+             ? crop_position(opt_.seed, static_cast<uint64_t>(sampler_.stream_position(step, i, b)))
+             : std::pair<double, double>{-1.0, -1.0});
 
   // Flow-matching draws, one generator per sample at its stream position (s4).
   at::Tensor fm_t = at::empty({B}, at::kFloat);                                             // (B,)

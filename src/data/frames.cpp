@@ -4,7 +4,8 @@
 #include <algorithm>  // std::max
 #include <cmath>      // std::nearbyint
 
-#include <ATen/ATen.h>  // at::adaptive_avg_pool2d, at::_upsample_bicubic2d_aa, at::constant_pad_nd
+#include <ATen/ATen.h>  // at::adaptive_avg_pool2d, at::_upsample_bicubic2d_aa, at::constant_pad_nd, at::rand
+#include <ATen/CPUGeneratorImpl.h>  // at::CPUGeneratorImpl
 
 #include "loongforge/common/error.hpp"
 #include "loongforge/data/area_resize.hpp"
@@ -71,17 +72,19 @@ at::Tensor resize_frames_bicubic_aa(const at::Tensor& u8, int64_t E, double f, i
   return (x.to(at::kFloat) - 127.5) / 127.5;
 }
 
-at::Tensor resize_frames_cv2_area(const at::Tensor& u8, int64_t T, double f, int64_t S, bool letterbox) {
-  if (T <= 0) T = S;
-  const auto shorter_to = [T](const at::Tensor& hwc) {  // (h, w, 3) uint8, its shorter side made T
-    const int64_t h = hwc.size(0), w = hwc.size(1), shorter = std::min(h, w);
-    if (shorter == T) return hwc;
-    const double scale = static_cast<double>(T) / static_cast<double>(shorter);
-    const auto side = [scale](int64_t n) {
-      return std::max<int64_t>(1, static_cast<int64_t>(std::nearbyint(static_cast<double>(n) * scale)));
-    };
-    return resize_area(hwc, side(h), side(w));
+namespace {
+at::Tensor shorter_side_to(const at::Tensor& hwc, int64_t T) {  // (h, w, 3) uint8, its shorter side made T
+  const int64_t h = hwc.size(0), w = hwc.size(1), shorter = std::min(h, w);
+  if (shorter == T) return hwc;
+  const double scale = static_cast<double>(T) / static_cast<double>(shorter);
+  const auto side = [scale](int64_t n) {
+    return std::max<int64_t>(1, static_cast<int64_t>(std::nearbyint(static_cast<double>(n) * scale)));
   };
+  return resize_area(hwc, side(h), side(w));
+}
+}  // namespace
+
+at::Tensor cv2_area_first(const at::Tensor& u8, int64_t T, bool letterbox) {
   const int64_t n = u8.size(0);
   at::Tensor out = at::empty({n, T, T, 3}, u8.options());
   for (int64_t i = 0; i < n; ++i) {
@@ -90,22 +93,42 @@ at::Tensor resize_frames_cv2_area(const at::Tensor& u8, int64_t T, double f, int
       const int64_t h = x.size(0), w = x.size(1), q = std::max(h, w), left = (q - w) / 2, top = (q - h) / 2;
       x = at::constant_pad_nd(x, {0, 0, left, q - w - left, top, q - h - top}, 0);  // (q, q, 3)
     }
-    x = shorter_to(x);
+    x = shorter_side_to(x, T);
     if (x.size(0) != x.size(1))
       throw DataError("image_resample cv2_area: a " + std::to_string(u8.size(1)) + " x " +
                       std::to_string(u8.size(2)) + " frame becomes " + std::to_string(x.size(0)) + " x " +
                       std::to_string(x.size(1)) + " (upstream's albumentations transform keeps the aspect ratio), "
                       "but the model takes square images; import the checkpoint with letter_box_transform, or "
                       "use a square camera");
-    if (f > 0.0 && f < 1.0) {
-      const int64_t side = x.size(0), crop = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(side) * f));
-      x = shorter_to(x.narrow(0, (side - crop) / 2, crop).narrow(1, (side - crop) / 2, crop));
-    }
     out[i].copy_(x);
   }
+  return out;
+}
+
+at::Tensor cv2_area_rest(const at::Tensor& u8, double f, int64_t S, double pos_y, double pos_x) {
+  const int64_t n = u8.size(0), T = u8.size(1);
+  at::Tensor out = at::empty({n, T, T, 3}, u8.options());
+  const int64_t crop = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(T) * f));
+  const auto offset = [&](double pos) {  // the center, or upstream's train-time window at pos in [0, 1]
+    return pos < 0.0 ? (T - crop) / 2
+                     : static_cast<int64_t>(std::nearbyint(static_cast<double>(T - crop) * std::clamp(pos, 0.0, 1.0)));
+  };
+  const int64_t top = offset(pos_y), left = offset(pos_x);
+  for (int64_t i = 0; i < n; ++i)
+    out[i].copy_(f > 0.0 && f < 1.0 ? shorter_side_to(u8[i].narrow(0, top, crop).narrow(1, left, crop), T) : u8[i]);
   at::Tensor chw = out.permute({0, 3, 1, 2}).contiguous();  // (n, 3, T, T)
   if (T != S) chw = at::_upsample_bicubic2d_aa(chw, {S, S}, /*align_corners=*/false);
   return (chw.to(at::kFloat) - 127.5) / 127.5;  // as bicubic_aa's normalisation
+}
+
+at::Tensor resize_frames_cv2_area(const at::Tensor& u8, int64_t T, double f, int64_t S, bool letterbox) {
+  return cv2_area_rest(cv2_area_first(u8, T > 0 ? T : S, letterbox), f, S);
+}
+
+std::pair<double, double> crop_position(uint64_t seed, uint64_t p) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(((seed * 1000003ull + p) & 0x7FFFFFFFFFFFFFFFull) ^ kCropSalt);
+  const at::Tensor u = at::rand({2}, gen, at::kFloat);  // (2,)
+  return {static_cast<double>(u[0].item<float>()), static_cast<double>(u[1].item<float>())};
 }
 
 at::Tensor model_images(const at::Tensor& u8, int64_t S, const std::vector<int64_t>& blank) {

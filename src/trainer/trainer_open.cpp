@@ -160,6 +160,7 @@ void Trainer::open_data() {
   so.image_resize_edge = mc.value("image_resize_edge", int64_t{0});
   so.image_target_size = mc.value("image_target_size", int64_t{0});  // exports before the field: image_size
   so.image_letterbox = mc.value("image_letterbox", false);
+  so.image_random_crop = mc.value("image_random_crop", false);
   choose_frame_resize(so, *dataset_, cfg_.data.frame_resize, device_.is_cuda());
   so.num_views = mc.at("num_views").get<int64_t>();
   so.max_state_dim = mc.at("max_state_dim").get<int64_t>();

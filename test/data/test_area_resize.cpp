@@ -2,7 +2,8 @@
 // make_cv2_area_cases.py resizes with cv2 itself (the version scripts/requirements-test.txt pins)
 // — every path of Note [INTER_AREA arithmetic], upstream's geometries, random shapes and frames
 // full of exact halves — each output value equals cv2's. And that the cv2_area transform
-// (resize_frames_cv2_area) crops with upstream's floor and refuses what it cannot take.
+// (resize_frames_cv2_area) crops with upstream's floor and refuses what it cannot take, and
+// under image_random_crop puts each sample's window where its drawn position says.
 #include <cstdint>  // uint32_t
 #include <fstream>  // std::ifstream
 #include <string>   // std::string
@@ -87,4 +88,30 @@ TEST_CASE("cv2_area transform: a frame that stays non-square is refused, a lette
   const at::Tensor padded = at::constant_pad_nd(wide, {0, 0, 0, 0, 5, 5}, 0);  // (1, 30, 30, 3)
   REQUIRE(at::equal(resize_frames_cv2_area(wide, 16, 1.0, 16, /*letterbox=*/true),
                     resize_frames_cv2_area(padded, 16, 1.0, 16)));
+}
+
+TEST_CASE("cv2_area transform: a drawn crop window sits at round((T - crop) * pos), corners at 0 and 1, and the "
+          "two stages make the whole transform") {
+  const at::Tensor u8 = at::randint(0, 256, {1, 40, 40, 3}, at::kByte);
+  const at::Tensor first = cv2_area_first(u8, 40);  // (1, 40, 40, 3): already at the target
+  REQUIRE(at::equal(first, u8));
+  REQUIRE(at::equal(cv2_area_rest(first, 0.93, 40), resize_frames_cv2_area(u8, 40, 0.93, 40)));
+  const auto window = [&](int64_t top, int64_t left) {  // crop 37 at (top, left), back to 40
+    const at::Tensor crop = u8[0].narrow(0, top, 37).narrow(1, left, 37);
+    return (resize_area(crop, 40, 40).permute({2, 0, 1}).to(at::kFloat) - 127.5) / 127.5;
+  };
+  REQUIRE(at::equal(cv2_area_rest(first, 0.93, 40, 0.0, 1.0)[0], window(0, 3)));
+  REQUIRE(at::equal(cv2_area_rest(first, 0.93, 40, 0.5, 0.2)[0], window(2, 1)));  // 1.5 -> 2 (half to even), 0.6 -> 1
+  REQUIRE(at::equal(cv2_area_rest(first, 0.93, 40, 0.9, 7.0)[0], window(3, 3)));  // 2.7 -> 3; clamped to 1
+}
+
+TEST_CASE("cv2_area transform: the crop position is the same for the same seed and stream position, in [0, 1), "
+          "and another at another position") {
+  const auto a = crop_position(7, 1234), b = crop_position(7, 1234), c = crop_position(7, 1235);
+  REQUIRE((a.first == b.first && a.second == b.second));
+  REQUIRE((a.first != c.first || a.second != c.second));
+  for (uint64_t p = 0; p < 200; ++p) {
+    const auto [y, x] = crop_position(3, p);
+    REQUIRE((y >= 0.0 && y < 1.0 && x >= 0.0 && x < 1.0));
+  }
 }

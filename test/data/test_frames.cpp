@@ -141,6 +141,35 @@ TEST_CASE("frames: a letterboxed model must resize by bicubic_aa or cv2_area, na
   REQUIRE_NOTHROW(BatchBuilder(ds, o));
 }
 
+TEST_CASE("frames: a random crop window needs cv2_area with a crop, naming the key") {
+  const Dataset ds = Dataset::open(kData);
+  SampleOptions o = options(false, 0.9);
+  o.model_path = "m.pt";
+  o.image_random_crop = true;
+  REQUIRE_THROWS_WITH(BatchBuilder(ds, o), Contains("m.pt: config.json image_random_crop=true needs image_resample "
+                                                    "cv2_area and an image_crop_fraction below 1 (they are box"));
+  o.image_resample = "cv2_area";
+  REQUIRE_NOTHROW(BatchBuilder(ds, o));
+  o.image_crop_fraction = 1.0;
+  REQUIRE_THROWS_WITH(BatchBuilder(ds, o), Contains("(they are cv2_area and 1.0"));
+}
+
+TEST_CASE("frames: with a random crop window each sample is cropped where its drawn position says, the same "
+          "draws each time, and only the images change") {
+  const Dataset ds = Dataset::open(kData);
+  SampleOptions o = options(false, 0.9);
+  o.image_resample = "cv2_area";
+  o.image_random_crop = true;
+  SampleOptions center = o;
+  center.image_random_crop = false;
+  BatchBuilder drawn(ds, o), centered(ds, center);
+  const MicroBatch a = drawn.micro_batch(0, 0), c = centered.micro_batch(0, 0);
+  REQUIRE(a.tensors.at("images").sizes() == c.tensors.at("images").sizes());
+  REQUIRE_FALSE(at::equal(a.tensors.at("images"), c.tensors.at("images")));
+  REQUIRE(at::equal(drawn.micro_batch(0, 0).tensors.at("images"), a.tensors.at("images")));  // the same draws
+  REQUIRE(at::equal(a.tensors.at("state"), c.tensors.at("state")));  // only the images move
+}
+
 TEST_CASE("frames: a box-resize model with a target size of its own is refused, naming the key") {
   const Dataset ds = Dataset::open(kData);
   SampleOptions o = options(false, 1.0);

@@ -185,8 +185,9 @@ def test_import_then_export_back_gives_the_upstream_tensors_bit_for_bit(upstream
 def test_a_use_albumentations_checkpoint_imports_with_cv2s_transform_and_trains(upstream, imported, tmp_path):
     """The same checkpoint with processor_config.json's use_albumentations (Isaac-GR00T's default):
     the import takes upstream's cv2 INTER_AREA transform (image_resample cv2_area, its frames equal
-    upstream's pixel_values: test_n17_pixel_values.py) and loongforge-train trains with it, from
-    another first loss than the default transform's frames give."""
+    upstream's pixel_values: test_n17_pixel_values.py) with the crop's window drawn per sample as
+    lerobot trains (image_random_crop), and loongforge-train trains with it, from another first loss
+    than the default transform's frames give."""
     import shutil
     _, _, ckpt = upstream
     alb = tmp_path / "ckpt-albumentations"
@@ -202,8 +203,8 @@ def test_a_use_albumentations_checkpoint_imports_with_cv2s_transform_and_trains(
     extra = {"loongforge/config.json": ""}
     torch.jit.load(str(tmp_path / "model.pt"), map_location="cpu", _extra_files=extra)
     cfg = json.loads(extra["loongforge/config.json"])
-    assert (cfg["image_resample"], cfg["image_target_size"], cfg["image_size"], cfg["image_resize_edge"]) == \
-        ("cv2_area", 64, 256, 0)
+    assert (cfg["image_resample"], cfg["image_target_size"], cfg["image_size"], cfg["image_resize_edge"],
+            cfg["image_random_crop"]) == ("cv2_area", 64, 256, 0, True)   # the 58/64 crop's window drawn per sample
     sets = [s for s in trainer_sets(tmp_path / "model.pt", imported[2], tmp_path) if not s.startswith("trainer.max")]
     cmd = [TRAIN, "--config", str(REPO / "configs/n16-tiny.yaml")]
     for s in sets + ["trainer.max_steps=2"]:

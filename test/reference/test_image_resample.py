@@ -73,6 +73,30 @@ def test_the_reference_cv2_area_frames_equal_upstream_albumentations_transform_b
             f"view {v}"
 
 
+@pytest.mark.parametrize("position", [(0.0, 1.0), (0.5, 0.2), (0.31, 0.77), (0.999, 0.001)])
+def test_the_reference_cv2_area_train_window_equals_upstreams_at_the_same_position(
+        upstream_albumentations_transform, position):
+    """image_random_crop: upstream's train-time crop (crop_position) and ours at the same (pos_y, pos_x),
+    on the cameras' size with lerobot's default geometry; the position moves the window."""
+    g = torch.Generator().manual_seed(11)
+    frame = torch.randint(0, 256, (256, 256, 3), dtype=torch.uint8, generator=g).numpy()
+    ours = lfd.cv2_area_to_model([frame], 256, 230 / 256, 0, False, position)
+    up = upstream_albumentations_transform(frame, image_crop_size=[230, 230], image_target_size=[256, 256],
+                                           shortest_image_edge=None, crop_fraction=None, crop_position=position)
+    assert torch.equal(ours[0], normalised(torch.from_numpy(np.ascontiguousarray(up.transpose(2, 0, 1)))))
+    assert not torch.equal(ours, lfd.cv2_area_to_model([frame], 256, 230 / 256))
+
+
+def test_the_crop_position_is_drawn_per_stream_position_from_the_run_seed():
+    """Section 4: (pos_y, pos_x) from a generator seeded with ((seed * 1000003 + p) mod 2^63) XOR CROP_SALT."""
+    import types
+    sb = types.SimpleNamespace(seed=5)
+    draw = lfd.SampleBuilder.crop_position
+    g = torch.Generator().manual_seed(((5 * 1000003 + 42) % (1 << 63)) ^ 0x43524F505F504F53)
+    assert draw(sb, 42) == tuple(float(v) for v in torch.rand(2, generator=g))
+    assert draw(sb, 42) != draw(sb, 43)
+
+
 def test_a_cv2_area_frame_that_stays_non_square_is_refused_naming_the_fix():
     frame = np.zeros((200, 256, 3), np.uint8)
     with pytest.raises(ValueError, match=r"a 200 x 256 frame becomes 256 x 328 .* letter_box_transform"):
@@ -93,3 +117,9 @@ def test_a_box_model_with_a_target_size_of_its_own_is_refused_at_export():
     dataclasses.replace(tiny, image_resample="cv2_area", image_target_size=48).validate()
     with pytest.raises(ValueError, match=r"image_resize_edge=72: must be 0 when image_resample is cv2_area"):
         dataclasses.replace(tiny, image_resample="cv2_area", image_resize_edge=72).validate()
+    dataclasses.replace(tiny, image_resample="cv2_area", image_crop_fraction=0.9, image_random_crop=True).validate()
+    for resample, crop in (("bicubic_aa", 0.9), ("cv2_area", 1.0)):
+        with pytest.raises(ValueError, match=r"image_random_crop=True: must be false unless image_resample is "
+                                             r"cv2_area with an image_crop_fraction below 1"):
+            dataclasses.replace(tiny, image_resample=resample, image_crop_fraction=crop,
+                                image_random_crop=True).validate()

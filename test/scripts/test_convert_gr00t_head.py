@@ -227,7 +227,9 @@ def test_n17_image_settings_come_from_processor_config_as_upstreams_processor_ta
     # use_albumentations: cv2's INTER_AREA transform, whose last resize goes to shortest_image_edge
     # (else the target): that size is the target, the processor's smart_resize of it the model's
     alb = imported(kwargs={"use_albumentations": True})
-    assert (alb.image_resample, geometry(alb)) == ("cv2_area", (256, 256, 230 / 256, 0, False))
+    assert (alb.image_resample, geometry(alb), alb.image_random_crop) == \
+        ("cv2_area", (256, 256, 230 / 256, 0, False), True)        # lerobot trains with a random window
+    assert not imported(kwargs={"use_albumentations": True, "image_target_size": [256, 256]}).image_random_crop
     alb = imported(kwargs={"use_albumentations": True, "image_target_size": [256, 256], "crop_fraction": 0.95,
                            "shortest_image_edge": 224, "letter_box_transform": True})
     assert (alb.image_resample, geometry(alb)) == ("cv2_area", (224, 256, 0.95, 0, True))

@@ -152,6 +152,10 @@ struct SampleOptions {
   int64_t image_resize_edge = 0;
   int64_t image_target_size = 0;
   bool image_letterbox = false;  // config.json image_letterbox: bicubic_aa/cv2_area pad frames to a square first
+  // config.json image_random_crop (cv2_area with a crop only): the crop window of each sample at
+  // crop_position(seed, p) (frames.hpp), upstream's train-time crop; the cache then holds
+  // cv2_area_first's uint8 (len, T, T, 3) frames and each sample finishes them with its window.
+  bool image_random_crop = false;
   int64_t num_views = 1;
   int64_t max_state_dim = 64;
   int64_t max_action_dim = 64;
@@ -261,6 +265,7 @@ class BatchBuilder {
   struct Entry {
     enum class State { kDecoding, kReady, kBad, kFailed } state = State::kDecoding;
     at::Tensor frames;         // kReady: (len, 3, S, S) float32, or (len, h, w, 3) uint8 with frames_on_device
+                               // ((len, T, T, 3) uint8 with image_random_crop)
     std::shared_ptr<const VideoFile> file;  // kReady file entries: the bytes and keyframes
     std::string cause;         // kBad (on_bad_video=skip): where and why
     std::exception_ptr error;  // kFailed: raised by the micro-batch that needs it
@@ -268,7 +273,8 @@ class BatchBuilder {
     int64_t bytes() const;     // what it holds, against frame_cache_mb
   };
   Location locate(int64_t sample_id) const;
-  void fill(int64_t slot, int64_t sample_id, MicroBatch& mb);  // also adds to mb's counts
+  // Also adds to mb's counts; crop: the sample's crop window under image_random_crop ({-1, -1}: the center).
+  void fill(int64_t slot, int64_t sample_id, MicroBatch& mb, std::pair<double, double> crop = {-1.0, -1.0});
   // The frames of `frame` of a video: a (len, 3, S, S) float32 (or uint8 device-layout) tensor
   // and the frame's row in it, or an undefined tensor when the video is bad and on_bad_video
   // is "skip" (*cause says why). Waits for a decode in flight.

@@ -40,10 +40,21 @@
 //    non-square camera) throws DataError: upstream keeps its aspect ratio, which the model's
 //    square input cannot take. Bit for bit the reference trainer's (e2e_parity) and upstream's
 //    (test_image_resample.py).
+//  - cv2_area_first(u8, T, letterbox) -> uint8 (n, T, T, 3): that transform up to its crop (the
+//    frame cache's form when the crop window is drawn per sample); cv2_area_rest(u8, f, S, pos_y,
+//    pos_x): the rest, from there. pos < 0 (the default) takes the center crop; pos in [0, 1]
+//    puts the window's top (left) at round((T - crop) * pos), half to even: upstream's train-time
+//    random crop (model image_random_crop; the position drawn per sample, crop_position()).
+//    resize_frames_cv2_area(u8, T, f, S, letterbox) = cv2_area_rest(cv2_area_first(...), f, S).
+//  - crop_position(seed, p): the crop window of the sample at stream position p under
+//    image_random_crop (docs/training-semantics.md s4): a CPU generator seeded with
+//    ((seed * 1000003 + p) mod 2^63) XOR kCropSalt draws two float32 uniforms, (pos_y, pos_x),
+//    shared by the sample's views as upstream shares its window.
 //  - A CUDA tensor in a build without LoongForge's CUDA kernels throws DataError.
 #pragma once
 
-#include <cstdint>  // int64_t
+#include <cstdint>  // int64_t, uint64_t
+#include <utility>  // std::pair
 #include <vector>   // std::vector
 
 #include <ATen/core/Tensor.h>  // at::Tensor
@@ -55,5 +66,9 @@ at::Tensor model_images(const at::Tensor& u8, int64_t S, const std::vector<int64
 at::Tensor resize_frames_bicubic_aa(const at::Tensor& u8, int64_t E, double f, int64_t T, int64_t S,
                                     bool letterbox = false);
 at::Tensor resize_frames_cv2_area(const at::Tensor& u8, int64_t T, double f, int64_t S, bool letterbox = false);
+at::Tensor cv2_area_first(const at::Tensor& u8, int64_t T, bool letterbox = false);
+at::Tensor cv2_area_rest(const at::Tensor& u8, double f, int64_t S, double pos_y = -1.0, double pos_x = -1.0);
+constexpr uint64_t kCropSalt = 0x43524F505F504F53ull;  // "CROP_POS"
+std::pair<double, double> crop_position(uint64_t seed, uint64_t p);
 
 }  // namespace loongforge::data
