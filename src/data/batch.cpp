@@ -299,7 +299,9 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
     if (opt_.image_resample == "cv2_area" && !opt_.image_letterbox && cam.height != cam.width) {
       const int64_t T = opt_.image_target_size > 0 ? opt_.image_target_size : opt_.image_size;
       const double scale = static_cast<double>(T) / static_cast<double>(std::min(cam.height, cam.width));
-      const auto side = [scale](int64_t n) { return static_cast<int64_t>(std::nearbyint(static_cast<double>(n) * scale)); };
+      const auto side = [scale](int64_t n) {
+        return static_cast<int64_t>(std::nearbyint(static_cast<double>(n) * scale));
+      };
       if (side(cam.height) != side(cam.width))
         throw DataError(ds_.dir() + ": camera '" + cam.key + "' has " + std::to_string(cam.height) + " x " +
                         std::to_string(cam.width) + " frames, which the model " + opt_.model_path +
@@ -330,7 +332,8 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
   if (opt_.image_resample == "cv2_area" && opt_.image_resize_edge != 0)
     throw DataError("model.path " + opt_.model_path + ": config.json image_resize_edge=" +
                     std::to_string(opt_.image_resize_edge) +
-                    " must be 0 when image_resample is cv2_area (it resizes to image_target_size); re-export the model");
+                    " must be 0 when image_resample is cv2_area (it resizes to image_target_size); "
+                    "re-export the model");
   if (opt_.frames_on_device && opt_.image_resample != "box")
     throw DataError("frames resized on the device do the box resize only, but the model's image_resample is " +
                     opt_.image_resample + "; set data.frame_resize=cpu");
