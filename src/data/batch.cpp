@@ -298,15 +298,12 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
     if (pts_col < 0) throw DataError(ds_.dir() + ": no video_pts column for camera '" + cam.key + "'");
     if (opt_.image_resample == "cv2_area" && !opt_.image_letterbox && cam.height != cam.width) {
       const int64_t T = opt_.image_target_size > 0 ? opt_.image_target_size : opt_.image_size;
-      const double scale = static_cast<double>(T) / static_cast<double>(std::min(cam.height, cam.width));
-      const auto side = [scale](int64_t n) {
-        return static_cast<int64_t>(std::nearbyint(static_cast<double>(n) * scale));
-      };
-      if (side(cam.height) != side(cam.width))
+      const auto [rh, rw] = cv2_area_size(cam.height, cam.width, T);
+      if (rh != rw)
         throw DataError(ds_.dir() + ": camera '" + cam.key + "' has " + std::to_string(cam.height) + " x " +
                         std::to_string(cam.width) + " frames, which the model " + opt_.model_path +
                         " (image_resample cv2_area, upstream's albumentations transform) resizes to " +
-                        std::to_string(side(cam.height)) + " x " + std::to_string(side(cam.width)) +
+                        std::to_string(rh) + " x " + std::to_string(rw) +
                         " keeping the aspect ratio, but it takes square images; import the checkpoint with "
                         "letter_box_transform, or use square frames");
     }

@@ -74,15 +74,20 @@ at::Tensor resize_frames_bicubic_aa(const at::Tensor& u8, int64_t E, double f, i
 
 namespace {
 at::Tensor shorter_side_to(const at::Tensor& hwc, int64_t T) {  // (h, w, 3) uint8, its shorter side made T
-  const int64_t h = hwc.size(0), w = hwc.size(1), shorter = std::min(h, w);
-  if (shorter == T) return hwc;
+  const auto [oh, ow] = cv2_area_size(hwc.size(0), hwc.size(1), T);
+  return oh == hwc.size(0) && ow == hwc.size(1) ? hwc : resize_area(hwc, oh, ow);
+}
+}  // namespace
+
+std::pair<int64_t, int64_t> cv2_area_size(int64_t h, int64_t w, int64_t T) {
+  const int64_t shorter = std::min(h, w);
+  if (shorter == T) return {h, w};
   const double scale = static_cast<double>(T) / static_cast<double>(shorter);
   const auto side = [scale](int64_t n) {
     return std::max<int64_t>(1, static_cast<int64_t>(std::nearbyint(static_cast<double>(n) * scale)));
   };
-  return resize_area(hwc, side(h), side(w));
+  return {side(h), side(w)};
 }
-}  // namespace
 
 at::Tensor cv2_area_first(const at::Tensor& u8, int64_t T, bool letterbox) {
   const int64_t n = u8.size(0);

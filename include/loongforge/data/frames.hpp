@@ -40,6 +40,8 @@
 //    non-square camera) throws DataError: upstream keeps its aspect ratio, which the model's
 //    square input cannot take. Bit for bit the reference trainer's (e2e_parity) and upstream's
 //    (test_image_resample.py).
+//  - cv2_area_size(h, w, T): the (rows, columns) that resize's shorter-side step makes of an h x w
+//    frame (unchanged when the shorter side is T).
 //  - cv2_area_first(u8, T, letterbox) -> uint8 (n, T, T, 3): that transform up to its crop (the
 //    frame cache's form when the crop window is drawn per sample); cv2_area_rest(u8, f, S, pos_y,
 //    pos_x): the rest, from there. pos < 0 (the default) takes the center crop; pos in [0, 1]
@@ -66,6 +68,7 @@ at::Tensor model_images(const at::Tensor& u8, int64_t S, const std::vector<int64
 at::Tensor resize_frames_bicubic_aa(const at::Tensor& u8, int64_t E, double f, int64_t T, int64_t S,
                                     bool letterbox = false);
 at::Tensor resize_frames_cv2_area(const at::Tensor& u8, int64_t T, double f, int64_t S, bool letterbox = false);
+std::pair<int64_t, int64_t> cv2_area_size(int64_t h, int64_t w, int64_t T);
 at::Tensor cv2_area_first(const at::Tensor& u8, int64_t T, bool letterbox = false);
 at::Tensor cv2_area_rest(const at::Tensor& u8, double f, int64_t S, double pos_y = -1.0, double pos_x = -1.0);
 constexpr uint64_t kCropSalt = 0x43524F505F504F53ull;  // "CROP_POS"
