@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from model import ops  # noqa: E402
 from model.batch import example_batch  # noqa: E402
 from model.config import ModelConfig  # noqa: E402
-from model.n16 import build_model  # noqa: E402
+from model.n16 import N16Model, build_model  # noqa: E402
 from cuda_timing import median_ms  # noqa: E402 -- scripts/gpu/ is the script's own folder
 
 
@@ -72,7 +72,10 @@ def timed(fn, iters: int) -> float:
 
 
 def regions(model, batch, iters: int):
-    """Eager forward split: encode_vl (vision + LM), the rest, then backward."""
+    """Eager forward split: encode_vl (vision + LM), the rest, then backward (the n16 models); the
+    GR00T models' forward and backward (their head's path has other steps)."""
+    if type(model) is not N16Model:
+        return forward_backward(model, batch, iters)
     res = {"encode_vl": [], "head": [], "backward": []}
     for _ in range(iters):
         ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
@@ -101,6 +104,23 @@ def regions(model, batch, iters: int):
         res["encode_vl"].append(ev[0].elapsed_time(ev[1]))
         res["head"].append(ev[1].elapsed_time(ev[2]))
         res["backward"].append(ev[2].elapsed_time(ev[3]))
+    return {k: statistics.median(v) for k, v in res.items()}
+
+
+def forward_backward(model, batch, iters: int):
+    res = {"forward": [], "backward": []}
+    for _ in range(iters):
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+        zero(model)
+        ev[0].record()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(batch)["loss"]
+        ev[1].record()
+        loss.float().backward()
+        ev[2].record()
+        torch.cuda.synchronize()
+        res["forward"].append(ev[0].elapsed_time(ev[1]))
+        res["backward"].append(ev[1].elapsed_time(ev[2]))
     return {k: statistics.median(v) for k, v in res.items()}
 
 
