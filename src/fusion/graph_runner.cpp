@@ -12,10 +12,16 @@
 //    static copies of the batch and of w; capture only records, so the
 //    graph is replayed at once for this micro-batch;
 //  - from then on: copy the batch into the static inputs, fill w, replay.
-// Gradients: backward accumulates in place into the parameters' existing
-// .grad tensors (autograd does `grad += new` when a gradient exists and grad
-// mode is off), so the optimizer must keep them allocated and zero them in
-// place (Optimizer::keep_gradients). The warm-up calls create them.
+// Gradients, two ways (Note [Fresh gradients]):
+//  - made (make_gradients(true), no graph reduction): each step's first
+//    micro-batch has a graph of its own whose backward allocates the
+//    gradients in the graph's pool, as autograd does when .grad is undefined;
+//    after each replay they become .grad. A later micro-batch's graph adds
+//    into them. The optimizer sets .grad to undefined after its step.
+//  - kept: backward accumulates in place into the parameters' existing .grad
+//    tensors (autograd does `grad += new` when a gradient exists and grad
+//    mode is off), so the optimizer must keep them allocated and zero them in
+//    place (Optimizer::keep_gradients). The warm-up calls create them.
 // Every graph allocates from one memory pool shared with PyTorch's caching
 // allocator (at::cuda::graph_pool_handle()).
 // With a GraphReduction (step_runner.hpp; Note [Reduction in the graph] in
@@ -31,7 +37,9 @@
 #include <deque>    // std::deque
 #include <map>      // std::map
 #include <sstream>  // std::ostringstream
+#include <stdexcept>  // std::logic_error
 #include <string>   // std::string
+#include <vector>   // std::vector
 
 #include <ATen/ATen.h>  // at::Tensor
 
@@ -88,6 +96,8 @@ struct Captured {
   int64_t calls = 0;
   bool eager_only = false;             // its capture failed (not required)
   bool reduces = false;                // the last micro-batch's graph, with the reduction (key non-empty)
+  bool first = false;                  // made gradients: a step's first micro-batch (its backward makes .grad)
+  std::vector<at::Tensor> grads;       // first: the gradients its replays write (undefined: none reaches it)
   std::unique_ptr<at::cuda::CUDAGraph> graph;
   model::Batch inputs;                 // static copies of the batch
   at::Tensor w32, w64;                 // the loss weight, float32 (backward) and float64 (the step loss)
@@ -126,14 +136,21 @@ class GraphRunner final : public StepRunner {
                  PhaseRecorder& phases) override {
     at::Tensor total;
     const std::string key = reduction_ ? reduction_->key() : "";
+    first_replayed_ = false;
     on_side_stream(side_, [&] {
+      std::string first_sig;
       for (size_t i = 0; i < batches.size(); ++i) {
         const auto micro = static_cast<int64_t>(i);
         std::string sig = signature(batches[i].tensors);
         const bool reduce = !key.empty() && i + 1 == batches.size() && reduction_slot(sig + "|" + key);
         if (reduce) sig += "|" + key;
+        if (make_grads_) {  // Note [Fresh gradients]: an accumulating graph adds into one first graph's tensors
+          if (i == 0) first_sig = sig;
+          sig += i == 0 ? std::string("|first") : "|after " + first_sig;
+        }
         Captured& c = graphs_[sig];
         c.reduces = reduce;
+        c.first = make_grads_ && i == 0;
         const at::Tensor part = micro_step(c, batches[i].tensors, weights[i], step, micro, phases);
         total = total.defined() ? total + part : part.clone();
       }
@@ -147,12 +164,23 @@ class GraphRunner final : public StepRunner {
       live += c.graph ? 1 : 0, eager += c.eager_only ? 1 : 0, reducing += c.graph && c.reduces ? 1 : 0;
     return {{"cuda_graphs", true},       {"graphs", live},      {"captures", captures_},
             {"replays", replays_},       {"eager_signatures", eager}, {"capture_failures", failures_},
-            {"reduction_graphs", reducing}, {"reduction_replays", reduction_replays_}};
+            {"reduction_graphs", reducing}, {"reduction_replays", reduction_replays_},
+            {"made_gradients", make_grads_}};
   }
 
   bool set_graph_reduction(GraphReduction* r) override {
+    if (make_grads_ && r) throw std::logic_error("set_graph_reduction after make_gradients(true)");
     reduction_ = r;
     return true;
+  }
+
+  bool make_gradients(bool allowed) override {
+    make_grads_ = allowed && reduction_ == nullptr;
+    trainable_.clear();
+    if (make_grads_)
+      for (const auto& p : net_.parameters())
+        if (p.info->trainable) trainable_.push_back(p.tensor);
+    return make_grads_;
   }
 
   std::optional<double> take_graph_comm_ms(int64_t step) override {
@@ -173,7 +201,10 @@ class GraphRunner final : public StepRunner {
  private:
   at::Tensor micro_step(Captured& c, const model::Batch& batch, double w, int64_t step, int64_t micro,
                         PhaseRecorder& phases) {
-    if (c.graph) {
+    // Made gradients: an accumulating graph adds into its first graph's tensors, so it replays (and is
+    // captured) only in a step whose first micro-batch replayed that graph.
+    const bool replayable = !make_grads_ || c.first || first_replayed_;
+    if (c.graph && replayable) {
       Phase p(phases, "forward_backward", step + 1, micro);
       fault_.maybe_raise("forward", step + 1);
       for (auto& [key, t] : c.inputs) t.copy_(batch.at(key), /*non_blocking=*/true);
@@ -182,12 +213,27 @@ class GraphRunner final : public StepRunner {
       c.graph->replay();
       ++replays_;
       if (c.reduces) ++reduction_replays_, reduction_->replayed();
+      if (c.first) {
+        for (size_t j = 0; j < trainable_.size(); ++j) trainable_[j].mutable_grad() = c.grads[j];
+        first_replayed_ = true;
+      }
       return c.part;
     }
-    if (c.eager_only || ++c.calls <= kGraphWarmupCalls) return eager_micro_step(net_, bf16_, fault_, batch, w, step, micro, phases);
+    if (c.eager_only || ++c.calls <= kGraphWarmupCalls || !replayable) return eager(c, batch, w, step, micro, phases);
     capture(c, batch, step);
-    if (!c.graph) return eager_micro_step(net_, bf16_, fault_, batch, w, step, micro, phases);
+    if (!c.graph) return eager(c, batch, w, step, micro, phases);
     return micro_step(c, batch, w, step, micro, phases);
+  }
+
+  // The plain runner's micro-step; a first micro-batch's backward makes .grad anew.
+  at::Tensor eager(const Captured& c, const model::Batch& batch, double w, int64_t step, int64_t micro,
+                   PhaseRecorder& phases) {
+    if (c.first) clear_grads();
+    return eager_micro_step(net_, bf16_, fault_, batch, w, step, micro, phases);
+  }
+
+  void clear_grads() {
+    for (auto& t : trainable_) t.mutable_grad() = at::Tensor();
   }
 
   void capture(Captured& c, const model::Batch& batch, int64_t step) {
@@ -198,6 +244,7 @@ class GraphRunner final : public StepRunner {
     // Recorded as nodes (Note [Timing inside a graph]).
     std::unique_ptr<EventPair> marks = c.reduces ? std::make_unique<EventPair>() : nullptr;
     if (c.reduces) reduction_->prepare();
+    if (c.first) clear_grads();  // Note [Fresh gradients]: the backward below allocates them in the graph's pool
     auto graph = capture_or_fallback(
         pool_,
         [&] {
@@ -206,6 +253,8 @@ class GraphRunner final : public StepRunner {
           const at::Tensor loss = net_.forward(c.inputs).at("loss");
           (loss * c.w32).backward();
           c.part = loss.detach().to(at::kDouble) * c.w64;
+          if (c.first)
+            for (const auto& t : trainable_) c.grads.push_back(t.grad());
           if (!c.reduces) return;
           const cudaStream_t s = c10::cuda::getCurrentCUDAStream().stream();
           C10_CUDA_CHECK(cudaEventRecordWithFlags(marks->a, s, cudaEventRecordExternal));
@@ -221,6 +270,8 @@ class GraphRunner final : public StepRunner {
     if (!graph) {
       c.eager_only = true;
       c.inputs.clear();
+      c.grads.clear();
+      if (c.first) clear_grads();  // tensors of the failed capture
       return;
     }
     if (c.reduces) {
@@ -283,6 +334,8 @@ class GraphRunner final : public StepRunner {
   int64_t captures_ = 0, replays_ = 0, failures_ = 0, reduction_replays_ = 0;
   GraphReduction* reduction_ = nullptr;
   bool full_logged_ = false, tail_timing_ = true;
+  bool make_grads_ = false, first_replayed_ = false;  // Note [Fresh gradients]
+  std::vector<at::Tensor> trainable_;                 // made gradients: the parameters whose .grad is set
   std::deque<std::pair<int64_t, std::unique_ptr<EventPair>>> timed_;  // (1-based step, its events)
   std::vector<std::unique_ptr<EventPair>> spare_;
   Fault fault_;
@@ -303,6 +356,29 @@ void on_side_stream(const c10::cuda::CUDAStream& side, const std::function<void(
   done.record(side);
   done.block(caller);
 }
+
+// Note [Fresh gradients]
+// Kept gradients cost every trainable parameter, each step, a zeroing pass
+// (the optimizer's _foreach_zero_) and a read-modify-write `grad += new` in
+// backward, on top of the cast of its bf16 gradient to fp32: on gr00t-n1.6-3b
+// (1612.6 M trainable parameters, micro-batch 32, one H200) `profile-step
+// --kernels` put the fp32 adds at 5.73 ms and the zeroing at 1.73 ms of a
+// 114 ms profiled step (docs/benchmarks.md, 2026-12-04). When .grad is
+// undefined, autograd's AccumulateGrad takes the incoming gradient tensor as
+// .grad instead, which is what the plain runner, with the optimizer's
+// set-to-none, and the reference trainer do. So with made gradients a step's
+// first micro-batch runs a graph captured with every .grad undefined: its
+// backward allocates the gradients in the graph's pool, at the same
+// addresses at every replay, and they become .grad after it (the optimizer
+// graph, captured on those addresses, then replays). The values are the
+// kept path's: x instead of 0 + x (the sign of a zero aside). An accumulating
+// micro-batch's graph adds into one first graph's tensors, so it is keyed by
+// that graph's signature and replays only after it in the same step; a step
+// whose first micro-batch runs eagerly runs the others eagerly too. Not with
+// a graph reduction (Note [Reduction in the graph] is built on the kept
+// tensors; made gradients with it are not implemented) nor with the sharded
+// optimizer (its gradients are views into its flat buffer): the trainer asks
+// for made gradients only without both.
 
 // Note [Thread-local capture]
 // In CUDA's default (global) capture mode, a call that could synchronise with

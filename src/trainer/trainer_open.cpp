@@ -357,7 +357,10 @@ void Trainer::open() {
   } else {
     reducer_ = comm::make_plain_reducer(world_.get());
   }
-  optimizer_->keep_gradients(graphs && !compiled);  // the compiled runner's graph outputs are the gradients
+  // The compiled runner's graph outputs are the gradients; the graph runner makes them too where it can
+  // (Note [Fresh gradients] in src/fusion/graph_runner.cpp: not with the sharded optimizer's gradient views).
+  const bool made_gradients = graphs && !compiled && runner_->make_gradients(/*allowed=*/!sharded_);
+  optimizer_->keep_gradients(graphs && !compiled && !made_gradients);
   // Several ranks too: the loss and the norm are sums over ranks on the device
   // (every rank reads the same values one step late, so a non-finite one
   // stops or warns at the same step everywhere) and the step's counts travel

@@ -1,7 +1,8 @@
 // The CUDA-graph StepRunner against the plain one (GPU only, label gpu):
 // the same model file, batches and optimizer give the same losses and
 // weights whether forward+backward run eagerly or as replayed CUDA graphs
-// (fp32: bit for bit; bf16 autocast: within 1% over 300 steps), and a
+// (fp32: bit for bit, with the gradients made by the graphs or kept by the
+// optimizer; bf16 autocast: within 1% over 300 steps), and a
 // steady-state step (replay + clipping + fused AdamW) makes no host
 // synchronisation (CUDA sync-debug mode set to error). The optimizer graph
 // (clipping + fused AdamW replayed) gives the eager optimizer's weights bit
@@ -51,7 +52,9 @@ struct Rig {
   std::unique_ptr<fusion::StepRunner> runner;
   std::unique_ptr<trainer::Optimizer> opt;
   std::unique_ptr<trainer::OptimizerGraph> opt_graph;  // optimizer_graph: clipping + update replayed
-  Rig(bool graphs, bool bf16, bool optimizer_graph = false)
+  // made: the graph runner makes the gradients (the trainer's choice without a graph reduction), else the
+  // optimizer keeps them (Note [Fresh gradients] in src/fusion/graph_runner.cpp).
+  Rig(bool graphs, bool bf16, bool optimizer_graph = false, bool made = true)
       : net(model::Model::load(kModel, at::Device(at::kCUDA, 0))) {
     if (bf16) net.cast_frozen(at::kBFloat16);
     net.train();
@@ -61,7 +64,8 @@ struct Rig {
     for (const auto& p : net.parameters())
       if (p.info->trainable) ps.push_back({p.info->name, p.tensor, p.info->decay});
     opt = std::make_unique<trainer::FusedAdamW>(ps, trainer::AdamWOptions{});
-    opt->keep_gradients(graphs);
+    made_gradients = graphs && runner->make_gradients(made);
+    opt->keep_gradients(graphs && !made_gradients);
     if (optimizer_graph)
       opt_graph = trainer::make_optimizer_graph(static_cast<trainer::FusedAdamW&>(*opt), 1.0, /*required=*/true,
                                                 at::Device(at::kCUDA, 0));
@@ -94,6 +98,7 @@ struct Rig {
   }
   at::Tensor step(int64_t s, int64_t k) { return step(s, batches(s, k)); }
   at::Tensor last_norm;
+  bool made_gradients = false;
   std::function<void()> after_run;  // between the runner and the optimizer (the trainer's reduction)
   std::vector<at::Tensor> trainable() {
     std::vector<at::Tensor> out;
@@ -130,8 +135,27 @@ void require_equal_weights(Rig& a, Rig& b) {
 
 }  // namespace
 
-TEST_CASE("graph runner: replayed CUDA graphs give the eager losses and weights bit for bit in fp32") {
+TEST_CASE("graph runner: replayed CUDA graphs that make the gradients give the eager losses and weights bit for "
+          "bit in fp32") {
   Rig eager(false, false), graph(true, false);
+  REQUIRE(graph.made_gradients);
+  for (int64_t s = 0; s < 30; ++s) {
+    const double a = eager.step(s, 2).item<double>(), b = graph.step(s, 2).item<double>();
+    INFO("step " << s + 1 << ": eager " << a << ", graph " << b);
+    REQUIRE(a == b);
+  }
+  require_equal_weights(eager, graph);
+  const auto st = graph.runner->status();
+  CHECK(st.at("made_gradients").get<bool>());
+  // the first micro-batch's graph and the one adding into its gradients, each after 3 eager calls
+  CHECK(st.at("captures").get<int64_t>() == 2);
+  CHECK(st.at("replays").get<int64_t>() == 2 * (30 - 3));
+}
+
+TEST_CASE("graph runner: replayed CUDA graphs that accumulate into kept gradients give the eager losses and "
+          "weights bit for bit in fp32") {
+  Rig eager(false, false), graph(true, false, /*optimizer_graph=*/false, /*made=*/false);
+  REQUIRE_FALSE(graph.made_gradients);
   for (int64_t s = 0; s < 30; ++s) {
     const double a = eager.step(s, 2).item<double>(), b = graph.step(s, 2).item<double>();
     INFO("step " << s + 1 << ": eager " << a << ", graph " << b);
@@ -141,6 +165,21 @@ TEST_CASE("graph runner: replayed CUDA graphs give the eager losses and weights 
   const auto st = graph.runner->status();
   CHECK(st.at("captures").get<int64_t>() == 1);
   CHECK(st.at("replays").get<int64_t>() == 30 * 2 - 3);
+}
+
+TEST_CASE("graph runner: the gradients the graphs make keep their addresses, so the optimizer graph is captured "
+          "once and the weights stay the eager ones bit for bit") {
+  Rig eager(false, false), graph(true, false, /*optimizer_graph=*/true);
+  for (int64_t s = 0; s < 20; ++s) {
+    const double a = eager.step(s, 2).item<double>(), b = graph.step(s, 2).item<double>();
+    INFO("step " << s + 1 << ": eager " << a << ", graph " << b);
+    REQUIRE(a == b);
+  }
+  require_equal_weights(eager, graph);
+  const auto st = graph.opt_graph->status();
+  CHECK(st.at("captures").get<int64_t>() == 1);
+  CHECK(st.at("invalidations").get<int64_t>() == 0);
+  CHECK(st.at("replays").get<int64_t>() >= 20 - 7);
 }
 
 TEST_CASE("graph runner: bf16 losses stay within 1% of eager over 300 steps") {
@@ -188,7 +227,7 @@ TEST_CASE("graph runner: a steady-state step (replay, clipping, fused AdamW) nev
 }
 
 TEST_CASE("optimizer graph: replayed clipping and fused AdamW give the eager optimizer's weights bit for bit") {
-  Rig eager(true, false), replayed(true, false, /*optimizer_graph=*/true);
+  Rig eager(true, false, false, /*made=*/false), replayed(true, false, /*optimizer_graph=*/true, /*made=*/false);
   for (int64_t s = 0; s < 20; ++s) {
     const double a = eager.step(s, 1).item<double>(), b = replayed.step(s, 1).item<double>();
     INFO("step " << s + 1);
@@ -308,7 +347,7 @@ TEST_CASE("graph capture: device memory the allocator keeps cached for eager wor
 
 TEST_CASE("graph runner: a reduction captured into the last micro-batch's graph gives the weights of the reduction "
           "after backward, bit for bit, and is recaptured for another key") {
-  Rig eager(false, false), graph(true, false);
+  Rig eager(false, false), graph(true, false, /*optimizer_graph=*/false, /*made=*/false);
   Halve h;
   h.params = graph.trainable();
   REQUIRE(graph.runner->set_graph_reduction(&h));

@@ -19,8 +19,13 @@
 //
 // The graph runner (make_graph_runner, graph_runner.cpp) captures one
 // micro-batch's forward + backward as a CUDA graph per input signature after
-// kGraphWarmupCalls eager calls and replays it; it needs the optimizer to keep the
-// gradient tensors allocated (Optimizer::keep_gradients). Its phase is
+// kGraphWarmupCalls eager calls and replays it. By default it needs the optimizer to keep the
+// gradient tensors allocated (Optimizer::keep_gradients). After
+// make_gradients(true) returned true (it does without a graph reduction) it
+// makes them instead: each run() sets .grad anew from its first micro-batch
+// (that micro-batch's graph writes tensors of its own, which become .grad;
+// Note [Fresh gradients]) and adds the later ones, so the optimizer must set
+// .grad to undefined after its step (keep_gradients(false)). Its phase is
 // "forward_backward" (one replay cannot be split). required: a capture
 // failure throws ConfigError; otherwise it is logged and counted, and that
 // signature runs eagerly.
@@ -98,6 +103,12 @@ class StepRunner {
   // The graph runner only; false elsewhere (the reduction then follows backward).
   virtual bool set_graph_reduction(GraphReduction* r) {
     (void)r;
+    return false;
+  }
+  // The graph runner only (see above): whether run() makes .grad anew each step; false elsewhere. Call
+  // after set_graph_reduction.
+  virtual bool make_gradients(bool allowed) {
+    (void)allowed;
     return false;
   }
   virtual std::optional<double> take_graph_comm_ms(int64_t step) {

@@ -14,7 +14,8 @@
 //  - step(lr) updates every parameter that has a gradient, then sets the
 //    gradients to undefined (set_to_none); zero_grad() only does the latter.
 //    After keep_gradients(true) both zero the gradient tensors in place
-//    instead (the CUDA-graph StepRunner accumulates into those very tensors).
+//    instead (the CUDA-graph StepRunner with kept gradients accumulates into
+//    those very tensors; with made gradients it needs the default).
 //  - sync_parameters() returns when every parameter holds the value step()
 //    gave it (on NCCL: ordered on the current stream). Only ShardedAdamW with
 //    overlapped gathers leaves work in flight after step(); the trainer calls
