@@ -361,9 +361,9 @@ void on_side_stream(const c10::cuda::CUDAStream& side, const std::function<void(
 // Kept gradients cost every trainable parameter, each step, a zeroing pass
 // (the optimizer's _foreach_zero_) and a read-modify-write `grad += new` in
 // backward, on top of the cast of its bf16 gradient to fp32: on gr00t-n1.6-3b
-// (1612.6 M trainable parameters, micro-batch 32, one H200) `profile-step
-// --kernels` put the fp32 adds at 5.73 ms and the zeroing at 1.73 ms of a
-// 114 ms profiled step (docs/benchmarks.md, 2026-12-04). When .grad is
+// (1612.6 M trainable parameters, micro-batch 32, one H200) making them
+// instead took 6.3 ms off the step's 94.7 ms of kernel time and 3 GB off its
+// peak memory (`profile-step --kernels`, docs/benchmarks.md, 2026-12-04). When .grad is
 // undefined, autograd's AccumulateGrad takes the incoming gradient tensor as
 // .grad instead, which is what the plain runner, with the optimizer's
 // set-to-none, and the reference trainer do. So with made gradients a step's
