@@ -29,7 +29,11 @@ import also records how upstream's processor prepares state and actions for
 --embodiment-tag (default new_embodiment, lerobot's default): its slot, the
 checkpoint's statistics.json (or the dataset's) in float32 min-max with
 clip_outliers, relative action groups, state dropout
-(scripts/gr00t_processor.py; a line says what was taken).
+(scripts/gr00t_processor.py; a line says what was taken). An N1.6 import
+takes its image transform from processor_config.json's processor_kwargs as
+Isaac-GR00T's Gr00tN1d6Processor builds it when they name an
+image_target_size (gr00t_upstream_config.n16_image_settings), else
+config.json's crop and the box resize (a line says which).
 
 With --model, SRC is a safetensors file or a folder of them (sharded `model-0000X-of-0000N.safetensors`).
 MODEL.pt is the exported LoongForge model the weights are for: its parameters
@@ -417,6 +421,21 @@ def image_note(cfg, config: Dict, image: Dict) -> str:
     return line
 
 
+def n16_image_note(cfg, processor: Optional[Dict]) -> str:
+    """One line on the N1.6 image transform taken (Isaac-GR00T's Gr00tN1d6Processor from processor_config.json,
+    or config.json's crop with the box resize)."""
+    crop = "none" if cfg.image_crop_fraction >= 1.0 else f"{cfg.image_crop_fraction:.6g} of each side"
+    if cfg.image_resample == "box":
+        why = ("processor_config.json names no image_target_size" if processor is not None
+               else "no processor_config.json")
+        return (f"image transform: config.json's crop ({crop}), then the box resize to {cfg.image_size} ({why}; "
+                "Isaac-GR00T's N1.6 processor is reproduced from processor_config.json only)")
+    kind = ("OpenCV's INTER_AREA (use_albumentations), the crop at a window drawn per sample, as upstream trains"
+            if cfg.image_resample == "cv2_area" else "antialiased bilinear (torchvision's), the center crop")
+    return (f"image transform from processor_config.json: {kind}; target {cfg.image_target_size}, crop {crop}; "
+            f"the ViT sees {cfg.image_size} x {cfg.image_size} (Eagle's processor does not resize)")
+
+
 def import_checkpoint(src: Path, out: Path, strict: bool = False, overrides=(), backbone_config=None,
                       tokenizer=None, seed: int = 0, chat_template=None, no_chat_template: bool = False,
                       embodiment_tag: str = None) -> Dict:
@@ -448,7 +467,8 @@ def import_checkpoint(src: Path, out: Path, strict: bool = False, overrides=(), 
     except (UpstreamConfigError, ValueError) as e:
         where = "config.json and processor_config.json" if processor is not None else "config.json"
         raise SystemExit(f"convert_gr00t_checkpoint: {src}/{where}: {e}") from None
-    images = image_note(cfg, config, n17_image_settings(processor)) if cfg.backbone == "qwen3vl" else None
+    images = (image_note(cfg, config, n17_image_settings(processor)) if cfg.backbone == "qwen3vl"
+              else n16_image_note(cfg, processor))
     data_processor = None
     if cfg.backbone == "qwen3vl":
         # upstream N1.7's state/action preparation for this embodiment (statistics.json, processor_kwargs)

@@ -30,7 +30,9 @@ How each part is chosen
   them (n17_image_settings: its image_target_size, image_crop_size,
   shortest_image_edge, crop_fraction when it names an image_target_size, else
   lerobot's defaults 256 / 230; config.json's image fields are not read, as
-  upstream does not read them); N1.6 from config.json.
+  upstream does not read them); N1.6 from processor_kwargs too when they name
+  an image_target_size (n16_image_settings: Isaac-GR00T's Gr00tN1d6Processor),
+  else from config.json.
   image_size: N1.7: the size upstream's Qwen3-VL processor resizes the
   transform's image_target_size (must be square) to (qwen3vl_processor_side:
   224 becomes 256), with image_target_size the target; N1.6: the Eagle
@@ -44,8 +46,13 @@ How each part is chosen
   cv2_area (OpenCV's INTER_AREA to shortest_image_edge or the target size,
   keeping the aspect ratio, the crop, INTER_AREA back to that size, which is
   then image_target_size; image_random_crop: the crop's window drawn per
-  sample, as lerobot trains such checkpoints). N1.6: the box resize after the crop (Eagle's processor is not
-  reproduced).
+  sample, as lerobot trains such checkpoints). N1.6 with processor_kwargs:
+  image_resample bilinear_aa (Isaac-GR00T's torchvision transform: antialiased
+  bilinear to image_target_size, torchvision's center crop of image_crop_size,
+  back to the target) or, with use_albumentations, cv2_area (as N1.7's, to
+  shortest_image_edge, with image_random_crop); image_size is the transform's
+  size (Eagle's processor does not resize). N1.6 without: the box resize after
+  config.json's crop.
 - overrides: ModelConfig `key=value` strings applied last (num_views,
   max_text_len: the data's shape, which no checkpoint records).
 """
@@ -213,6 +220,46 @@ def n17_image_settings(processor_kwargs: Optional[Dict]) -> Dict:
     return out
 
 
+# Isaac-GR00T's Gr00tN1d6Processor constructor defaults (gr00t/model/gr00t_n1d6/processing_gr00t_n1d6.py): what
+# a processor_config.json without the key gets.
+N16_PROCESSOR_DEFAULTS = {"shortest_image_edge": 512, "crop_fraction": 0.95, "use_albumentations": False}
+
+
+def n16_image_settings(processor_kwargs: Optional[Dict]) -> Optional[Dict]:
+    """The image transform Isaac-GR00T's N1.6 processor (Gr00tN1d6Processor) builds from processor_config.json's
+    processor_kwargs, or None when they name no image_target_size (the import then keeps config.json's crop and
+    the box resize). Its eval transform (gr00t/model/gr00t_n1d6/image_augmentations.py):
+    - use_albumentations false: torchvision's Resize to image_target_size, CenterCrop of image_crop_size, Resize
+      back (image_resample bilinear_aa; crop_fraction and shortest_image_edge are not read);
+    - true: INTER_AREA of the shorter side to shortest_image_edge (else the target), the fractional crop
+      (crop_fraction, else image_crop_size / image_target_size), INTER_AREA back (cv2_area; trained with a random
+      window shared by a sample's views: image_random_crop).
+    Eagle's processor then only normalises (it does not resize), so the ViT sees the transform's size.
+    Keys absent from the file take the constructor's defaults (N16_PROCESSOR_DEFAULTS)."""
+    kw = dict(N16_PROCESSOR_DEFAULTS, **(processor_kwargs or {}))
+    target = kw.get("image_target_size")
+    if processor_kwargs is None or not target:
+        return None
+    _need(len(target) == 2 and target[0] == target[1], "image_target_size", target, "must be square")
+    crop = kw.get("image_crop_size")
+    if crop is not None:
+        _need(len(crop) == 2 and crop[0] == crop[1], "image_crop_size", crop, "must be square")
+    if kw.get("use_albumentations") is True:
+        side = int(kw.get("shortest_image_edge") or target[0])
+        fraction = kw.get("crop_fraction")
+        if fraction is None:
+            _need(crop is not None, "image_crop_size", crop, "is needed when crop_fraction is null")
+            fraction = crop[0] / float(target[0])
+        fraction = float(fraction) if 0.0 < float(fraction) < 1.0 else 1.0
+        return {"image_resample": "cv2_area", "image_target_size": side, "image_size": side,
+                "image_crop_fraction": fraction, "image_random_crop": fraction < 1.0}
+    _need(crop is not None, "image_crop_size", crop,
+          "is needed without use_albumentations (Isaac-GR00T's torchvision transform center-crops to it)")
+    fraction = crop[0] / float(target[0])
+    return {"image_resample": "bilinear_aa", "image_target_size": int(target[0]), "image_size": int(target[0]),
+            "image_crop_fraction": fraction if fraction < 1.0 else 1.0, "image_random_crop": False}
+
+
 def read_backbone_config(config: Dict, given: Optional[Path] = None) -> Optional[Dict]:
     """The backbone config to use: `given` (a config.json or a folder holding one); else model_name's
     config.json when model_name is a local folder; None for the released backbone."""
@@ -253,6 +300,7 @@ def model_config_from_upstream(config: Dict, backbone_config: Optional[Dict] = N
     if backbone_config is not None:
         fields.update(qwen3vl_fields(backbone_config) if layout == "n1.7" else eagle_fields(backbone_config))
     # N1.7: the processor's settings (processor_config.json), as upstream's processor reads them
+    n16_image = n16_image_settings(processor_kwargs) if layout == "n1.6" else None
     image = n17_image_settings(processor_kwargs) if layout == "n1.7" else config
     target = image.get("image_target_size")
     if target:
@@ -275,6 +323,8 @@ def model_config_from_upstream(config: Dict, backbone_config: Optional[Dict] = N
         factor = int(fields.get("patch_size", base.patch_size)) * int(fields.get("pixel_shuffle", base.pixel_shuffle))
         fields["image_target_size"] = side
         fields["image_size"] = qwen3vl_processor_side(side, factor)
+    elif n16_image is not None:  # Isaac-GR00T's N1.6 processor, from processor_config.json
+        fields.update(n16_image)
     select = int(config.get("select_layer", 16))
     _need(select >= 1, "select_layer", select, "must be >= 1 (the LM layers kept)")
     fields.update(
@@ -304,4 +354,4 @@ def model_config_from_upstream(config: Dict, backbone_config: Optional[Dict] = N
 
 
 __all__ = ["model_config_from_upstream", "read_backbone_config", "read_processor_kwargs", "n17_image_settings",
-           "head_preset_of", "qwen3vl_fields", "eagle_fields", "UpstreamConfigError", "RELEASED"]
+           "n16_image_settings", "head_preset_of", "qwen3vl_fields", "eagle_fields", "UpstreamConfigError", "RELEASED"]

@@ -74,10 +74,15 @@ class ModelConfig:
     # frames must be square or letterboxed), the center crop there (int(T * f) rows and columns),
     # INTER_AREA back to image_target_size, then the processor's antialiased bicubic to image_size
     # when that differs; image_resize_edge must be 0 (imports put shortest_image_edge in the target).
+    # "bilinear_aa" = Isaac-GR00T N1.6's torchvision transform (at eval): an antialiased bilinear
+    # resize of the uint8 frame to image_target_size x image_target_size (0 = image_size; the aspect
+    # ratio not kept), torchvision's center crop there (round(T * f) rows and columns from
+    # round((T - c) / 2)), the same resize back to image_target_size, then to image_size when that
+    # differs (Eagle's processor does not resize: imports make them equal); image_resize_edge must be 0.
     image_resample: str = "box"
     image_resize_edge: int = 0
     image_target_size: int = 0
-    # bicubic_aa and cv2_area only: each frame is first padded with zeros (black) to a square of its longer
+    # all but box: each frame is first padded with zeros (black) to a square of its longer
     # side, (square - w) // 2 columns on the left and (square - h) // 2 rows on top, the rest
     # right and below: upstream N1.7's letter_box_transform, which keeps the aspect ratio through
     # the square resizes. A square frame is unchanged.
@@ -214,16 +219,16 @@ class ModelConfig:
 
         need(self.image_size % self.patch_size == 0, "image_size", "must be a multiple of patch_size")
         need(0.0 < self.image_crop_fraction <= 1.0, "image_crop_fraction", "must be in (0, 1] (1 = no crop)")
-        need(self.image_resample in ("box", "bicubic_aa", "cv2_area"), "image_resample",
-             "must be box, bicubic_aa or cv2_area")
+        need(self.image_resample in ("box", "bicubic_aa", "bilinear_aa", "cv2_area"), "image_resample",
+             "must be box, bicubic_aa, bilinear_aa or cv2_area")
         need(self.image_resize_edge >= 0, "image_resize_edge", "must be >= 0 (0 = the target size)")
-        need(self.image_resize_edge == 0 or self.image_resample != "cv2_area", "image_resize_edge",
-             "must be 0 when image_resample is cv2_area (it resizes to image_target_size)")
+        need(self.image_resize_edge == 0 or self.image_resample in ("box", "bicubic_aa"), "image_resize_edge",
+             f"must be 0 when image_resample is {self.image_resample} (it resizes to image_target_size)")
         need(self.image_target_size >= 0, "image_target_size", "must be >= 0 (0 = image_size)")
         need(self.image_target_size in (0, self.image_size) or self.image_resample != "box",
-             "image_target_size", "must be 0 or image_size unless image_resample is bicubic_aa or cv2_area")
+             "image_target_size", "must be 0 or image_size when image_resample is box")
         need(not self.image_letterbox or self.image_resample != "box", "image_letterbox",
-             "must be false unless image_resample is bicubic_aa or cv2_area")
+             "must be false when image_resample is box")
         need(not self.image_random_crop or (self.image_resample == "cv2_area" and self.image_crop_fraction < 1.0),
              "image_random_crop", "must be false unless image_resample is cv2_area with an image_crop_fraction below 1")
         grid = self.image_size // self.patch_size

@@ -772,6 +772,35 @@ def bicubic_aa_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: 
     return (torch.stack(out).to(torch.float32) - 127.5) / 127.5
 
 
+def bilinear_aa_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: float, target: int = 0,
+                         letterboxed: bool = False) -> Tensor:
+    """image_resample=bilinear_aa (training-semantics s3; Isaac-GR00T N1.6's torchvision transform at
+    eval, then Eagle's processor): each frame (h, w, 3) uint8 as a (1, 3, h, w) uint8 tensor, padded to
+    a square first when letterboxed, is resized to (T, T) (T = target, or size when 0; the aspect ratio
+    not kept) by antialiased bilinear interpolation on uint8 unless it is T x T; when 0 < f < 1
+    center-cropped to c = round(T * f) rows and columns from round((T - c) / 2) (torchvision's
+    CenterCrop) and resized back to (T, T) the same way; resized to (size, size) the same way unless it
+    is; then (v - 127.5) / 127.5 in float32 (Eagle's processor: its rescale fused into mean and std 0.5
+    * 255). -> (V, 3, S, S)."""
+    T = target or size
+
+    def resize(x: Tensor, side: int) -> Tensor:
+        if tuple(x.shape[-2:]) == (side, side):
+            return x
+        return F.interpolate(x, size=(side, side), mode="bilinear", antialias=True)
+
+    out = []
+    for f in frames_rgb:
+        x = torch.from_numpy(np.ascontiguousarray(f.transpose(2, 0, 1)))[None]             # (1, 3, h, w) uint8
+        x = resize(letterbox(x).contiguous() if letterboxed else x, T)                       # (1, 3, T, T)
+        if 0.0 < crop_fraction < 1.0:
+            c = max(1, int(round(T * crop_fraction)))
+            off = int(round((T - c) / 2.0))
+            x = resize(x[..., off:off + c, off:off + c].contiguous(), T)
+        out.append(resize(x, size)[0])                                                        # (3, S, S) uint8
+    return (torch.stack(out).to(torch.float32) - 127.5) / 127.5
+
+
 def image_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: float = 1.0) -> Tensor:
     """V RGB frames (h, w, 3) uint8 -> (V, 3, S, S) float32: center_crop(crop_fraction), then
     adaptive_avg_pool2d of the 0..255 values, then ((v / 255) - 0.5) / 0.5."""
@@ -885,23 +914,23 @@ class SampleBuilder:
         self.target_size = int(_mcfg_or(model_cfg, "image_target_size", 0))
         self.letterbox = bool(_mcfg_or(model_cfg, "image_letterbox", False))
         self.random_crop = bool(_mcfg_or(model_cfg, "image_random_crop", False))
-        if self.resample not in ("box", "bicubic_aa", "cv2_area"):
-            raise ValueError(f"the model's image_resample={self.resample!r} must be box, bicubic_aa or cv2_area; "
-                             "re-export it")
+        if self.resample not in ("box", "bicubic_aa", "bilinear_aa", "cv2_area"):
+            raise ValueError(f"the model's image_resample={self.resample!r} must be box, bicubic_aa, bilinear_aa "
+                             "or cv2_area; re-export it")
         if self.random_crop and (self.resample != "cv2_area" or not self.crop < 1.0):
             raise ValueError(f"the model's image_random_crop=true needs image_resample cv2_area and an "
                              f"image_crop_fraction below 1 (they are {self.resample} and {self.crop}); re-export it")
-        if self.resample == "cv2_area" and self.resize_edge != 0:
+        if self.resample in ("bilinear_aa", "cv2_area") and self.resize_edge != 0:
             raise ValueError(f"the model's image_resize_edge={self.resize_edge} must be 0 when image_resample is "
-                             "cv2_area (it resizes to image_target_size); re-export it")
+                             f"{self.resample} (it resizes to image_target_size); re-export it")
         if not 0.0 < self.crop <= 1.0:
             raise ValueError(f"the model's image_crop_fraction={self.crop} must be in (0, 1]; re-export it")
         if self.target_size < 0 or (self.resample == "box" and self.target_size not in (0, self.S)):
             raise ValueError(f"the model's image_target_size={self.target_size} must be 0 or image_size "
                              f"({self.S}) when image_resample is box; re-export it")
         if self.letterbox and self.resample == "box":
-            raise ValueError("the model's image_letterbox=true needs image_resample bicubic_aa or cv2_area; "
-                             "re-export it")
+            raise ValueError("the model's image_letterbox=true needs image_resample bicubic_aa, bilinear_aa or "
+                             "cv2_area; re-export it")
         self.max_state = int(_mcfg(model_cfg, "max_state_dim"))
         self.max_action = int(_mcfg(model_cfg, "max_action_dim"))
         # flow-matching time form (section 4; exports before these fields: n16's, 0.999, 1.5)
@@ -1090,6 +1119,8 @@ class SampleBuilder:
         if self.resample == "cv2_area":
             return cv2_area_to_model(frames, self.S, self.crop, self.target_size, self.letterbox,
                                      crop_position)                                            # (V, 3, S, S)
+        if self.resample == "bilinear_aa":
+            return bilinear_aa_to_model(frames, self.S, self.crop, self.target_size, self.letterbox)  # (V, 3, S, S)
         return image_to_model(frames, self.S, self.crop)  # (V, 3, S, S)
 
     # -- batches

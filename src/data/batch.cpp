@@ -311,9 +311,10 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
     frame_cols_.push_back(col);
     pts_cols_.push_back(pts_col);
   }
-  if (opt_.image_resample != "box" && opt_.image_resample != "bicubic_aa" && opt_.image_resample != "cv2_area")
+  if (opt_.image_resample != "box" && opt_.image_resample != "bicubic_aa" && opt_.image_resample != "bilinear_aa" &&
+      opt_.image_resample != "cv2_area")
     throw DataError("model.path " + opt_.model_path + ": config.json image_resample='" + opt_.image_resample +
-                    "' is none of box, bicubic_aa, cv2_area; re-export the model");
+                    "' is none of box, bicubic_aa, bilinear_aa, cv2_area; re-export the model");
   if (opt_.image_target_size < 0 ||
       (opt_.image_resample == "box" && opt_.image_target_size != 0 && opt_.image_target_size != opt_.image_size))
     throw DataError("model.path " + opt_.model_path + ": config.json image_target_size=" +
@@ -321,16 +322,15 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
                     std::to_string(opt_.image_size) + ") when image_resample is box; re-export the model");
   if (opt_.image_letterbox && opt_.image_resample == "box")
     throw DataError("model.path " + opt_.model_path + ": config.json image_letterbox=true needs image_resample "
-                    "bicubic_aa or cv2_area (it is box); re-export the model");
+                    "bicubic_aa, bilinear_aa or cv2_area (it is box); re-export the model");
   if (opt_.image_random_crop && (opt_.image_resample != "cv2_area" || !(opt_.image_crop_fraction < 1.0)))
     throw DataError("model.path " + opt_.model_path + ": config.json image_random_crop=true needs image_resample "
                     "cv2_area and an image_crop_fraction below 1 (they are " + opt_.image_resample + " and " +
                     std::to_string(opt_.image_crop_fraction) + "): it moves that crop's window; re-export the model");
-  if (opt_.image_resample == "cv2_area" && opt_.image_resize_edge != 0)
+  if (opt_.image_resample != "box" && opt_.image_resample != "bicubic_aa" && opt_.image_resize_edge != 0)
     throw DataError("model.path " + opt_.model_path + ": config.json image_resize_edge=" +
-                    std::to_string(opt_.image_resize_edge) +
-                    " must be 0 when image_resample is cv2_area (it resizes to image_target_size); "
-                    "re-export the model");
+                    std::to_string(opt_.image_resize_edge) + " must be 0 when image_resample is " +
+                    opt_.image_resample + " (it resizes to image_target_size); re-export the model");
   if (opt_.frames_on_device && opt_.image_resample != "box")
     throw DataError("frames resized on the device do the box resize only, but the model's image_resample is " +
                     opt_.image_resample + "; set data.frame_resize=cpu");
@@ -487,7 +487,7 @@ BatchBuilder::Entry BatchBuilder::decode(int64_t key, const VideoFile* file) con
     // cropped and resized a chunk at a time, and only the resized ones are kept (Note [Frame cache]).
     // With frames_on_device the cropped uint8 frames are kept instead (the device resizes them).
     const int64_t S = opt_.image_size, h = cam.height, w = cam.width, frame_bytes = h * w * 3;
-    const bool upstream = opt_.image_resample != "box";  // bicubic_aa and cv2_area crop after their first resize
+    const bool upstream = opt_.image_resample != "box";  // the upstream transforms crop after their first resize
     const int64_t ch = upstream ? h : cropped_size(h, opt_.image_crop_fraction);
     const int64_t cw = upstream ? w : cropped_size(w, opt_.image_crop_fraction);
     const int64_t chunk = std::clamp<int64_t>(kStagingBytes / std::max<int64_t>(frame_bytes, 1), 1, 64);
@@ -505,6 +505,9 @@ BatchBuilder::Entry BatchBuilder::decode(int64_t key, const VideoFile* file) con
                  : opt_.image_resample == "bicubic_aa"
                      ? resize_frames_bicubic_aa(u8, opt_.image_resize_edge, opt_.image_crop_fraction,
                                                 opt_.image_target_size, S, opt_.image_letterbox)
+                 : opt_.image_resample == "bilinear_aa"
+                     ? resize_frames_bilinear_aa(u8, opt_.image_target_size, opt_.image_crop_fraction, S,
+                                                 opt_.image_letterbox)
                  : opt_.image_random_crop  // each sample crops its own window (fill)
                      ? cv2_area_first(u8, T, opt_.image_letterbox)
                  : opt_.image_resample == "cv2_area"

@@ -4,7 +4,7 @@
 #include <algorithm>  // std::max
 #include <cmath>      // std::nearbyint
 
-#include <ATen/ATen.h>  // at::adaptive_avg_pool2d, at::_upsample_bicubic2d_aa, at::constant_pad_nd, at::rand
+#include <ATen/ATen.h>  // at::adaptive_avg_pool2d, at::_upsample_bicubic2d_aa, at::_upsample_bilinear2d_aa, at::rand
 #include <ATen/CPUGeneratorImpl.h>  // at::CPUGeneratorImpl
 
 #include "loongforge/common/error.hpp"
@@ -70,6 +70,27 @@ at::Tensor resize_frames_bicubic_aa(const at::Tensor& u8, int64_t E, double f, i
   // As upstream's Qwen3-VL processor normalises, its rescale fused into mean and std (0.5 * 255):
   // (v - 127.5) / 127.5 in float32, not ((v / 255) - 0.5) / 0.5 (docs/training-semantics.md s3).
   return (x.to(at::kFloat) - 127.5) / 127.5;
+}
+
+at::Tensor resize_frames_bilinear_aa(const at::Tensor& u8, int64_t T, double f, int64_t S, bool letterbox) {
+  const auto resize = [](const at::Tensor& x, int64_t side) {  // (n, 3, h, w) uint8
+    if (x.size(-2) == side && x.size(-1) == side) return x;
+    return at::_upsample_bilinear2d_aa(x, {side, side}, /*align_corners=*/false);
+  };
+  if (T <= 0) T = S;
+  at::Tensor x = u8.permute({0, 3, 1, 2}).contiguous();  // (n, 3, h, w)
+  if (letterbox && x.size(2) != x.size(3)) {
+    const int64_t h = x.size(2), w = x.size(3), q = std::max(h, w), left = (q - w) / 2, top = (q - h) / 2;
+    x = at::constant_pad_nd(x, {left, q - w - left, top, q - h - top}, 0).contiguous();  // (n, 3, q, q)
+  }
+  x = resize(x, T);  // (n, 3, T, T): torchvision's Resize to a [T, T] size does not keep the aspect ratio
+  if (f > 0.0 && f < 1.0) {  // torchvision's CenterCrop of image_crop_size: its offset is round(), half to even
+    const int64_t c = std::max<int64_t>(1, static_cast<int64_t>(std::nearbyint(static_cast<double>(T) * f)));
+    const auto off = static_cast<int64_t>(std::nearbyint(static_cast<double>(T - c) / 2.0));
+    x = resize(x.narrow(2, off, c).narrow(3, off, c).contiguous(), T);
+  }
+  x = resize(x, S);  // (n, 3, S, S) uint8
+  return (x.to(at::kFloat) - 127.5) / 127.5;  // Eagle's processor: its rescale fused into mean and std (0.5 * 255)
 }
 
 namespace {

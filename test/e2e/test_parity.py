@@ -47,6 +47,9 @@ CASES = {
     # INTER_AREA (area weights), crop int(72 * 0.9) = 64, back up to 72 (INTER_AREA's linear
     # coefficients), then -> 64 by the processor's bicubic
     "cv2_area_resample": (["image_resample=cv2_area", "image_crop_fraction=0.9", "image_target_size=72"], []),
+    # Isaac-GR00T N1.6's torchvision transform: 256 -> 72 antialiased bilinear, torchvision's center
+    # crop round(72 * 0.9) = 65 from round(3.5) = 4, back to 72, then -> 64
+    "bilinear_resample": (["image_resample=bilinear_aa", "image_crop_fraction=0.9", "image_target_size=72"], []),
     # the same with upstream's train-time window: each sample's crop where its drawn position says
     "cv2_area_random_crop": (["image_resample=cv2_area", "image_crop_fraction=0.9", "image_target_size=72",
                               "image_random_crop=true"], []),

@@ -97,6 +97,33 @@ def test_the_crop_position_is_drawn_per_stream_position_from_the_run_seed():
     assert draw(sb, 42) != draw(sb, 43)
 
 
+@pytest.mark.parametrize("shape,target,crop", [
+    ((256, 256), 224, 212),   # the bundled cameras' size, N1.6-like: offset round(6) = 6
+    ((480, 640), 224, 209),   # non-square, resized to a square; offset round(7.5) = 8 (half to even)
+    ((200, 256), 256, 243),   # offset round(6.5) = 6 (half to even)
+    ((100, 77), 64, None),    # upscaled, no crop
+    ((224, 224), 224, 200),   # already at the target: the first resize is a no-op
+])
+def test_the_reference_bilinear_aa_frames_equal_isaac_gr00t_n16_torchvision_transform_bit_for_bit(shape, target, crop):
+    """image_resample=bilinear_aa: Isaac-GR00T N1.6's eval transform (gr00t/model/gr00t_n1d6/
+    image_augmentations.py build_image_transformations: ToImage, Resize(image_target_size),
+    CenterCrop(image_crop_size), Resize(image_target_size)), composed here from torchvision's own
+    transforms, then Eagle's processor's normalisation (it does not resize)."""
+    from torchvision.transforms import v2
+    g = torch.Generator().manual_seed(sum(shape) + target + 2)
+    frames = [torch.randint(0, 256, (*shape, 3), dtype=torch.uint8, generator=g).numpy() for _ in range(2)]
+    size = [target, target]
+    upstream = v2.Compose([v2.ToImage(), v2.Resize(size=size), v2.CenterCrop(size=[crop or target] * 2),
+                           v2.Resize(size=size)])
+    ours = lfd.bilinear_aa_to_model(frames, target, crop / target if crop else 1.0)
+    for v, f in enumerate(frames):
+        up = upstream(f)
+        assert up.dtype == torch.uint8 and tuple(up.shape) == (3, target, target)
+        assert torch.equal(ours[v], normalised(up.as_subclass(torch.Tensor))), f"view {v}"
+    if crop:  # the crop changes the frames (the test can fail)
+        assert not torch.equal(ours, lfd.bilinear_aa_to_model(frames, target, 1.0))
+
+
 def test_a_cv2_area_frame_that_stays_non_square_is_refused_naming_the_fix():
     frame = np.zeros((200, 256, 3), np.uint8)
     with pytest.raises(ValueError, match=r"a 200 x 256 frame becomes 256 x 328 .* letter_box_transform"):
@@ -109,14 +136,15 @@ def test_a_box_model_with_a_target_size_of_its_own_is_refused_at_export():
     import dataclasses
     from model.config import get_config
     tiny = get_config("n16-tiny")
-    with pytest.raises(ValueError, match=r"image_target_size=48: must be 0 or image_size unless image_resample is "
-                                         r"bicubic_aa"):
+    with pytest.raises(ValueError, match=r"image_target_size=48: must be 0 or image_size when image_resample is box"):
         dataclasses.replace(tiny, image_target_size=48).validate()
     dataclasses.replace(tiny, image_target_size=tiny.image_size).validate()
     dataclasses.replace(tiny, image_resample="bicubic_aa", image_target_size=48).validate()
     dataclasses.replace(tiny, image_resample="cv2_area", image_target_size=48).validate()
-    with pytest.raises(ValueError, match=r"image_resize_edge=72: must be 0 when image_resample is cv2_area"):
-        dataclasses.replace(tiny, image_resample="cv2_area", image_resize_edge=72).validate()
+    dataclasses.replace(tiny, image_resample="bilinear_aa", image_target_size=48).validate()
+    for resample in ("cv2_area", "bilinear_aa"):
+        with pytest.raises(ValueError, match=rf"image_resize_edge=72: must be 0 when image_resample is {resample}"):
+            dataclasses.replace(tiny, image_resample=resample, image_resize_edge=72).validate()
     dataclasses.replace(tiny, image_resample="cv2_area", image_crop_fraction=0.9, image_random_crop=True).validate()
     for resample, crop in (("bicubic_aa", 0.9), ("cv2_area", 1.0)):
         with pytest.raises(ValueError, match=r"image_random_crop=True: must be false unless image_resample is "

@@ -264,17 +264,13 @@ def test_the_import_reads_processor_config_and_says_which_image_fields_upstream_
     assert alb.split("\n")[1].startswith("image transform: OpenCV's INTER_AREA (use_albumentations)"), alb
 
 
-def test_an_n16_config_json_imports_as_gr00t_n16_3b_with_the_mask_token_and_crop_095():
-    """Isaac-GR00T's Gr00tN1d6Config defaults (written out field by field: its code ships in no
-    package) with state dropout on pick gr00t-n1.6-3b's backbone and head, the learned state mask
-    token, the top 4 LM layers trainable and the 0.95 center crop."""
-    import gr00t_upstream_config as guc
-    from model.config import get_config
-    from model.gr00t_head import head_config_for
+def n16_config_json():
+    """Isaac-GR00T's Gr00tN1d6Config defaults, written out field by field (its code ships in no package),
+    with state dropout on."""
     dit = {"positional_embeddings": None, "num_layers": 32, "num_attention_heads": 32, "attention_head_dim": 48,
            "norm_type": "ada_norm", "dropout": 0.2, "final_dropout": True, "output_dim": 1024,
            "interleave_self_attention": True}
-    data = {"model_type": "Gr00tN1d6", "model_name": "nvidia/Eagle-Block2A-2B-v2", "tune_top_llm_layers": 4,
+    return {"model_type": "Gr00tN1d6", "model_name": "nvidia/Eagle-Block2A-2B-v2", "tune_top_llm_layers": 4,
             "backbone_embedding_dim": 2048, "tune_llm": False, "tune_visual": False, "select_layer": 16,
             "image_crop_size": None, "image_target_size": None, "shortest_image_edge": 256, "crop_fraction": 0.95,
             "max_state_dim": 29, "max_action_dim": 29, "action_horizon": 16, "hidden_size": 1024,
@@ -282,14 +278,62 @@ def test_an_n16_config_json_imports_as_gr00t_n16_3b_with_the_mask_token_and_crop
             "use_alternate_vl_dit": True, "attend_text_every_n_blocks": 2, "diffusion_model_cfg": dit,
             "noise_beta_alpha": 1.5, "noise_beta_beta": 1.0, "noise_s": 0.999, "num_timestep_buckets": 1000,
             "state_dropout_prob": 0.2, "state_additive_noise_scale": 0.0, "max_num_embodiments": 32}
+
+
+def test_an_n16_config_json_imports_as_gr00t_n16_3b_with_the_mask_token_and_crop_095():
+    """Isaac-GR00T's Gr00tN1d6Config defaults with state dropout on pick gr00t-n1.6-3b's backbone and
+    head, the learned state mask token, the top 4 LM layers trainable and the 0.95 center crop."""
+    import gr00t_upstream_config as guc
+    from model.config import get_config
+    from model.gr00t_head import head_config_for
+    data = n16_config_json()
+    dit = data["diffusion_model_cfg"]
     got, want = guc.model_config_from_upstream(data, guc.read_backbone_config(data)), get_config("gr00t-n1.6-3b")
     assert {f: getattr(got, f) for f in BACKBONE_FIELDS} == {f: getattr(want, f) for f in BACKBONE_FIELDS}
     head = head_config_for(got)
     assert head.state_mask_token and head.state_dropout == 0.2 and got.image_crop_fraction == 0.95
-    assert got.image_resample == "box"  # Eagle's processor is not reproduced (docs/models.md s5)
+    assert got.image_resample == "box"  # no processor_config.json: config.json's crop, the box resize
     assert dataclasses_replace(head, state_dropout=0.0) == head_config_for(want)
     with pytest.raises(guc.UpstreamConfigError, match="nearest 'gr00t-n1.6-3b' differs in dit_layers=31"):
         guc.model_config_from_upstream(dict(data, diffusion_model_cfg=dict(dit, num_layers=31)))
+
+
+def test_n16_image_transform_comes_from_processor_config_as_isaac_gr00ts_processor_builds_it():
+    """Isaac-GR00T's Gr00tN1d6Processor (gr00t/model/gr00t_n1d6/processing_gr00t_n1d6.py) builds its
+    image transform from processor_config.json's processor_kwargs: torchvision's (Resize to
+    image_target_size, CenterCrop of image_crop_size, Resize back: bilinear_aa,
+    test/reference/test_image_resample.py) or, with use_albumentations, the INTER_AREA one (cv2_area,
+    trained with a random window). Eagle's processor does not resize, so the ViT sees the transform's
+    size. Keys absent from the file take the constructor's defaults (shortest_image_edge 512)."""
+    import convert_gr00t_checkpoint as conv
+    import gr00t_upstream_config as guc
+    data = n16_config_json()
+    bb = guc.read_backbone_config(data)
+
+    def imported(kwargs):
+        return guc.model_config_from_upstream(data, bb, processor_kwargs=kwargs)
+
+    def transform(c):
+        return (c.image_resample, c.image_target_size, c.image_size, c.image_crop_fraction, c.image_random_crop)
+    # no processor_config.json, or one without a target: config.json's 0.95 crop and the box resize
+    assert transform(imported(None)) == ("box", 0, 224, 0.95, False)
+    assert transform(imported({"crop_fraction": 0.9})) == ("box", 0, 224, 0.95, False)
+    tv = imported({"image_target_size": [224, 224], "image_crop_size": [212, 212], "crop_fraction": 0.5,
+                   "shortest_image_edge": 256})   # the torchvision transform reads neither of the last two
+    assert transform(tv) == ("bilinear_aa", 224, 224, 212 / 224, False) and not tv.image_letterbox
+    alb = imported({"image_target_size": [224, 224], "image_crop_size": [212, 212], "use_albumentations": True,
+                    "shortest_image_edge": 224, "crop_fraction": 0.95})
+    assert transform(alb) == ("cv2_area", 224, 224, 0.95, True)
+    alb = imported({"image_target_size": [224, 224], "image_crop_size": [212, 212], "use_albumentations": True,
+                    "shortest_image_edge": None, "crop_fraction": None})
+    assert transform(alb) == ("cv2_area", 224, 224, 212 / 224, True)
+    with pytest.raises(guc.UpstreamConfigError, match=r"image_size=512: must be a multiple of patch_size"):
+        imported({"image_target_size": [224, 224], "use_albumentations": True})   # the default edge, 512
+    with pytest.raises(guc.UpstreamConfigError, match=r"image_crop_size=None: is needed without use_albumentations"):
+        imported({"image_target_size": [224, 224]})
+    assert "antialiased bilinear (torchvision's), the center crop; target 224, crop 0.946429 of each side; the ViT " \
+           "sees 224 x 224" in conv.n16_image_note(tv, {"image_target_size": [224, 224]})
+    assert "no processor_config.json" in conv.n16_image_note(imported(None), None)
 
 
 def dataclasses_replace(obj, **changes):

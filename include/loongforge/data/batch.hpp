@@ -145,13 +145,14 @@ struct SampleOptions {
   // (docs/training-semantics.md s3; upstream GR00T's crop, taken from its checkpoint).
   double image_crop_fraction = 1.0;
   // config.json image_resample / image_resize_edge / image_target_size (frames.hpp): "box" (the
-  // crop above, then resize_frames), "bicubic_aa" (resize_frames_bicubic_aa) or "cv2_area"
-  // (resize_frames_cv2_area; image_resize_edge must be 0); the last two crop after their first
-  // resize, and take an image_target_size other than image_size (0 = image_size).
+  // crop above, then resize_frames), "bicubic_aa" (resize_frames_bicubic_aa), "bilinear_aa"
+  // (resize_frames_bilinear_aa) or "cv2_area" (resize_frames_cv2_area); image_resize_edge must be 0
+  // but for bicubic_aa; the last three crop after their first resize, and take an
+  // image_target_size other than image_size (0 = image_size).
   std::string image_resample = "box";
   int64_t image_resize_edge = 0;
   int64_t image_target_size = 0;
-  bool image_letterbox = false;  // config.json image_letterbox: bicubic_aa/cv2_area pad frames to a square first
+  bool image_letterbox = false;  // config.json image_letterbox: all but box pad frames to a square first
   // config.json image_random_crop (cv2_area with a crop only): the crop window of each sample at
   // crop_position(seed, p) (frames.hpp), upstream's train-time crop; the cache then holds
   // cv2_area_first's uint8 (len, T, T, 3) frames and each sample finishes them with its window.

@@ -40,6 +40,15 @@
 //    non-square camera) throws DataError: upstream keeps its aspect ratio, which the model's
 //    square input cannot take. Bit for bit the reference trainer's (e2e_parity) and upstream's
 //    (test_image_resample.py).
+//  - resize_frames_bilinear_aa(u8, T, f, S, letterbox) (config.json image_resample
+//    "bilinear_aa": Isaac-GR00T N1.6's torchvision transform at eval, then Eagle's processor):
+//    u8 uint8 (n, h, w, 3), CPU; letterboxed as above when asked; each frame resized to T x T
+//    (T = 0: S; the aspect ratio not kept) by ATen's antialiased bilinear interpolation on uint8
+//    (skipped when it is T x T); when 0 < f < 1 center-cropped to c = round(T * f) rows and
+//    columns from round((T - c) / 2) (half to even, as torchvision's CenterCrop) and resized to
+//    T x T again the same way; then to S x S the same way (skipped when T = S, as for Eagle,
+//    whose processor does not resize); normalised as above -> float32 (n, 3, S, S). Bit for bit
+//    the reference trainer's (e2e_parity) and torchvision's (test_image_resample.py).
 //  - cv2_area_size(h, w, T): the (rows, columns) that resize's shorter-side step makes of an h x w
 //    frame (unchanged when the shorter side is T).
 //  - cv2_area_first(u8, T, letterbox) -> uint8 (n, T, T, 3): that transform up to its crop (the
@@ -67,6 +76,7 @@ at::Tensor resize_frames(const at::Tensor& u8, int64_t S);
 at::Tensor model_images(const at::Tensor& u8, int64_t S, const std::vector<int64_t>& blank);
 at::Tensor resize_frames_bicubic_aa(const at::Tensor& u8, int64_t E, double f, int64_t T, int64_t S,
                                     bool letterbox = false);
+at::Tensor resize_frames_bilinear_aa(const at::Tensor& u8, int64_t T, double f, int64_t S, bool letterbox = false);
 at::Tensor resize_frames_cv2_area(const at::Tensor& u8, int64_t T, double f, int64_t S, bool letterbox = false);
 std::pair<int64_t, int64_t> cv2_area_size(int64_t h, int64_t w, int64_t T);
 at::Tensor cv2_area_first(const at::Tensor& u8, int64_t T, bool letterbox = false);
