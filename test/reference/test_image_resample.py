@@ -13,8 +13,13 @@ reference trainer's frames (lf_dataset.cv2_area_to_model) equal upstream's
 `_transform_n1_7_image_for_vlm_albumentations` (its eval form: the center crop), normalised, bit
 for bit, letterboxed or not, on the cameras' size and others.
 
+image_resample=bilinear_aa is Isaac-GR00T N1.6's torchvision transform: the reference trainer's
+frames (lf_dataset.bilinear_aa_to_model) equal torchvision's Resize, CenterCrop, Resize composed as
+Isaac-GR00T's image_augmentations.build_image_transformations composes them (read from its source:
+it ships in no package), normalised as Eagle's processor does, bit for bit.
+
 loongforge-train's frames equal the reference trainer's bit for bit through e2e_parity's
-bicubic_resample and cv2_area_resample cases (the whole training run); its INTER_AREA resize equals
+bicubic_resample, bilinear_resample and cv2_area_resample cases (the whole training run); its INTER_AREA resize equals
 cv2's on its own cases (test_area_resize).
 """
 import numpy as np
