@@ -741,6 +741,19 @@ def cv2_area_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: fl
     return (torch.stack(out).to(torch.float32) - 127.5) / 127.5
 
 
+def chw_u8(frame: np.ndarray, letterboxed: bool) -> Tensor:
+    """(h, w, 3) uint8 -> (1, 3, h, w) uint8, padded to a square first when letterboxed (letterbox())."""
+    x = torch.from_numpy(np.ascontiguousarray(frame.transpose(2, 0, 1)))[None]
+    return letterbox(x).contiguous() if letterboxed else x
+
+
+def resize_aa(x: Tensor, side: int, mode: str) -> Tensor:
+    """(..., 3, h, w) uint8 -> (..., 3, side, side) by antialiased `mode` interpolation on uint8 (none when it is)."""
+    if tuple(x.shape[-2:]) == (side, side):
+        return x
+    return F.interpolate(x, size=(side, side), mode=mode, antialias=True)
+
+
 def bicubic_aa_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: float, edge: int,
                         target: int = 0, letterboxed: bool = False) -> Tensor:
     """image_resample=bicubic_aa (training-semantics s3; GR00T N1.7's default transform): each frame
@@ -756,14 +769,11 @@ def bicubic_aa_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: 
     E = edge or T
 
     def resize(x: Tensor, side: int) -> Tensor:
-        if tuple(x.shape[-2:]) == (side, side):
-            return x
-        return F.interpolate(x, size=(side, side), mode="bicubic", antialias=True)
+        return resize_aa(x, side, "bicubic")
 
     out = []
     for f in frames_rgb:
-        x = torch.from_numpy(np.ascontiguousarray(f.transpose(2, 0, 1)))[None]             # (1, 3, h, w) uint8
-        x = resize(letterbox(x).contiguous() if letterboxed else x, E)                       # (1, 3, E, E)
+        x = resize(chw_u8(f, letterboxed), E)                                                 # (1, 3, E, E)
         if 0.0 < crop_fraction < 1.0:
             ch, cw = max(1, int(round(x.shape[-2] * crop_fraction))), max(1, int(round(x.shape[-1] * crop_fraction)))
             top, left = (x.shape[-2] - ch) // 2, (x.shape[-1] - cw) // 2
@@ -785,14 +795,11 @@ def bilinear_aa_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction:
     T = target or size
 
     def resize(x: Tensor, side: int) -> Tensor:
-        if tuple(x.shape[-2:]) == (side, side):
-            return x
-        return F.interpolate(x, size=(side, side), mode="bilinear", antialias=True)
+        return resize_aa(x, side, "bilinear")
 
     out = []
     for f in frames_rgb:
-        x = torch.from_numpy(np.ascontiguousarray(f.transpose(2, 0, 1)))[None]             # (1, 3, h, w) uint8
-        x = resize(letterbox(x).contiguous() if letterboxed else x, T)                       # (1, 3, T, T)
+        x = resize(chw_u8(f, letterboxed), T)                                                 # (1, 3, T, T)
         if 0.0 < crop_fraction < 1.0:
             c = max(1, int(round(T * crop_fraction)))
             off = int(round((T - c) / 2.0))

@@ -46,19 +46,30 @@ at::Tensor resize_frames(const at::Tensor& u8, int64_t S) {
   return (((pooled / 255.0) - 0.5) / 0.5).reshape(out_shape);
 }
 
-at::Tensor resize_frames_bicubic_aa(const at::Tensor& u8, int64_t E, double f, int64_t T, int64_t S,
-                                    bool letterbox) {
-  const auto resize = [](const at::Tensor& x, int64_t side) {  // (n, 3, h, w) uint8
-    if (x.size(-2) == side && x.size(-1) == side) return x;
-    return at::_upsample_bicubic2d_aa(x, {side, side}, /*align_corners=*/false);
-  };
-  if (T <= 0) T = S;
-  at::Tensor x = u8.permute({0, 3, 1, 2}).contiguous();  // (n, 3, h, w)
+namespace {
+// (n, h, w, 3) uint8 -> (n, 3, h, w), or (n, 3, q, q) padded with zeros when letterboxed (frames.hpp).
+at::Tensor chw_frames(const at::Tensor& u8, bool letterbox) {
+  at::Tensor x = u8.permute({0, 3, 1, 2}).contiguous();
   if (letterbox && x.size(2) != x.size(3)) {
     const int64_t h = x.size(2), w = x.size(3), q = std::max(h, w), left = (q - w) / 2, top = (q - h) / 2;
-    x = at::constant_pad_nd(x, {left, q - w - left, top, q - h - top}, 0).contiguous();  // (n, 3, q, q)
+    x = at::constant_pad_nd(x, {left, q - w - left, top, q - h - top}, 0).contiguous();
   }
-  x = resize(x, E > 0 ? E : T);  // (n, 3, E, E)
+  return x;
+}
+
+// (n, 3, h, w) uint8 to side x side by ATen's antialiased bicubic or bilinear interpolation (none when it is).
+at::Tensor resize_aa(const at::Tensor& x, int64_t side, bool bicubic) {
+  if (x.size(-2) == side && x.size(-1) == side) return x;
+  return bicubic ? at::_upsample_bicubic2d_aa(x, {side, side}, /*align_corners=*/false)
+                 : at::_upsample_bilinear2d_aa(x, {side, side}, /*align_corners=*/false);
+}
+}  // namespace
+
+at::Tensor resize_frames_bicubic_aa(const at::Tensor& u8, int64_t E, double f, int64_t T, int64_t S,
+                                    bool letterbox) {
+  const auto resize = [](const at::Tensor& x, int64_t side) { return resize_aa(x, side, /*bicubic=*/true); };
+  if (T <= 0) T = S;
+  at::Tensor x = resize(chw_frames(u8, letterbox), E > 0 ? E : T);  // (n, 3, E, E)
   if (f > 0.0 && f < 1.0) {
     const auto side = [&](int64_t n) {
       return std::max<int64_t>(1, static_cast<int64_t>(std::nearbyint(static_cast<double>(n) * f)));
@@ -73,17 +84,10 @@ at::Tensor resize_frames_bicubic_aa(const at::Tensor& u8, int64_t E, double f, i
 }
 
 at::Tensor resize_frames_bilinear_aa(const at::Tensor& u8, int64_t T, double f, int64_t S, bool letterbox) {
-  const auto resize = [](const at::Tensor& x, int64_t side) {  // (n, 3, h, w) uint8
-    if (x.size(-2) == side && x.size(-1) == side) return x;
-    return at::_upsample_bilinear2d_aa(x, {side, side}, /*align_corners=*/false);
-  };
+  const auto resize = [](const at::Tensor& x, int64_t side) { return resize_aa(x, side, /*bicubic=*/false); };
   if (T <= 0) T = S;
-  at::Tensor x = u8.permute({0, 3, 1, 2}).contiguous();  // (n, 3, h, w)
-  if (letterbox && x.size(2) != x.size(3)) {
-    const int64_t h = x.size(2), w = x.size(3), q = std::max(h, w), left = (q - w) / 2, top = (q - h) / 2;
-    x = at::constant_pad_nd(x, {left, q - w - left, top, q - h - top}, 0).contiguous();  // (n, 3, q, q)
-  }
-  x = resize(x, T);  // (n, 3, T, T): torchvision's Resize to a [T, T] size does not keep the aspect ratio
+  // (n, 3, T, T): torchvision's Resize to a [T, T] size does not keep the aspect ratio
+  at::Tensor x = resize(chw_frames(u8, letterbox), T);
   if (f > 0.0 && f < 1.0) {  // torchvision's CenterCrop of image_crop_size: its offset is round(), half to even
     const int64_t c = std::max<int64_t>(1, static_cast<int64_t>(std::nearbyint(static_cast<double>(T) * f)));
     const auto off = static_cast<int64_t>(std::nearbyint(static_cast<double>(T - c) / 2.0));

@@ -133,18 +133,23 @@ void require_equal_weights(Rig& a, Rig& b) {
   }
 }
 
+// `steps` steps of `k` micro-batches on both rigs: every step's loss and the final weights equal, bit for bit.
+void require_equal_training(Rig& eager, Rig& graph, int64_t steps, int64_t k) {
+  for (int64_t s = 0; s < steps; ++s) {
+    const double a = eager.step(s, k).item<double>(), b = graph.step(s, k).item<double>();
+    INFO("step " << s + 1 << ": eager " << a << ", graph " << b);
+    REQUIRE(a == b);
+  }
+  require_equal_weights(eager, graph);
+}
+
 }  // namespace
 
 TEST_CASE("graph runner: replayed CUDA graphs that make the gradients give the eager losses and weights bit for "
           "bit in fp32") {
   Rig eager(false, false), graph(true, false);
   REQUIRE(graph.made_gradients);
-  for (int64_t s = 0; s < 30; ++s) {
-    const double a = eager.step(s, 2).item<double>(), b = graph.step(s, 2).item<double>();
-    INFO("step " << s + 1 << ": eager " << a << ", graph " << b);
-    REQUIRE(a == b);
-  }
-  require_equal_weights(eager, graph);
+  require_equal_training(eager, graph, 30, 2);
   const auto st = graph.runner->status();
   CHECK(st.at("made_gradients").get<bool>());
   // the first micro-batch's graph and the one adding into its gradients, each after 3 eager calls
@@ -156,12 +161,7 @@ TEST_CASE("graph runner: replayed CUDA graphs that accumulate into kept gradient
           "weights bit for bit in fp32") {
   Rig eager(false, false), graph(true, false, /*optimizer_graph=*/false, /*made=*/false);
   REQUIRE_FALSE(graph.made_gradients);
-  for (int64_t s = 0; s < 30; ++s) {
-    const double a = eager.step(s, 2).item<double>(), b = graph.step(s, 2).item<double>();
-    INFO("step " << s + 1 << ": eager " << a << ", graph " << b);
-    REQUIRE(a == b);
-  }
-  require_equal_weights(eager, graph);
+  require_equal_training(eager, graph, 30, 2);
   const auto st = graph.runner->status();
   CHECK(st.at("captures").get<int64_t>() == 1);
   CHECK(st.at("replays").get<int64_t>() == 30 * 2 - 3);
@@ -170,12 +170,7 @@ TEST_CASE("graph runner: replayed CUDA graphs that accumulate into kept gradient
 TEST_CASE("graph runner: the gradients the graphs make keep their addresses, so the optimizer graph is captured "
           "once and the weights stay the eager ones bit for bit") {
   Rig eager(false, false), graph(true, false, /*optimizer_graph=*/true);
-  for (int64_t s = 0; s < 20; ++s) {
-    const double a = eager.step(s, 2).item<double>(), b = graph.step(s, 2).item<double>();
-    INFO("step " << s + 1 << ": eager " << a << ", graph " << b);
-    REQUIRE(a == b);
-  }
-  require_equal_weights(eager, graph);
+  require_equal_training(eager, graph, 20, 2);
   const auto st = graph.opt_graph->status();
   CHECK(st.at("captures").get<int64_t>() == 1);
   CHECK(st.at("invalidations").get<int64_t>() == 0);
