@@ -128,14 +128,16 @@ TEST_CASE(
                     resize_frames_bicubic_aa(square, 0, 0.9, 28, 32, false)));
 }
 
-TEST_CASE("frames: a letterboxed model must resize by bicubic_aa or cv2_area, naming the key") {
+TEST_CASE("frames: a letterboxed model must resize by bicubic_aa, bilinear_aa or cv2_area, naming the key") {
   const Dataset ds = Dataset::open(kData);
   SampleOptions o = options(false, 1.0);
   o.model_path = "m.pt";
   o.image_letterbox = true;
   REQUIRE_THROWS_WITH(BatchBuilder(ds, o), Contains("m.pt: config.json image_letterbox=true needs image_resample "
-                                                    "bicubic_aa or cv2_area (it is box)"));
+                                                    "bicubic_aa, bilinear_aa or cv2_area (it is box)"));
   o.image_resample = "bicubic_aa";
+  REQUIRE_NOTHROW(BatchBuilder(ds, o));
+  o.image_resample = "bilinear_aa";
   REQUIRE_NOTHROW(BatchBuilder(ds, o));
   o.image_resample = "cv2_area";
   REQUIRE_NOTHROW(BatchBuilder(ds, o));
