@@ -246,18 +246,16 @@ def n16_image_settings(processor_kwargs: Optional[Dict]) -> Optional[Dict]:
         _need(len(crop) == 2 and crop[0] == crop[1], "image_crop_size", crop, "must be square")
     if kw.get("use_albumentations") is True:
         side = int(kw.get("shortest_image_edge") or target[0])
-        fraction = kw.get("crop_fraction")
-        if fraction is None:
-            _need(crop is not None, "image_crop_size", crop, "is needed when crop_fraction is null")
-            fraction = crop[0] / float(target[0])
-        fraction = float(fraction) if 0.0 < float(fraction) < 1.0 else 1.0
+        _need(kw.get("crop_fraction") is not None or crop is not None, "image_crop_size", crop,
+              "is needed when crop_fraction is null")
+        fraction = crop_fraction_of(kw)   # crop_fraction, else image_crop_size / image_target_size
         return {"image_resample": "cv2_area", "image_target_size": side, "image_size": side,
                 "image_crop_fraction": fraction, "image_random_crop": fraction < 1.0}
     _need(crop is not None, "image_crop_size", crop,
           "is needed without use_albumentations (Isaac-GR00T's torchvision transform center-crops to it)")
-    fraction = crop[0] / float(target[0])
     return {"image_resample": "bilinear_aa", "image_target_size": int(target[0]), "image_size": int(target[0]),
-            "image_crop_fraction": fraction if fraction < 1.0 else 1.0, "image_random_crop": False}
+            "image_crop_fraction": crop_fraction_of({"image_crop_size": crop, "image_target_size": target}),
+            "image_random_crop": False}
 
 
 def read_backbone_config(config: Dict, given: Optional[Path] = None) -> Optional[Dict]:

@@ -754,6 +754,23 @@ def resize_aa(x: Tensor, side: int, mode: str) -> Tensor:
     return F.interpolate(x, size=(side, side), mode=mode, antialias=True)
 
 
+def antialiased_to_model(frames_rgb: List[np.ndarray], mode: str, first: int, crop_fraction: float, target: int,
+                         size: int, letterboxed: bool, offset) -> Tensor:
+    """The antialiased transforms' steps: each frame (chw_u8, letterboxed when asked) resized to (first,
+    first) by `mode` (resize_aa), when 0 < f < 1 its center c = round(first * f) rows and columns from
+    offset(first - c), resized to (target, target), then to (size, size), each unless it is that size
+    already, then (v - 127.5) / 127.5 in float32 -> (V, 3, size, size)."""
+    out = []
+    for f in frames_rgb:
+        x = resize_aa(chw_u8(f, letterboxed), first, mode)                                    # (1, 3, first, first)
+        if 0.0 < crop_fraction < 1.0:
+            c = max(1, int(round(first * crop_fraction)))
+            o = offset(first - c)
+            x = x[..., o:o + c, o:o + c].contiguous()
+        out.append(resize_aa(resize_aa(x, target, mode), size, mode)[0])                      # (3, S, S) uint8
+    return (torch.stack(out).to(torch.float32) - 127.5) / 127.5
+
+
 def bicubic_aa_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: float, edge: int,
                         target: int = 0, letterboxed: bool = False) -> Tensor:
     """image_resample=bicubic_aa (training-semantics s3; GR00T N1.7's default transform): each frame
@@ -766,20 +783,8 @@ def bicubic_aa_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: 
     float32, as upstream's Qwen3-VL processor normalises (its rescale fused into mean and std 0.5 *
     255). -> (V, 3, S, S)."""
     T = target or size
-    E = edge or T
-
-    def resize(x: Tensor, side: int) -> Tensor:
-        return resize_aa(x, side, "bicubic")
-
-    out = []
-    for f in frames_rgb:
-        x = resize(chw_u8(f, letterboxed), E)                                                 # (1, 3, E, E)
-        if 0.0 < crop_fraction < 1.0:
-            ch, cw = max(1, int(round(x.shape[-2] * crop_fraction))), max(1, int(round(x.shape[-1] * crop_fraction)))
-            top, left = (x.shape[-2] - ch) // 2, (x.shape[-1] - cw) // 2
-            x = x[..., top:top + ch, left:left + cw].contiguous()
-        out.append(resize(resize(x, T), size)[0])                                             # (3, S, S) uint8
-    return (torch.stack(out).to(torch.float32) - 127.5) / 127.5
+    return antialiased_to_model(frames_rgb, "bicubic", edge or T, crop_fraction, T, size, letterboxed,
+                                lambda room: room // 2)
 
 
 def bilinear_aa_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: float, target: int = 0,
@@ -793,19 +798,8 @@ def bilinear_aa_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction:
     is; then (v - 127.5) / 127.5 in float32 (Eagle's processor: its rescale fused into mean and std 0.5
     * 255). -> (V, 3, S, S)."""
     T = target or size
-
-    def resize(x: Tensor, side: int) -> Tensor:
-        return resize_aa(x, side, "bilinear")
-
-    out = []
-    for f in frames_rgb:
-        x = resize(chw_u8(f, letterboxed), T)                                                 # (1, 3, T, T)
-        if 0.0 < crop_fraction < 1.0:
-            c = max(1, int(round(T * crop_fraction)))
-            off = int(round((T - c) / 2.0))
-            x = resize(x[..., off:off + c, off:off + c].contiguous(), T)
-        out.append(resize(x, size)[0])                                                        # (3, S, S) uint8
-    return (torch.stack(out).to(torch.float32) - 127.5) / 127.5
+    return antialiased_to_model(frames_rgb, "bilinear", T, crop_fraction, T, size, letterboxed,
+                                lambda room: int(round(room / 2.0)))
 
 
 def image_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: float = 1.0) -> Tensor:

@@ -374,11 +374,11 @@ void on_side_stream(const c10::cuda::CUDAStream& side, const std::function<void(
 // kept path's: x instead of 0 + x (the sign of a zero aside). An accumulating
 // micro-batch's graph adds into one first graph's tensors, so it is keyed by
 // that graph's signature and replays only after it in the same step; a step
-// whose first micro-batch runs eagerly runs the others eagerly too. Not with
-// a graph reduction (Note [Reduction in the graph] is built on the kept
-// tensors; made gradients with it are not implemented) nor with the sharded
-// optimizer (its gradients are views into its flat buffer): the trainer asks
-// for made gradients only without both.
+// whose first micro-batch runs eagerly runs the others eagerly too. The
+// trainer asks for made gradients only without a graph reduction (Note
+// [Reduction in the graph] packs and unpacks the kept tensors inside the last
+// micro-batch's graph, so those runs keep them) and without the sharded
+// optimizer (its gradients are views into its flat buffer).
 
 // Note [Thread-local capture]
 // In CUDA's default (global) capture mode, a call that could synchronise with
