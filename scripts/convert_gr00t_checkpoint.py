@@ -33,7 +33,11 @@ clip_outliers, relative action groups, state dropout
 takes its image transform from processor_config.json's processor_kwargs as
 Isaac-GR00T's Gr00tN1d6Processor builds it when they name an
 image_target_size (gr00t_upstream_config.n16_image_settings), else
-config.json's crop and the box resize (a line says which).
+config.json's crop and the box resize (a line says which); with a
+processor_config.json it also records Isaac-GR00T's N1.6 state/action
+preparation for --embodiment-tag (gr00t_processor.n16_processor_record: its
+slot table, float64 statistics, numpy's min-max, relative groups only with
+use_relative_action) and formalize_language's N1.6 text form.
 
 With --model, SRC is a safetensors file or a folder of them (sharded `model-0000X-of-0000N.safetensors`).
 MODEL.pt is the exported LoongForge model the weights are for: its parameters
@@ -396,9 +400,9 @@ def convert(src: Path, model_path: Path, out: Path, strict: bool = False) -> Dic
     return report
 
 
-def n17_formalizes_language(processor_kwargs: Optional[Dict]) -> bool:
-    """Whether upstream N1.7 formalizes the task text: processor_config.json's
-    processor_kwargs.formalize_language (lerobot 0.6.1 reads it there), true when absent."""
+def formalizes_language(processor_kwargs: Optional[Dict]) -> bool:
+    """Whether upstream formalizes the task text: processor_config.json's processor_kwargs.formalize_language
+    (lerobot 0.6.1's N1.7 and Isaac-GR00T's N1.6 processor read it there), true when absent."""
     value = (processor_kwargs or {}).get("formalize_language", True)
     return value if isinstance(value, bool) else True
 
@@ -441,8 +445,9 @@ def import_checkpoint(src: Path, out: Path, strict: bool = False, overrides=(), 
                       embodiment_tag: str = None) -> Dict:
     """SRC_DIR (config.json + safetensors) -> our export at out (see the module docstring). Returns the
     conversion report plus "config" (the ModelConfig's name and gr00t_head) and "tokenizer" (the file
-    recorded, or None for the word hash) and "chat_template" (its source, or None) and "processor" (N1.7: the
-    data processing record of embodiment_tag, scripts/gr00t_processor.py; N1.6: None)."""
+    recorded, or None for the word hash) and "chat_template" (its source, or None) and "processor" (the data
+    processing record of embodiment_tag, scripts/gr00t_processor.py; None for an N1.6 checkpoint without
+    processor_config.json)."""
     import dataclasses
 
     import torch
@@ -477,14 +482,26 @@ def import_checkpoint(src: Path, out: Path, strict: bool = False, overrides=(), 
             data_processor = n17_processor_record(src, processor, embodiment_tag or DEFAULT_TAG)
         except ProcessorError as e:
             raise SystemExit(f"convert_gr00t_checkpoint: {e}") from None
+    elif processor is not None:
+        # Isaac-GR00T N1.6's state/action preparation for this embodiment (statistics.json, processor_kwargs)
+        from gr00t_processor import DEFAULT_TAG, ProcessorError, n16_processor_record
+        try:
+            data_processor = n16_processor_record(src, processor, embodiment_tag or DEFAULT_TAG)
+        except ProcessorError as e:
+            raise SystemExit(f"convert_gr00t_checkpoint: {e}") from None
     elif embodiment_tag:
-        raise SystemExit("convert_gr00t_checkpoint: --embodiment-tag picks an N1.7 checkpoint's statistics; this is "
-                         "an N1.6 checkpoint, whose processor is not reproduced (docs/models.md s5)")
+        raise SystemExit(f"convert_gr00t_checkpoint: --embodiment-tag picks the statistics of processor_config.json "
+                         f"and statistics.json, which {src} does not have; the import keeps the dataset's "
+                         "normalization (docs/models.md s5)")
     tok = Path(tokenizer) if tokenizer else checkpoint_tokenizer(src)
     text_form = tokenizers_.RAW
-    if cfg.backbone == "qwen3vl" and tok is not None:
-        # upstream N1.7 formalizes the task text (processor_config.json's processor_kwargs, default true)
-        text_form = tokenizers_.GR00T_FORMALIZED if n17_formalizes_language(processor) else tokenizers_.RAW
+    if tok is not None and formalizes_language(processor):
+        # upstream formalizes the task text (processor_config.json's processor_kwargs, default true; N1.6's
+        # processor is reproduced only from its processor_config.json)
+        if cfg.backbone == "qwen3vl":
+            text_form = tokenizers_.GR00T_FORMALIZED
+        elif processor is not None:
+            text_form = tokenizers_.GR00T_N16_FORMALIZED
     template_source = None
     if cfg.backbone == "qwen3vl" and not no_chat_template:
         # upstream's N1.7 prompt: the tokenizer's chat template around the images and the text
@@ -537,8 +554,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-chat-template", action="store_true",
                     help="import (N1.7): no chat template: the LM sees [images ; text] (not upstream's prompt)")
     ap.add_argument("--embodiment-tag", default=None,
-                    help="import (N1.7): the embodiment whose statistics, slot and settings the data pipeline uses, "
-                         "as lerobot's GrootConfig.embodiment_tag (default new_embodiment)")
+                    help="import: the embodiment whose statistics, slot and settings the data pipeline uses, "
+                         "as lerobot's GrootConfig.embodiment_tag / Isaac-GR00T's embodiment tag (default "
+                         "new_embodiment)")
     args = ap.parse_args(argv)
     if args.model is None:
         from model import tokenizer as tokenizers_
@@ -548,7 +566,9 @@ def main(argv=None) -> int:
               f"{r['tokenizer'] or 'word hash (no tokenizer.json in the checkpoint)'}"
               + (f"; chat template: {r['chat_template']}" if r["chat_template"] else "")
               + ("; task texts formalized as upstream N1.7's (convert the dataset with --formalize-language)"
-                 if r["text_form"] == tokenizers_.GR00T_FORMALIZED else ""))
+                 if r["text_form"] == tokenizers_.GR00T_FORMALIZED else "")
+              + ("; task texts formalized as Isaac-GR00T N1.6's (convert the dataset with --formalize-language n16)"
+                 if r["text_form"] == tokenizers_.GR00T_N16_FORMALIZED else ""))
         if r["images"]:
             print(r["images"])
         if r["processor"]:

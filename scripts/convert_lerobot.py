@@ -68,9 +68,10 @@ def parse_args(argv):
     p.add_argument("--tokenizer", type=Path, default=None,
                    help="a Hugging Face tokenizer.json (the checkpoint's own) to tokenize the task texts with; "
                    "default: the word hash of scripts/model/tokenizer.py. Export the model with the same file")
-    p.add_argument("--formalize-language", action="store_true",
-                   help="with --tokenizer: change each task text as upstream GR00T N1.7 does before tokenizing "
-                   "(lowercase, keep letters, digits, spaces and '_'); N1.7 imports read such ids by default")
+    p.add_argument("--formalize-language", nargs="?", const="n17", default=None, choices=("n17", "n16"),
+                   help="with --tokenizer: change each task text as upstream GR00T N1.7 (n17, the default) or "
+                   "Isaac-GR00T N1.6 (n16) does before tokenizing (lowercase, keep letters, digits, spaces and "
+                   "'_'; N1.7 turns an empty text into 'Perform the task.'); imports read such ids by default")
     p.add_argument("--max-text-tokens", type=int, default=kDefaultMaxTextTokens,
                    help="max_len passed to the tokenizer for each task text")
     p.add_argument("--max-shard-bytes", type=int, default=kDefaultMaxShardBytes,
@@ -114,7 +115,7 @@ def load_tokenizer():
     return module, path
 
 
-def tokenize_tasks(meta, max_len, con, tokenizer_path=None, formalize=False):
+def tokenize_tasks(meta, max_len, con, tokenizer_path=None, formalize=None):
     """Token ids of every task text: the word hash of scripts/model/tokenizer.py, or the Hugging Face
     tokenizer.json given with --tokenizer (docs/shard-format.md s2, "tokenizer")."""
     module, path = load_tokenizer()
@@ -122,7 +123,7 @@ def tokenize_tasks(meta, max_len, con, tokenizer_path=None, formalize=False):
         fail(f"--tokenizer {tokenizer_path}", "is not a file",
              "pass the tokenizer.json of the checkpoint the model was exported from")
     try:
-        enc, record = module.load(tokenizer_path, module.GR00T_FORMALIZED if formalize else module.RAW)
+        enc, record = module.load(tokenizer_path, module.FORMALIZE_FLAGS[formalize] if formalize else module.RAW)
     except (ValueError, RuntimeError) as e:
         fail(f"--tokenizer {tokenizer_path}", str(e), "pass a Hugging Face tokenizer.json file")
     tasks = []

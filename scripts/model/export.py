@@ -22,7 +22,7 @@ Contract
                                 of tokenizer.py, or --tokenizer's tokenizer.json.
                                 The trainer refuses a dataset tokenized otherwise.
                                 With --processor (or an import of an upstream
-                                N1.7 checkpoint) also "processor": how the data
+                                checkpoint) also "processor": how the data
                                 pipeline prepares state, actions and the
                                 embodiment slot for these weights
                                 (scripts/gr00t_processor.py; training-semantics s3).
@@ -108,8 +108,8 @@ def tokenizer_record(cfg, tokenizer_path=None, text_form: str = tokenizers_.RAW)
 
 def check_processor(cfg, record: Dict) -> Dict:
     """A processor record (scripts/gr00t_processor.py) that fits the model; ValueError naming what does not."""
-    if record.get("form") != "gr00t_n17":
-        raise ValueError(f"processor record: form {record.get('form')!r} must be gr00t_n17")
+    if record.get("form") not in ("gr00t_n17", "gr00t_n16"):
+        raise ValueError(f"processor record: form {record.get('form')!r} must be gr00t_n17 or gr00t_n16")
     slot = int(record.get("embodiment_id", 0))
     if not 0 <= slot < cfg.num_embodiments:
         raise ValueError(f"processor record: embodiment_id {slot} is outside the model's {cfg.num_embodiments} slots")
@@ -194,18 +194,18 @@ def main(argv: List[str] = None) -> int:
     ap.add_argument("--tokenizer", default=None, metavar="TOKENIZER_JSON",
                     help="the Hugging Face tokenizer.json the model reads ids of (convert the dataset with the "
                     "same file); default: the word hash of scripts/model/tokenizer.py")
-    ap.add_argument("--formalize-language", action="store_true",
-                    help="with --tokenizer: the model reads task texts changed as upstream GR00T N1.7 does "
-                    "(convert the dataset with --formalize-language too)")
+    ap.add_argument("--formalize-language", nargs="?", const="n17", default=None, choices=("n17", "n16"),
+                    help="with --tokenizer: the model reads task texts changed as upstream GR00T N1.7 (n17, the "
+                    "default) or Isaac-GR00T N1.6 (n16) does (convert the dataset with the same flag)")
     ap.add_argument("--processor", default=None, metavar="PROCESSOR_JSON",
                     help="a processor record as scripts/gr00t_processor.py makes it (an import of an upstream "
-                    "N1.7 checkpoint writes one): the data pipeline prepares state, actions and the embodiment "
+                    "checkpoint writes one): the data pipeline prepares state, actions and the embodiment "
                     "slot as upstream's processor does")
     ap.add_argument("--records-only", action="store_true",
                     help="write only the loongforge/*.json records (no weights, no TorchScript) for "
                     "scripts/compile_step.py; the trainer cannot run such a file")
     args = ap.parse_args(argv)
-    form = tokenizers_.GR00T_FORMALIZED if args.formalize_language else tokenizers_.RAW
+    form = tokenizers_.FORMALIZE_FLAGS[args.formalize_language] if args.formalize_language else tokenizers_.RAW
     try:
         processor = None
         if args.processor:

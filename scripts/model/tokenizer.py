@@ -34,12 +34,15 @@ match] in src/data/batch.cpp; the word hash is this fixed algorithm, so its
 records match by kind and its sha256, of this file, is informational).
 
 Text form: with `text_form="gr00t_formalized"` (convert_lerobot.py and export.py
-`--formalize-language`; N1.7 imports by default) an HFTokenizer first changes the
-text as upstream GR00T N1.7's formalize_language does (lerobot 0.6.1
-`prepare_n1_7_language_batch`: an empty text becomes "Perform the task.", then
-Python's str.lower(), then only characters with str.isalnum() or str.isspace() and
-'_' are kept). The record then carries "text_form", and the trainer refuses a
-model/dataset pair whose text forms differ.
+`--formalize-language`, or `--formalize-language n17`; N1.7 imports by default) an
+HFTokenizer first changes the text as upstream GR00T N1.7's formalize_language does
+(lerobot 0.6.1 `prepare_n1_7_language_batch`: an empty text becomes "Perform the
+task.", then Python's str.lower(), then only characters with str.isalnum() or
+str.isspace() and '_' are kept). With `text_form="gr00t_n16_formalized"`
+(`--formalize-language n16`; N1.6 imports by default) it changes it as Isaac-GR00T's
+N1.6 processor does (`re.sub(r"[^\\w\\s]", "", text.lower())`: the same characters
+kept, an empty text left empty). The record then carries "text_form", and the
+trainer refuses a model/dataset pair whose text forms differ.
 """
 
 import hashlib
@@ -102,14 +105,17 @@ HF_TOKENIZER_JSON = "hf_tokenizer_json"
 
 
 RAW = "raw"
-GR00T_FORMALIZED = "gr00t_formalized"
-TEXT_FORMS = (RAW, GR00T_FORMALIZED)
+GR00T_FORMALIZED = "gr00t_formalized"          # upstream N1.7's formalize_language
+GR00T_N16_FORMALIZED = "gr00t_n16_formalized"  # Isaac-GR00T N1.6's
+TEXT_FORMS = (RAW, GR00T_FORMALIZED, GR00T_N16_FORMALIZED)
+# --formalize-language's values (convert_lerobot.py, export.py): the upstream whose form the text takes
+FORMALIZE_FLAGS = {"n17": GR00T_FORMALIZED, "n16": GR00T_N16_FORMALIZED}
 DEFAULT_INSTRUCTION = "Perform the task."   # upstream's text for a sample without one
 
 
-def formalize(text: str) -> str:
-    """upstream GR00T N1.7's formalize_language (see the module docstring)."""
-    text = (text or DEFAULT_INSTRUCTION).lower()
+def formalize(text: str, form: str = GR00T_FORMALIZED) -> str:
+    """upstream GR00T N1.7's formalize_language, or N1.6's with form=GR00T_N16_FORMALIZED (module docstring)."""
+    text = (text if form == GR00T_N16_FORMALIZED else text or DEFAULT_INSTRUCTION).lower()
     return "".join(ch for ch in text if ch.isalnum() or ch.isspace() or ch == "_")
 
 
@@ -158,7 +164,7 @@ class HFTokenizer:
 
     def text(self, text: str) -> str:
         """The text as it is tokenized (its text form applied)."""
-        return formalize(text) if self.text_form == GR00T_FORMALIZED else text
+        return text if self.text_form == RAW else formalize(text, self.text_form)
 
     def full_length(self, text: str) -> int:
         return len(self.tok.encode(self.text(text)).ids)

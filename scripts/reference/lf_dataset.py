@@ -23,8 +23,8 @@ Contract
   `data.*`, `trainer.micro_batch_size` and
   `trainer.gradient_accumulation_steps`); Python defines no defaults.
   `processor` is the model's batch_spec.json "processor" record (upstream
-  GR00T N1.7's state/action preparation, section 3; its state dropout, section
-  4), None for the dataset form.
+  GR00T N1.7's or N1.6's state/action preparation, section 3; N1.7's state
+  dropout, section 4), None for the dataset form.
 - Video: each episode's video is decoded ONCE with the ffmpeg CLI to raw
   yuv420p frames and kept in a per-process LRU cache bounded in bytes; RGB is
   computed with the contract's integer BT.601 formula. Streams that are not
@@ -849,6 +849,20 @@ def gr00t_n17_normalize(x: np.ndarray, mn: np.ndarray, mx: np.ndarray, clip: boo
     return np.clip(y, np.float32(-1.0), np.float32(1.0)) if clip else y
 
 
+def gr00t_n16_normalize(x: np.ndarray, mn: np.ndarray, mx: np.ndarray, clip: bool, wide) -> np.ndarray:
+    """Isaac-GR00T N1.6's min-max (processor "gr00t_n16", section 3), numpy's arithmetic: the statistics
+    float64; q = (x - min) / (max - min) in float64; where `wide` (relative values, float64 upstream) y =
+    2 q - 1 in float64, elsewhere (the float32 data) q is stored as float32 and y = 2 q - 1 in float32;
+    0 where isclose(max, min); clipped to [-1, 1] when clip; the result float32 (the batch's cast)."""
+    mn, mx = np.asarray(mn, np.float64), np.asarray(mx, np.float64)
+    keep = ~np.isclose(mx, mn)
+    q = (np.asarray(x, np.float64) - mn) / np.where(keep, mx - mn, 1.0)
+    q32 = q.astype(np.float32)
+    y = np.where(wide, 2.0 * q - 1.0, (np.float32(2.0) * q32 - np.float32(1.0)).astype(np.float64))
+    y = np.where(keep, y, 0.0)
+    return (np.clip(y, -1.0, 1.0) if clip else y).astype(np.float32)
+
+
 # The crop window's generator seed (image_random_crop): the sample's flow-matching seed XOR this ("CROP_POS").
 CROP_SALT = 0x43524F505F504F53
 # The state-dropout draw's generator seed: the sample's flow-matching seed XOR this ("STATE_DP").
@@ -972,27 +986,31 @@ class SampleBuilder:
 
     # -- setup helpers
     def _use_processor(self, rec: Dict, mode: str, model_cfg) -> None:
-        """The model's processor record (batch_spec.json "processor", section 3): upstream N1.7's
-        state/action preparation with the checkpoint's statistics, embodiment slot and state dropout.
-        Absent: the dataset form above."""
-        self.n17 = rec.get("form", "dataset") != "dataset"
+        """The model's processor record (batch_spec.json "processor", section 3): upstream N1.7's or
+        N1.6's state/action preparation with the checkpoint's statistics, embodiment slot and (N1.7)
+        state dropout. Absent: the dataset form above."""
+        self.form = rec.get("form", "dataset")
+        self.n17 = self.form != "dataset"   # an upstream form (N1.7's or N1.6's)
         self.state_dropout, self.valid_horizon, self.state_index = 0.0, 0, None
         if not self.n17:
             return
         where = "the model's batch_spec.json processor"
-        if rec.get("form") != "gr00t_n17":
-            raise ValueError(f"{where}: form {rec.get('form')!r} is not dataset or gr00t_n17; re-export the model")
+        if self.form not in ("gr00t_n17", "gr00t_n16"):
+            raise ValueError(f"{where}: form {self.form!r} is not dataset, gr00t_n17 or gr00t_n16; re-export the model")
+        version = "N1.6" if self.form == "gr00t_n16" else "N1.7"
         if mode != "min_max":
             raise ValueError(f"data.normalization={mode}: {where} normalizes state and actions min-max as upstream "
-                             "GR00T N1.7 does; remove data.normalization")
+                             f"GR00T {version} does; remove data.normalization")
         self.clip = bool(rec["clip"])
         self.state_dropout = float(rec.get("state_dropout", 0.0))
         self.valid_horizon = int(rec.get("valid_horizon", 0))
         self.embodiment_id = int(rec.get("embodiment_id", self.embodiment_id))
         if not 0 <= self.embodiment_id < int(_mcfg(model_cfg, "num_embodiments")):
             raise ValueError(f"{where}: embodiment_id {self.embodiment_id} outside the model's num_embodiments")
-        f32 = lambda v: np.asarray(v, dtype=np.float64).astype(np.float32)  # noqa: E731
-        if rec.get("stats") != "checkpoint":      # the dataset's min / max, rounded to float32 as upstream does
+        # N1.7 rounds its statistics to float32; N1.6 keeps them float64
+        f32 = (lambda v: np.asarray(v, dtype=np.float64)) if self.form == "gr00t_n16" else \
+            (lambda v: np.asarray(v, dtype=np.float64).astype(np.float32))  # noqa: E731
+        if rec.get("stats") != "checkpoint":      # the dataset's min / max (N1.7: rounded to float32)
             self.state_min, self.state_max = f32(self.state_min), f32(self.state_max)
             self.action_min, self.action_max = f32(self.action_min)[None], f32(self.action_max)[None]   # (1, A)
             return
@@ -1009,7 +1027,8 @@ class SampleBuilder:
                              f"have {self.action_min.shape[1]} values but the dataset's action column "
                              f"{self.action_col!r} has {self.action_w}; convert a dataset whose actions are laid "
                              "out as the checkpoint's modality keys, or import with another --embodiment-tag")
-        if self.action_min.shape[0] > 1 and self.H > self.action_min.shape[0]:
+        # (N1.6's record has as many relative rows as counted chunk rows, the most a sample uses)
+        if self.form == "gr00t_n17" and self.action_min.shape[0] > 1 and self.H > self.action_min.shape[0]:
             raise ValueError(f"data.action_horizon={self.H} exceeds the {self.action_min.shape[0]} chunk rows of the "
                              "checkpoint's relative-action statistics (upstream refuses it too); lower it")
         index = np.asarray(ac["state_index"], dtype=np.int64)
@@ -1066,7 +1085,21 @@ class SampleBuilder:
         n = min(self.H, L - t)
         raw_state = self.ds.array(e, self.state_col)[t]                                   # (w_s,)
         raw_actions = self.ds.array(e, self.action_col)[t:t + n]                          # (n, w_a)
-        if self.n17:   # upstream N1.7's processor (section 3)
+        if self.form == "gr00t_n16":   # Isaac-GR00T N1.6's processor (section 3)
+            n = min(n, self.valid_horizon) if self.valid_horizon > 0 else n
+            raw_actions = np.array(raw_actions[:n], dtype=np.float32)
+            rows = min(n, self.action_min.shape[0])
+            a_min = np.broadcast_to(self.action_min[:rows], (n, self.action_w))
+            a_max = np.broadcast_to(self.action_max[:rows], (n, self.action_w))
+            wide = np.zeros(self.action_w, bool)
+            values = raw_actions.astype(np.float64)
+            if self.state_index is not None:   # relative groups: the action minus the raw state value, float64
+                wide = self.state_index >= 0
+                values[:, wide] -= raw_state.astype(np.float64)[self.state_index[wide]]
+            state[:self.state_w] = gr00t_n16_normalize(raw_state.astype(np.float32), self.state_min, self.state_max,
+                                                       self.clip, False)
+            actions[:n, :self.action_w] = gr00t_n16_normalize(values, a_min, a_max, self.clip, wide)
+        elif self.n17:   # upstream N1.7's processor (section 3)
             n = min(n, self.valid_horizon) if self.valid_horizon > 0 else n
             raw_actions = np.array(raw_actions[:n], dtype=np.float32)
             if self.state_index is not None:   # relative groups: the action minus the raw state value

@@ -227,8 +227,9 @@ void check_tokenizer_match(const Dataset& ds, const SampleOptions& opt) {
   }
   if (m.kind == d.kind && (m.kind == "word_hash" || m.sha256 == d.sha256)) {
     if (m.text_form == d.text_form) return;
-    const std::string flag =
-        m.text_form == "gr00t_formalized" ? " --formalize-language" : ", without --formalize-language";
+    const std::string flag = m.text_form == "gr00t_formalized"       ? " --formalize-language"
+                             : m.text_form == "gr00t_n16_formalized" ? " --formalize-language n16"
+                                                                     : ", without --formalize-language";
     throw DataError(where + ": text form mismatch: task texts were tokenized " + d.text_form + " but the model " +
                     opt.model_path + " reads " + m.text_form + " texts (" + describe(m) +
                     "); re-convert the dataset (scripts/convert_lerobot.py SRC DST --tokenizer " + m.file + flag +
@@ -281,12 +282,12 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
   state_b_ = require_stat(mean_std_ ? ss.std : ss.max, sc.width, sc.name + (mean_std_ ? ".std" : ".max"));
   action_a_ = require_stat(mean_std_ ? as.mean : as.min, ac.width, ac.name + (mean_std_ ? ".mean" : ".min"));
   action_b_ = require_stat(mean_std_ ? as.std : as.max, ac.width, ac.name + (mean_std_ ? ".std" : ".max"));
-  if (opt_.processor.n17) {  // the model's weights expect upstream N1.7's preparation (processor.hpp)
+  if (opt_.processor.upstream()) {  // the model's weights expect upstream's preparation (processor.hpp)
     if (mean_std_)
       throw ConfigError("data.normalization=mean_std: the model " + opt_.model_path +
-                        " normalizes state and actions min-max as upstream GR00T N1.7 does (batch_spec.json "
-                        "processor); remove data.normalization");
-    n17_.emplace(opt_.processor, ds_, state_col_, action_col_, opt_.action_horizon, opt_.model_path);
+                        " normalizes state and actions min-max as upstream GR00T " +
+                        opt_.processor.upstream_name() + " does (batch_spec.json processor); remove data.normalization");
+    upstream_.emplace(opt_.processor, ds_, state_col_, action_col_, opt_.action_horizon, opt_.model_path);
     if (opt_.processor.embodiment_id >= 0) opt_.embodiment_id = opt_.processor.embodiment_id;
   }
 
@@ -788,8 +789,8 @@ void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb, std::pa
   const ArrayView state = ds_.array(loc.episode, state_col_);
   const float* raw_state = state.as<float>() + t * state.width;  // (w_s)
   float* s_out = b["state"][slot].data_ptr<float>();
-  if (n17_)
-    n17_->state(raw_state, s_out);
+  if (upstream_)
+    upstream_->state(raw_state, s_out);
   else
     for (int64_t j = 0; j < state.width; ++j) s_out[j] = normalize(raw_state[j], state_a_[j], state_b_[j], mean_std_);
 
@@ -798,12 +799,12 @@ void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb, std::pa
   float* m_out = b["action_mask"][slot].data_ptr<float>();
   const int64_t A = opt_.max_action_dim;
   // Upstream N1.7 counts only the first valid_horizon rows of a chunk (processor.hpp).
-  const int64_t rows = n17_ && opt_.processor.valid_horizon > 0 ? std::min(H, opt_.processor.valid_horizon) : H;
+  const int64_t rows = upstream_ && opt_.processor.valid_horizon > 0 ? std::min(H, opt_.processor.valid_horizon) : H;
   for (int64_t k = 0; k < rows && t + k < L && !skipped; ++k) {
     const float* raw_action = action.as<float>() + (t + k) * action.width;  // (w_a)
-    if (n17_) n17_->action_row(k, raw_action, raw_state, a_out + k * A);
+    if (upstream_) upstream_->action_row(k, raw_action, raw_state, a_out + k * A);
     for (int64_t j = 0; j < action.width; ++j) {
-      if (!n17_) a_out[k * A + j] = normalize(raw_action[j], action_a_[j], action_b_[j], mean_std_);
+      if (!upstream_) a_out[k * A + j] = normalize(raw_action[j], action_a_[j], action_b_[j], mean_std_);
       m_out[k * A + j] = 1.0f;
     }
     if (action.width > 0) mb.action_tokens += 1;

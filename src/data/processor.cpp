@@ -1,6 +1,8 @@
-// A model's processor record and upstream GR00T N1.7's state/action preparation
-// (processor.hpp, Note [N1.7 processor]).
+// A model's processor record and upstream GR00T N1.7's and N1.6's state/action
+// preparation (processor.hpp, Notes [N1.7 processor] and [N1.6 processor]).
 #include "loongforge/data/processor.hpp"
+
+#include <cmath>  // std::fabs
 
 #include <ATen/ATen.h>              // at::rand
 #include <ATen/CPUGeneratorImpl.h>  // at::CPUGeneratorImpl
@@ -12,16 +14,16 @@
 namespace loongforge::data {
 
 namespace {
-std::vector<float> floats(const nlohmann::json& v, const std::string& what, const std::string& model_path) {
+std::vector<double> numbers(const nlohmann::json& v, const std::string& what, const std::string& model_path) {
   if (!v.is_array())
     throw DataError("model.path " + model_path + ": batch_spec.json processor." + what +
                     " is not a list of numbers; re-import the model");
-  std::vector<float> out;
+  std::vector<double> out;
   for (const auto& x : v) {
     if (!x.is_number())
       throw DataError("model.path " + model_path + ": batch_spec.json processor." + what +
                       " holds a non-number; re-import the model");
-    out.push_back(static_cast<float>(x.get<double>()));  // upstream rounds its statistics to float32
+    out.push_back(x.get<double>());
   }
   return out;
 }
@@ -35,9 +37,9 @@ ProcessorRecord parse_processor(const nlohmann::json& spec, const std::string& m
   try {
     const std::string form = j.at("form").get<std::string>();
     if (form == "dataset") return r;
-    if (form != "gr00t_n17")
-      throw DataError(where + ".form '" + form + "' is neither dataset nor gr00t_n17; re-import the model");
-    r.n17 = true;
+    if (form != "gr00t_n17" && form != "gr00t_n16")
+      throw DataError(where + ".form '" + form + "' is not dataset, gr00t_n17 or gr00t_n16; re-import the model");
+    r.form = form == "gr00t_n16" ? ProcessorForm::gr00t_n16 : ProcessorForm::gr00t_n17;
     r.clip = j.at("clip").get<bool>();
     r.state_dropout = j.value("state_dropout", 0.0);
     r.valid_horizon = j.value("valid_horizon", int64_t{0});
@@ -50,15 +52,15 @@ ProcessorRecord parse_processor(const nlohmann::json& spec, const std::string& m
     r.checkpoint_stats = true;
     const auto& st = j.at("state");
     const auto& ac = j.at("action");
-    r.state_min = floats(st.at("min"), "state.min", model_path);
-    r.state_max = floats(st.at("max"), "state.max", model_path);
+    r.state_min = numbers(st.at("min"), "state.min", model_path);
+    r.state_max = numbers(st.at("max"), "state.max", model_path);
     r.action_rows = ac.at("rows").get<int64_t>();
     for (const auto& row : ac.at("min")) {
-      const auto v = floats(row, "action.min", model_path);
+      const auto v = numbers(row, "action.min", model_path);
       r.action_min.insert(r.action_min.end(), v.begin(), v.end());
     }
     for (const auto& row : ac.at("max")) {
-      const auto v = floats(row, "action.max", model_path);
+      const auto v = numbers(row, "action.max", model_path);
       r.action_max.insert(r.action_max.end(), v.begin(), v.end());
     }
     r.state_index = ac.at("state_index").get<std::vector<int64_t>>();
@@ -89,15 +91,29 @@ float n17_normalize(float x, float min, float max, bool clip) {
   return y;
 }
 
-N17Normalizer::N17Normalizer(ProcessorRecord record, const Dataset& dataset, int state_col, int action_col,
-                             int64_t action_horizon, const std::string& model_path)
+float n16_normalize(double x, double min, double max, bool clip, bool relative) {
+  if (std::fabs(max - min) <= 1e-8 + 1e-5 * std::fabs(min)) return 0.0f;  // numpy's isclose(max, min)
+  const double q = (x - min) / (max - min);
+  // Note [N1.6 processor]: 2 q - 1 in float64 for relative values; else q rounded to float32 and
+  // 2 q - 1 in float32 (2 q is exact, so one rounding of the double difference is float32's).
+  const double y = relative ? 2.0 * q - 1.0 : 2.0 * static_cast<double>(static_cast<float>(q)) - 1.0;
+  float out = static_cast<float>(y);
+  if (clip) {  // clamping before or after the rounding agrees: +-1 are float32 values
+    if (out < -1.0f) out = -1.0f;
+    if (out > 1.0f) out = 1.0f;
+  }
+  return out;
+}
+
+UpstreamNormalizer::UpstreamNormalizer(ProcessorRecord record, const Dataset& dataset, int state_col, int action_col,
+                                       int64_t action_horizon, const std::string& model_path)
     : r_(std::move(record)) {
   const ColumnInfo& sc = dataset.columns()[state_col];
   const ColumnInfo& ac = dataset.columns()[action_col];
   state_width_ = sc.width, action_width_ = ac.width;
   const std::string model = "model.path " + model_path + " (imported for embodiment '" + r_.embodiment_tag + "')";
   if (!r_.checkpoint_stats) {
-    // The dataset's min / max, rounded to float32 as upstream rounds them.
+    // The dataset's min / max (N1.7 rounds them to float32 where it uses them).
     const Stats& ss = dataset.stats(sc.name);
     const Stats& as = dataset.stats(ac.name);
     if (static_cast<int64_t>(ss.min.size()) != sc.width || static_cast<int64_t>(as.min.size()) != ac.width ||
@@ -122,25 +138,36 @@ N17Normalizer::N17Normalizer(ProcessorRecord record, const Dataset& dataset, int
   };
   require_width(r_.state_min.size(), sc, "state");
   require_width(r_.state_index.size(), ac, "action");
-  if (r_.action_rows > 1 && action_horizon > r_.action_rows)
+  // (an N1.6 record has as many relative rows as counted chunk rows, the most a sample uses)
+  if (r_.form == ProcessorForm::gr00t_n17 && r_.action_rows > 1 && action_horizon > r_.action_rows)
     throw DataError("data.action_horizon=" + std::to_string(action_horizon) + " exceeds the " +
                     std::to_string(r_.action_rows) + " chunk rows of the relative-action statistics of " + model +
                     " (upstream refuses it too); lower data.action_horizon");
 }
 
-void N17Normalizer::state(const float* raw, float* out) const {
-  for (int64_t j = 0; j < state_width_; ++j)
-    out[j] = n17_normalize(raw[j], r_.state_min[static_cast<size_t>(j)], r_.state_max[static_cast<size_t>(j)], r_.clip);
+void UpstreamNormalizer::state(const float* raw, float* out) const {
+  const bool n16 = r_.form == ProcessorForm::gr00t_n16;
+  for (int64_t j = 0; j < state_width_; ++j) {
+    const double mn = r_.state_min[static_cast<size_t>(j)], mx = r_.state_max[static_cast<size_t>(j)];
+    out[j] = n16 ? n16_normalize(raw[j], mn, mx, r_.clip, false)
+                 : n17_normalize(raw[j], static_cast<float>(mn), static_cast<float>(mx), r_.clip);
+  }
 }
 
-void N17Normalizer::action_row(int64_t k, const float* raw_action, const float* raw_state, float* out) const {
+void UpstreamNormalizer::action_row(int64_t k, const float* raw_action, const float* raw_state, float* out) const {
+  const bool n16 = r_.form == ProcessorForm::gr00t_n16;
   const int64_t row = r_.action_rows > 1 ? k : 0;
-  const float* mn = r_.action_min.data() + row * action_width_;
-  const float* mx = r_.action_max.data() + row * action_width_;
+  const double* mn = r_.action_min.data() + row * action_width_;
+  const double* mx = r_.action_max.data() + row * action_width_;
   for (int64_t j = 0; j < action_width_; ++j) {
     const int64_t s = r_.state_index[static_cast<size_t>(j)];
-    const float x = s >= 0 ? raw_action[j] - raw_state[s] : raw_action[j];  // a relative value: float32
-    out[j] = n17_normalize(x, mn[j], mx[j], r_.clip);
+    if (n16) {  // a relative value: the difference in float64 (Note [N1.6 processor])
+      const double x = s >= 0 ? static_cast<double>(raw_action[j]) - static_cast<double>(raw_state[s]) : raw_action[j];
+      out[j] = n16_normalize(x, mn[j], mx[j], r_.clip, s >= 0);
+    } else {  // a relative value: float32
+      const float x = s >= 0 ? raw_action[j] - raw_state[s] : raw_action[j];
+      out[j] = n17_normalize(x, static_cast<float>(mn[j]), static_cast<float>(mx[j]), r_.clip);
+    }
   }
 }
 

@@ -180,7 +180,7 @@ void Trainer::open_data() {
   }
   // The data processing the weights expect (batch_spec.json "processor"; data/processor.hpp).
   so.processor = data::parse_processor(net_->info().batch_spec, net_->info().path);
-  if (so.processor.n17) {
+  if (so.processor.upstream()) {
     const auto& p = so.processor;
     if (p.embodiment_id >= 0 && cfg_.origin.count("data.embodiment_id") && cfg_.data.embodiment_id != p.embodiment_id)
       throw ConfigError("data.embodiment_id=" + std::to_string(cfg_.data.embodiment_id) + " (set at " +
@@ -189,8 +189,12 @@ void Trainer::open_data() {
                         std::to_string(p.embodiment_id) +
                         " (batch_spec.json processor); remove data.embodiment_id, or re-import the checkpoint with "
                         "scripts/convert_gr00t_checkpoint.py --embodiment-tag");
-    LF_LOG(logger("data"), info) << "state and actions prepared as upstream GR00T N1.7's processor for embodiment '"
-                                 << p.embodiment_tag << "' (slot " << p.embodiment_id << "): min-max in float32 from "
+    LF_LOG(logger("data"), info) << "state and actions prepared as upstream GR00T " << p.upstream_name()
+                                 << "'s processor for embodiment '" << p.embodiment_tag << "' (slot "
+                                 << p.embodiment_id << "): min-max "
+                                 << (p.form == data::ProcessorForm::gr00t_n16 ? "in numpy's float64 / float32"
+                                                                              : "in float32")
+                                 << " from "
                                  << p.source << (p.clip ? ", clipped to [-1, 1]" : "")
                                  << (p.state_dropout > 0 ? ", state dropout " + std::to_string(p.state_dropout) : "");
   }

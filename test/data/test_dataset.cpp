@@ -8,6 +8,7 @@
 // normalization, task tokens); and the frame paired with row t is the one the
 // timestamps say, checked against an independent decode by the ffmpeg CLI.
 #include <algorithm>   // std::sort, std::upper_bound
+#include <cmath>       // std::fabs
 #include <cstdio>      // popen
 #include <fstream>     // std::fstream
 #include <map>         // std::map
@@ -315,7 +316,8 @@ namespace {
 // rows, and action values 0..6 relative to state values 0..6.
 ProcessorRecord n17_record(const Dataset& ds, double shrink, bool clip) {
   ProcessorRecord r;
-  r.n17 = true, r.clip = clip, r.checkpoint_stats = true, r.embodiment_id = 5, r.embodiment_tag = "robot";
+  r.form = ProcessorForm::gr00t_n17, r.clip = clip, r.checkpoint_stats = true, r.embodiment_id = 5;
+  r.embodiment_tag = "robot";
   const Stats& ss = ds.stats("observation.state");
   for (size_t j = 0; j < ss.min.size(); ++j) {
     const double mid = (ss.min[j] + ss.max[j]) / 2, half = (ss.max[j] - ss.min[j]) / 2 * shrink;
@@ -379,11 +381,52 @@ TEST_CASE("data: an N1.7 processor record that does not fit the dataset is refus
   REQUIRE_THROWS_WITH(BatchBuilder(ds, o), Contains("data.normalization=mean_std"));
 }
 
+TEST_CASE("data: an N1.6 processor record normalizes as numpy does, float64 statistics and relative values") {
+  const Dataset ds = Dataset::open(kData);
+  SampleOptions o = tiny_options();
+  o.action_horizon = 2;
+  o.processor = n17_record(ds, 0.5, /*clip=*/true);
+  o.processor.form = ProcessorForm::gr00t_n16, o.processor.embodiment_id = 3;
+  for (double& v : o.processor.state_max) v += 1.0 / 3.0;  // bounds that are not float32 values
+  // A column whose range numpy's isclose calls empty (|max - min| <= 1e-8 + 1e-5 |min|): 0 in N1.6, not in N1.7.
+  o.processor.state_min[10] = 1000.0, o.processor.state_max[10] = 1000.005;
+  BatchBuilder builder(ds, o);
+  Batch b = builder.sample(100);  // episode 0, row 100
+  const ArrayView state = ds.array(0, ds.column_by_role("state"));
+  const ArrayView action = ds.array(0, ds.column_by_role("action"));
+  const float* s = state.as<float>() + 100 * 44;
+  auto clip = [](double y) { return y > 1.0 ? 1.0 : (y < -1.0 ? -1.0 : y); };
+  int64_t off_float32 = 0;
+  for (int64_t j = 0; j < 44; ++j) {
+    const double mn = o.processor.state_min[j], mx = o.processor.state_max[j];
+    // Note [N1.6 processor], by hand: q in float64 stored as float32, then 2 q - 1 in float32
+    const float q = static_cast<float>((static_cast<double>(s[j]) - mn) / (mx - mn));
+    float want = 2.0f * q - 1.0f;
+    want = static_cast<float>(clip(want));
+    if (std::fabs(mx - mn) <= 1e-8 + 1e-5 * std::fabs(mn)) want = 0.0f;
+    REQUIRE(b["state"][0][j].item<float>() == want);
+    const float n17 = n17_normalize(s[j], static_cast<float>(mn), static_cast<float>(mx), true);
+    off_float32 += n17 != want;
+  }
+  REQUIRE(b["state"][0][10].item<float>() == 0.0f);
+  REQUIRE(off_float32 > 0);  // N1.7's float32 arithmetic gives other values on this row
+  for (int64_t k = 0; k < 2; ++k)
+    for (int64_t j = 0; j < 7; ++j) {  // relative: the action minus state value j in float64, row k's bounds
+      const double x = static_cast<double>(action.as<float>()[(100 + k) * 44 + j]) - static_cast<double>(s[j]);
+      const double mn = o.processor.action_min[k * 44 + j], mx = o.processor.action_max[k * 44 + j];
+      REQUIRE(b["actions"][0][k][j].item<float>() == static_cast<float>(clip(2.0 * ((x - mn) / (mx - mn)) - 1.0)));
+    }
+  REQUIRE(b["embodiment_id"][0].item<int64_t>() == 3);
+  o.action_horizon = 16;  // an N1.6 record's relative rows are its counted rows: no horizon check of its own
+  o.processor.valid_horizon = 2;
+  REQUIRE_NOTHROW(BatchBuilder(ds, o));
+}
+
 TEST_CASE("data: the processor's state dropout zeroes the states its per-sample draws pick") {
   const Dataset ds = Dataset::open(kData);
   SampleOptions o = tiny_options();
   o.micro_batch_size = 8;
-  o.processor.n17 = true, o.processor.clip = true, o.processor.state_dropout = 0.5;  // the dataset's statistics
+  o.processor.form = ProcessorForm::gr00t_n17, o.processor.clip = true, o.processor.state_dropout = 0.5;  // the dataset's statistics
   BatchBuilder dropping(ds, o);
   o.processor.state_dropout = 0;
   BatchBuilder keeping(ds, o);

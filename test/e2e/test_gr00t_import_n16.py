@@ -146,3 +146,63 @@ def test_an_n16_layout_checkpoint_imports_trains_and_starts_at_upstreams_loss(up
     print(json.dumps(report))
     assert diff <= LOSS_RTOL < report["rolled_images_rel_diff"], report
     assert last < first, report
+
+
+def test_with_isaac_groots_processor_files_the_import_records_n16s_data_processing(upstream, tmp_path):
+    """A checkpoint with the files Isaac-GR00T's Gr00tN1d6Processor saves (processor_config.json,
+    statistics.json, embodiment_id.json; test/gr00t_sidecars.py writes them from the dataset): the import
+    records N1.6's state/action preparation for --embodiment-tag (slot, q01/q99, a relative group) and its
+    text form; the dataset converted with --formalize-language n16; loongforge-train's step-1 loss equals
+    the upstream model's on the batch the reference pipeline builds with that record, and the dataset form's
+    batch gives another loss."""
+    import shutil
+
+    from gr00t_sidecars import write_checkpoint
+    from lf_dataset import LFDataset, SampleBuilder
+    from model.config import ModelConfig
+    from train_torch import effective_config
+    oracle, backbone, head, ckpt = upstream
+    env = dict(os.environ, PYTHONPATH=str(REPO / "scripts"))
+    subprocess.run([sys.executable, str(REPO / "scripts/convert_lerobot.py"), str(FIXTURE), str(tmp_path / "ds"),
+                    "--tokenizer", str(ckpt / "tokenizer.json"), "--formalize-language", "n16", "--episodes", "0,1",
+                    "--quiet"], check=True, env=env)
+    src = tmp_path / "ckpt"
+    shutil.copytree(ckpt, src)
+    write_checkpoint(src, LFDataset(tmp_path / "ds"), "robot", relative=("left_arm",), rows=16, delta=16,
+                     use_percentiles=True, use_relative_action=True)
+    shutil.copy(ckpt / "config.json", src / "config.json")   # the sidecars' writer puts an N1.7 one there
+    (src / "embodiment_id.json").write_text(json.dumps({"robot": 3}))
+    r = subprocess.run([sys.executable, str(REPO / "scripts/convert_gr00t_checkpoint.py"), str(src), "--out",
+                        str(tmp_path / "model.pt"), "--strict", "--embodiment-tag", "robot"],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "data processing as upstream N1.6's for embodiment 'robot': slot 3 (embodiment_id.json)" in r.stdout
+    assert "relative actions ['left_arm']" in r.stdout and "--formalize-language n16" in r.stdout, r.stdout
+    extra = {"loongforge/config.json": "", "loongforge/batch_spec.json": ""}
+    torch.jit.load(str(tmp_path / "model.pt"), map_location="cpu", _extra_files=extra)
+    spec = json.loads(extra["loongforge/batch_spec.json"])
+    record = spec["processor"]
+    assert record["form"] == "gr00t_n16" and spec["tokenizer"]["text_form"] == "gr00t_n16_formalized"
+    mcfg = ModelConfig.from_json(extra["loongforge/config.json"])
+
+    sets = [s for s in trainer_sets(tmp_path / "model.pt", tmp_path / "ds", tmp_path)
+            if not s.startswith("trainer.max_steps=")] + ["trainer.max_steps=2"]
+    cmd = [TRAIN, "--config", str(REPO / "configs/n16-tiny.yaml")]
+    for s in sets:
+        cmd += ["--set", s]
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "prepared as upstream GR00T N1.6's processor for embodiment 'robot' (slot 3)" in run.stdout + run.stderr
+    loss = json.loads((tmp_path / "import/metrics.jsonl").read_text().splitlines()[0])["loss"]
+
+    cfg, _ = effective_config(TRAIN, str(REPO / "configs/n16-tiny.yaml"), sets)
+    head.train()
+    batch = SampleBuilder(LFDataset(tmp_path / "ds"), mcfg, cfg, processor=record).micro_batch(0, 0)
+    assert (batch["embodiment_id"] == 3).all()
+    up = float(upstream_loss_on(oracle, backbone, head, batch))
+    plain = SampleBuilder(LFDataset(tmp_path / "ds"), mcfg, cfg).micro_batch(0, 0)
+    other = float(upstream_loss_on(oracle, backbone, head, dict(plain, embodiment_id=batch["embodiment_id"])))
+    report = {"trainer_step1_loss": loss, "upstream_loss": up, "rel_diff": abs(loss - up) / abs(up),
+              "dataset_form_rel_diff": abs(other - up) / abs(up)}
+    print(json.dumps(report))
+    assert report["rel_diff"] <= LOSS_RTOL < report["dataset_form_rel_diff"], report

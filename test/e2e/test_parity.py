@@ -9,7 +9,9 @@ time) gives the same losses in both trainers too, bit for bit over 10 steps, als
 with an upstream N1.7 processor record (scripts/gr00t_processor.py: the
 checkpoint's q01/q99 statistics, clipping, relative action groups, 12 counted
 rows, state dropout 0.3, embodiment slot 7), which loongforge-train refuses to
-combine with another data.embodiment_id.
+combine with another data.embodiment_id, and with an Isaac-GR00T N1.6 record
+(numpy's float64 / float32 min-max, q01/q99, relative groups with 12 counted
+rows and statistics rows, slot 7).
 
 Environment (set by ctest): LOONGFORGE_TRAIN (the binary), LOONGFORGE_TEST_DATASET
 (converted dataset), LOONGFORGE_TEST_MODELS (scratch folder), LOONGFORGE_PARITY_STEPS
@@ -122,26 +124,37 @@ def test_the_gr00t_head_with_upstreams_flow_matching_time_gives_the_same_losses_
     assert len(a) == len(b) == 10 and a == b
 
 
-def n17_processor_model(tmp_path):
-    """gr00t-tiny (dropouts off) exported with a processor record of a checkpoint whose sidecars
-    test/gr00t_sidecars.py writes from the dataset itself."""
+def processor_model(tmp_path, form="n17"):
+    """gr00t-tiny (dropouts off) exported with an N1.7 (or N1.6) processor record of a checkpoint whose
+    sidecars test/gr00t_sidecars.py writes from the dataset itself."""
     sys.path.insert(0, str(REPO / "scripts")), sys.path.insert(0, str(REPO / "scripts/reference"))
     sys.path.insert(0, str(REPO / "test"))
     import lf_dataset
-    from gr00t_processor import n17_processor_record
+    from gr00t_processor import n16_processor_record, n17_processor_record
     from gr00t_sidecars import write_checkpoint
+    settings = (dict(rows=20, delta=12, use_percentiles=True, state_dropout_prob=0.3) if form == "n17" else
+                dict(rows=12, delta=12, use_percentiles=True, use_relative_action=True))
     folder = write_checkpoint(tmp_path / "ck", lf_dataset.LFDataset(DATA), "robot", relative=("left_arm", "neck"),
-                              rows=20, delta=12, use_percentiles=True, state_dropout_prob=0.3)
+                              **settings)
     (folder / "embodiment_id.json").write_text(json.dumps({"robot": 7}))
     kw = json.loads((folder / "processor_config.json").read_text())["processor_kwargs"]
     record = tmp_path / "processor.json"
-    record.write_text(json.dumps(n17_processor_record(folder, kw, "robot")))
-    return export("gr00t-tiny-n17-processor", ["gr00t_dropout=0", "gr00t_state_dropout=0"], config="gr00t-tiny",
+    make = n17_processor_record if form == "n17" else n16_processor_record
+    record.write_text(json.dumps(make(folder, kw, "robot")))
+    return export(f"gr00t-tiny-{form}-processor", ["gr00t_dropout=0", "gr00t_state_dropout=0"], config="gr00t-tiny",
                   processor=record)
 
 
+def test_an_isaac_gr00t_n16_processor_record_gives_the_same_losses_in_both_trainers(tmp_path):
+    model = processor_model(tmp_path, "n16")
+    a, b = run_both(tmp_path, model, 10, [])
+    print(f"gr00t-tiny with an N1.6 processor record, 10 steps: C++ {a[0]:.6f} -> {a[-1]:.6f}, "
+          f"reference {b[0]:.6f} -> {b[-1]:.6f}")
+    assert len(a) == len(b) == 10 and a == b
+
+
 def test_an_upstream_n17_processor_record_gives_the_same_losses_in_both_trainers(tmp_path):
-    model = n17_processor_model(tmp_path)
+    model = processor_model(tmp_path)
     a, b = run_both(tmp_path, model, 10, [])
     print(f"gr00t-tiny with an N1.7 processor record, 10 steps: C++ {a[0]:.6f} -> {a[-1]:.6f}, "
           f"reference {b[0]:.6f} -> {b[-1]:.6f}")

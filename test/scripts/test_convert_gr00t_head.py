@@ -245,8 +245,8 @@ def test_the_import_reads_processor_config_and_says_which_image_fields_upstream_
         "image_target_size": [224, 224], "image_crop_size": [202, 202], "letter_box_transform": True,
         "formalize_language": False}}))
     kwargs = guc.read_processor_kwargs(tmp_path)
-    assert kwargs["image_target_size"] == [224, 224] and not conv.n17_formalizes_language(kwargs)
-    assert conv.n17_formalizes_language({}) and conv.n17_formalizes_language(None)
+    assert kwargs["image_target_size"] == [224, 224] and not conv.formalizes_language(kwargs)
+    assert conv.formalizes_language({}) and conv.formalizes_language(None)
     (tmp_path / "processor_config.json").write_text("{not json")
     with pytest.raises(guc.UpstreamConfigError, match=r"processor_config.json: not JSON"):
         guc.read_processor_kwargs(tmp_path)

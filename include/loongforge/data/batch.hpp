@@ -310,7 +310,7 @@ class BatchBuilder {
   // Normalization statistics: (min, max) or (mean, std) per value.
   std::vector<double> state_a_, state_b_, action_a_, action_b_;
   bool mean_std_ = false;
-  std::optional<N17Normalizer> n17_;  // the model's processor record is upstream N1.7's (processor.hpp)
+  std::optional<UpstreamNormalizer> upstream_;  // the model's processor record is upstream's (processor.hpp)
   bool spans_ = false;  // opt_.video_decode == "span"
   // The frame cache, key = (episode * 1024 + camera) << 20 | first frame of the span (0 for a
   // whole video; kFileKey for the file entry of span decoding); guarded by mu_.
