@@ -435,7 +435,9 @@ def n16_image_note(cfg, processor: Optional[Dict]) -> str:
         return (f"image transform: config.json's crop ({crop}), then the box resize to {cfg.image_size} ({why}; "
                 "Isaac-GR00T's N1.6 processor is reproduced from processor_config.json only)")
     kind = ("OpenCV's INTER_AREA (use_albumentations), the crop at a window drawn per sample, as upstream trains"
-            if cfg.image_resample == "cv2_area" else "antialiased bilinear (torchvision's), the center crop")
+            if cfg.image_resample == "cv2_area" else
+            "antialiased bilinear (torchvision's), the crop at a window drawn per view, as upstream's RandomCrop trains"
+            if cfg.image_random_crop else "antialiased bilinear (torchvision's), the center crop")
     return (f"image transform from processor_config.json: {kind}; target {cfg.image_target_size}, crop {crop}; "
             f"the ViT sees {cfg.image_size} x {cfg.image_size} (Eagle's processor does not resize)")
 

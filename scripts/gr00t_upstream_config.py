@@ -48,8 +48,9 @@ How each part is chosen
   then image_target_size; image_random_crop: the crop's window drawn per
   sample, as lerobot trains such checkpoints). N1.6 with processor_kwargs:
   image_resample bilinear_aa (Isaac-GR00T's torchvision transform: antialiased
-  bilinear to image_target_size, torchvision's center crop of image_crop_size,
-  back to the target) or, with use_albumentations, cv2_area (as N1.7's, to
+  bilinear to image_target_size, torchvision's crop of image_crop_size, at a
+  window drawn per view as its RandomCrop trains (image_random_crop), back to
+  the target) or, with use_albumentations, cv2_area (as N1.7's, to
   shortest_image_edge, with image_random_crop); image_size is the transform's
   size (Eagle's processor does not resize). N1.6 without: the box resize after
   config.json's crop.
@@ -230,7 +231,8 @@ def n16_image_settings(processor_kwargs: Optional[Dict]) -> Optional[Dict]:
     processor_kwargs, or None when they name no image_target_size (the import then keeps config.json's crop and
     the box resize). Its eval transform (gr00t/model/gr00t_n1d6/image_augmentations.py):
     - use_albumentations false: torchvision's Resize to image_target_size, CenterCrop of image_crop_size, Resize
-      back (image_resample bilinear_aa; crop_fraction and shortest_image_edge are not read);
+      back (image_resample bilinear_aa; crop_fraction and shortest_image_edge are not read; trained with
+      RandomCrop, a window per frame: image_random_crop);
     - true: INTER_AREA of the shorter side to shortest_image_edge (else the target), the fractional crop
       (crop_fraction, else image_crop_size / image_target_size), INTER_AREA back (cv2_area; trained with a random
       window shared by a sample's views: image_random_crop).
@@ -255,7 +257,7 @@ def n16_image_settings(processor_kwargs: Optional[Dict]) -> Optional[Dict]:
           "is needed without use_albumentations (Isaac-GR00T's torchvision transform center-crops to it)")
     return {"image_resample": "bilinear_aa", "image_target_size": int(target[0]), "image_size": int(target[0]),
             "image_crop_fraction": crop_fraction_of({"image_crop_size": crop, "image_target_size": target}),
-            "image_random_crop": False}
+            "image_random_crop": crop[0] < target[0]}
 
 
 def read_backbone_config(config: Dict, given: Optional[Path] = None) -> Optional[Dict]:

@@ -87,10 +87,10 @@ class ModelConfig:
     # right and below: upstream N1.7's letter_box_transform, which keeps the aspect ratio through
     # the square resizes. A square frame is unchanged.
     image_letterbox: bool = False
-    # cv2_area with a crop only: each sample's crop window at a position drawn per sample (both
-    # trainers: docs/training-semantics.md s4) instead of the center, as upstream trains
-    # albumentations checkpoints (lerobot 0.6.1: one window per sample, shared by its views).
-    # Imports of use_albumentations checkpoints with a crop set it.
+    # cv2_area or bilinear_aa with a crop only: the crop window at a position drawn per sample (both
+    # trainers: docs/training-semantics.md s4) instead of the center, as upstream trains: cv2_area
+    # one window per sample, shared by its views (albumentations' replay); bilinear_aa one per view
+    # (Isaac-GR00T N1.6's torchvision RandomCrop). Imports of checkpoints with a crop set it.
     image_random_crop: bool = False
     patch_size: int = 8
     vit_layers: int = 2
@@ -229,8 +229,10 @@ class ModelConfig:
              "image_target_size", "must be 0 or image_size when image_resample is box")
         need(not self.image_letterbox or self.image_resample != "box", "image_letterbox",
              "must be false when image_resample is box")
-        need(not self.image_random_crop or (self.image_resample == "cv2_area" and self.image_crop_fraction < 1.0),
-             "image_random_crop", "must be false unless image_resample is cv2_area with an image_crop_fraction below 1")
+        need(not self.image_random_crop or (self.image_resample in ("cv2_area", "bilinear_aa")
+                                            and self.image_crop_fraction < 1.0),
+             "image_random_crop", "must be false unless image_resample is cv2_area or bilinear_aa with an "
+             "image_crop_fraction below 1")
         grid = self.image_size // self.patch_size
         need(grid % self.pixel_shuffle == 0, "pixel_shuffle",
              f"must divide the patch grid side ({grid})")

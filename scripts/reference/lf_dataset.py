@@ -45,6 +45,7 @@ Usage
 import bisect
 import collections
 import json
+import math
 import os
 import shutil
 import struct
@@ -756,17 +757,17 @@ def resize_aa(x: Tensor, side: int, mode: str) -> Tensor:
 
 def antialiased_to_model(frames_rgb: List[np.ndarray], mode: str, first: int, crop_fraction: float, target: int,
                          size: int, letterboxed: bool, offset) -> Tensor:
-    """The antialiased transforms' steps: each frame (chw_u8, letterboxed when asked) resized to (first,
-    first) by `mode` (resize_aa), when 0 < f < 1 its center c = round(first * f) rows and columns from
-    offset(first - c), resized to (target, target), then to (size, size), each unless it is that size
-    already, then (v - 127.5) / 127.5 in float32 -> (V, 3, size, size)."""
+    """The antialiased transforms' steps: each frame v (chw_u8, letterboxed when asked) resized to (first,
+    first) by `mode` (resize_aa), when 0 < f < 1 its c = round(first * f) rows and columns from (top,
+    left) = offset(first - c, v), resized to (target, target), then to (size, size), each unless it is
+    that size already, then (v - 127.5) / 127.5 in float32 -> (V, 3, size, size)."""
     out = []
-    for f in frames_rgb:
+    for v, f in enumerate(frames_rgb):
         x = resize_aa(chw_u8(f, letterboxed), first, mode)                                    # (1, 3, first, first)
         if 0.0 < crop_fraction < 1.0:
             c = max(1, int(round(first * crop_fraction)))
-            o = offset(first - c)
-            x = x[..., o:o + c, o:o + c].contiguous()
+            top, left = offset(first - c, v)
+            x = x[..., top:top + c, left:left + c].contiguous()
         out.append(resize_aa(resize_aa(x, target, mode), size, mode)[0])                      # (3, S, S) uint8
     return (torch.stack(out).to(torch.float32) - 127.5) / 127.5
 
@@ -784,11 +785,12 @@ def bicubic_aa_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: 
     255). -> (V, 3, S, S)."""
     T = target or size
     return antialiased_to_model(frames_rgb, "bicubic", edge or T, crop_fraction, T, size, letterboxed,
-                                lambda room: room // 2)
+                                lambda room, v: (room // 2, room // 2))
 
 
 def bilinear_aa_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: float, target: int = 0,
-                         letterboxed: bool = False) -> Tensor:
+                         letterboxed: bool = False,
+                         crop_positions: Optional[List[Tuple[float, float]]] = None) -> Tensor:
     """image_resample=bilinear_aa (training-semantics s3; Isaac-GR00T N1.6's torchvision transform at
     eval, then Eagle's processor): each frame (h, w, 3) uint8 as a (1, 3, h, w) uint8 tensor, padded to
     a square first when letterboxed, is resized to (T, T) (T = target, or size when 0; the aspect ratio
@@ -796,10 +798,18 @@ def bilinear_aa_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction:
     center-cropped to c = round(T * f) rows and columns from round((T - c) / 2) (torchvision's
     CenterCrop) and resized back to (T, T) the same way; resized to (size, size) the same way unless it
     is; then (v - 127.5) / 127.5 in float32 (Eagle's processor: its rescale fused into mean and std 0.5
-    * 255). -> (V, 3, S, S)."""
+    * 255). With crop_positions, one (pos_y, pos_x) per frame, frame v's window's top (left) is
+    min(floor((T - c + 1) * pos), T - c) instead: torchvision's RandomCrop offsets (image_random_crop,
+    Isaac-GR00T N1.6's train-time transform; the positions drawn per sample, SampleBuilder.crop_positions).
+    -> (V, 3, S, S)."""
     T = target or size
-    return antialiased_to_model(frames_rgb, "bilinear", T, crop_fraction, T, size, letterboxed,
-                                lambda room: int(round(room / 2.0)))
+
+    def offset(room: int, v: int) -> Tuple[int, int]:
+        if crop_positions is None:
+            return int(round(room / 2.0)), int(round(room / 2.0))
+        return tuple(min(int(math.floor((room + 1) * p)), room) for p in crop_positions[v])
+
+    return antialiased_to_model(frames_rgb, "bilinear", T, crop_fraction, T, size, letterboxed, offset)
 
 
 def image_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: float = 1.0) -> Tensor:
@@ -932,8 +942,8 @@ class SampleBuilder:
         if self.resample not in ("box", "bicubic_aa", "bilinear_aa", "cv2_area"):
             raise ValueError(f"the model's image_resample={self.resample!r} must be box, bicubic_aa, bilinear_aa "
                              "or cv2_area; re-export it")
-        if self.random_crop and (self.resample != "cv2_area" or not self.crop < 1.0):
-            raise ValueError(f"the model's image_random_crop=true needs image_resample cv2_area and an "
+        if self.random_crop and (self.resample not in ("cv2_area", "bilinear_aa") or not self.crop < 1.0):
+            raise ValueError(f"the model's image_random_crop=true needs image_resample cv2_area or bilinear_aa and an "
                              f"image_crop_fraction below 1 (they are {self.resample} and {self.crop}); re-export it")
         if self.resample in ("bilinear_aa", "cv2_area") and self.resize_edge != 0:
             raise ValueError(f"the model's image_resize_edge={self.resize_edge} must be 0 when image_resample is "
@@ -1144,17 +1154,19 @@ class SampleBuilder:
             raise DataError(f"{path}: row {t} wants frame {frame} of {video.frames.shape[0]}")
         return video.rgb(frame)
 
-    def images(self, e: int, t: int, crop_position: Optional[Tuple[float, float]] = None) -> Tensor:
-        """The sample's (V, 3, S, S) model images; crop_position: its window under image_random_crop."""
+    def images(self, e: int, t: int, crop_positions: Optional[List[Tuple[float, float]]] = None) -> Tensor:
+        """The sample's (V, 3, S, S) model images; crop_positions: its windows under image_random_crop
+        (crop_positions(p): one for the views, or one per view)."""
         frames = [self.rgb_frame(e, c, t) for c in self.cameras]
         if self.resample == "bicubic_aa":
             return bicubic_aa_to_model(frames, self.S, self.crop, self.resize_edge, self.target_size,
                                        self.letterbox)                                         # (V, 3, S, S)
         if self.resample == "cv2_area":
             return cv2_area_to_model(frames, self.S, self.crop, self.target_size, self.letterbox,
-                                     crop_position)                                            # (V, 3, S, S)
+                                     crop_positions[0] if crop_positions else None)            # (V, 3, S, S)
         if self.resample == "bilinear_aa":
-            return bilinear_aa_to_model(frames, self.S, self.crop, self.target_size, self.letterbox)  # (V, 3, S, S)
+            return bilinear_aa_to_model(frames, self.S, self.crop, self.target_size, self.letterbox,
+                                        crop_positions)                                        # (V, 3, S, S)
         return image_to_model(frames, self.S, self.crop)  # (V, 3, S, S)
 
     # -- batches
@@ -1179,11 +1191,19 @@ class SampleBuilder:
 
     def crop_position(self, p: int) -> Tuple[float, float]:
         """Section 4: the crop window (pos_y, pos_x) of the sample at stream position p under
-        image_random_crop (its own generator; the sample's views share it, as upstream's do)."""
+        image_random_crop with cv2_area (its own generator; the sample's views share it, as lerobot's do)."""
+        return self.crop_positions(p, 1)[0]
+
+    def crop_positions(self, p: int, count: Optional[int] = None) -> List[Tuple[float, float]]:
+        """Section 4: the crop windows of the sample at stream position p under image_random_crop: 2 *
+        count float32 uniforms of its own generator, (pos_y, pos_x) per window; count (default) one per
+        view with bilinear_aa (torchvision's RandomCrop draws per frame), else one shared by the views."""
+        if count is None:
+            count = len(self.cameras) if self.resample == "bilinear_aa" else 1
         g = torch.Generator(device="cpu")
         g.manual_seed(((self.seed * 1000003 + p) % (1 << 63)) ^ CROP_SALT)
-        u = torch.rand(2, generator=g)
-        return float(u[0]), float(u[1])
+        u = torch.rand(2 * count, generator=g)
+        return [(float(u[2 * i]), float(u[2 * i + 1])) for i in range(count)]
 
     def state_dropped(self, p: int) -> bool:
         """Section 4: the processor's state dropout of the sample at stream position p (its own generator)."""
@@ -1202,7 +1222,7 @@ class SampleBuilder:
             sampler = self.sampler(rank, world)
             for b, j in enumerate(self.micro_batch_indices(step, i, rank, world)):
                 e, t = self.ds.locate(j)
-                batch["images"][b] = self.images(e, t, self.crop_position(sampler.stream_position(step, i, b)))
+                batch["images"][b] = self.images(e, t, self.crop_positions(sampler.stream_position(step, i, b)))
         if self.state_dropout > 0:
             sampler = self.sampler(rank, world)
             for b in range(batch["state"].shape[0]):

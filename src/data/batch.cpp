@@ -324,9 +324,11 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
   if (opt_.image_letterbox && opt_.image_resample == "box")
     throw DataError("model.path " + opt_.model_path + ": config.json image_letterbox=true needs image_resample "
                     "bicubic_aa, bilinear_aa or cv2_area (it is box); re-export the model");
-  if (opt_.image_random_crop && (opt_.image_resample != "cv2_area" || !(opt_.image_crop_fraction < 1.0)))
+  if (opt_.image_random_crop && ((opt_.image_resample != "cv2_area" && opt_.image_resample != "bilinear_aa") ||
+                                  !(opt_.image_crop_fraction < 1.0)))
     throw DataError("model.path " + opt_.model_path + ": config.json image_random_crop=true needs image_resample "
-                    "cv2_area and an image_crop_fraction below 1 (they are " + opt_.image_resample + " and " +
+                    "cv2_area or bilinear_aa and an image_crop_fraction below 1 (they are " + opt_.image_resample +
+                    " and " +
                     std::to_string(opt_.image_crop_fraction) + "): it moves that crop's window; re-export the model");
   if (opt_.image_resample != "box" && opt_.image_resample != "bicubic_aa" && opt_.image_resize_edge != 0)
     throw DataError("model.path " + opt_.model_path + ": config.json image_resize_edge=" +
@@ -506,11 +508,12 @@ BatchBuilder::Entry BatchBuilder::decode(int64_t key, const VideoFile* file) con
                  : opt_.image_resample == "bicubic_aa"
                      ? resize_frames_bicubic_aa(u8, opt_.image_resize_edge, opt_.image_crop_fraction,
                                                 opt_.image_target_size, S, opt_.image_letterbox)
+                 : opt_.image_random_crop  // each sample crops its own windows (fill)
+                     ? (opt_.image_resample == "bilinear_aa" ? bilinear_aa_first(u8, T, opt_.image_letterbox)
+                                                             : cv2_area_first(u8, T, opt_.image_letterbox))
                  : opt_.image_resample == "bilinear_aa"
                      ? resize_frames_bilinear_aa(u8, opt_.image_target_size, opt_.image_crop_fraction, S,
                                                  opt_.image_letterbox)
-                 : opt_.image_random_crop  // each sample crops its own window (fill)
-                     ? cv2_area_first(u8, T, opt_.image_letterbox)
                  : opt_.image_resample == "cv2_area"
                      ? resize_frames_cv2_area(u8, opt_.image_target_size, opt_.image_crop_fraction, S,
                                               opt_.image_letterbox)
@@ -731,7 +734,8 @@ std::vector<int64_t> BatchBuilder::videos_of(const std::vector<int64_t>& sample_
   return keys;
 }
 
-void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb, std::pair<double, double> crop) {
+void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb,
+                        const std::vector<std::pair<double, double>>& crops) {
   Batch& b = mb.tensors;
   const Location loc = locate(sample_id);
   const EpisodeInfo& ep = ds_.episodes()[loc.episode];
@@ -770,11 +774,15 @@ void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb, std::pa
       skip_cause = what;
       break;
     }
+    const std::pair<double, double> crop =
+        crops.empty() ? std::pair<double, double>{-1.0, -1.0} : crops[crops.size() == 1 ? 0 : v];
     b["images"][slot][static_cast<int64_t>(v)].copy_(
-        opt_.image_random_crop
-            ? cv2_area_rest(fr.narrow(0, f - first, 1), opt_.image_crop_fraction, opt_.image_size, crop.first,
-                            crop.second)[0]
-            : fr[f - first]);
+        !opt_.image_random_crop ? fr[f - first]
+        : opt_.image_resample == "bilinear_aa"
+            ? bilinear_aa_rest(fr.narrow(0, f - first, 1), opt_.image_crop_fraction, opt_.image_size, crop.first,
+                               crop.second)[0]
+            : cv2_area_rest(fr.narrow(0, f - first, 1), opt_.image_crop_fraction, opt_.image_size, crop.first,
+                            crop.second)[0]);
   }
   const bool skipped = !skip_cause.empty();
   if (skipped) {
@@ -885,11 +893,13 @@ MicroBatch BatchBuilder::micro_batch(int64_t step, int64_t i) {
   const int64_t B = static_cast<int64_t>(ids.size());
   MicroBatch mb;
   mb.tensors = empty_batch(opt_, B);
-  for (int64_t b = 0; b < B; ++b)  // upstream's train-time crop window, a draw per sample (s4)
+  // upstream's train-time crop windows, drawn per sample: one for its views (cv2_area) or one per view (s4)
+  const int64_t windows = opt_.image_resample == "bilinear_aa" ? static_cast<int64_t>(cameras_.size()) : 1;
+  for (int64_t b = 0; b < B; ++b)
     fill(b, ids[b], mb,
          opt_.image_random_crop
-             ? crop_position(opt_.seed, static_cast<uint64_t>(sampler_.stream_position(step, i, b)))
-             : std::pair<double, double>{-1.0, -1.0});
+             ? crop_positions(opt_.seed, static_cast<uint64_t>(sampler_.stream_position(step, i, b)), windows)
+             : std::vector<std::pair<double, double>>{});
 
   // Flow-matching draws, one generator per sample at its stream position (s4).
   at::Tensor fm_t = at::empty({B}, at::kFloat);                                             // (B,)

@@ -83,18 +83,35 @@ at::Tensor resize_frames_bicubic_aa(const at::Tensor& u8, int64_t E, double f, i
   return (x.to(at::kFloat) - 127.5) / 127.5;
 }
 
-at::Tensor resize_frames_bilinear_aa(const at::Tensor& u8, int64_t T, double f, int64_t S, bool letterbox) {
+namespace {
+at::Tensor bilinear_aa_chw_rest(at::Tensor x, double f, int64_t S, double pos_y, double pos_x) {  // (n, 3, T, T)
   const auto resize = [](const at::Tensor& x, int64_t side) { return resize_aa(x, side, /*bicubic=*/false); };
-  if (T <= 0) T = S;
-  // (n, 3, T, T): torchvision's Resize to a [T, T] size does not keep the aspect ratio
-  at::Tensor x = resize(chw_frames(u8, letterbox), T);
-  if (f > 0.0 && f < 1.0) {  // torchvision's CenterCrop of image_crop_size: its offset is round(), half to even
+  const int64_t T = x.size(2);
+  if (f > 0.0 && f < 1.0) {
     const int64_t c = std::max<int64_t>(1, static_cast<int64_t>(std::nearbyint(static_cast<double>(T) * f)));
-    const auto off = static_cast<int64_t>(std::nearbyint(static_cast<double>(T - c) / 2.0));
-    x = resize(x.narrow(2, off, c).narrow(3, off, c).contiguous(), T);
+    const auto offset = [&](double pos) {  // torchvision's CenterCrop (round, half to even), or RandomCrop's
+      if (pos < 0.0) return static_cast<int64_t>(std::nearbyint(static_cast<double>(T - c) / 2.0));
+      return std::min(static_cast<int64_t>(std::floor(static_cast<double>(T - c + 1) * pos)), T - c);
+    };
+    x = resize(x.narrow(2, offset(pos_y), c).narrow(3, offset(pos_x), c).contiguous(), T);
   }
   x = resize(x, S);  // (n, 3, S, S) uint8
   return (x.to(at::kFloat) - 127.5) / 127.5;  // Eagle's processor: its rescale fused into mean and std (0.5 * 255)
+}
+}  // namespace
+
+at::Tensor bilinear_aa_first(const at::Tensor& u8, int64_t T, bool letterbox) {
+  // (n, 3, T, T): torchvision's Resize to a [T, T] size does not keep the aspect ratio
+  return resize_aa(chw_frames(u8, letterbox), T, /*bicubic=*/false).permute({0, 2, 3, 1}).contiguous();
+}
+
+at::Tensor bilinear_aa_rest(const at::Tensor& u8, double f, int64_t S, double pos_y, double pos_x) {
+  return bilinear_aa_chw_rest(u8.permute({0, 3, 1, 2}).contiguous(), f, S, pos_y, pos_x);
+}
+
+at::Tensor resize_frames_bilinear_aa(const at::Tensor& u8, int64_t T, double f, int64_t S, bool letterbox) {
+  const at::Tensor x = resize_aa(chw_frames(u8, letterbox), T <= 0 ? S : T, /*bicubic=*/false);  // (n, 3, T, T)
+  return bilinear_aa_chw_rest(x, f, S, -1.0, -1.0);
 }
 
 namespace {
@@ -155,11 +172,16 @@ at::Tensor resize_frames_cv2_area(const at::Tensor& u8, int64_t T, double f, int
   return cv2_area_rest(cv2_area_first(u8, T > 0 ? T : S, letterbox), f, S);
 }
 
-std::pair<double, double> crop_position(uint64_t seed, uint64_t p) {
+std::vector<std::pair<double, double>> crop_positions(uint64_t seed, uint64_t p, int64_t count) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(((seed * 1000003ull + p) & 0x7FFFFFFFFFFFFFFFull) ^ kCropSalt);
-  const at::Tensor u = at::rand({2}, gen, at::kFloat);  // (2,)
-  return {static_cast<double>(u[0].item<float>()), static_cast<double>(u[1].item<float>())};
+  const at::Tensor u = at::rand({2 * count}, gen, at::kFloat);  // (2 count,)
+  const float* v = u.data_ptr<float>();
+  std::vector<std::pair<double, double>> out;
+  for (int64_t i = 0; i < count; ++i) out.emplace_back(static_cast<double>(v[2 * i]), static_cast<double>(v[2 * i + 1]));
+  return out;
 }
+
+std::pair<double, double> crop_position(uint64_t seed, uint64_t p) { return crop_positions(seed, p, 1)[0]; }
 
 at::Tensor model_images(const at::Tensor& u8, int64_t S, const std::vector<int64_t>& blank) {
   at::Tensor out = resize_frames(u8, S);

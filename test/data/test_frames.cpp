@@ -143,13 +143,18 @@ TEST_CASE("frames: a letterboxed model must resize by bicubic_aa, bilinear_aa or
   REQUIRE_NOTHROW(BatchBuilder(ds, o));
 }
 
-TEST_CASE("frames: a random crop window needs cv2_area with a crop, naming the key") {
+TEST_CASE("frames: a random crop window needs cv2_area or bilinear_aa with a crop, naming the key") {
   const Dataset ds = Dataset::open(kData);
   SampleOptions o = options(false, 0.9);
   o.model_path = "m.pt";
   o.image_random_crop = true;
   REQUIRE_THROWS_WITH(BatchBuilder(ds, o), Contains("m.pt: config.json image_random_crop=true needs image_resample "
-                                                    "cv2_area and an image_crop_fraction below 1 (they are box"));
+                                                    "cv2_area or bilinear_aa and an image_crop_fraction below 1 "
+                                                    "(they are box"));
+  o.image_resample = "bicubic_aa";
+  REQUIRE_THROWS_WITH(BatchBuilder(ds, o), Contains("(they are bicubic_aa"));
+  o.image_resample = "bilinear_aa";
+  REQUIRE_NOTHROW(BatchBuilder(ds, o));
   o.image_resample = "cv2_area";
   REQUIRE_NOTHROW(BatchBuilder(ds, o));
   o.image_crop_fraction = 1.0;
@@ -159,17 +164,47 @@ TEST_CASE("frames: a random crop window needs cv2_area with a crop, naming the k
 TEST_CASE("frames: with a random crop window each sample is cropped where its drawn position says, the same "
           "draws each time, and only the images change") {
   const Dataset ds = Dataset::open(kData);
-  SampleOptions o = options(false, 0.9);
-  o.image_resample = "cv2_area";
-  o.image_random_crop = true;
-  SampleOptions center = o;
-  center.image_random_crop = false;
-  BatchBuilder drawn(ds, o), centered(ds, center);
-  const MicroBatch a = drawn.micro_batch(0, 0), c = centered.micro_batch(0, 0);
-  REQUIRE(a.tensors.at("images").sizes() == c.tensors.at("images").sizes());
-  REQUIRE_FALSE(at::equal(a.tensors.at("images"), c.tensors.at("images")));
-  REQUIRE(at::equal(drawn.micro_batch(0, 0).tensors.at("images"), a.tensors.at("images")));  // the same draws
-  REQUIRE(at::equal(a.tensors.at("state"), c.tensors.at("state")));  // only the images move
+  for (const char* resample : {"cv2_area", "bilinear_aa"}) {
+    INFO(resample);
+    SampleOptions o = options(false, 0.9);
+    o.image_resample = resample;
+    o.image_target_size = 72;
+    o.image_random_crop = true;
+    SampleOptions center = o;
+    center.image_random_crop = false;
+    BatchBuilder drawn(ds, o), centered(ds, center);
+    const MicroBatch a = drawn.micro_batch(0, 0), c = centered.micro_batch(0, 0);
+    REQUIRE(a.tensors.at("images").sizes() == c.tensors.at("images").sizes());
+    REQUIRE_FALSE(at::equal(a.tensors.at("images"), c.tensors.at("images")));
+    REQUIRE(at::equal(drawn.micro_batch(0, 0).tensors.at("images"), a.tensors.at("images")));  // the same draws
+    REQUIRE(at::equal(a.tensors.at("state"), c.tensors.at("state")));  // only the images move
+  }
+}
+
+TEST_CASE("frames: bilinear_aa's crop window sits at torchvision RandomCrop's offset floor((T - c + 1) pos), "
+          "and its first step and the rest compose to the center-crop transform") {
+  at::Tensor u8 = at::randint(0, 256, {2, 50, 61, 3}, at::TensorOptions().dtype(at::kByte));
+  const at::Tensor first = bilinear_aa_first(u8, 40);  // (2, 40, 40, 3)
+  REQUIRE(first.sizes() == at::IntArrayRef({2, 40, 40, 3}));
+  REQUIRE(at::equal(bilinear_aa_rest(first, 0.9, 32), resize_frames_bilinear_aa(u8, 40, 0.9, 32)));
+  const auto window = [&](int64_t top, int64_t left) {  // c = round(40 * 0.9) = 36, 5 offsets per side
+    const at::Tensor x = first.permute({0, 3, 1, 2}).narrow(2, top, 36).narrow(3, left, 36).contiguous();
+    const at::Tensor back = at::_upsample_bilinear2d_aa(x, {40, 40}, false);
+    return (at::_upsample_bilinear2d_aa(back, {32, 32}, false).to(at::kFloat) - 127.5) / 127.5;
+  };
+  REQUIRE(at::equal(bilinear_aa_rest(first, 0.9, 32, 0.0, 0.999), window(0, 4)));
+  REQUIRE(at::equal(bilinear_aa_rest(first, 0.9, 32, 0.5, 0.2), window(2, 1)));  // floor(2.5) = 2, floor(1.0) = 1
+  REQUIRE(at::equal(bilinear_aa_rest(first, 0.9, 32, 0.79, 0.8), window(3, 4)));  // floor(3.95), floor(4.0)
+}
+
+TEST_CASE("frames: per-view crop windows are distinct draws of the sample's generator, the same each time") {
+  const auto views = crop_positions(7, 1234, 3);
+  REQUIRE(views.size() == 3);
+  REQUIRE((views[0].first != views[1].first || views[0].second != views[1].second));
+  REQUIRE((views[1].first != views[2].first || views[1].second != views[2].second));
+  for (const auto& [y, x] : views) REQUIRE((y >= 0.0 && y < 1.0 && x >= 0.0 && x < 1.0));
+  REQUIRE(crop_positions(7, 1234, 3)[2] == views[2]);
+  REQUIRE(crop_positions(7, 1235, 3)[0] != views[0]);  // another sample, other windows
 }
 
 TEST_CASE("frames: a box-resize model with a target size of its own is refused, naming the key") {

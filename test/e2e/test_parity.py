@@ -55,6 +55,10 @@ CASES = {
     # the same with upstream's train-time window: each sample's crop where its drawn position says
     "cv2_area_random_crop": (["image_resample=cv2_area", "image_crop_fraction=0.9", "image_target_size=72",
                               "image_random_crop=true"], []),
+    # Isaac-GR00T N1.6's train-time transform: torchvision's RandomCrop, a window per view at offsets
+    # floor(8 * pos) of the 8 a 65-pixel crop of 72 has
+    "bilinear_random_crop": (["image_resample=bilinear_aa", "image_crop_fraction=0.9", "image_target_size=72",
+                              "image_random_crop=true"], []),
 }
 
 

@@ -16,7 +16,9 @@ for bit, letterboxed or not, on the cameras' size and others.
 image_resample=bilinear_aa is Isaac-GR00T N1.6's torchvision transform: the reference trainer's
 frames (lf_dataset.bilinear_aa_to_model) equal torchvision's Resize, CenterCrop, Resize composed as
 Isaac-GR00T's image_augmentations.build_image_transformations composes them (read from its source:
-it ships in no package), normalised as Eagle's processor does, bit for bit.
+it ships in no package), normalised as Eagle's processor does, bit for bit; its train form
+(image_random_crop: RandomCrop, a window per frame) equals torchvision's crop at the offsets ours
+draws, which take RandomCrop's values, each about equally often.
 
 loongforge-train's frames equal the reference trainer's bit for bit through e2e_parity's
 bicubic_resample, bilinear_resample and cv2_area_resample cases (the whole training run); its INTER_AREA resize equals
@@ -96,10 +98,13 @@ def test_the_crop_position_is_drawn_per_stream_position_from_the_run_seed():
     """Section 4: (pos_y, pos_x) from a generator seeded with ((seed * 1000003 + p) mod 2^63) XOR CROP_SALT."""
     import types
     sb = types.SimpleNamespace(seed=5)
-    draw = lfd.SampleBuilder.crop_position
+
+    def draw(p, count=1):
+        return lfd.SampleBuilder.crop_positions(sb, p, count)
     g = torch.Generator().manual_seed(((5 * 1000003 + 42) % (1 << 63)) ^ 0x43524F505F504F53)
-    assert draw(sb, 42) == tuple(float(v) for v in torch.rand(2, generator=g))
-    assert draw(sb, 42) != draw(sb, 43)
+    u = [float(v) for v in torch.rand(4, generator=g)]
+    assert draw(42) == [tuple(u[:2])] and draw(42, 2) == [tuple(u[:2]), tuple(u[2:])]
+    assert draw(42) != draw(43)
 
 
 @pytest.mark.parametrize("shape,target,crop", [
@@ -129,6 +134,43 @@ def test_the_reference_bilinear_aa_frames_equal_isaac_gr00t_n16_torchvision_tran
         assert not torch.equal(ours, lfd.bilinear_aa_to_model(frames, target, 1.0))
 
 
+@pytest.mark.parametrize("positions", [[(0.0, 0.999), (0.5, 0.2)], [(0.79, 0.8), (0.31, 0.77)]])
+def test_the_reference_bilinear_aa_train_windows_equal_torchvisions_crop_at_their_offsets(positions):
+    """image_random_crop with bilinear_aa: Isaac-GR00T N1.6's train transform (Resize, RandomCrop,
+    Resize) with RandomCrop's window at the offsets ours draws, min(floor((T - c + 1) pos), T - c), each
+    view its own window, composed from torchvision's functional resize and crop."""
+    from torchvision.transforms import v2
+    from torchvision.transforms.v2 import functional as TF
+    g = torch.Generator().manual_seed(23)
+    frames = [torch.randint(0, 256, (256, 256, 3), dtype=torch.uint8, generator=g).numpy() for _ in range(2)]
+    ours = lfd.bilinear_aa_to_model(frames, 224, 212 / 224, 0, False, positions)
+    for v, (f, (py, px)) in enumerate(zip(frames, positions)):
+        top, left = min(int(13 * py), 12), min(int(13 * px), 12)   # T - c + 1 = 13 offsets per side
+        first = TF.resize(v2.ToImage()(f), [224, 224])
+        up = TF.resize(TF.crop(first, top, left, 212, 212), [224, 224])
+        assert torch.equal(ours[v], normalised(up.as_subclass(torch.Tensor))), f"view {v}"
+    assert not torch.equal(ours[0], ours[1])   # the views' windows differ
+    assert not torch.equal(ours, lfd.bilinear_aa_to_model(frames, 224, 212 / 224))   # not the center
+
+
+def test_the_windows_offsets_are_those_torchvisions_random_crop_draws_each_equally_likely():
+    """Over many samples our offsets take the same values as RandomCrop's (0 .. T - c), each about
+    equally often (a chi-square bound), and the views of a sample draw their own windows."""
+    import types
+    from torchvision.transforms import v2
+    x = torch.zeros(3, 224, 224, dtype=torch.uint8)
+    theirs = {v2.RandomCrop(212).make_params([x])["top"] for _ in range(2000)}
+    sb = types.SimpleNamespace(seed=3, resample="bilinear_aa", cameras=[0, 1])
+    draws = [lfd.SampleBuilder.crop_positions(sb, p) for p in range(6500)]
+    assert all(len(d) == 2 for d in draws) and sum(d[0] != d[1] for d in draws) == len(draws)
+    tops = np.array([min(int(13 * d[0][0]), 12) for d in draws])
+    counts = np.bincount(tops, minlength=13)
+    assert set(tops.tolist()) == theirs == set(range(13))
+    chi2 = float(((counts - 500.0) ** 2 / 500.0).sum())
+    print(f"offset counts {counts.tolist()}, chi-square {chi2:.1f} (12 degrees of freedom)")
+    assert chi2 < 32.9   # p = 0.001
+
+
 def test_a_cv2_area_frame_that_stays_non_square_is_refused_naming_the_fix():
     frame = np.zeros((200, 256, 3), np.uint8)
     with pytest.raises(ValueError, match=r"a 200 x 256 frame becomes 256 x 328 .* letter_box_transform"):
@@ -150,9 +192,10 @@ def test_a_box_model_with_a_target_size_of_its_own_is_refused_at_export():
     for resample in ("cv2_area", "bilinear_aa"):
         with pytest.raises(ValueError, match=rf"image_resize_edge=72: must be 0 when image_resample is {resample}"):
             dataclasses.replace(tiny, image_resample=resample, image_resize_edge=72).validate()
-    dataclasses.replace(tiny, image_resample="cv2_area", image_crop_fraction=0.9, image_random_crop=True).validate()
-    for resample, crop in (("bicubic_aa", 0.9), ("cv2_area", 1.0)):
+    for resample in ("cv2_area", "bilinear_aa"):
+        dataclasses.replace(tiny, image_resample=resample, image_crop_fraction=0.9, image_random_crop=True).validate()
+    for resample, crop in (("bicubic_aa", 0.9), ("cv2_area", 1.0), ("bilinear_aa", 1.0)):
         with pytest.raises(ValueError, match=r"image_random_crop=True: must be false unless image_resample is "
-                                             r"cv2_area with an image_crop_fraction below 1"):
+                                             r"cv2_area or bilinear_aa with an image_crop_fraction below 1"):
             dataclasses.replace(tiny, image_resample=resample, image_crop_fraction=crop,
                                 image_random_crop=True).validate()

@@ -302,7 +302,7 @@ def test_n16_image_transform_comes_from_processor_config_as_isaac_gr00ts_process
     """Isaac-GR00T's Gr00tN1d6Processor (gr00t/model/gr00t_n1d6/processing_gr00t_n1d6.py) builds its
     image transform from processor_config.json's processor_kwargs: torchvision's (Resize to
     image_target_size, CenterCrop of image_crop_size, Resize back: bilinear_aa,
-    test/reference/test_image_resample.py) or, with use_albumentations, the INTER_AREA one (cv2_area,
+    test/reference/test_image_resample.py; trained with RandomCrop, a window per frame) or, with use_albumentations, the INTER_AREA one (cv2_area,
     trained with a random window). Eagle's processor does not resize, so the ViT sees the transform's
     size. Keys absent from the file take the constructor's defaults (shortest_image_edge 512)."""
     import convert_gr00t_checkpoint as conv
@@ -320,7 +320,9 @@ def test_n16_image_transform_comes_from_processor_config_as_isaac_gr00ts_process
     assert transform(imported({"crop_fraction": 0.9})) == ("box", 0, 224, 0.95, False)
     tv = imported({"image_target_size": [224, 224], "image_crop_size": [212, 212], "crop_fraction": 0.5,
                    "shortest_image_edge": 256})   # the torchvision transform reads neither of the last two
-    assert transform(tv) == ("bilinear_aa", 224, 224, 212 / 224, False) and not tv.image_letterbox
+    assert transform(tv) == ("bilinear_aa", 224, 224, 212 / 224, True) and not tv.image_letterbox
+    uncropped = imported({"image_target_size": [224, 224], "image_crop_size": [224, 224]})
+    assert transform(uncropped) == ("bilinear_aa", 224, 224, 1.0, False)   # no crop, no window to draw
     alb = imported({"image_target_size": [224, 224], "image_crop_size": [212, 212], "use_albumentations": True,
                     "shortest_image_edge": 224, "crop_fraction": 0.95})
     assert transform(alb) == ("cv2_area", 224, 224, 0.95, True)
@@ -331,8 +333,11 @@ def test_n16_image_transform_comes_from_processor_config_as_isaac_gr00ts_process
         imported({"image_target_size": [224, 224], "use_albumentations": True})   # the default edge, 512
     with pytest.raises(guc.UpstreamConfigError, match=r"image_crop_size=None: is needed without use_albumentations"):
         imported({"image_target_size": [224, 224]})
-    assert "antialiased bilinear (torchvision's), the center crop; target 224, crop 0.946429 of each side; the ViT " \
-           "sees 224 x 224" in conv.n16_image_note(tv, {"image_target_size": [224, 224]})
+    assert "antialiased bilinear (torchvision's), the crop at a window drawn per view, as upstream's RandomCrop " \
+           "trains; target 224, crop 0.946429 of each side; the ViT sees 224 x 224" \
+           in conv.n16_image_note(tv, {"image_target_size": [224, 224]})
+    assert "antialiased bilinear (torchvision's), the center crop; target 224" in \
+        conv.n16_image_note(uncropped, {"image_target_size": [224, 224]})
     assert "no processor_config.json" in conv.n16_image_note(imported(None), None)
 
 

@@ -153,9 +153,10 @@ struct SampleOptions {
   int64_t image_resize_edge = 0;
   int64_t image_target_size = 0;
   bool image_letterbox = false;  // config.json image_letterbox: all but box pad frames to a square first
-  // config.json image_random_crop (cv2_area with a crop only): the crop window of each sample at
-  // crop_position(seed, p) (frames.hpp), upstream's train-time crop; the cache then holds
-  // cv2_area_first's uint8 (len, T, T, 3) frames and each sample finishes them with its window.
+  // config.json image_random_crop (cv2_area or bilinear_aa with a crop only): upstream's train-time
+  // crop, the windows at crop_positions(seed, p, ...) (frames.hpp): one per sample shared by its views
+  // (cv2_area), or one per view (bilinear_aa); the cache then holds cv2_area_first's or
+  // bilinear_aa_first's uint8 (len, T, T, 3) frames and each sample finishes them with its windows.
   bool image_random_crop = false;
   int64_t num_views = 1;
   int64_t max_state_dim = 64;
@@ -274,8 +275,9 @@ class BatchBuilder {
     int64_t bytes() const;     // what it holds, against frame_cache_mb
   };
   Location locate(int64_t sample_id) const;
-  // Also adds to mb's counts; crop: the sample's crop window under image_random_crop ({-1, -1}: the center).
-  void fill(int64_t slot, int64_t sample_id, MicroBatch& mb, std::pair<double, double> crop = {-1.0, -1.0});
+  // Also adds to mb's counts; crops: the sample's crop windows under image_random_crop (one for every
+  // view, or one per view; none: the center).
+  void fill(int64_t slot, int64_t sample_id, MicroBatch& mb, const std::vector<std::pair<double, double>>& crops = {});
   // The frames of `frame` of a video: a (len, 3, S, S) float32 (or uint8 device-layout) tensor
   // and the frame's row in it, or an undefined tensor when the video is bad and on_bad_video
   // is "skip" (*cause says why). Waits for a decode in flight.

@@ -57,10 +57,18 @@
 //    puts the window's top (left) at round((T - crop) * pos), half to even: upstream's train-time
 //    random crop (model image_random_crop; the position drawn per sample, crop_position()).
 //    resize_frames_cv2_area(u8, T, f, S, letterbox) = cv2_area_rest(cv2_area_first(...), f, S).
-//  - crop_position(seed, p): the crop window of the sample at stream position p under
+//  - bilinear_aa_first(u8, T, letterbox) -> uint8 (n, T, T, 3): resize_frames_bilinear_aa up to
+//    its crop (the frame cache's form when the crop window is drawn per view); bilinear_aa_rest(u8,
+//    f, S, pos_y, pos_x): the rest, from there; pos < 0 takes torchvision's CenterCrop, pos in
+//    [0, 1) puts the window's top (left) at min(floor((T - c + 1) * pos), T - c): torchvision's
+//    RandomCrop offsets, each of the T - c + 1 equally likely (Isaac-GR00T N1.6 trains with it,
+//    a window per frame). resize_frames_bilinear_aa = bilinear_aa_rest(bilinear_aa_first(...)).
+//  - crop_positions(seed, p, count): the crop windows of the sample at stream position p under
 //    image_random_crop (docs/training-semantics.md s4): a CPU generator seeded with
-//    ((seed * 1000003 + p) mod 2^63) XOR kCropSalt draws two float32 uniforms, (pos_y, pos_x),
-//    shared by the sample's views as upstream shares its window.
+//    ((seed * 1000003 + p) mod 2^63) XOR kCropSalt draws 2 * count float32 uniforms, (pos_y,
+//    pos_x) per window: one window shared by the sample's views (cv2_area, as lerobot's
+//    albumentations transform shares it) or one per view (bilinear_aa, as torchvision's
+//    RandomCrop draws per frame). crop_position(seed, p) = crop_positions(seed, p, 1)[0].
 //  - A CUDA tensor in a build without LoongForge's CUDA kernels throws DataError.
 #pragma once
 
@@ -81,7 +89,10 @@ at::Tensor resize_frames_cv2_area(const at::Tensor& u8, int64_t T, double f, int
 std::pair<int64_t, int64_t> cv2_area_size(int64_t h, int64_t w, int64_t T);
 at::Tensor cv2_area_first(const at::Tensor& u8, int64_t T, bool letterbox = false);
 at::Tensor cv2_area_rest(const at::Tensor& u8, double f, int64_t S, double pos_y = -1.0, double pos_x = -1.0);
+at::Tensor bilinear_aa_first(const at::Tensor& u8, int64_t T, bool letterbox = false);
+at::Tensor bilinear_aa_rest(const at::Tensor& u8, double f, int64_t S, double pos_y = -1.0, double pos_x = -1.0);
 constexpr uint64_t kCropSalt = 0x43524F505F504F53ull;  // "CROP_POS"
+std::vector<std::pair<double, double>> crop_positions(uint64_t seed, uint64_t p, int64_t count);
 std::pair<double, double> crop_position(uint64_t seed, uint64_t p);
 
 }  // namespace loongforge::data
