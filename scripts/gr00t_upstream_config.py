@@ -224,6 +224,16 @@ def n17_image_settings(processor_kwargs: Optional[Dict]) -> Dict:
 # Isaac-GR00T's Gr00tN1d6Processor constructor defaults (gr00t/model/gr00t_n1d6/processing_gr00t_n1d6.py): what
 # a processor_config.json without the key gets.
 N16_PROCESSOR_DEFAULTS = {"shortest_image_edge": 512, "crop_fraction": 0.95, "use_albumentations": False}
+# Eagle-Block2A-2B-v2's process_vision_info (processing_eagle3_vl.py fetch_image, smart_resize): images whose
+# sides are multiples of this, at least twice it, keep their size; others are resized with PIL.
+EAGLE_SIZE_FACTOR = 28
+
+
+def _eagle_keeps(side: int, field: str, value) -> None:
+    _need(side % EAGLE_SIZE_FACTOR == 0 and side >= 2 * EAGLE_SIZE_FACTOR, field, value,
+          f"gives {side} x {side} images, which Eagle's process_vision_info resizes (its smart_resize keeps only "
+          f"multiples of {EAGLE_SIZE_FACTOR} of at least {2 * EAGLE_SIZE_FACTOR}) with PIL, which is not "
+          "reproduced; import a checkpoint whose transform ends at such a size")
 
 
 def n16_image_settings(processor_kwargs: Optional[Dict]) -> Optional[Dict]:
@@ -236,7 +246,9 @@ def n16_image_settings(processor_kwargs: Optional[Dict]) -> Optional[Dict]:
     - true: INTER_AREA of the shorter side to shortest_image_edge (else the target), the fractional crop
       (crop_fraction, else image_crop_size / image_target_size), INTER_AREA back (cv2_area; trained with a random
       window shared by a sample's views: image_random_crop).
-    Eagle's processor then only normalises (it does not resize), so the ViT sees the transform's size.
+    Eagle's image processor then only normalises, so the ViT sees the transform's size; before it, Isaac-GR00T's
+    collator passes the images through Eagle's process_vision_info, whose smart_resize resizes (with PIL) any
+    side that is not a multiple of 28 of at least 56: such sizes are refused (EAGLE_SIZE_FACTOR).
     Keys absent from the file take the constructor's defaults (N16_PROCESSOR_DEFAULTS)."""
     kw = dict(N16_PROCESSOR_DEFAULTS, **(processor_kwargs or {}))
     target = kw.get("image_target_size")
@@ -251,10 +263,13 @@ def n16_image_settings(processor_kwargs: Optional[Dict]) -> Optional[Dict]:
         _need(kw.get("crop_fraction") is not None or crop is not None, "image_crop_size", crop,
               "is needed when crop_fraction is null")
         fraction = crop_fraction_of(kw)   # crop_fraction, else image_crop_size / image_target_size
+        _eagle_keeps(side, "shortest_image_edge" if kw.get("shortest_image_edge") else "image_target_size",
+                     kw.get("shortest_image_edge") or target)
         return {"image_resample": "cv2_area", "image_target_size": side, "image_size": side,
                 "image_crop_fraction": fraction, "image_random_crop": fraction < 1.0}
     _need(crop is not None, "image_crop_size", crop,
           "is needed without use_albumentations (Isaac-GR00T's torchvision transform center-crops to it)")
+    _eagle_keeps(int(target[0]), "image_target_size", target)
     return {"image_resample": "bilinear_aa", "image_target_size": int(target[0]), "image_size": int(target[0]),
             "image_crop_fraction": crop_fraction_of({"image_crop_size": crop, "image_target_size": target}),
             "image_random_crop": crop[0] < target[0]}

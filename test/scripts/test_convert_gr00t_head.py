@@ -329,8 +329,11 @@ def test_n16_image_transform_comes_from_processor_config_as_isaac_gr00ts_process
     alb = imported({"image_target_size": [224, 224], "image_crop_size": [212, 212], "use_albumentations": True,
                     "shortest_image_edge": None, "crop_fraction": None})
     assert transform(alb) == ("cv2_area", 224, 224, 212 / 224, True)
-    with pytest.raises(guc.UpstreamConfigError, match=r"image_size=512: must be a multiple of patch_size"):
+    with pytest.raises(guc.UpstreamConfigError, match=r"shortest_image_edge=512: gives 512 x 512 images, which "
+                                                      r"Eagle's process_vision_info resizes"):
         imported({"image_target_size": [224, 224], "use_albumentations": True})   # the default edge, 512
+    with pytest.raises(guc.UpstreamConfigError, match=r"image_target_size=\[238, 238\]: gives 238 x 238 images"):
+        imported({"image_target_size": [238, 238], "image_crop_size": [224, 224]})   # 238 = 17 x 14, not 28
     with pytest.raises(guc.UpstreamConfigError, match=r"image_crop_size=None: is needed without use_albumentations"):
         imported({"image_target_size": [224, 224]})
     assert "antialiased bilinear (torchvision's), the crop at a window drawn per view, as upstream's RandomCrop " \
