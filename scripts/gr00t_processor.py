@@ -182,7 +182,8 @@ def _layout(folder: Path, kw: Dict, tag: str, raw: Dict, relative_allowed: bool,
     use_percentiles = bool(kw.get("use_percentiles", False))
     where = f"{folder}/statistics.json['{tag}']"
     action_cfg = modality.get("action", {}) if isinstance(modality.get("action"), dict) else {}
-    state_keys = (modality.get("state") or {}).get("modality_keys", []) if isinstance(modality.get("state"), dict) else []
+    state_cfg = modality.get("state") if isinstance(modality.get("state"), dict) else {}
+    state_keys = state_cfg.get("modality_keys", [])
     action_keys = action_cfg.get("modality_keys", [])
     action_configs = action_cfg.get("action_configs") or []
     if not state_keys or not action_keys:

@@ -285,8 +285,8 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
   if (opt_.processor.upstream()) {  // the model's weights expect upstream's preparation (processor.hpp)
     if (mean_std_)
       throw ConfigError("data.normalization=mean_std: the model " + opt_.model_path +
-                        " normalizes state and actions min-max as upstream GR00T " +
-                        opt_.processor.upstream_name() + " does (batch_spec.json processor); remove data.normalization");
+                        " normalizes state and actions min-max as upstream GR00T " + opt_.processor.upstream_name() +
+                        " does (batch_spec.json processor); remove data.normalization");
     upstream_.emplace(opt_.processor, ds_, state_col_, action_col_, opt_.action_horizon, opt_.model_path);
     if (opt_.processor.embodiment_id >= 0) opt_.embodiment_id = opt_.processor.embodiment_id;
   }

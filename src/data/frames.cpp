@@ -177,7 +177,8 @@ std::vector<std::pair<double, double>> crop_positions(uint64_t seed, uint64_t p,
   const at::Tensor u = at::rand({2 * count}, gen, at::kFloat);  // (2 count,)
   const float* v = u.data_ptr<float>();
   std::vector<std::pair<double, double>> out;
-  for (int64_t i = 0; i < count; ++i) out.emplace_back(static_cast<double>(v[2 * i]), static_cast<double>(v[2 * i + 1]));
+  for (int64_t i = 0; i < count; ++i)
+    out.emplace_back(static_cast<double>(v[2 * i]), static_cast<double>(v[2 * i + 1]));
   return out;
 }
 

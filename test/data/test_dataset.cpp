@@ -426,7 +426,8 @@ TEST_CASE("data: the processor's state dropout zeroes the states its per-sample 
   const Dataset ds = Dataset::open(kData);
   SampleOptions o = tiny_options();
   o.micro_batch_size = 8;
-  o.processor.form = ProcessorForm::gr00t_n17, o.processor.clip = true, o.processor.state_dropout = 0.5;  // the dataset's statistics
+  // the dataset's statistics
+  o.processor.form = ProcessorForm::gr00t_n17, o.processor.clip = true, o.processor.state_dropout = 0.5;
   BatchBuilder dropping(ds, o);
   o.processor.state_dropout = 0;
   BatchBuilder keeping(ds, o);

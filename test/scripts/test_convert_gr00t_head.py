@@ -302,7 +302,8 @@ def test_n16_image_transform_comes_from_processor_config_as_isaac_gr00ts_process
     """Isaac-GR00T's Gr00tN1d6Processor (gr00t/model/gr00t_n1d6/processing_gr00t_n1d6.py) builds its
     image transform from processor_config.json's processor_kwargs: torchvision's (Resize to
     image_target_size, CenterCrop of image_crop_size, Resize back: bilinear_aa,
-    test/reference/test_image_resample.py; trained with RandomCrop, a window per frame) or, with use_albumentations, the INTER_AREA one (cv2_area,
+    test/reference/test_image_resample.py; trained with RandomCrop, a window per frame) or, with
+    use_albumentations, the INTER_AREA one (cv2_area,
     trained with a random window). Eagle's processor does not resize, so the ViT sees the transform's
     size. Keys absent from the file take the constructor's defaults (shortest_image_edge 512)."""
     import convert_gr00t_checkpoint as conv

@@ -81,8 +81,8 @@ class UpstreamNormalizer {
   // and, for N1.7, a horizon of at most the relative statistics' rows); with the
   // dataset's stats, N1.7 rounds them to float32. Throws DataError naming the model
   // and dataset.
-  UpstreamNormalizer(ProcessorRecord record, const Dataset& dataset, int state_col, int action_col, int64_t action_horizon,
-                const std::string& model_path);
+  UpstreamNormalizer(ProcessorRecord record, const Dataset& dataset, int state_col, int action_col,
+                     int64_t action_horizon, const std::string& model_path);
   void state(const float* raw, float* out) const;  // (D) -> (D)
   // Chunk step k: raw_action (A) and the sample's raw state (D) -> out (A).
   void action_row(int64_t k, const float* raw_action, const float* raw_state, float* out) const;
