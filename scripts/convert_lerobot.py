@@ -65,6 +65,9 @@ def parse_args(argv):
     p.add_argument("--episodes", default="", help="comma-separated episode indices to convert (default: all)")
     p.add_argument("--embodiment-tag", default="", help="GR00T embodiment tag (default: from info.json robot_type "
                    f"{kEmbodimentByRobotType}, else '{kDefaultEmbodiment}')")
+    p.add_argument("--keep-float64", action="store_true",
+                   help="store float64 state and action columns as float64 (default: rounded to float32); "
+                   "upstream GR00T normalizes such data in float64, and both trainers then do too")
     p.add_argument("--tokenizer", type=Path, default=None,
                    help="a Hugging Face tokenizer.json (the checkpoint's own) to tokenize the task texts with; "
                    "default: the word hash of scripts/model/tokenizer.py. Export the model with the same file")
@@ -255,7 +258,7 @@ def convert(args, con):
     if dst.exists() and not args.overwrite:
         fail(str(dst), "already exists", "choose another DST or pass --overwrite")
     first_parquet = meta.parquet_path(episodes[0])
-    columns = source.plan_columns(meta, pq.read_schema(first_parquet), first_parquet, con.warn)
+    columns = source.plan_columns(meta, pq.read_schema(first_parquet), first_parquet, con.warn, args.keep_float64)
     stats = copy_stats(meta, columns)
     tok_info, tasks = tokenize_tasks(meta, args.max_text_tokens, con, args.tokenizer, args.formalize_language)
     con.info(f"converting {len(episodes)} episodes of {src} ({meta.info.get('codebase_version')}, "

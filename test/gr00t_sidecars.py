@@ -86,15 +86,16 @@ def upstream_pack(upstream, folder: Path, tag: str, ds, horizon: int = H):
 
 def upstream_batch(upstream, pack, ds, ids, horizon: int = H):
     """Upstream's state (B, D), actions (B, H, A), mask (B, H, A), slot (B,) for our samples `ids` (the
-    float32 values our shards hold; LeRobot repeats an episode's last row past its end, marked padded)."""
+    values our shards hold, float32 or, converted with --keep-float64, float64; LeRobot repeats an
+    episode's last row past its end, marked padded)."""
     _, _, TK = upstream
     states, chunks, pads = [], [], []
     for i in ids:
         e, t = ds.locate(i)
         s, a = ds.array(e, "observation.state"), ds.array(e, "action")
         rows = [min(t + k, len(a) - 1) for k in range(horizon)]
-        states.append(torch.from_numpy(np.array(s[t], dtype=np.float32)))
-        chunks.append(torch.from_numpy(np.array(a[rows], dtype=np.float32)))
+        states.append(torch.from_numpy(np.array(s[t], dtype=s.dtype)))
+        chunks.append(torch.from_numpy(np.array(a[rows], dtype=a.dtype)))
         pads.append(torch.tensor([t + k >= len(a) for k in range(horizon)]))
     out = pack({TK.OBSERVATION: {"observation.state": torch.stack(states)}, TK.ACTION: torch.stack(chunks),
                 TK.COMPLEMENTARY_DATA: {"task": ["pick the cube"] * len(ids), "action_is_pad": torch.stack(pads)}})

@@ -404,8 +404,9 @@ def _arrow_dtype(t):
     return None, is_list
 
 
-def plan_columns(meta, schema, first_path, warn):
-    """Stored columns: numeric parquet columns (schema order), then synthesized ones."""
+def plan_columns(meta, schema, first_path, warn, keep_float64=False):
+    """Stored columns: numeric parquet columns (schema order), then synthesized ones. State and action
+    are stored as float32 (float64 sources rounded), or, with keep_float64, float64 sources as float64."""
     features = meta.info["features"]
     f32_keys = set(meta.state_keys) | set(meta.action_keys)
     required = ["timestamp", *meta.state_keys, *meta.action_keys, *meta.annotation_keys]
@@ -433,7 +434,9 @@ def plan_columns(meta, schema, first_path, warn):
                 warn(f"parquet column '{fld.name}' is not described in meta/info.json features; stored with the "
                      "width found in the data")
         source = kDtypeCodes[dt]
-        if fld.name in f32_keys:
+        if fld.name in f32_keys and keep_float64 and dt == "float64":
+            stored, flags = kDtypeFloat64, 0
+        elif fld.name in f32_keys:
             stored, flags = kDtypeFloat32, (kFlagLossyFloat32 if dt == "float64" else 0)
         elif dt == "bool":
             stored, flags = kDtypeUint8, 0

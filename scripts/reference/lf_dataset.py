@@ -849,9 +849,20 @@ def min_max_normalize(x: np.ndarray, mn: np.ndarray, mx: np.ndarray) -> np.ndarr
     return y.astype(np.float32)
 
 
-def gr00t_n17_normalize(x: np.ndarray, mn: np.ndarray, mx: np.ndarray, clip: bool) -> np.ndarray:
-    """Upstream GR00T N1.7's min-max (processor "gr00t_n17", section 3): every operand float32,
-    d = max - min; y = ((2 * (x - min)) / d) - 1, 0 where d == 0; clipped to [-1, 1] when clip."""
+def gr00t_n17_normalize(x: np.ndarray, mn: np.ndarray, mx: np.ndarray, clip: bool,
+                        range32: bool = True) -> np.ndarray:
+    """Upstream GR00T N1.7's min-max (processor "gr00t_n17", section 3): on float32 data every operand
+    float32, d = max - min; y = ((2 * (x - min)) / d) - 1, 0 where d == 0; clipped to [-1, 1] when clip.
+    On float64 data (a dataset converted with --keep-float64) the same steps in float64 with the float32
+    statistics, d rounded to float32 first when range32 (lerobot's flat _min_max_norm: the state, and
+    actions under the dataset's statistics) or exact (its grouped path: actions under the checkpoint's)."""
+    if x.dtype == np.float64:
+        mn, mx = mn.astype(np.float32), mx.astype(np.float32)
+        d = (mx - mn) if range32 else (mx.astype(np.float64) - mn.astype(np.float64))
+        d = d.astype(np.float64)
+        y = (2.0 * (x - mn.astype(np.float64))) / np.where(d != 0, d, 1.0) - 1.0
+        y = np.where(d != 0, y, 0.0)
+        return (np.clip(y, -1.0, 1.0) if clip else y).astype(np.float32)
     x, mn, mx = x.astype(np.float32), mn.astype(np.float32), mx.astype(np.float32)
     d = mx - mn
     y = (np.float32(2.0) * (x - mn)) / np.where(d != 0, d, np.float32(1.0)) - np.float32(1.0)
@@ -1020,7 +1031,8 @@ class SampleBuilder:
         # N1.7 rounds its statistics to float32; N1.6 keeps them float64
         f32 = (lambda v: np.asarray(v, dtype=np.float64)) if self.form == "gr00t_n16" else \
             (lambda v: np.asarray(v, dtype=np.float64).astype(np.float32))  # noqa: E731
-        if rec.get("stats") != "checkpoint":      # the dataset's min / max (N1.7: rounded to float32)
+        self.checkpoint_stats = rec.get("stats") == "checkpoint"
+        if not self.checkpoint_stats:      # the dataset's min / max (N1.7: rounded to float32)
             self.state_min, self.state_max = f32(self.state_min), f32(self.state_max)
             self.action_min, self.action_max = f32(self.action_min)[None], f32(self.action_max)[None]   # (1, A)
             return
@@ -1097,29 +1109,31 @@ class SampleBuilder:
         raw_actions = self.ds.array(e, self.action_col)[t:t + n]                          # (n, w_a)
         if self.form == "gr00t_n16":   # Isaac-GR00T N1.6's processor (section 3)
             n = min(n, self.valid_horizon) if self.valid_horizon > 0 else n
-            raw_actions = np.array(raw_actions[:n], dtype=np.float32)
+            raw_actions = np.array(raw_actions[:n])   # float32, or float64 data's float64
             rows = min(n, self.action_min.shape[0])
             a_min = np.broadcast_to(self.action_min[:rows], (n, self.action_w))
             a_max = np.broadcast_to(self.action_max[:rows], (n, self.action_w))
-            wide = np.zeros(self.action_w, bool)
+            f64 = raw_state.dtype == np.float64   # --keep-float64 data: upstream's arrays are float64 throughout
+            wide = np.full(self.action_w, f64)
             values = raw_actions.astype(np.float64)
             if self.state_index is not None:   # relative groups: the action minus the raw state value, float64
-                wide = self.state_index >= 0
-                values[:, wide] -= raw_state.astype(np.float64)[self.state_index[wide]]
-            state[:self.state_w] = gr00t_n16_normalize(raw_state.astype(np.float32), self.state_min, self.state_max,
-                                                       self.clip, False)
+                rel = self.state_index >= 0
+                wide |= rel
+                values[:, rel] -= raw_state.astype(np.float64)[self.state_index[rel]]
+            state[:self.state_w] = gr00t_n16_normalize(raw_state, self.state_min, self.state_max, self.clip, f64)
             actions[:n, :self.action_w] = gr00t_n16_normalize(values, a_min, a_max, self.clip, wide)
         elif self.n17:   # upstream N1.7's processor (section 3)
             n = min(n, self.valid_horizon) if self.valid_horizon > 0 else n
-            raw_actions = np.array(raw_actions[:n], dtype=np.float32)
+            raw_actions = np.array(raw_actions[:n], dtype=raw_state.dtype)   # float32, or float64 data's float64
             if self.state_index is not None:   # relative groups: the action minus the raw state value
                 rel = self.state_index >= 0
-                raw_actions[:, rel] -= raw_state.astype(np.float32)[self.state_index[rel]]
+                raw_actions[:, rel] -= raw_state[self.state_index[rel]]
             rows = min(n, self.action_min.shape[0])   # 1 (every step's bounds) or n (step k's: row k)
             a_min = np.broadcast_to(self.action_min[:rows], (n, self.action_w))
             a_max = np.broadcast_to(self.action_max[:rows], (n, self.action_w))
             state[:self.state_w] = gr00t_n17_normalize(raw_state, self.state_min, self.state_max, self.clip)
-            actions[:n, :self.action_w] = gr00t_n17_normalize(raw_actions, a_min, a_max, self.clip)
+            actions[:n, :self.action_w] = gr00t_n17_normalize(raw_actions, a_min, a_max, self.clip,
+                                                              range32=not self.checkpoint_stats)
         else:
             state[:self.state_w] = self.normalize(raw_state, self.state_min, self.state_max)
             actions[:n, :self.action_w] = self.normalize(raw_actions, self.action_min, self.action_max)

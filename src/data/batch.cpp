@@ -196,11 +196,21 @@ std::vector<double> require_stat(const std::vector<double>& v, int64_t width, co
 
 // min_max: ((2 * (x - min)) / d) - 1 with d = max - min; mean_std: (x - mean) / std;
 // in float64, 0 where d or std < 1e-8 (s3).
-inline float normalize(float x, double a, double b, bool mean_std) {
-  if (mean_std) return b < 1e-8 ? 0.0f : static_cast<float>((static_cast<double>(x) - a) / b);
+inline float normalize(double x, double a, double b, bool mean_std) {
+  if (mean_std) return b < 1e-8 ? 0.0f : static_cast<float>((x - a) / b);
   const double d = b - a;
   if (d < 1e-8) return 0.0f;
-  return static_cast<float>(((2.0 * (static_cast<double>(x) - a)) / d) - 1.0);
+  return static_cast<float>(((2.0 * (x - a)) / d) - 1.0);
+}
+
+// Row r of a float32 or float64 column as doubles (float32 widened exactly).
+void row_as_double(const ArrayView& a, int64_t r, double* out) {
+  if (a.dtype == DType::Float64) {
+    std::memcpy(out, a.as<double>() + r * a.width, static_cast<size_t>(a.width) * sizeof(double));
+    return;
+  }
+  const float* p = a.as<float>() + r * a.width;
+  for (int64_t j = 0; j < a.width; ++j) out[j] = p[j];
 }
 // Note [Tokenizer match]
 // The token ids in the dataset index rows of the model's text embedding, so they
@@ -262,6 +272,16 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
   action_col_ = ds_.column_by_role("action");
   if (state_col_ < 0 || action_col_ < 0)
     throw DataError(ds_.dir() + ": the dataset has no state or action column (modality.json groups)");
+  for (const int col : {state_col_, action_col_}) {
+    const ColumnInfo& c = ds_.columns()[col];
+    if (c.dtype != DType::Float32 && c.dtype != DType::Float64)
+      throw DataError(ds_.dir() + ": the " + c.role + " column '" + c.name +
+                      "' is stored as neither float32 nor float64; re-convert the dataset with scripts/convert_lerobot.py");
+  }
+  if (ds_.columns()[state_col_].dtype != ds_.columns()[action_col_].dtype)
+    throw DataError(ds_.dir() + ": the state column '" + ds_.columns()[state_col_].name + "' and the action column '" +
+                    ds_.columns()[action_col_].name + "' are stored with different float types; re-convert the "
+                    "dataset (with or without --keep-float64 for both)");
   for (const auto& c : ds_.columns())
     if (c.role == "annotation" && c.name.size() >= 16 &&
         c.name.compare(c.name.size() - 16, 16, "task_description") == 0)
@@ -795,7 +815,9 @@ void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb,
   }
 
   const ArrayView state = ds_.array(loc.episode, state_col_);
-  const float* raw_state = state.as<float>() + t * state.width;  // (w_s)
+  std::vector<double> raw_state_row(static_cast<size_t>(state.width));
+  row_as_double(state, t, raw_state_row.data());
+  const double* raw_state = raw_state_row.data();  // (w_s)
   float* s_out = b["state"][slot].data_ptr<float>();
   if (upstream_)
     upstream_->state(raw_state, s_out);
@@ -808,8 +830,10 @@ void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb,
   const int64_t A = opt_.max_action_dim;
   // Upstream N1.7 counts only the first valid_horizon rows of a chunk (processor.hpp).
   const int64_t rows = upstream_ && opt_.processor.valid_horizon > 0 ? std::min(H, opt_.processor.valid_horizon) : H;
+  std::vector<double> raw_action_row(static_cast<size_t>(action.width));
   for (int64_t k = 0; k < rows && t + k < L && !skipped; ++k) {
-    const float* raw_action = action.as<float>() + (t + k) * action.width;  // (w_a)
+    row_as_double(action, t + k, raw_action_row.data());
+    const double* raw_action = raw_action_row.data();  // (w_a)
     if (upstream_) upstream_->action_row(k, raw_action, raw_state, a_out + k * A);
     for (int64_t j = 0; j < action.width; ++j) {
       if (!upstream_) a_out[k * A + j] = normalize(raw_action[j], action_a_[j], action_b_[j], mean_std_);

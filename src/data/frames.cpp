@@ -85,7 +85,7 @@ at::Tensor resize_frames_bicubic_aa(const at::Tensor& u8, int64_t E, double f, i
 
 namespace {
 at::Tensor bilinear_aa_chw_rest(at::Tensor x, double f, int64_t S, double pos_y, double pos_x) {  // (n, 3, T, T)
-  const auto resize = [](const at::Tensor& x, int64_t side) { return resize_aa(x, side, /*bicubic=*/false); };
+  const auto resize = [](const at::Tensor& y, int64_t side) { return resize_aa(y, side, /*bicubic=*/false); };
   const int64_t T = x.size(2);
   if (f > 0.0 && f < 1.0) {
     const int64_t c = std::max<int64_t>(1, static_cast<int64_t>(std::nearbyint(static_cast<double>(T) * f)));

@@ -91,6 +91,14 @@ float n17_normalize(float x, float min, float max, bool clip) {
   return y;
 }
 
+float n17_normalize_wide(double x, float min, float max, bool clip, bool range32) {
+  const double d = range32 ? static_cast<double>(max - min) : static_cast<double>(max) - static_cast<double>(min);
+  if (d == 0.0) return 0.0f;
+  double y = (2.0 * (x - static_cast<double>(min))) / d - 1.0;
+  if (clip) y = y < -1.0 ? -1.0 : (y > 1.0 ? 1.0 : y);
+  return static_cast<float>(y);
+}
+
 float n16_normalize(double x, double min, double max, bool clip, bool relative) {
   if (std::fabs(max - min) <= 1e-8 + 1e-5 * std::fabs(min)) return 0.0f;  // numpy's isclose(max, min)
   const double q = (x - min) / (max - min);
@@ -111,6 +119,7 @@ UpstreamNormalizer::UpstreamNormalizer(ProcessorRecord record, const Dataset& da
   const ColumnInfo& sc = dataset.columns()[state_col];
   const ColumnInfo& ac = dataset.columns()[action_col];
   state_width_ = sc.width, action_width_ = ac.width;
+  wide_ = sc.dtype == DType::Float64 && ac.dtype == DType::Float64;
   const std::string model = "model.path " + model_path + " (imported for embodiment '" + r_.embodiment_tag + "')";
   if (!r_.checkpoint_stats) {
     // The dataset's min / max (N1.7 rounds them to float32 where it uses them).
@@ -145,16 +154,18 @@ UpstreamNormalizer::UpstreamNormalizer(ProcessorRecord record, const Dataset& da
                     " (upstream refuses it too); lower data.action_horizon");
 }
 
-void UpstreamNormalizer::state(const float* raw, float* out) const {
+void UpstreamNormalizer::state(const double* raw, float* out) const {
   const bool n16 = r_.form == ProcessorForm::gr00t_n16;
   for (int64_t j = 0; j < state_width_; ++j) {
     const double mn = r_.state_min[static_cast<size_t>(j)], mx = r_.state_max[static_cast<size_t>(j)];
-    out[j] = n16 ? n16_normalize(raw[j], mn, mx, r_.clip, false)
-                 : n17_normalize(raw[j], static_cast<float>(mn), static_cast<float>(mx), r_.clip);
+    const auto mn32 = static_cast<float>(mn), mx32 = static_cast<float>(mx);
+    out[j] = n16     ? n16_normalize(raw[j], mn, mx, r_.clip, wide_)
+             : wide_ ? n17_normalize_wide(raw[j], mn32, mx32, r_.clip, /*range32=*/true)
+                     : n17_normalize(static_cast<float>(raw[j]), mn32, mx32, r_.clip);
   }
 }
 
-void UpstreamNormalizer::action_row(int64_t k, const float* raw_action, const float* raw_state, float* out) const {
+void UpstreamNormalizer::action_row(int64_t k, const double* raw_action, const double* raw_state, float* out) const {
   const bool n16 = r_.form == ProcessorForm::gr00t_n16;
   const int64_t row = r_.action_rows > 1 ? k : 0;
   const double* mn = r_.action_min.data() + row * action_width_;
@@ -162,10 +173,15 @@ void UpstreamNormalizer::action_row(int64_t k, const float* raw_action, const fl
   for (int64_t j = 0; j < action_width_; ++j) {
     const int64_t s = r_.state_index[static_cast<size_t>(j)];
     if (n16) {  // a relative value: the difference in float64 (Note [N1.6 processor])
-      const double x = s >= 0 ? static_cast<double>(raw_action[j]) - static_cast<double>(raw_state[s]) : raw_action[j];
-      out[j] = n16_normalize(x, mn[j], mx[j], r_.clip, s >= 0);
+      const double x = s >= 0 ? raw_action[j] - raw_state[s] : raw_action[j];
+      out[j] = n16_normalize(x, mn[j], mx[j], r_.clip, wide_ || s >= 0);
+    } else if (wide_) {  // float64 data: the difference in float64; lerobot's grouped path with checkpoint stats
+      const double x = s >= 0 ? raw_action[j] - raw_state[s] : raw_action[j];
+      out[j] = n17_normalize_wide(x, static_cast<float>(mn[j]), static_cast<float>(mx[j]), r_.clip,
+                                  /*range32=*/!r_.checkpoint_stats);
     } else {  // a relative value: float32
-      const float x = s >= 0 ? raw_action[j] - raw_state[s] : raw_action[j];
+      const float x = s >= 0 ? static_cast<float>(raw_action[j]) - static_cast<float>(raw_state[s])
+                             : static_cast<float>(raw_action[j]);
       out[j] = n17_normalize(x, static_cast<float>(mn[j]), static_cast<float>(mx[j]), r_.clip);
     }
   }

@@ -1,6 +1,7 @@
 """Shared by the tests of test/reference/: the import paths of the reference trainer's
-modules (scripts/, scripts/reference/) and of test/lerobot_oracle.py, and upstream's N1.7
-image transform compiled from the lerobot wheel."""
+modules (scripts/, scripts/reference/) and of test/lerobot_oracle.py, upstream's N1.7
+image transform compiled from the lerobot wheel, and the bundled dataset converted with
+--keep-float64 (ds64)."""
 import ast
 import sys
 from pathlib import Path
@@ -47,3 +48,22 @@ def upstream_albumentations_transform():
     import cv2
     import numpy as np
     return _upstream_function(ALBUMENTATIONS, {"np": np, "cv2": cv2})
+
+
+@pytest.fixture(scope="module")
+def ds64(tmp_path_factory):
+    """The bundled dataset converted with --keep-float64: its float64 state and action kept."""
+    import os
+    import subprocess
+
+    import numpy as np
+
+    import lf_dataset
+    from test_reference import SOURCE
+    out = tmp_path_factory.mktemp("ds64") / "picknplace64.lf"
+    subprocess.run([sys.executable, str(REPO / "scripts" / "convert_lerobot.py"), str(SOURCE), str(out),
+                    "--keep-float64", "--quiet"], check=True, capture_output=True,
+                   env={**os.environ, "PYTHONPATH": str(REPO / "scripts")})
+    data = lf_dataset.LFDataset(out)
+    assert data.array(0, "observation.state").dtype == np.float64
+    return data

@@ -20,8 +20,9 @@
 # fails on, and what we do not reproduce, is refused by name. The N1.6 text
 # form equals `re.sub(r"[^\w\s]", "", text.lower())` on every code point.
 #
-# Not covered: rows past an episode's end (Isaac-GR00T's loader was not read
-# for them; these samples avoid them) and datasets stored in float64.
+# Float64 data (a dataset converted with --keep-float64) stays float64 in
+# upstream's arrays, and in ours. Not covered: rows past an episode's end
+# (Isaac-GR00T's loader was not read for them; these samples avoid them).
 #
 # Run: ctest --test-dir build -R python_n16_processor
 import json
@@ -62,7 +63,7 @@ def isaac_minmax(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarr
 
 def isaac_prepare(kw, stats, tag, state_rows, action_rows, max_dim=64):
     """Gr00tN1d6Processor.__call__'s state and action for one sample: state_rows (1, D) and action_rows
-    (T, A) float32 as the dataset holds them; -> (state (max_dim,), action (T, max_dim)) float32."""
+    (T, A) as the dataset holds them (float32, or float64); -> (state (max_dim,), action (T, max_dim)) float32."""
     mod = kw["modality_configs"][tag]
     st, ac = stats[tag], mod["action"]
     lo, hi = ("q01", "q99") if kw.get("use_percentiles") else ("min", "max")
@@ -122,8 +123,7 @@ def upstream(ds, folder, tag, ids, max_dim):
         e, t = ds.locate(i)
         s, a = ds.array(e, "observation.state"), ds.array(e, "action")
         assert t + T <= len(a), f"sample {i} reaches past its episode's end"
-        out.append(isaac_prepare(kw, stats, tag, np.array(s[t:t + 1], np.float32), np.array(a[t:t + T], np.float32),
-                                 max_dim))
+        out.append(isaac_prepare(kw, stats, tag, np.array(s[t:t + 1]), np.array(a[t:t + T]), max_dim))
     return torch.stack([o[0] for o in out]), torch.stack([o[1] for o in out]), T
 
 
@@ -196,6 +196,19 @@ def test_the_dataset_statistics_when_the_checkpoint_has_none_for_the_tag(ds, tmp
     up_s, up_a, T = upstream(ds, folder, "new_embodiment", full_chunks(ds), 64)
     assert torch.equal(up_s[:, :mine[0].shape[1]], mine[0])
     assert torch.equal(up_a[..., :mine[1].shape[2]], mine[1][:, :T])
+
+
+def test_float64_data_stays_float64_as_in_upstreams_numpy(ds, ds64, tmp_path):
+    """A dataset converted with --keep-float64: upstream's arrays are float64 throughout (no float32
+    quotient), and ours equal them bit for bit; the float32 shards' values differ."""
+    folder = write_checkpoint(tmp_path / "ck", ds64, "robot", relative=("left_arm",), rows=12, delta=12,
+                              use_relative_action=True)
+    (folder / "embodiment_id.json").write_text(json.dumps({"robot": 2}))
+    record, mine = assert_same_as_upstream(ds64, folder, "robot")
+    rounded = ours(ds, record, full_chunks(ds))
+    differ = sum(int((r != m).sum()) for r, m in zip(rounded[:2], mine[:2]))
+    print(f"float64 data: {differ} state/action values differ from the float32 shards'")
+    assert differ > 0
 
 
 def test_n17s_float32_form_is_not_n16s(ds, tmp_path):

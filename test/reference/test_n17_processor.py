@@ -32,7 +32,7 @@ import lf_dataset as lfd
 from gr00t_processor import ProcessorError, n17_processor_record
 from gr00t_sidecars import upstream_batch, upstream_pack, upstream_processor_modules, write_checkpoint
 from model.config import get_config
-from test_reference import data_cfg, dataset_path, ds  # noqa: F401  (fixtures)
+from test_reference import data_cfg, dataset_path, ds  # noqa: F401  (fixtures; ds64: conftest.py)
 
 SAMPLES = [0, 1, 100, 407, 410, 415, 416, 417, 900, 1200, 1675, 2090, 2095] + list(range(3, 2096, 60))
 
@@ -152,3 +152,22 @@ def test_what_upstream_would_refuse_or_silently_pad_is_refused_by_name(ds, tmp_p
     with pytest.raises(ValueError, match="data.normalization=mean_std"):
         lfd.SampleBuilder(ds, get_config("n16-tiny"), data_cfg(normalization="mean_std"),
                           processor=n17_processor_record(folder, None, "robot"))
+
+
+@pytest.mark.parametrize("case", ["dataset statistics", "checkpoint q01/q99 with relative groups"])
+def test_float64_data_is_prepared_as_upstream_prepares_it_in_float64(upstream, ds, ds64, tmp_path, case):
+    """A dataset converted with --keep-float64 holds the source's float64 values; upstream's pipeline
+    then computes in float64 (its float32 statistics promoted; the flat path's range rounded to float32,
+    the grouped path's not), and so does ours, bit for bit; the float32 shards' values differ."""
+    if case == "dataset statistics":
+        folder = write_checkpoint(tmp_path / "ck", ds64, "some_other_robot")
+        tag = "new_embodiment"
+    else:
+        folder = write_checkpoint(tmp_path / "ck", ds64, "robot", relative=("left_arm", "right_arm"), rows=20,
+                                  delta=12, use_percentiles=True, use_relative_action=True)
+        tag = "robot"
+    record, mine = assert_same_as_upstream(upstream, ds64, folder, tag)
+    rounded = ours(ds, record, SAMPLES)   # the same record on the float32 shards
+    differ = sum(int((r != m).sum()) for r, m in zip(rounded[:2], mine[:2]))
+    print(f"float64 data, {case}: {differ} state/action values differ from the float32 shards'")
+    assert differ > 0

@@ -63,6 +63,12 @@ ProcessorRecord parse_processor(const nlohmann::json& spec, const std::string& m
 // state_index names (float32), and chunk step k uses statistics row k. Our dataset
 // form differs: float64 arithmetic, 0 where d < 1e-8, no clamp (s3).
 float n17_normalize(float x, float min, float max, bool clip);
+// On float64 data (a dataset converted with --keep-float64) upstream's tensors are float64: the
+// same steps in float64 with the float32 statistics promoted, d = max - min rounded to float32
+// first when range32 (lerobot's flat _min_max_norm: the state, and actions under the dataset's
+// statistics) or exact in float64 (its grouped path: actions under the checkpoint's), the result
+// rounded to float32 last; a relative value is the float64 difference.
+float n17_normalize_wide(double x, float min, float max, bool clip, bool range32);
 
 // Note [N1.6 processor]
 // Isaac-GR00T's N1.6 StateActionProcessor normalizes with numpy: the statistics are
@@ -72,7 +78,7 @@ float n17_normalize(float x, float min, float max, bool clip);
 // then y = 2 q - 1 in float32. A relative action value is the action minus the state in
 // float64 (its JointPose), so y = 2 q - 1 stays float64 until the batch is cast to
 // float32. Clipped to [-1, 1] when clip_outliers. `relative` picks the float64 path for
-// x = action - state (computed by the caller in double).
+// x = action - state (computed by the caller in double), and for every value of float64 data.
 float n16_normalize(double x, double min, double max, bool clip, bool relative);
 
 class UpstreamNormalizer {
@@ -83,14 +89,17 @@ class UpstreamNormalizer {
   // and dataset.
   UpstreamNormalizer(ProcessorRecord record, const Dataset& dataset, int state_col, int action_col,
                      int64_t action_horizon, const std::string& model_path);
-  void state(const float* raw, float* out) const;  // (D) -> (D)
+  // The raw values as doubles (float32 data widened exactly; the arithmetic follows the
+  // columns' stored type, float32 or float64).
+  void state(const double* raw, float* out) const;  // (D) -> (D)
   // Chunk step k: raw_action (A) and the sample's raw state (D) -> out (A).
-  void action_row(int64_t k, const float* raw_action, const float* raw_state, float* out) const;
+  void action_row(int64_t k, const double* raw_action, const double* raw_state, float* out) const;
   const ProcessorRecord& record() const { return r_; }
 
  private:
   ProcessorRecord r_;
   int64_t state_width_ = 0, action_width_ = 0;
+  bool wide_ = false;  // the state and action columns hold float64
 };
 
 // The processor's state dropout of the sample at stream position p (s4): its own
