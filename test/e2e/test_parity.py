@@ -178,7 +178,7 @@ def test_an_upstream_n17_processor_record_gives_the_same_losses_in_both_trainers
 def test_float64_data_gives_the_same_losses_in_both_trainers_with_and_without_a_processor_record(tmp_path):
     """A dataset converted with --keep-float64 (its float64 state and actions kept, as upstream reads
     them): the dataset form, an N1.7 record and an N1.6 record each give the same losses in both
-    trainers over 10 steps, and other losses than the float32 shards give."""
+    trainers over 10 steps, and other losses than the float32 shards give (at some of the 10 steps)."""
     source = Path(os.environ.get("LOONGFORGE_PICKNPLACE", REPO.parent / "shared/datasets/robot_sim.PickNPlace"))
     data64 = tmp_path / "picknplace64.lf"
     subprocess.run([sys.executable, str(REPO / "scripts/convert_lerobot.py"), str(source), str(data64),
@@ -188,8 +188,9 @@ def test_float64_data_gives_the_same_losses_in_both_trainers_with_and_without_a_
               "N1.6 record": processor_model(tmp_path / "n16", "n16")}
     for name, model in models.items():
         a, b = run_both(tmp_path / name.replace(" ", "-"), model, 10, [f"data.path={data64}"])
-        c, _ = run_cpp(tmp_path / (name.replace(" ", "-") + "-f32"), model, 1, [])
+        c, _ = run_cpp(tmp_path / (name.replace(" ", "-") + "-f32"), model, 10, [])
+        differ = sum(x != y for x, y in zip(a, c))
         print(f"float64 data, {name}: C++ {a[0]:.9f} -> {a[-1]:.9f}, reference {b[0]:.9f} -> {b[-1]:.9f}; "
-              f"float32 shards' step 1 {c[0]:.9f}")
+              f"the float32 shards' losses differ at {differ} of 10 steps")
         assert len(a) == len(b) == 10 and a == b, name
-        assert c[0] != a[0], name
+        assert differ > 0, name
