@@ -20,8 +20,9 @@
 # reduction after the graph, to measure which is faster.
 # Builds build-gpu/ first; TESTS=1 also runs the GPU tests (LONG=0 form);
 # PROFILE=1 takes a 2-second `profile-step --kernels` at step 60 of each
-# one-GPU loongforge run ($OUT/<run>-w1-profile.json; steps 55-100 are then
-# left out of the table). Checkpoints go to /dev/shm (the final one of n16-1b is 7.9 GB)
+# one-GPU loongforge run ($OUT/<run>-w1-profile.json) and tallies the kernels of
+# steps 60-75 of each one-GPU reference run the same way (train_torch.py
+# --profile-steps, printed from its log); steps 55-100 are then left out of the table. Checkpoints go to /dev/shm (the final one of n16-1b is 7.9 GB)
 # and are removed after each run.
 # Carry: .gpu-carry (scripts/gpu/prepare_carry.sh).
 # ONE_RANK_WORLD=1: the one-GPU lf runs communicate through a one-rank NCCL World (the trainer's
@@ -82,11 +83,13 @@ for w in $worlds; do
       ref-ddp|ref-opt)
         mode=baseline; [ $run = ref-opt ] && mode=optimized
         launcher=(python3); [ "$w" -gt 1 ] && launcher=(torchrun --standalone --nproc_per_node $w)
+        rprof=(); [ "${PROFILE:-0}" = 1 ] && [ "$w" = 1 ] && rprof=(--profile-steps 60:76)
         PYTHONPATH=scripts timeout 400 "${launcher[@]}" scripts/reference/train_torch.py "${common[@]}" \
-          --set control.enable=false \
+          --set control.enable=false "${rprof[@]}" \
           --set run.name=$name --mode $mode --loongforge-train build-gpu/src/daemon/loongforge-train \
           --out /tmp/runs/$name > "$OUT/$name.log" 2>&1
         echo "exit $?"
+        grep -A 24 "^kernels over" "$OUT/$name.log" | head -25
         cp /tmp/runs/$name/metrics.jsonl "$OUT/${name}_metrics.jsonl" 2>/dev/null ;;
     esac
     tail -2 "$OUT/$name.log" | cut -c1-300
@@ -106,7 +109,7 @@ for n in names:
         print(f"{n}: no metrics"); continue
     recs = [json.loads(l) for l in f.read_text().splitlines() if l.strip()]
     run, w = n.rsplit("-w", 1)
-    skip = profiled and run.startswith("lf") and w == "1"  # profile-step synchronises the steps it profiles
+    skip = profiled and w == "1"  # profile-step and --profile-steps slow the steps they profile
     tail = [r for r in recs if r["step"] > 50 and not (skip and 55 <= r["step"] <= 100)]
     if not tail:
         print(f"{n}: fewer than 51 steps"); continue

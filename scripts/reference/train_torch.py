@@ -2,7 +2,7 @@
 
 Usage
     PYTHONPATH=scripts python scripts/reference/train_torch.py --config configs/n16-tiny.yaml \
-        [--set trainer.max_steps=5 ...] [--mode parity|baseline|optimized] [--threads N] \
+        [--set trainer.max_steps=5 ...] [--mode parity|baseline|optimized] [--threads N] [--profile-steps A:B] \
         [--loongforge-train build/src/daemon/loongforge-train] [--out RUN_DIR]
     (or --effective-config FILE instead of --config/--set: a saved `--print-config` output,
      for machines without the loongforge-train binary)
@@ -563,7 +563,10 @@ class Baseline:
             self.dist.destroy_process_group()
 
 
-def run_baseline(cfg: Dict, cfg_text: str, run_dir: Path, optimized: bool = False) -> Dict:
+def run_baseline(cfg: Dict, cfg_text: str, run_dir: Path, optimized: bool = False,
+                 profile_steps: Optional[Tuple[int, int]] = None) -> Dict:
+    from kernel_profile import KernelProfile, describe
+    prof = KernelProfile(*profile_steps) if profile_steps else None
     bl = Baseline(cfg, optimized)
     try:
         log = RunLog(run_dir if bl.rank == 0 else None, bl.T, int(cfg_get(cfg, "logging.interval_steps")),
@@ -573,7 +576,16 @@ def run_baseline(cfg: Dict, cfg_text: str, run_dir: Path, optimized: bool = Fals
                  "threads": torch.get_num_threads(), "world_size": bl.world, "decode_workers": bl.workers}
         with log.stop_on_nonfinite(extra):
             for s in range(bl.T):
-                log.record(bl.step(s))
+                if prof:
+                    prof.before(s)
+                record = bl.step(s)
+                if prof:
+                    prof.after(s)
+                    if prof.summary() is not None and s == profile_steps[1] - 1 and bl.rank == 0:
+                        run_dir.mkdir(parents=True, exist_ok=True)
+                        (run_dir / "kernels.json").write_text(json.dumps(prof.summary(), indent=1))
+                        print(describe(prof.summary()), flush=True)
+                log.record(record)
         return log.finish(extra)
     finally:
         bl.close()
@@ -600,6 +612,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                          "bit; bit parity with loongforge-train then needs the same setting there")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (default: torch's default, "
                                                          "as loongforge-train)")
+    ap.add_argument("--profile-steps", default=None, metavar="A:B",
+                    help="baseline / optimized on CUDA: tally the device kernels of steps A..B-1 as `loongforge "
+                         "profile-step --kernels` does (scripts/reference/kernel_profile.py) into "
+                         "<run dir>/kernels.json and the log; those steps' times include the profiler")
     args = ap.parse_args(argv)
     try:
         if args.effective_config:
@@ -617,10 +633,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.deterministic or bool(cfg_get(cfg, "run.deterministic")):
             torch.use_deterministic_algorithms(True)
         run_dir = Path(args.out) if args.out else default_run_dir(cfg)
+        profile = None
+        if args.profile_steps:
+            if args.mode == "parity":
+                raise ValueError("--profile-steps is for --mode baseline or optimized")
+            try:
+                profile = tuple(int(v) for v in args.profile_steps.split(":"))
+                assert len(profile) == 2
+            except (ValueError, AssertionError):
+                raise ValueError(f"--profile-steps {args.profile_steps}: expected A:B, two step numbers") from None
         if args.mode == "parity":
             run_parity(cfg, text, run_dir)
         else:
-            run_baseline(cfg, text, run_dir, optimized=args.mode == "optimized")
+            run_baseline(cfg, text, run_dir, optimized=args.mode == "optimized", profile_steps=profile)
     except NonFiniteError as e:
         print(f"train_torch: error: {e}", file=sys.stderr)
         return 3

@@ -572,3 +572,31 @@ def bit_identical_runs(model, dataset_path, tmp_path, extra_sets):
     for key in ("step", "loss", "grad_norm", "lr", "num_valid"):
         assert [r[key] for r in cpp] == [r[key] for r in py], key
     return cpp
+
+
+@pytest.mark.usefixtures("built_trainer")
+def test_profile_steps_are_refused_where_they_cannot_count_kernels(tiny_model, dataset_path, tmp_path, capsys):
+    """--profile-steps tallies CUDA kernels: refused in parity mode, with a malformed range, and (this
+    machine has no GPU) without a CUDA device, each with a message and exit status 2."""
+    base = ["--config", str(REPO / "configs" / "n16-tiny.yaml"), "--set", "trainer.max_steps=2",
+            "--set", f"model.path={tiny_model}", "--set", f"data.path={dataset_path}", "--out", str(tmp_path)]
+    cases = [(["--profile-steps", "1:3"], "--profile-steps is for --mode baseline or optimized"),
+             (["--mode", "baseline", "--profile-steps", "3"], "--profile-steps 3: expected A:B"),
+             (["--mode", "baseline", "--profile-steps", "3:1"], "needs 0 <= A < B")]
+    if not torch.cuda.is_available():
+        cases.append((["--mode", "baseline", "--profile-steps", "0:2"], "counts CUDA kernels and needs a CUDA device"))
+    for extra, message in cases:
+        assert train_torch.main(base + extra) == 2
+        assert message in capsys.readouterr().err
+
+
+def test_the_reference_kernel_kinds_follow_loongforge_trains_rules():
+    """kernel_profile.kind_of applies src/trainer/cuda_activity.cpp's rules in its order."""
+    from kernel_profile import kind_of
+    assert kind_of("flash_fwd_kernel") == "attention" and kind_of("nvjet_tst_128x64") == "gemm"
+    assert kind_of("triton_poi_fused_add_mul_0") == "triton" and kind_of("triton_tem_fused_mm_1") == "triton"
+    assert kind_of("vectorized_layer_norm_kernel") == "norm" and kind_of("reduce_kernel<512>") == "reduction"
+    assert kind_of("direct_copy_kernel_cuda") == "copy" and kind_of("vectorized_elementwise_kernel<4>") == "elementwise"
+    assert kind_of("multi_tensor_apply_kernel") == "optimizer" and kind_of("fused_adamw_kernel") == "optimizer"
+    assert kind_of("cutlass_gemm_reduce") == "gemm" and kind_of("triton_gemm_like") == "gemm"   # first match wins
+    assert kind_of("cub::DeviceRadixSortOnesweepKernel") == "other"
