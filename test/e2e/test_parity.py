@@ -63,15 +63,19 @@ CASES = {
 
 
 def export(name, sets, config="n16-tiny", processor=None):
+    """The model file of a case, exported once into the scratch folder; written under a name of its own
+    and renamed, so that parity tests running side by side never read a half-written file."""
     out = SCRATCH / f"parity-{name}.pt"
     if not out.exists():
-        cmd = [sys.executable, str(REPO / "scripts/model/export.py"), "--config", config, "--out", str(out)]
+        part = out.with_name(f"{out.stem}.{os.getpid()}.part.pt")
+        cmd = [sys.executable, str(REPO / "scripts/model/export.py"), "--config", config, "--out", str(part)]
         for s in sets:
             cmd += ["--set", s]
         if processor:
             cmd += ["--processor", str(processor)]
         subprocess.run(cmd, check=True, env=dict(os.environ, PYTHONPATH=str(REPO / "scripts")),
                        stdout=subprocess.DEVNULL)
+        os.replace(part, out)
     return out
 
 
