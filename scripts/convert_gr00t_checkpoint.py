@@ -17,9 +17,11 @@ scripts/model/export.py writes exports, ready for `model.path`. The
 tokenizer the export records is SRC_DIR/tokenizer.json when the checkpoint has
 one (or --tokenizer): convert the dataset with the same file
 (scripts/convert_lerobot.py --tokenizer); without one, the word hash. An N1.7
-import also takes the tokenizer's chat template (chat_template.jinja,
-chat_template.json or tokenizer_config.json next to that tokenizer.json, or
---chat-template) as upstream's prompt (scripts/chat_template.py,
+import, and an N1.6 import with a tokenizer (N1.6's is Eagle-Block2A-2B-v2's, in
+Isaac-GR00T's gr00t/model/modules/nvidia/Eagle-Block2A-2B-v2/, not in the
+checkpoint: pass it with --tokenizer), also takes the tokenizer's chat template
+(chat_template.jinja, chat_template.json or tokenizer_config.json next to that
+tokenizer.json, or --chat-template) as upstream's prompt (scripts/chat_template.py,
 scripts/model/prompt.py) and refuses without one unless --no-chat-template,
 and reads processor_config.json's processor_kwargs as upstream's N1.7
 processor does: formalize_language (the text form the export records) and
@@ -505,18 +507,28 @@ def import_checkpoint(src: Path, out: Path, strict: bool = False, overrides=(), 
         elif processor is not None:
             text_form = tokenizers_.GR00T_N16_FORMALIZED
     template_source = None
-    if cfg.backbone == "qwen3vl" and not no_chat_template:
-        # upstream's N1.7 prompt: the tokenizer's chat template around the images and the text
-        image_token_id = int((backbone or {}).get("image_token_id", chat.QWEN3VL_IMAGE_TOKEN_ID))
+    n16_prompt = cfg.backbone == "eagle" and tok is not None
+    if (cfg.backbone == "qwen3vl" or n16_prompt) and not no_chat_template:
+        # upstream's prompt: the tokenizer's chat template around the images and the text (N1.7: images
+        # first; N1.6: the text first, each image in Eagle's markers)
+        n16 = None
+        if n16_prompt:
+            image_token_id = (backbone or {}).get("image_token_index")
+            n16 = {"tokens_per_view": cfg.tokens_per_view, "image_size": cfg.image_size,
+                   "probe_text": tokenizers_.formalize(chat.PROBE_TEXT, text_form)
+                   if text_form == tokenizers_.GR00T_N16_FORMALIZED else chat.PROBE_TEXT}
+        else:
+            image_token_id = int((backbone or {}).get("image_token_id", chat.QWEN3VL_IMAGE_TOKEN_ID))
         try:
             fields, template_source = chat.import_fields(tok, Path(chat_template) if chat_template else None,
-                                                         image_token_id, cfg.num_views, cfg.vocab_size)
+                                                         None if image_token_id is None else int(image_token_id),
+                                                         cfg.num_views, cfg.vocab_size, n16)
             cfg = dataclasses.replace(cfg, **fields).validate()
         except (chat.TemplateError, ValueError) as e:
             raise SystemExit(f"convert_gr00t_checkpoint: {src}: {e}") from None
     elif chat_template:
-        raise SystemExit("convert_gr00t_checkpoint: --chat-template is for N1.7 imports (the qwen3vl backbone) "
-                         "and cannot be combined with --no-chat-template")
+        raise SystemExit("convert_gr00t_checkpoint: --chat-template is for N1.7 imports and N1.6 imports with a "
+                         "tokenizer, and cannot be combined with --no-chat-template")
     torch.manual_seed(seed)
     model = build_model(cfg)
     ours = {n: p.detach() for n, p in model.named_parameters()}
@@ -551,10 +563,11 @@ def main(argv=None) -> int:
                     help="import: the tokenizer.json to record (default: SRC_DIR/tokenizer.json when present)")
     ap.add_argument("--seed", type=int, default=0, help="import: seed for parameters the checkpoint lacks")
     ap.add_argument("--chat-template", type=Path, default=None,
-                    help="import (N1.7): the chat template (.jinja, or a .json with chat_template) instead of the "
-                         "one next to the tokenizer")
+                    help="import (N1.7, N1.6 with a tokenizer): the chat template (.jinja, or a .json with "
+                         "chat_template) instead of the one next to the tokenizer")
     ap.add_argument("--no-chat-template", action="store_true",
-                    help="import (N1.7): no chat template: the LM sees [images ; text] (not upstream's prompt)")
+                    help="import (N1.7, N1.6 with a tokenizer): no chat template: the LM sees [images ; text] "
+                         "(not upstream's prompt)")
     ap.add_argument("--embodiment-tag", default=None,
                     help="import: the embodiment whose statistics, slot and settings the data pipeline uses, "
                          "as lerobot's GrootConfig.embodiment_tag / Isaac-GR00T's embodiment tag (default "

@@ -1,10 +1,12 @@
 """Test fixtures for chat-templated N1.7 prompts (scripts/chat_template.py, scripts/model/prompt.py).
 
-- `write_chat_tokenizer(folder, template)`: a small byte-level BPE tokenizer.json trained here,
-  with Qwen-style special tokens (<|endoftext|> as the pad, <|im_start|>, <|im_end|>,
-  <|vision_start|>, <|vision_end|>, <|image_pad|>, <|video_pad|>) and no post-processor, and a
-  tokenizer_config.json carrying `template` as its chat_template, as a Hugging Face tokenizer
-  folder has them. Returns the tokenizers.Tokenizer.
+- `write_chat_tokenizer(folder, template, specials=SPECIALS, corpus=CORPUS)`: a small byte-level
+  BPE tokenizer.json trained here, with Qwen-style special tokens (<|endoftext|> as the pad,
+  <|im_start|>, <|im_end|>, <|vision_start|>, <|vision_end|>, <|image_pad|>, <|video_pad|>) and
+  no post-processor, and a tokenizer_config.json carrying `template` as its chat_template, as a
+  Hugging Face tokenizer folder has them. Returns the tokenizers.Tokenizer.
+- `dataset_text(tokenizer_json, texts, max_len)` -> (ids, mask): the text tokens the dataset
+  converter stores (scripts/convert_lerobot.py --tokenizer).
 - CHATML / CHATML_SYSTEM: two chat templates written for these tests (not a model's own):
   one user message in ChatML with each image wrapped in <|vision_start|> ... <|vision_end|>;
   the second adds a system message, the bos_token variable and a "Picture N: " label per image.
@@ -41,19 +43,30 @@ CHATML_SYSTEM = (
     "{% else %}{{ item.text }}{% endif %}{% endfor %}<|im_end|>\n{% endfor %}")
 
 
-def write_chat_tokenizer(folder: Path, template: str, vocab_size: int = 320):
+def write_chat_tokenizer(folder: Path, template: str, vocab_size: int = 320, specials=SPECIALS, corpus=CORPUS):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     folder.mkdir(parents=True, exist_ok=True)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(CORPUS * 4, trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(corpus * 4, trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     tok.save(str(folder / "tokenizer.json"))
     (folder / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "<|endoftext|>", "eos_token": "<|im_end|>",
         "bos_token": "<|im_start|>", "chat_template": template, "model_max_length": 4096}))
     return Tokenizer.from_file(str(folder / "tokenizer.json"))
+
+
+def dataset_text(tok_json: Path, texts, max_len: int):
+    """The text tokens and mask the dataset converter stores (scripts/convert_lerobot.py --tokenizer)."""
+    import torch
+    from model.tokenizer import HFTokenizer
+    h = HFTokenizer(str(tok_json))
+    rows = [h.encode(t, max_len) for t in texts]
+    ids = torch.tensor([r[0] for r in rows])
+    mask = torch.arange(max_len)[None] < torch.tensor([r[1] for r in rows])[:, None]
+    return ids, mask
 
 
 def upstream_processor(folder: Path, cfg):

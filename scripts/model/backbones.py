@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import ModelConfig
-from .n16 import LLMBlock, VisionBlock
+from .n16 import LLMBlock, VisionBlock, prompt_attention_mask
 
 
 def int_list(text: str) -> List[int]:
@@ -292,17 +292,8 @@ class Qwen3VLText(nn.Module):
 
     def forward(self, x: Tensor, image_index: Tensor, key_mask: Tensor, pos: Tensor, deepstack: List[Tensor],
                 pad_rows: bool) -> Tensor:
-        S = x.shape[1]
         cos, sin = self.rope(pos)
-        causal = torch.ones(S, S, dtype=torch.bool, device=x.device).tril()
-        mask = causal[None, None] & key_mask[:, None, None, :]                    # (B, 1, S, S)
-        row_valid = torch.ones(1, dtype=x.dtype, device=x.device)
-        if pad_rows:
-            # a pad query keeps its own key, so that no attention row is empty on any kernel, and its
-            # output is zeroed below
-            eye = torch.eye(S, dtype=torch.bool, device=x.device)
-            mask = mask | (eye[None, None] & ~key_mask[:, None, :, None])
-            row_valid = key_mask.to(x.dtype)[:, :, None]                         # (B, S, 1)
+        mask, row_valid = prompt_attention_mask(key_mask, pad_rows, x.dtype)
         i = 0
         n = len(self.layers)
         for layer in self.layers:

@@ -119,9 +119,9 @@ class ModelConfig:
     rope_theta: float = 1000000.0
     rms_eps: float = 1e-6
     mrope_section: str = ""       # qwen3vl: rotary frequencies per (t, h, w), interleaved, "24,20,20"
-    # qwen3vl: the checkpoint's chat template as token ids with slots (model/prompt.py: -1 = one
-    # view's image tokens, -2 = the task text), "" = none ([images ; text] as the dataset stores
-    # it). Set by an N1.7 import from the checkpoint's chat template (scripts/chat_template.py).
+    # qwen3vl / eagle: the checkpoint's chat template as token ids with slots (model/prompt.py: -1 =
+    # one view's image tokens, -2 = the task text), "" = none ([images ; text] as the dataset stores
+    # it). Set by an N1.7 or N1.6 import from the tokenizer's chat template (scripts/chat_template.py).
     chat_template_ids: str = ""
     pad_token_id: int = 0         # with chat_template_ids: the tokenizer's pad id (upstream's padding)
 
@@ -272,15 +272,17 @@ class ModelConfig:
                  "mrope_section", f"must be three comma-separated counts (t, h, w) summing to llm_head_dim/2 "
                  f"({self.llm_head_dim // 2})")
         if self.chat_template_ids:
-            need(self.backbone == "qwen3vl", "chat_template_ids", "only the qwen3vl backbone takes a chat template")
+            need(self.backbone in ("qwen3vl", "eagle"), "chat_template_ids",
+                 "only the exact backbones (qwen3vl, eagle) take a chat template")
             need(not self.use_imu and not self.use_audio, "chat_template_ids",
                  "a chat template leaves no place for imu/audio tokens; set use_imu/use_audio false")
             try:
                 ids, why = prompt.parse_ids(self.chat_template_ids), ""
             except ValueError:
                 ids, why = [], "must be comma-separated integers"
-            need(not why and not prompt.check(ids, self.num_views, self.vocab_size), "chat_template_ids",
-                 why or prompt.check(ids, self.num_views, self.vocab_size))
+            first = self.backbone == "qwen3vl"
+            need(not why and not prompt.check(ids, self.num_views, self.vocab_size, first), "chat_template_ids",
+                 why or prompt.check(ids, self.num_views, self.vocab_size, first))
             need(0 <= self.pad_token_id < self.vocab_size, "pad_token_id", f"must be in [0, {self.vocab_size})")
         if self.gr00t_head:
             need(self.gr00t_head in HEAD_CONFIGS, "gr00t_head", f"must be '' or one of {sorted(HEAD_CONFIGS)}")

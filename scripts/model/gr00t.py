@@ -16,12 +16,15 @@ Contract
   `vision.merger` and `vision.deepstack_mergers`), so tune_visual freezes it
   as upstream's tune_visual does.
 - Sequence: [the image tokens of every view ; imu ; audio ; text], or for
-  "qwen3vl" with cfg.chat_template_ids upstream's chat-templated prompt
-  (model/prompt.py: the template's tokens, each view's image tokens in its
-  slot, the text, in the order upstream's processor builds it; its pads are
-  upstream's left pads, and the head's vl_self_attention sees as many of them
-  as upstream's batch has: gr00t_head.py hide_common_pads). N1.6 ("eagle")
-  has no template here (docs/models.md s5).
+  "qwen3vl" and "eagle" with cfg.chat_template_ids upstream's chat-templated
+  prompt (model/prompt.py: the template's tokens, each view's image tokens in
+  its slot, the text, in the order upstream's processor builds it - N1.7 the
+  images first, N1.6 the text first; its pads are upstream's left pads, and
+  the head's vl_self_attention sees as many of them as upstream's batch has:
+  gr00t_head.py hide_common_pads). Positions: N1.7's multimodal RoPE
+  (get_rope_index); N1.6's Qwen3 counts its tokens one by one from its first
+  real token (upstream counts from its first left pad, a shift per sample that
+  rotary attention does not see).
 - image_mask: the vision tokens of every view; the imu/audio tokens and the
   text count as non-image tokens (upstream has none of the former).
 - What is exact to upstream: everything after the backbone features (see
@@ -37,6 +40,7 @@ Contract
 from typing import Dict, List, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from .backbones import EagleVision, Qwen3VLText, Qwen3VLVision, init_backbone, mrope_positions
@@ -108,6 +112,47 @@ class Gr00tModel(Gr00tHead):
         vl = self.llm(prefix, batch["text_tokens"], key_mask)          # (B, S, C)
         return vl, key_mask, image_mask
 
+    def register_prompt(self, cfg: ModelConfig, merged_grid: int) -> PromptLayout:
+        """The chat-templated prompt's buffers (model/prompt.py; not saved: derived from the config):
+        the template's ids before and after the text slot (the pad id where an image goes) and the
+        image tokens' positions."""
+        lay = PromptLayout(parse_ids(cfg.chat_template_ids), cfg.tokens_per_view, merged_grid, cfg.max_text_len)
+        self.templated = bool(cfg.chat_template_ids)
+        self.hide_common_pads = self.templated
+        self.pad_token_id = cfg.pad_token_id
+        fixed = [cfg.pad_token_id if i < 0 else i for i in lay.slot_ids]
+        self.register_buffer("prompt_head_ids", torch.tensor(fixed[:max(lay.text_start, 0)], dtype=torch.long),
+                             persistent=False)
+        self.register_buffer("prompt_tail_ids", torch.tensor(fixed[lay.length - lay.tail_count:], dtype=torch.long),
+                             persistent=False)
+        self.register_buffer("prompt_image_index", torch.tensor(lay.image_index, dtype=torch.long), persistent=False)
+        return lay
+
+    def prompt_sequence(self, batch: Dict[str, Tensor], image_tokens: Tensor,
+                        embed_table: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The chat-templated sequence in slot order (model/prompt.py): [template head ; the text
+        slot ; template tail] embedded by embed_table, each view's image tokens written over its
+        slot. -> (x (B, S, C), key mask (B, S), image mask (B, S), text_mask (B, L)), masks bool."""
+        B, C = image_tokens.shape[0], image_tokens.shape[2]
+        dev = image_tokens.device
+        if image_tokens.shape[1] != self.prompt_image_index.shape[0]:
+            raise RuntimeError("batch images do not fill the chat template's image slots: the model was imported "
+                               "for another num_views or image size")
+        text_mask = batch["text_mask"].to(torch.bool)                   # (B, L)
+        text_ids = torch.where(text_mask, batch["text_tokens"], torch.full_like(batch["text_tokens"],
+                                                                               self.pad_token_id))
+        n_head = self.prompt_head_ids.shape[0]
+        n_tail = self.prompt_tail_ids.shape[0]
+        head = F.embedding(self.prompt_head_ids, embed_table).to(image_tokens.dtype).unsqueeze(0).expand(B, n_head, C)
+        text = F.embedding(text_ids, embed_table).to(image_tokens.dtype)
+        tail = F.embedding(self.prompt_tail_ids, embed_table).to(image_tokens.dtype).unsqueeze(0).expand(B, n_tail, C)
+        x = torch.cat([head, text, tail], dim=1).index_copy(1, self.prompt_image_index, image_tokens)  # (B, S, C)
+        ones_head = torch.ones(B, n_head, dtype=torch.bool, device=dev)
+        ones_tail = torch.ones(B, n_tail, dtype=torch.bool, device=dev)
+        key_mask = torch.cat([ones_head, text_mask, ones_tail], dim=1)  # (B, S)
+        image_mask = torch.zeros_like(key_mask).index_fill(1, self.prompt_image_index, True)
+        return x, key_mask, image_mask, text_mask
+
     def forward(self, batch: Dict[str, Tensor]) -> Dict[str, Tensor]:
         actions = batch["actions"]                                     # (B, H, A)
         B = actions.shape[0]
@@ -143,11 +188,14 @@ class Gr00tEagleModel(Gr00tModel):
             if child is not None:
                 init_weights(child)
         init_backbone(self.vision)
+        self.register_prompt(cfg, 1)
 
     def encode_vl(self, batch: Dict[str, Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
         images = batch["images"]                                       # (B, V, 3, IMG, IMG)
         B, V = images.shape[0], images.shape[1]
         tokens = self.vision(images.flatten(0, 1))                     # (B*V, T, C)
+        if self.templated:
+            return self.encode_prompt(batch, tokens.reshape(B, V * tokens.shape[1], tokens.shape[2]))
         parts = [tokens.reshape(B, V * tokens.shape[1], tokens.shape[2])]
         n_image = parts[0].shape[1]
         parts = self.series_tokens(batch, parts)
@@ -155,6 +203,20 @@ class Gr00tEagleModel(Gr00tModel):
         key_mask, image_mask = self.masks(batch, prefix, n_image)
         vl = self.llm(prefix, batch["text_tokens"], key_mask)          # (B, S, C)
         return vl, key_mask, image_mask
+
+    def encode_prompt(self, batch: Dict[str, Tensor], image_tokens: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """N1.6's chat-templated prompt (text first, each image in Eagle's `<image k><img> ... </img>`),
+        positions counted over the real tokens."""
+        x, key_mask, image_mask, text_mask = self.prompt_sequence(batch, image_tokens, self.llm.embed_tokens.weight)
+        B = x.shape[0]
+        n_head = self.prompt_head_ids.shape[0]
+        n_tail = self.prompt_tail_ids.shape[0]
+        m = text_mask.to(torch.int64)
+        head_pos = torch.arange(n_head, device=x.device)[None].expand(B, n_head)
+        text_pos = torch.where(text_mask, n_head + torch.cumsum(m, dim=1) - 1, torch.zeros_like(m))
+        tail_pos = n_head + m.sum(dim=1, keepdim=True) + torch.arange(n_tail, device=x.device)[None]
+        pos = torch.cat([head_pos, text_pos, tail_pos], dim=1)         # (B, S)
+        return self.llm.forward_at(x, pos, key_mask), key_mask, image_mask
 
 
 class Gr00tQwen3VLModel(Gr00tModel):
@@ -177,23 +239,10 @@ class Gr00tQwen3VLModel(Gr00tModel):
             if child is not None:
                 init_weights(child)
         init_backbone(self.vision)
-        # the chat-templated prompt (model/prompt.py); buffers are not saved (derived from the config)
-        self.templated = bool(cfg.chat_template_ids)
-        self.hide_common_pads = self.templated
-        lay = PromptLayout(parse_ids(cfg.chat_template_ids), cfg.tokens_per_view, self.merged_grid,
-                           cfg.max_text_len)
-        head_ids = [cfg.pad_token_id] * max(lay.text_start, 0)
-        for at, tok in zip(lay.fixed_index, lay.fixed_ids):
-            if at < lay.text_start:
-                head_ids[at] = tok
-        self.register_buffer("prompt_head_ids", torch.tensor(head_ids, dtype=torch.long), persistent=False)
-        self.register_buffer("prompt_tail_ids", torch.tensor(lay.fixed_ids[len(lay.fixed_ids) - lay.tail_count:],
-                                                             dtype=torch.long), persistent=False)
-        self.register_buffer("prompt_image_index", torch.tensor(lay.image_index, dtype=torch.long), persistent=False)
+        lay = self.register_prompt(cfg, self.merged_grid)
         self.register_buffer("prompt_head_pos", torch.tensor(lay.head_pos, dtype=torch.long).view(3, -1),
                              persistent=False)
         self.text_pos0 = lay.text_pos0
-        self.pad_token_id = cfg.pad_token_id
 
     def encode_vl(self, batch: Dict[str, Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
         images = batch["images"]                                       # (B, V, 3, IMG, IMG)
@@ -217,27 +266,11 @@ class Gr00tQwen3VLModel(Gr00tModel):
 
     def encode_prompt(self, batch: Dict[str, Tensor], image_tokens: Tensor,
                       deepstack: List[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
-        """The chat-templated sequence in slot order (model/prompt.py): [template head with the
-        images in their slots ; the text slot ; template tail]."""
-        B, C = image_tokens.shape[0], image_tokens.shape[2]
-        dev = image_tokens.device
-        if image_tokens.shape[1] != self.prompt_image_index.shape[0]:
-            raise RuntimeError("batch images do not fill the chat template's image slots: the model was imported "
-                               "for another num_views or image size")
-        text_mask = batch["text_mask"].to(torch.bool)                   # (B, L)
-        text_ids = torch.where(text_mask, batch["text_tokens"], torch.full_like(batch["text_tokens"],
-                                                                               self.pad_token_id))
+        """N1.7's chat-templated prompt (images first), at get_rope_index's multimodal positions."""
+        x, key_mask, image_mask, text_mask = self.prompt_sequence(batch, image_tokens, self.llm.embed_tokens.weight)
+        B, dev = x.shape[0], x.device
         n_head = self.prompt_head_ids.shape[0]
         n_tail = self.prompt_tail_ids.shape[0]
-        head = self.llm.embed(self.prompt_head_ids).to(image_tokens.dtype).unsqueeze(0).expand(B, n_head, C)
-        head = head.index_copy(1, self.prompt_image_index, image_tokens)
-        text = self.llm.embed(text_ids).to(image_tokens.dtype)
-        tail = self.llm.embed(self.prompt_tail_ids).to(image_tokens.dtype).unsqueeze(0).expand(B, n_tail, C)
-        x = torch.cat([head, text, tail], dim=1)                        # (B, S, C)
-        ones_head = torch.ones(B, n_head, dtype=torch.bool, device=dev)
-        ones_tail = torch.ones(B, n_tail, dtype=torch.bool, device=dev)
-        key_mask = torch.cat([ones_head, text_mask, ones_tail], dim=1)  # (B, S)
-        image_mask = torch.zeros_like(key_mask).index_fill(1, self.prompt_image_index, True)
         m = text_mask.to(torch.int64)
         text_pos = torch.where(text_mask, self.text_pos0 + torch.cumsum(m, dim=1) - 1, torch.zeros_like(m))
         tail_pos = self.text_pos0 + m.sum(dim=1, keepdim=True) + torch.arange(n_tail, device=dev)[None]

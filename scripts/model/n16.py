@@ -176,6 +176,32 @@ def rope_cos_sin(seq_len: int, head_dim: int, theta: float, device: torch.device
     return torch.cos(emb), torch.sin(emb)
 
 
+def rope_at(pos: Tensor, head_dim: int, theta: float) -> Tuple[Tensor, Tensor]:
+    """RoPE tables (fp32) for per-sample positions pos (B, S): cos, sin of shape (B, 1, S, head_dim),
+    the numbers rope_cos_sin gives for the same positions."""
+    idx = torch.arange(0, head_dim, 2, dtype=torch.float32, device=pos.device)
+    inv_freq = 1.0 / torch.pow(torch.full_like(idx, theta), idx / head_dim)    # (d/2,)
+    freqs = pos.float().unsqueeze(-1) * inv_freq                                # (B, S, d/2)
+    emb = torch.cat([freqs, freqs], dim=-1).unsqueeze(1)                        # (B, 1, S, d)
+    return torch.cos(emb), torch.sin(emb)
+
+
+def prompt_attention_mask(key_mask: Tensor, pad_rows: bool, dtype: torch.dtype) -> Tuple[Tensor, Tensor]:
+    """key_mask (B, S) -> (causal mask over the real keys (B, 1, S, S), row weights). pad_rows: the
+    queries at key_mask False are upstream's left pads, whose every key is masked: such a query keeps
+    its own key (so that no attention row is empty on any kernel) and its row weight (B, S, 1) is 0,
+    which zeroes its attention output as torch's attention gives upstream's; else the weight is 1."""
+    S = key_mask.shape[1]
+    causal = torch.ones(S, S, dtype=torch.bool, device=key_mask.device).tril()
+    mask = causal[None, None] & key_mask[:, None, None, :]                       # (B, 1, S, S)
+    row_valid = torch.ones(1, dtype=dtype, device=key_mask.device)
+    if pad_rows:
+        eye = torch.eye(S, dtype=torch.bool, device=key_mask.device)
+        mask = mask | (eye[None, None] & ~key_mask[:, None, :, None])
+        row_valid = key_mask.to(dtype)[:, :, None]                               # (B, S, 1)
+    return mask, row_valid
+
+
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """x (B, h, S, d): rotate-half RoPE as in Qwen3, in float32. (Negation and the cast
     commute exactly, so rotating the float32 copy gives Qwen3's bits with one cast fewer.)"""
@@ -248,6 +274,9 @@ class LanguageModel(nn.Module):
 
     forward(prefix (B, S0, C), text_tokens (B, L), key_mask (B, S0+L) bool or None)
     -> hidden states after the final norm (B, S0+L, C). Positions are 0..S-1.
+    forward_at(x (B, S, C) embedded, pos (B, S), key_mask (B, S)) -> the same at the given
+    positions, the queries at key_mask False being upstream's left pads (a chat-templated
+    prompt: prompt_attention_mask).
     key_mask hides padded text positions as keys (queries at padded positions
     still produce values, which downstream masks ignore). key_mask=None runs
     plain causal attention (flash attention, no dense mask): for text padded at
@@ -276,6 +305,14 @@ class LanguageModel(nn.Module):
             mask = causal.unsqueeze(0).unsqueeze(0) & key_mask[:, None, None, :]    # (B, 1, S, S)
         for layer in self.layers:
             x = layer(x, cos, sin, mask)
+        return self.norm(x)
+
+    def forward_at(self, x: Tensor, pos: Tensor, key_mask: Tensor) -> Tensor:
+        cos, sin = rope_at(pos, self.head_dim, self.rope_theta)
+        mask, row_valid = prompt_attention_mask(key_mask, True, x.dtype)
+        for layer in self.layers:
+            x = x + layer.attn(layer.input_norm(x), cos, sin, mask) * row_valid
+            x = x + layer.mlp(layer.post_attn_norm(x))
         return self.norm(x)
 
 

@@ -12,9 +12,13 @@ the gr00t-probe preset; dropout and state dropout 0, so no mask token) as
 backbone's config.json the SigLIP-2 and Qwen3 configs as transformers writes
 them. Then, as test_gr00t_import.py does for N1.7: import with
 scripts/convert_gr00t_checkpoint.py --strict (config picked from config.json,
-the checkpoint's tokenizer.json recorded), dataset converted with that
-tokenizer, loongforge-train STEPS steps; the step-1 loss equals the assembled
-upstream model's loss on the trainer's first batch within 1e-5 relative (a
+the checkpoint's tokenizer.json recorded with its chat template: a small BPE
+tokenizer with Eagle's special tokens and a template written for the tests,
+test/eagle_prompt.py), dataset converted with that tokenizer, loongforge-train
+STEPS steps; the step-1 loss equals the assembled upstream model's loss on the
+trainer's first batch within 1e-5 relative, upstream's backbone getting each
+sample's task text in Isaac-GR00T's N1.6 prompt (the text, then the images in
+Eagle's markers, left-padded: test/eagle_prompt.py's upstream_eagle_prompt) (a
 rolled-images control shows the loss depends on the images far more than
 that), and the loss falls (mean of the last 5 steps below the first 5).
 """
@@ -29,13 +33,12 @@ import torch
 from test_gr00t_import import FIXTURE, LOSS_RTOL, REPO, STEPS, TRAIN, train_imported, trainer_sets
 
 sys.path.insert(0, str(REPO / "test" / "scripts"))
+sys.path.insert(0, str(REPO / "test"))
 import lerobot_oracle  # noqa: E402
 import model  # noqa: E402
 from model.gr00t_head import get_head_config  # noqa: E402
 from test_gr00t_backbones import N16_CASES, EagleReference  # noqa: E402
-from test_tokenizer_hf import train_bpe  # noqa: E402
-
-IMAGE_TOKEN_ID = 8191
+import eagle_prompt  # noqa: E402
 torch.set_num_threads(1)
 
 
@@ -63,12 +66,15 @@ def upstream(tmp_path_factory):
     work = tmp_path_factory.mktemp("gr00t-n16")
     cfg = model.get_config("gr00t-n1.6-3b", gr00t_head="gr00t-probe", max_state_dim=64, max_action_dim=64,
                            action_horizon=16, **N16_CASES["tiny"])
+    ckpt = work / "ckpt"
+    tok = eagle_prompt.write_eagle_tokenizer(ckpt, eagle_prompt.EAGLE_CHAT)
+    image_token = tok.token_to_id("<IMG_CONTEXT>")
     torch.manual_seed(0)
-    backbone = EagleReference(cfg, image_token=IMAGE_TOKEN_ID)
+    backbone = EagleReference(cfg, image_token=image_token)
     (work / "backbone").mkdir()
     (work / "backbone/config.json").write_text(json.dumps({
         "vision_config": backbone.vision_model.config.to_dict(), "text_config": backbone.language_model.config.to_dict(),
-        "downsample_ratio": 0.5, "force_image_size": cfg.image_size}, default=str))
+        "downsample_ratio": 0.5, "force_image_size": cfg.image_size, "image_token_index": image_token}, default=str))
     config = n16_config_json(work / "backbone")
     head_cfg = get_head_config("gr00t-probe", backbone_width=128, max_state_dim=64, max_action_dim=64,
                                action_horizon=16, dropout=0.0, state_dropout=0.0)
@@ -84,20 +90,22 @@ def upstream(tmp_path_factory):
                     p.copy_(torch.randn(p.shape, generator=g) / fan_in ** 0.5)
     tensors = {"backbone.model." + k: v.clone() for k, v in backbone.state_dict().items()}
     tensors.update({"action_head." + k: v.clone() for k, v in head.state_dict().items()})
-    ckpt = work / "ckpt"
-    ckpt.mkdir()
     save_file(tensors, str(ckpt / "model.safetensors"))
     (ckpt / "config.json").write_text(json.dumps(config))
-    train_bpe(ckpt / "tokenizer.json")
     return oracle, backbone.eval(), head, ckpt
 
 
-def upstream_loss_on(oracle, backbone, head, batch) -> torch.Tensor:
+def upstream_loss_on(oracle, backbone, head, batch, ckpt) -> torch.Tensor:
+    """The assembled upstream model's loss for our batch: each sample's task text (decoded from the
+    dataset's ids) in Isaac-GR00T's N1.6 prompt, the head's noise and time draws replaced by the batch's."""
+    from tokenizers import Tokenizer
     BF = oracle.n17.BatchFeature
-    B, V = batch["images"].shape[:2]
-    n_img = V * 4                                           # 56 px / patch 14 = 4 x 4 patches -> 2 x 2 tokens
-    ids = torch.cat([torch.full((B, n_img), IMAGE_TOKEN_ID), batch["text_tokens"]], dim=1)
-    mask = torch.cat([torch.ones(B, n_img, dtype=torch.long), batch["text_mask"].long()], dim=1)
+    V = batch["images"].shape[1]
+    tok = Tokenizer.from_file(str(ckpt / "tokenizer.json"))
+    texts = [tok.decode(ids[mask].tolist(), skip_special_tokens=False)
+             for ids, mask in zip(batch["text_tokens"], batch["text_mask"])]
+    # 56 px / patch 14 = 4 x 4 patches -> 2 x 2 tokens per image
+    ids, mask = eagle_prompt.upstream_eagle_prompt(ckpt, texts, V, 4)
     head.sample_time = lambda batch_size, device, dtype: batch["fm_t"].to(device, dtype)
     real_randn = torch.randn
     torch.randn = lambda *a, **k: batch["fm_noise"].clone()
@@ -105,7 +113,7 @@ def upstream_loss_on(oracle, backbone, head, batch) -> torch.Tensor:
         with torch.no_grad():
             feats = backbone(batch["images"].flatten(0, 1), ids, mask)
             out = head(BF(data={"backbone_features": feats, "backbone_attention_mask": mask.bool(),
-                                "image_mask": ids == IMAGE_TOKEN_ID}),
+                                "image_mask": ids == backbone.image_token}),
                        BF(data={"state": batch["state"][:, None], "action": batch["actions"],
                                 "embodiment_id": batch["embodiment_id"], "action_mask": batch["action_mask"]}))
     finally:
@@ -124,12 +132,15 @@ def test_an_n16_layout_checkpoint_imports_trains_and_starts_at_upstreams_loss(up
                         str(tmp_path / "model.pt"), "--strict"], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     assert "'gr00t_head': 'gr00t-probe', 'backbone': 'eagle'" in r.stdout, r.stdout
+    assert f"chat template: {ckpt / 'tokenizer_config.json'}" in r.stdout, r.stdout
     subprocess.run([sys.executable, str(REPO / "scripts/convert_lerobot.py"), str(FIXTURE), str(tmp_path / "ds"),
                     "--tokenizer", str(ckpt / "tokenizer.json"), "--episodes", "0,1", "--quiet"], check=True, env=env)
     extra = {"loongforge/config.json": ""}
     torch.jit.load(str(tmp_path / "model.pt"), map_location="cpu", _extra_files=extra)
     mcfg = ModelConfig.from_json(extra["loongforge/config.json"])
     assert (mcfg.image_size, mcfg.image_crop_fraction, mcfg.llm_layers, mcfg.tune_top_llm_layers) == (56, 0.95, 2, 1)
+    slots = [int(i) for i in mcfg.chat_template_ids.split(",")]
+    assert slots.index(-2) < slots.index(-1), slots             # N1.6: the text before the images
 
     sets = trainer_sets(tmp_path / "model.pt", tmp_path / "ds", tmp_path)
     losses = train_imported(sets, tmp_path)
@@ -137,8 +148,9 @@ def test_an_n16_layout_checkpoint_imports_trains_and_starts_at_upstreams_loss(up
     cfg, _ = effective_config(TRAIN, str(REPO / "configs/n16-tiny.yaml"), sets)
     batch = SampleBuilder(LFDataset(tmp_path / "ds"), mcfg, cfg).micro_batch(0, 0)
     head.train()
-    up = float(upstream_loss_on(oracle, backbone, head, batch))
-    rolled = float(upstream_loss_on(oracle, backbone, head, dict(batch, images=batch["images"].roll(1, dims=0))))
+    up = float(upstream_loss_on(oracle, backbone, head, batch, ckpt))
+    rolled = float(upstream_loss_on(oracle, backbone, head, dict(batch, images=batch["images"].roll(1, dims=0)),
+                                    ckpt))
     diff = abs(losses[0] - up) / abs(up)
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
     report = {"steps": STEPS, "trainer_step1_loss": losses[0], "upstream_loss": up, "rel_diff": diff,
@@ -199,9 +211,9 @@ def test_with_isaac_groots_processor_files_the_import_records_n16s_data_processi
     head.train()
     batch = SampleBuilder(LFDataset(tmp_path / "ds"), mcfg, cfg, processor=record).micro_batch(0, 0)
     assert (batch["embodiment_id"] == 3).all()
-    up = float(upstream_loss_on(oracle, backbone, head, batch))
+    up = float(upstream_loss_on(oracle, backbone, head, batch, src))
     plain = SampleBuilder(LFDataset(tmp_path / "ds"), mcfg, cfg).micro_batch(0, 0)
-    other = float(upstream_loss_on(oracle, backbone, head, dict(plain, embodiment_id=batch["embodiment_id"])))
+    other = float(upstream_loss_on(oracle, backbone, head, dict(plain, embodiment_id=batch["embodiment_id"]), src))
     report = {"trainer_step1_loss": loss, "upstream_loss": up, "rel_diff": abs(loss - up) / abs(up),
               "dataset_form_rel_diff": abs(other - up) / abs(up)}
     print(json.dumps(report))

@@ -30,12 +30,12 @@ REPO = Path(__file__).resolve().parents[2]
 for p in (REPO / "scripts", REPO / "test", REPO / "test" / "data"):
     sys.path.insert(0, str(p))
 import chat_prompt as cp  # noqa: E402
+from chat_prompt import dataset_text  # noqa: E402
 import chat_template as chat  # noqa: E402
 import convert_gr00t_checkpoint as conv  # noqa: E402
 import lerobot_oracle  # noqa: E402
 import model  # noqa: E402
 from gr00t_upstream_config import model_config_from_upstream  # noqa: E402
-from model.tokenizer import HFTokenizer  # noqa: E402
 
 FWD_RTOL = 1e-5
 GRAD_RTOL = 1e-4
@@ -47,15 +47,6 @@ torch.set_num_threads(2)
 def rel(a, b) -> float:
     scale = b.abs().max().item()
     return (a - b).abs().max().item() / scale if scale > 0 else (a - b).abs().max().item()
-
-
-def dataset_text(tok_json: Path, texts, max_len: int):
-    """The text tokens and mask the dataset converter stores (scripts/convert_lerobot.py --tokenizer)."""
-    h = HFTokenizer(str(tok_json))
-    rows = [h.encode(t, max_len) for t in texts]
-    ids = torch.tensor([r[0] for r in rows])
-    mask = torch.arange(max_len)[None] < torch.tensor([r[1] for r in rows])[:, None]
-    return ids, mask
 
 
 @pytest.mark.parametrize("template", ["chatml", "chatml_system"])
@@ -268,5 +259,8 @@ def test_a_tokenizer_without_a_template_is_refused_naming_the_options(tmp_path):
 def test_a_model_whose_views_do_not_fill_the_template_is_refused():
     with pytest.raises(ValueError, match="chat_template_ids.*2 image slots .* num_views=1"):
         model.get_config("gr00t-n1.7-3b", chat_template_ids="1,-1,4,-1,4,-2,2")
-    with pytest.raises(ValueError, match="only the qwen3vl backbone"):
-        model.get_config("gr00t-n1.6-3b", chat_template_ids="1,-1,-2")
+    with pytest.raises(ValueError, match="only the exact backbones"):
+        model.get_config("gr00t-tiny", chat_template_ids="1,-1,-2")
+    with pytest.raises(ValueError, match="puts an image after the text slot"):
+        model.get_config("gr00t-n1.7-3b", chat_template_ids="1,-2,-1")
+    model.get_config("gr00t-n1.6-3b", chat_template_ids="1,-2,-1")      # N1.6: the text first
