@@ -51,8 +51,12 @@ with "form": "gr00t_n16", where
 - the slot is embodiment_id.json[tag] over Isaac-GR00T's table of N1.6 tags
   (N16_EMBODIMENT_SLOTS; upstream fails on a tag in neither);
 - there is no processor state dropout (N1.6's head has its own);
+- the counted rows V also bound the sample space: Isaac-GR00T's ShardedSingleStepDataset
+  (gr00t/data/dataset/sharded_single_step_dataset.py, allow_padding false) samples only
+  the rows whose whole chunk lies inside the episode (docs/training-semantics.md s1);
 - sin/cos or mean/std state and action encodings (apply_sincos_state_encoding with
-  sin_cos_embedding_keys, mean_std_embedding_keys) are refused by name.
+  sin_cos_embedding_keys, mean_std_embedding_keys) and action delta_indices other than
+  0, 1, ..., n-1 are refused by name.
 """
 import json
 from pathlib import Path
@@ -298,6 +302,11 @@ def n16_processor_record(folder: Path, processor_kwargs: Optional[Dict], tag: st
     if kw.get("apply_sincos_state_encoding") and state_cfg.get("sin_cos_embedding_keys"):
         raise ProcessorError(f"{where}.state.sin_cos_embedding_keys={state_cfg['sin_cos_embedding_keys']} with "
                              "apply_sincos_state_encoding: the sin/cos state encoding is not reproduced")
+    action_cfg = modality.get("action") if isinstance(modality.get("action"), dict) else {}
+    delta = action_cfg.get("delta_indices")
+    if isinstance(delta, list) and delta and delta != list(range(len(delta))):
+        raise ProcessorError(f"{where}.action.delta_indices={delta}: an action chunk of other rows than 0, 1, ..., "
+                             "n-1 after the sample's is not reproduced (the trainers read rows t .. t+H-1)")
     slot, slot_source = n16_embodiment_slot(folder, tag)
     horizon = _valid_horizon(kw, tag)
     record = {"form": FORM_N16, "clip": _clip(kw), "state_dropout": 0.0, "embodiment_tag": tag,

@@ -995,6 +995,14 @@ class SampleBuilder:
         self.state_min, self.state_max = self._stats(self.state_col, keys)
         self.action_min, self.action_max = self._stats(self.action_col, keys)
         self._use_processor(processor or {}, mode, model_cfg)
+        # the sample space (section 1): every row, or with an N1.6 record counting V action rows the rows
+        # whose whole chunk lies inside the episode (Isaac-GR00T's ShardedSingleStepDataset samples only those)
+        v = self.valid_horizon if self.form == "gr00t_n16" else 0
+        self.sample_rows = [max(0, e.length - v + 1) if v > 0 else e.length for e in dataset.episodes]
+        self.sample_starts = [0]
+        for r in self.sample_rows[:-1]:
+            self.sample_starts.append(self.sample_starts[-1] + r)
+        self.num_samples = sum(self.sample_rows)
         self.task_col = self._task_column()
         self.cameras = [c for c in dataset.cameras if c.get("modality_name", "")]
         nv = int(_mcfg(model_cfg, "num_views"))
@@ -1091,14 +1099,21 @@ class SampleBuilder:
         if key not in self._samplers:
             episodes = None
             if self.sampler_kind == "episode":
-                episodes = ([e.length for e in self.ds.episodes], self.open_episodes, self.shuffle_buffer)
-            self._samplers[key] = Sampler(self.ds.num_samples, self.seed, self.shuffle, rank, world, self.B, self.K,
+                episodes = (self.sample_rows, self.open_episodes, self.shuffle_buffer)
+            self._samplers[key] = Sampler(self.num_samples, self.seed, self.shuffle, rank, world, self.B, self.K,
                                           episodes)
         return self._samplers[key]
 
+    def locate(self, i: int) -> Tuple[int, int]:
+        """Sample index -> (episode position, row) in this builder's sample space (section 1)."""
+        if not 0 <= i < self.num_samples:
+            raise IndexError(f"sample {i} outside [0, {self.num_samples})")
+        e = bisect.bisect_right(self.sample_starts, i) - 1
+        return e, i - self.sample_starts[e]
+
     # -- one sample
     def sample(self, i: int) -> Dict[str, Tensor]:
-        e, t = self.ds.locate(i)
+        e, t = self.locate(i)
         ep = self.ds.episodes[e]
         L = ep.length
         state = np.zeros(self.max_state, np.float32)                                      # (D_s,)
@@ -1235,7 +1250,7 @@ class SampleBuilder:
         if self.random_crop:  # the images again, each sample with its window (sample() took the center)
             sampler = self.sampler(rank, world)
             for b, j in enumerate(self.micro_batch_indices(step, i, rank, world)):
-                e, t = self.ds.locate(j)
+                e, t = self.locate(j)
                 batch["images"][b] = self.images(e, t, self.crop_positions(sampler.stream_position(step, i, b)))
         if self.state_dropout > 0:
             sampler = self.sampler(rank, world)
@@ -1265,7 +1280,7 @@ class SampleDataset(torch.utils.data.Dataset):
         self.builder = builder
 
     def __len__(self) -> int:
-        return self.builder.ds.num_samples
+        return self.builder.num_samples
 
     def __getitem__(self, i: int) -> Dict[str, Tensor]:
         return self.builder.sample(i)

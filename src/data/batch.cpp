@@ -9,6 +9,7 @@
 #include <cstring>    // std::memcpy
 #include <exception>  // std::rethrow_exception
 #include <mutex>      // std::lock_guard, std::unique_lock
+#include <numeric>    // std::accumulate
 
 #include <fcntl.h>     // open, posix_fadvise
 #include <sys/stat.h>  // fstat
@@ -255,18 +256,26 @@ void check_tokenizer_match(const Dataset& ds, const SampleOptions& opt) {
 }  // namespace
 
 
+std::vector<int64_t> sample_rows(const Dataset& ds, const ProcessorRecord& record) {
+  const int64_t v = record.form == ProcessorForm::gr00t_n16 ? record.valid_horizon : 0;
+  std::vector<int64_t> rows;
+  for (const auto& e : ds.episodes()) rows.push_back(v > 0 ? std::max<int64_t>(0, e.length - v + 1) : e.length);
+  return rows;
+}
+
+namespace {
+int64_t sum_of(const std::vector<int64_t>& v) { return std::accumulate(v.begin(), v.end(), int64_t{0}); }
+}  // namespace
+
 BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
     : ds_(dataset),
       opt_(options),
-      sampler_(dataset.total_rows(), options.seed, options.shuffle, options.rank, options.world,
-               options.micro_batch_size, options.accumulation) {
+      sampler_(sum_of(sample_rows(dataset, options.processor)), options.seed, options.shuffle, options.rank,
+               options.world, options.micro_batch_size, options.accumulation) {
+  std::vector<int64_t> rows = sample_rows(ds_, opt_.processor);
   episode_start_.push_back(0);
-  for (const auto& e : ds_.episodes()) episode_start_.push_back(episode_start_.back() + e.length);
-  if (opt_.sampler == "episode") {
-    std::vector<int64_t> lengths;
-    for (const auto& e : ds_.episodes()) lengths.push_back(e.length);
-    sampler_.use_episode_order(std::move(lengths), opt_.open_episodes, opt_.shuffle_buffer);
-  }
+  for (const int64_t r : rows) episode_start_.push_back(episode_start_.back() + r);
+  if (opt_.sampler == "episode") sampler_.use_episode_order(std::move(rows), opt_.open_episodes, opt_.shuffle_buffer);
 
   state_col_ = ds_.column_by_role("state");
   action_col_ = ds_.column_by_role("action");

@@ -405,7 +405,13 @@ void Trainer::open() {
   std::snprintf(moments, sizeof moments, "%.1f", static_cast<double>(optimizer_->state_bytes()) / (1024.0 * 1024.0));
   LF_LOG(log, info) << "run " << run_dir_ << ": " << net_->info().name << " on " << device_ << " ("
                     << (bf16_ ? "bf16" : "fp32") << "), " << dataset_->episodes().size() << " episodes / "
-                    << dataset_->total_rows() << " samples, global batch " << pos_.global_batch << " ("
+                    << source_->sampler().num_samples() << " samples"
+                    << (source_->sampler().num_samples() != dataset_->total_rows()
+                            ? " (of " + std::to_string(dataset_->total_rows()) +
+                                  " rows: those whose action chunk ends inside its episode, as Isaac-GR00T N1.6 "
+                                  "samples)"
+                            : std::string())
+                    << ", global batch " << pos_.global_batch << " ("
                     << cfg_.trainer.micro_batch_size << " x " << cfg_.trainer.gradient_accumulation_steps << " x "
                     << world_size << " ranks), " << pos_.steps_per_epoch << " steps per epoch, AdamW "
                     << (sharded_ ? std::string(fused ? "fused, " : "") + "sharded over " + std::to_string(world_size) + " rank(s)"

@@ -422,6 +422,28 @@ TEST_CASE("data: an N1.6 processor record normalizes as numpy does, float64 stat
   REQUIRE_NOTHROW(BatchBuilder(ds, o));
 }
 
+TEST_CASE("data: an N1.6 record that counts V action rows samples only the rows whose chunk ends in the episode") {
+  // Isaac-GR00T's ShardedSingleStepDataset samples step t of an episode of L rows only for t <= L - V.
+  const Dataset ds = Dataset::open(kData);
+  SampleOptions o = tiny_options();
+  o.processor.form = ProcessorForm::gr00t_n16, o.processor.valid_horizon = 16;
+  std::vector<int64_t> want;
+  for (const auto& e : ds.episodes()) want.push_back(e.length - 15);
+  REQUIRE(sample_rows(ds, o.processor) == want);
+  BatchBuilder builder(ds, o);
+  REQUIRE(builder.sampler().num_samples() == ds.total_rows() - 15 * static_cast<int64_t>(want.size()));
+  SampleOptions every = o;
+  every.processor.valid_horizon = 0;
+  BatchBuilder rows(ds, every);  // sample i = row i of the dataset
+  const int64_t l0 = ds.episodes()[0].length;
+  Batch last = builder.sample(l0 - 16);  // episode 0's last sample: row L0 - 16, its chunk ends at the last row
+  REQUIRE(at::equal(last["state"], rows.sample(l0 - 16)["state"]));
+  REQUIRE(last["action_mask"][0].slice(0, 0, 16).slice(1, 0, 44).all().item<bool>());
+  REQUIRE(at::equal(builder.sample(l0 - 15)["state"], rows.sample(l0)["state"]));  // episode 1, row 0
+  o.processor.form = ProcessorForm::gr00t_n17;  // N1.7 (lerobot) samples every row
+  REQUIRE(BatchBuilder(ds, o).sampler().num_samples() == ds.total_rows());
+}
+
 TEST_CASE("data: the processor's state dropout zeroes the states its per-sample draws pick") {
   const Dataset ds = Dataset::open(kData);
   SampleOptions o = tiny_options();

@@ -109,8 +109,14 @@ def columns(keys, bounds):
 
 # ---------------------------------------------------------------- ours against it
 def ours(ds, record, ids):
+    """Our samples of the rows `ids` names in the dataset's row space (an N1.6 record's sample space
+    holds only rows with whole chunks: training-semantics s1)."""
     sb = lfd.SampleBuilder(ds, get_config("n16-tiny"), data_cfg(), processor=record)
-    samples = [sb.sample(i) for i in ids]
+    samples = []
+    for i in ids:
+        e, t = ds.locate(i)
+        assert t < sb.sample_rows[e]
+        samples.append(sb.sample(sb.sample_starts[e] + t))
     return [torch.stack([s[k] for s in samples]) for k in ("state", "actions", "action_mask", "embodiment_id")]
 
 
@@ -253,3 +259,22 @@ def test_the_n16_text_form_is_isaac_groots_regex_on_every_code_point():
     assert tokenizers.formalize(text, tokenizers.GR00T_N16_FORMALIZED) == re.sub(r"[^\w\s]", "", text.lower())
     assert tokenizers.formalize("", tokenizers.GR00T_N16_FORMALIZED) == ""   # N1.7 would say "perform the task"
     assert tokenizers.formalize("", tokenizers.GR00T_FORMALIZED) == "perform the task"
+
+
+def test_an_n16_record_samples_only_rows_whose_chunk_ends_inside_the_episode(ds, tmp_path):
+    """Isaac-GR00T's ShardedSingleStepDataset (allow_padding false, its default) samples step t of an
+    episode of L rows only for t <= L - (max(delta) - min(delta) + 1): the sample space of an N1.6
+    record counting V rows is the first L - V + 1 rows of each episode; the dataset form keeps every row."""
+    folder = write_checkpoint(tmp_path / "ck", ds, "new_embodiment", rows=16, delta=16)
+    record = record_of(folder, "new_embodiment")
+    assert record["valid_horizon"] == 16
+    sb = lfd.SampleBuilder(ds, get_config("n16-tiny"), data_cfg(), processor=record)
+    plain = lfd.SampleBuilder(ds, get_config("n16-tiny"), data_cfg())
+    assert sb.sample_rows == [max(0, e.length - 15) for e in ds.episodes]
+    assert plain.num_samples == sum(e.length for e in ds.episodes) == sb.num_samples + 15 * len(ds.episodes)
+    for i in (0, sb.num_samples - 1, *range(7, sb.num_samples, 97)):
+        e, t = sb.locate(i)
+        assert t + 16 <= ds.episodes[e].length
+        assert bool(sb.sample(i)["action_mask"][:16, :sb.action_w].all())
+    last = sb.sample_starts[1] - 1                       # episode 0's last sample: its chunk ends at the last row
+    assert sb.locate(last) == (0, ds.episodes[0].length - 16)

@@ -96,12 +96,19 @@ int64_t cropped_size(int64_t n, double f);
 // differ (naming two) or there is none.
 std::pair<int64_t, int64_t> common_cropped_size(const Dataset& ds, double f, std::string* why);
 
+// The rows of each episode that are samples (s1), in episodes() order: all L of them, or, when
+// the model's processor record is Isaac-GR00T N1.6's and counts V action rows (valid_horizon),
+// the first L - V + 1 (none when L < V), the rows whose whole action chunk lies inside the
+// episode: upstream's ShardedSingleStepDataset samples only those (Note [N1.6 processor]).
+std::vector<int64_t> sample_rows(const Dataset& ds, const ProcessorRecord& record);
+
 // Which samples each micro-batch of each optimizer step holds (s2). Throws
 // DataError when the dataset is smaller than one global batch B x K x W.
 class Sampler {
  public:
   Sampler(int64_t num_samples, uint64_t seed, bool shuffle, int64_t rank, int64_t world, int64_t micro_batch_size,
           int64_t accumulation);
+  int64_t num_samples() const { return n_; }                    // N
   int64_t steps_per_epoch() const { return steps_per_epoch_; }  // T = N / G
   int64_t epoch_of_step(int64_t step) const { return step / steps_per_epoch_; }
   int64_t global_batch() const { return global_; }  // G = B * K * W
@@ -303,7 +310,7 @@ class BatchBuilder {
   const Dataset& ds_;
   SampleOptions opt_;
   Sampler sampler_;
-  std::vector<int64_t> episode_start_;  // prefix sums of lengths
+  std::vector<int64_t> episode_start_;  // prefix sums of the episodes' sample rows (sample_rows)
   int state_col_ = -1, action_col_ = -1, task_col_ = -1;
   std::vector<int> cameras_;            // used cameras, cameras[] order
   std::vector<int> frame_cols_;         // video_frame column per used camera
