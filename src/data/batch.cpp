@@ -824,25 +824,26 @@ void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb,
   }
 
   const ArrayView state = ds_.array(loc.episode, state_col_);
-  std::vector<double> raw_state_row(static_cast<size_t>(state.width));
-  row_as_double(state, t, raw_state_row.data());
-  const double* raw_state = raw_state_row.data();  // (w_s)
+  const ArrayView action = ds_.array(loc.episode, action_col_);
+  // the state row and one action row as doubles; per thread, so that a sample allocates nothing
+  thread_local std::vector<double> rows_as_double;
+  rows_as_double.resize(static_cast<size_t>(state.width + action.width));
+  row_as_double(state, t, rows_as_double.data());
+  const double* raw_state = rows_as_double.data();  // (w_s)
   float* s_out = b["state"][slot].data_ptr<float>();
   if (upstream_)
     upstream_->state(raw_state, s_out);
   else
     for (int64_t j = 0; j < state.width; ++j) s_out[j] = normalize(raw_state[j], state_a_[j], state_b_[j], mean_std_);
 
-  const ArrayView action = ds_.array(loc.episode, action_col_);
   float* a_out = b["actions"][slot].data_ptr<float>();
   float* m_out = b["action_mask"][slot].data_ptr<float>();
   const int64_t A = opt_.max_action_dim;
-  // Upstream N1.7 counts only the first valid_horizon rows of a chunk (processor.hpp).
+  // Upstream (N1.7, N1.6) counts only the first valid_horizon rows of a chunk (processor.hpp).
   const int64_t rows = upstream_ && opt_.processor.valid_horizon > 0 ? std::min(H, opt_.processor.valid_horizon) : H;
-  std::vector<double> raw_action_row(static_cast<size_t>(action.width));
+  double* raw_action = rows_as_double.data() + state.width;  // (w_a)
   for (int64_t k = 0; k < rows && t + k < L && !skipped; ++k) {
-    row_as_double(action, t + k, raw_action_row.data());
-    const double* raw_action = raw_action_row.data();  // (w_a)
+    row_as_double(action, t + k, raw_action);
     if (upstream_) upstream_->action_row(k, raw_action, raw_state, a_out + k * A);
     for (int64_t j = 0; j < action.width; ++j) {
       if (!upstream_) a_out[k * A + j] = normalize(raw_action[j], action_a_[j], action_b_[j], mean_std_);

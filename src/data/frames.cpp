@@ -182,8 +182,6 @@ std::vector<std::pair<double, double>> crop_positions(uint64_t seed, uint64_t p,
   return out;
 }
 
-std::pair<double, double> crop_position(uint64_t seed, uint64_t p) { return crop_positions(seed, p, 1)[0]; }
-
 at::Tensor model_images(const at::Tensor& u8, int64_t S, const std::vector<int64_t>& blank) {
   at::Tensor out = resize_frames(u8, S);
   for (const int64_t slot : blank) out[slot].zero_();

@@ -107,11 +107,11 @@ TEST_CASE("cv2_area transform: a drawn crop window sits at round((T - crop) * po
 
 TEST_CASE("cv2_area transform: the crop position is the same for the same seed and stream position, in [0, 1), "
           "and another at another position") {
-  const auto a = crop_position(7, 1234), b = crop_position(7, 1234), c = crop_position(7, 1235);
+  const auto a = crop_positions(7, 1234, 1)[0], b = crop_positions(7, 1234, 1)[0], c = crop_positions(7, 1235, 1)[0];
   REQUIRE((a.first == b.first && a.second == b.second));
   REQUIRE((a.first != c.first || a.second != c.second));
   for (uint64_t p = 0; p < 200; ++p) {
-    const auto [y, x] = crop_position(3, p);
+    const auto [y, x] = crop_positions(3, p, 1)[0];
     REQUIRE((y >= 0.0 && y < 1.0 && x >= 0.0 && x < 1.0));
   }
 }

@@ -600,3 +600,31 @@ def test_the_reference_kernel_kinds_follow_loongforge_trains_rules():
     assert kind_of("multi_tensor_apply_kernel") == "optimizer" and kind_of("fused_adamw_kernel") == "optimizer"
     assert kind_of("cutlass_gemm_reduce") == "gemm" and kind_of("triton_gemm_like") == "gemm"   # first match wins
     assert kind_of("cub::DeviceRadixSortOnesweepKernel") == "other"
+
+
+def test_the_reference_kernel_kinds_are_the_rules_read_from_cuda_activity_cpp():
+    """The C++ kind_of's rules, read from its source (each `if (...) return "kind";`: the substrings it
+    tests and whether it tests a prefix), applied in order to a name made from each of their strings
+    (and to every pair of them): kernel_profile.kind_of gives the same kinds, so a rule changed on one
+    side only fails here."""
+    import re
+    from kernel_profile import kind_of
+    src = (REPO / "src/trainer/cuda_activity.cpp").read_text()
+    body = src[src.index("const char* kind_of(const std::string& name) {"):]
+    body = body[:body.index("\n}\n")]
+    rules = []
+    for cond, kind in re.findall(r'if \((.*?)\)\s*return "(\w+)";', body, flags=re.S):
+        rules.append((kind, re.findall(r'has\(name, "([^"]+)"\)', cond),
+                      re.findall(r'starts_with\(name, "([^"]+)"\)', cond)))
+    assert [k for k, _, _ in rules] == ["attention", "gemm", "triton", "norm", "reduction", "copy", "elementwise",
+                                        "optimizer"]
+
+    def cpp_kind(name):
+        for kind, parts, prefixes in rules:
+            if any(p in name for p in parts) or any(name.startswith(p) for p in prefixes):
+                return kind
+        return "other"
+
+    pieces = [p for _, parts, prefixes in rules for p in parts + prefixes]
+    names = [f"{a}k_{b}" for a in pieces for b in pieces] + [f"k_{a}_1" for a in pieces] + ["cub::Sort", "kernel"]
+    assert [kind_of(n) for n in names] == [cpp_kind(n) for n in names]

@@ -55,7 +55,7 @@
 //    frame cache's form when the crop window is drawn per sample); cv2_area_rest(u8, f, S, pos_y,
 //    pos_x): the rest, from there. pos < 0 (the default) takes the center crop; pos in [0, 1]
 //    puts the window's top (left) at round((T - crop) * pos), half to even: upstream's train-time
-//    random crop (model image_random_crop; the position drawn per sample, crop_position()).
+//    random crop (model image_random_crop; the position drawn per sample, crop_positions()).
 //    resize_frames_cv2_area(u8, T, f, S, letterbox) = cv2_area_rest(cv2_area_first(...), f, S).
 //  - bilinear_aa_first(u8, T, letterbox) -> uint8 (n, T, T, 3): resize_frames_bilinear_aa up to
 //    its crop (the frame cache's form when the crop window is drawn per view); bilinear_aa_rest(u8,
@@ -68,7 +68,7 @@
 //    ((seed * 1000003 + p) mod 2^63) XOR kCropSalt draws 2 * count float32 uniforms, (pos_y,
 //    pos_x) per window: one window shared by the sample's views (cv2_area, as lerobot's
 //    albumentations transform shares it) or one per view (bilinear_aa, as torchvision's
-//    RandomCrop draws per frame). crop_position(seed, p) = crop_positions(seed, p, 1)[0].
+//    RandomCrop draws per frame).
 //  - A CUDA tensor in a build without LoongForge's CUDA kernels throws DataError.
 #pragma once
 
@@ -93,6 +93,5 @@ at::Tensor bilinear_aa_first(const at::Tensor& u8, int64_t T, bool letterbox = f
 at::Tensor bilinear_aa_rest(const at::Tensor& u8, double f, int64_t S, double pos_y = -1.0, double pos_x = -1.0);
 constexpr uint64_t kCropSalt = 0x43524F505F504F53ull;  // "CROP_POS"
 std::vector<std::pair<double, double>> crop_positions(uint64_t seed, uint64_t p, int64_t count);
-std::pair<double, double> crop_position(uint64_t seed, uint64_t p);
 
 }  // namespace loongforge::data
