@@ -157,7 +157,21 @@ def eagle_fields(b: Dict) -> Dict:
           "must be 0.5 (2 x 2 pixel unshuffle)")
     grid = math.isqrt(int(v["num_patches"]))
     _need(grid * grid == int(v["num_patches"]), "vision_config.num_patches", v["num_patches"], "must be a square")
+    # Eagle3_VL's select_layer (default -4): -1 takes the ViT's last hidden state after post_layernorm;
+    # another reads an earlier, un-normed hidden state in the encoder's window order as if it were in
+    # raster order, which is not reproduced
+    _need(int(b.get("select_layer", -4)) == -1, "select_layer", b.get("select_layer", "absent (Eagle3_VLConfig's -4)"),
+          "must be -1 (the ViT's last hidden state); Eagle's hidden_states[select_layer] path is not reproduced")
+    # Eagle-Block2A-2B-v2's own SigLIP-2 (modeling_siglip2.py Siglip2VisionConfig defaults): windows of
+    # window_size patches except in full_attention_indexes, 2-D rotary with window_size as its base
+    window = int(v.get("window_size", 14))
+    full = v.get("full_attention_indexes", [7, 14, 21, 26])
+    _need(isinstance(full, list) and all(isinstance(i, int) and i >= 0 for i in full), "vision_config.full_attention_indexes",
+          full, "must be a list of layer indexes")
     fields = dict(backbone="eagle", patch_size=int(v["patch_size"]), vit_layers=int(v["num_hidden_layers"]),
+                  vit_window=window if v.get("use_windows_attn", True) else 0,
+                  vit_full_layers=",".join(str(i) for i in sorted(set(full))),
+                  vit_rope_base=float(window) if v.get("use_rope", True) else 0.0,
                   vit_width=int(v["hidden_size"]), vit_heads=int(v["num_attention_heads"]),
                   vit_ffn=int(v["intermediate_size"]), vit_pos_grid=grid, pixel_shuffle=2,
                   llm_width=int(t["hidden_size"]), llm_heads=int(t["num_attention_heads"]),

@@ -2,7 +2,8 @@
 
 Written from a reading of the upstream code; none of it is copied:
 - N1.6 (Isaac-GR00T `EagleBackbone` on Eagle-Block2A-2B-v2, `Eagle3_VLForConditionalGeneration`):
-  a SigLIP-2 ViT (transformers `Siglip2VisionModel` semantics at one fixed square image size),
+  a SigLIP-2 ViT (transformers `Siglip2VisionModel` semantics at one fixed square image size,
+  plus Eagle-Block2A-2B-v2's own windowed attention and 2-D rotary embedding, EagleVision),
   Eagle's pixel unshuffle (`F.pixel_unshuffle`, channel-major) and its `mlp1` projector
   (LayerNorm, Linear, exact GELU, Linear), then a Qwen3 LM truncated to `select_layer` layers
   whose features are `hidden_states[-1]` (after the final RMSNorm in the transformers 4.x
@@ -18,7 +19,8 @@ Written from a reading of the upstream code; none of it is copied:
   deepstack layers) does not reach the features, upstream as here.
 
 Contract
-- `EagleVision(cfg)(images (N, 3, IMG, IMG)) -> (N, T, C_llm)` image tokens (T = tokens_per_view).
+- `EagleVision(cfg)(images (N, 3, IMG, IMG)) -> (N, T, C_llm)` image tokens (T = tokens_per_view);
+  `eagle_windows(grid, window)` its windows' patches.
 - `Qwen3VLVision(cfg)(images) -> (tokens (N, T, C_llm), deepstack [(N, T, C_llm)] * len(deepstack))`.
 - `Qwen3VLText(cfg)(x (B, S, C) input embeddings, image_index (N_img,) positions of the image
   tokens, key_mask (B, S), pos (3, B, S), deepstack [(B, N_img, C)], pad_rows)` -> features
@@ -36,7 +38,7 @@ Contract
 - Parameter names: see scripts/convert_gr00t_checkpoint.py (layouts "n1.6" and "n1.7").
 """
 
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -66,12 +68,62 @@ class EagleProjector(nn.Module):
         return self.fc2(F.gelu(self.fc1(self.norm(x))))
 
 
+def rope_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x (B, N, h, d) rotated in float32 as d/2 complex numbers (x[2j], x[2j+1]) times
+    cos + i sin of angle table column j (cos, sin: (N, d/2)); back in x's dtype."""
+    B, N, H, D = x.shape[0], x.shape[1], x.shape[2], x.shape[3]
+    xf = x.float().reshape(B, N, H, D // 2, 2)
+    x0, x1 = xf[..., 0], xf[..., 1]
+    c, s = cos[None, :, None, :], sin[None, :, None, :]
+    return torch.stack([x0 * c - x1 * s, x0 * s + x1 * c], dim=-1).reshape(B, N, H, D).to(x.dtype)
+
+
+class EagleVisionBlock(VisionBlock):
+    """A SigLIP-2 block of Eagle-Block2A-2B-v2 (VisionBlock's parameters): attention restricted by
+    `mask` (its windows) when `windowed`, q and k rotated by the 2-D table when `rotary`."""
+
+    def forward(self, x: Tensor, mask: Tensor, windowed: bool, cos: Tensor, sin: Tensor,  # type: ignore[override]
+                rotary: bool) -> Tensor:
+        a = self.attn
+        h = self.ln1(x)
+        B, N, C = h.shape
+        q = a.q(h).view(B, N, a.heads, a.head_dim)
+        k = a.k(h).view(B, N, a.heads, a.head_dim)
+        v = a.v(h).view(B, N, a.heads, a.head_dim).transpose(1, 2)
+        if rotary:
+            q, k = rope_pairs(q, cos, sin), rope_pairs(k, cos, sin)
+        m: Optional[Tensor] = None
+        if windowed:
+            m = mask
+        y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v, attn_mask=m)   # (B, h, N, d)
+        x = x + a.o(y.transpose(1, 2).reshape(B, N, C))
+        return x + self.mlp(self.ln2(x))
+
+
+def eagle_windows(grid: int, window: int) -> List[List[int]]:
+    """The patches (raster indexes of a grid x grid image) of each window, windows row by row,
+    edge windows cropped to the image (Eagle's split_patch_embeddings_to_windows_with_meta)."""
+    out: List[List[int]] = []
+    for r0 in range(0, grid, window):
+        for c0 in range(0, grid, window):
+            out.append([r * grid + c for r in range(r0, min(r0 + window, grid)) for c in range(c0, min(c0 + window, grid))])
+    return out
+
+
 class EagleVision(nn.Module):
     """SigLIP-2 ViT + pixel unshuffle + mlp1 (N1.6). images (N, 3, IMG, IMG) -> (N, T, C_llm).
 
     SigLIP-2 (naflex) embeds patches with a Linear over each patch's pixels in (row, column,
     channel) order and adds its learned pos_grid x pos_grid position table resized to the
-    patch grid (bilinear, antialias, align_corners False: the identity when the sizes agree)."""
+    patch grid (bilinear, antialias, align_corners False: the identity when the sizes agree).
+    Eagle-Block2A-2B-v2's SigLIP-2 (Isaac-GR00T modeling_siglip2.py) adds, per config:
+    - windows (vit_window): a layer not in vit_full_layers attends only inside its window of
+      vit_window x vit_window patches (windows row by row from the top left, cropped at the
+      image's edges); upstream packs the windows into flash attention's varlen segments, here
+      the tokens stay in raster order under a same-window mask (attention is order-free);
+    - a 2-D rotary embedding (vit_rope_base): in every layer q and k, as head_dim / 2 complex
+      pairs, are turned by angle column * f_j for pair 2j and row * f_j for pair 2j + 1,
+      f_j = theta^(-4 j / head_dim), at the patch's position in the image, in float32."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -83,9 +135,30 @@ class EagleVision(nn.Module):
         self.width = w
         self.patch_embed = nn.Linear(3 * p * p, w)
         self.pos_embed = nn.Parameter(torch.zeros(cfg.vit_pos_grid * cfg.vit_pos_grid, w))  # (G*G, w)
-        self.blocks = nn.ModuleList([VisionBlock(w, cfg.vit_heads, cfg.vit_ffn) for _ in range(cfg.vit_layers)])
+        self.blocks = nn.ModuleList([EagleVisionBlock(w, cfg.vit_heads, cfg.vit_ffn) for _ in range(cfg.vit_layers)])
         self.post_norm = nn.LayerNorm(w, eps=1e-6)
         self.mlp1 = EagleProjector(w * cfg.pixel_shuffle ** 2, cfg.llm_width)
+        g, P = self.grid, self.grid * self.grid
+        # windows: a same-window mask, used by the layers outside vit_full_layers (none when one
+        # window covers the image); buffers, not saved (derived from the config)
+        full = {int(i) for i in cfg.vit_full_layers.split(",") if i.strip()}
+        split = 0 < cfg.vit_window < g
+        self.layer_windowed: List[bool] = [split and i not in full for i in range(cfg.vit_layers)]
+        wid = torch.zeros(P, dtype=torch.long)
+        for n, members in enumerate(eagle_windows(g, cfg.vit_window if split else g)):
+            wid[torch.tensor(members)] = n
+        self.register_buffer("window_mask", wid[:, None] == wid[None, :], persistent=False)   # (P, P)
+        self.rotary = cfg.vit_rope_base > 0
+        d = w // cfg.vit_heads
+        if self.rotary:
+            freqs = 1.0 / (cfg.vit_rope_base ** (torch.arange(0, d, 4)[: d // 4].float() / d))      # (d/4,)
+            rows = torch.arange(g).repeat_interleave(g).float()
+            cols = torch.arange(g).repeat(g).float()
+            angles = torch.stack([torch.outer(cols, freqs), torch.outer(rows, freqs)], dim=-1).reshape(P, d // 2)
+        else:
+            angles = torch.zeros(P, d // 2)
+        self.register_buffer("rope_cos", angles.cos(), persistent=False)                      # (P, d/2)
+        self.register_buffer("rope_sin", angles.sin(), persistent=False)
 
     def forward(self, images: Tensor) -> Tensor:
         N, g, p, w, G = images.shape[0], self.grid, self.patch, self.width, self.pos_grid
@@ -94,8 +167,10 @@ class EagleVision(nn.Module):
         table = self.pos_embed.reshape(G, G, w).permute(2, 0, 1).unsqueeze(0)  # (1, w, G, G)
         pos = F.interpolate(table.float(), size=[g, g], mode="bilinear", align_corners=False, antialias=True)
         x = x + pos.reshape(w, g * g).transpose(0, 1).to(x.dtype)            # (N, P, w)
+        i = 0
         for blk in self.blocks:
-            x = blk(x)
+            x = blk(x, self.window_mask, self.layer_windowed[i], self.rope_cos, self.rope_sin, self.rotary)
+            i += 1
         x = self.post_norm(x)
         # Eagle's pixel_shuffle_back: (N, w, g, g) -> pixel_unshuffle -> (N, (g/s)^2, w*s*s), channel-major
         x = F.pixel_unshuffle(x.transpose(1, 2).reshape(N, w, g, g), self.shuffle)

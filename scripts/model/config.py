@@ -105,6 +105,15 @@ class ModelConfig:
     backbone: str = "n16"
     vit_pos_grid: int = 0         # eagle / qwen3vl: side of the learned position table (16: SigLIP-2 256 rows; 48: Qwen3-VL 2304)
     vit_temporal_patch: int = 2   # qwen3vl: frames per Conv3d patch (a still image is repeated)
+    # eagle: Isaac-GR00T's Eagle-Block2A-2B-v2 SigLIP-2 (its modeling_siglip2.py, not transformers'):
+    # attention inside vit_window x vit_window patch windows (use_windows_attn; edge windows cropped;
+    # 0 = every layer sees the whole image) except in the vit_full_layers ("7,14,21,26":
+    # full_attention_indexes), and a 2-D rotary embedding of every layer's q and k at the patch's
+    # (row, column) with base vit_rope_base (use_rope; upstream passes its window_size, 14, as the
+    # base; 0 = none)
+    vit_window: int = 0
+    vit_full_layers: str = ""
+    vit_rope_base: float = 0.0    # (qwen3vl's 2-D rotary base is vit_rope_theta)
     vit_rope_theta: float = 10000.0  # qwen3vl: the ViT's 2-D rotary base
     deepstack_layers: str = ""    # qwen3vl: ViT layers whose merged features join the first LM layers, "5,11,17"
 
@@ -257,6 +266,20 @@ class ModelConfig:
         if self.backbone != "n16":
             need(bool(self.gr00t_head), "backbone", "the exact GR00T backbones need a gr00t_head")
             need(self.vit_pos_grid >= 1, "vit_pos_grid", "must be >= 1 (side of the learned position table)")
+        if self.backbone == "eagle":
+            need(self.vit_window >= 0, "vit_window", "must be >= 0 (0: no windows)")
+            need(self.vit_rope_base >= 0, "vit_rope_base", "must be >= 0 (0: no 2-D rotary)")
+            need(self.vit_rope_base == 0 or (self.vit_width // self.vit_heads) % 4 == 0, "vit_heads",
+                 "vit_width / vit_heads must be a multiple of 4 (2-D rotary)")
+            try:
+                full = [int(x) for x in self.vit_full_layers.split(",") if x.strip()]
+            except ValueError:
+                full = [-1]
+            need(full == sorted(set(full)) and all(i >= 0 for i in full), "vit_full_layers",
+                 "must be ascending ViT layer indexes, comma-separated")
+        else:
+            need(self.vit_window == 0 and not self.vit_full_layers and self.vit_rope_base == 0, "vit_window",
+                 "vit_window, vit_full_layers and vit_rope_base are the eagle backbone's")
         if self.backbone == "qwen3vl":
             need((self.vit_width // self.vit_heads) % 4 == 0, "vit_heads",
                  "vit_width / vit_heads must be a multiple of 4 (2-D rotary)")
@@ -382,7 +405,8 @@ CONFIGS: Dict[str, ModelConfig] = {
 # head defaults (horizon 40, dims 132, backbone frozen). The *-tiny variants have the same
 # structure at CPU-test sizes.
 _EAGLE_3B = dict(backbone="eagle", image_size=224, patch_size=14, vit_layers=27, vit_width=1152, vit_heads=16,
-                 vit_ffn=4304, vit_pos_grid=16, llm_layers=16, llm_width=2048, llm_heads=16, llm_kv_heads=8,
+                 vit_ffn=4304, vit_pos_grid=16, vit_window=14, vit_full_layers="7,14,21,26", vit_rope_base=14.0,
+                 llm_layers=16, llm_width=2048, llm_heads=16, llm_kv_heads=8,
                  llm_head_dim=128, llm_ffn=6144, vocab_size=151936, rope_theta=1000000.0, series_hidden=256)
 _QWEN3VL_3B = dict(backbone="qwen3vl", image_size=256, patch_size=16, vit_layers=24, vit_width=1024, vit_heads=16,
                    vit_ffn=4096, vit_pos_grid=48, vit_temporal_patch=2, deepstack_layers="5,11,17",
@@ -390,7 +414,8 @@ _QWEN3VL_3B = dict(backbone="qwen3vl", image_size=256, patch_size=16, vit_layers
                    vocab_size=151936, rope_theta=5000000.0, mrope_section="24,20,20", series_hidden=256)
 CONFIGS.update({
     "gr00t-tiny": ModelConfig(name="gr00t-tiny", tune_top_llm_layers=1, gr00t_head="gr00t-tiny"),
-    "gr00t-n1.6-tiny": ModelConfig(name="gr00t-n1.6-tiny", backbone="eagle", vit_pos_grid=6, tune_top_llm_layers=1,
+    "gr00t-n1.6-tiny": ModelConfig(name="gr00t-n1.6-tiny", backbone="eagle", vit_pos_grid=6, vit_window=3,
+                                   vit_full_layers="1", vit_rope_base=3.0, tune_top_llm_layers=1,
                                    gr00t_head="gr00t-tiny", gr00t_state_mask_token=True),
     "gr00t-n1.7-tiny": ModelConfig(name="gr00t-n1.7-tiny", backbone="qwen3vl", vit_layers=3, vit_width=64,
                                    vit_heads=2, vit_ffn=128, vit_pos_grid=6, deepstack_layers="0,2",

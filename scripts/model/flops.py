@@ -164,7 +164,8 @@ def _vit_ops(g: Graph, cfg: ModelConfig) -> bool:
     for i in range(cfg.vit_layers):
         b = f"vision.blocks.{i}"
         qkv_up = g.weight(b, "vision", V * mm(P, w, 3 * w), up, tv)
-        att_up = g.attention(b, "vision", V * 2 * mm(P, w, P), qkv_up)           # scores + values
+        # scores + values; N1.6's windowed layers compute them over the whole image too, under a mask
+        att_up = g.attention(b, "vision", V * 2 * mm(P, w, P), qkv_up)
         up = g.weight(b, "vision", V * mm(P, w, w), att_up, tv)                   # o
         up = g.mlp(b, "vision", [V * mm(P, w, f), V * mm(P, f, w)], up, tv)
     C, s2 = cfg.llm_width, cfg.pixel_shuffle ** 2

@@ -2,8 +2,9 @@
 
 No package ships N1.6's model (Isaac-GR00T's Gr00tN1d6 on Eagle-Block2A-2B-v2),
 so the checkpoint is assembled from upstream parts under N1.6's tensor names:
-transformers' Siglip2VisionModel and Qwen3ForCausalLM with the Eagle glue
-(test/scripts/test_gr00t_backbones.py's EagleReference: the same assembly its
+transformers' Siglip2VisionModel (run as Eagle's windowed, 2-D rotary SigLIP-2:
+2 x 2 windows, layer 1 over the whole image) and Qwen3ForCausalLM with the Eagle
+glue (test/scripts/test_gr00t_backbones.py's EagleReference: the same assembly its
 backbone equivalence test checks) as `backbone.model.*`, lerobot 0.6.1's
 GR00TN17ActionHead at N1.6's head structure (no vl_self_attention; shapes of
 the gr00t-probe preset; dropout and state dropout 0, so no mask token) as
@@ -72,8 +73,11 @@ def upstream(tmp_path_factory):
     torch.manual_seed(0)
     backbone = EagleReference(cfg, image_token=image_token)
     (work / "backbone").mkdir()
+    # Eagle-Block2A-2B-v2's SigLIP-2 fields (its modeling_siglip2.py config) over transformers' ones
+    vision = dict(backbone.vision_model.config.to_dict(), window_size=cfg.vit_window, use_windows_attn=True,
+                  use_rope=True, full_attention_indexes=[int(i) for i in cfg.vit_full_layers.split(",")])
     (work / "backbone/config.json").write_text(json.dumps({
-        "vision_config": backbone.vision_model.config.to_dict(), "text_config": backbone.language_model.config.to_dict(),
+        "vision_config": vision, "text_config": backbone.language_model.config.to_dict(), "select_layer": -1,
         "downsample_ratio": 0.5, "force_image_size": cfg.image_size, "image_token_index": image_token}, default=str))
     config = n16_config_json(work / "backbone")
     head_cfg = get_head_config("gr00t-probe", backbone_width=128, max_state_dim=64, max_action_dim=64,
@@ -139,6 +143,7 @@ def test_an_n16_layout_checkpoint_imports_trains_and_starts_at_upstreams_loss(up
     torch.jit.load(str(tmp_path / "model.pt"), map_location="cpu", _extra_files=extra)
     mcfg = ModelConfig.from_json(extra["loongforge/config.json"])
     assert (mcfg.image_size, mcfg.image_crop_fraction, mcfg.llm_layers, mcfg.tune_top_llm_layers) == (56, 0.95, 2, 1)
+    assert (mcfg.vit_window, mcfg.vit_full_layers, mcfg.vit_rope_base) == (2, "1", 2.0)
     slots = [int(i) for i in mcfg.chat_template_ids.split(",")]
     assert slots.index(-2) < slots.index(-1), slots             # N1.6: the text before the images
 

@@ -170,7 +170,7 @@ def test_an_n16_config_with_state_dropout_gives_the_state_mask_token(upstream):
 BACKBONE_FIELDS = ("backbone", "image_size", "patch_size", "vit_layers", "vit_width", "vit_heads", "vit_ffn",
                    "vit_pos_grid", "pixel_shuffle", "deepstack_layers", "llm_layers", "llm_width", "llm_heads",
                    "llm_kv_heads", "llm_head_dim", "llm_ffn", "vocab_size", "rope_theta", "mrope_section",
-                   "tune_visual", "tune_llm", "tune_top_llm_layers")
+                   "tune_visual", "tune_llm", "tune_top_llm_layers", "vit_window", "vit_full_layers", "vit_rope_base")
 
 
 def test_lerobots_default_n17_config_json_imports_as_gr00t_n17_3b_with_its_crop(upstream):
@@ -296,6 +296,29 @@ def test_an_n16_config_json_imports_as_gr00t_n16_3b_with_the_mask_token_and_crop
     assert dataclasses_replace(head, state_dropout=0.0) == head_config_for(want)
     with pytest.raises(guc.UpstreamConfigError, match="nearest 'gr00t-n1.6-3b' differs in dit_layers=31"):
         guc.model_config_from_upstream(dict(data, diffusion_model_cfg=dict(dit, num_layers=31)))
+
+
+def test_an_eagle_backbone_config_gives_its_windows_and_rotary_and_another_select_layer_is_refused():
+    """Eagle-Block2A-2B-v2's SigLIP-2 fields (Isaac-GR00T modeling_siglip2.py Siglip2VisionConfig: window_size
+    14, full_attention_indexes [7, 14, 21, 26], use_rope and use_windows_attn true by default; the rotary
+    base is window_size, as upstream passes it) and Eagle3_VL's select_layer (-4 by default: not reproduced)."""
+    import gr00t_upstream_config as guc
+    vision = {"patch_size": 14, "num_hidden_layers": 27, "hidden_size": 1152, "num_attention_heads": 16,
+              "intermediate_size": 4304, "num_patches": 256}
+    text = {"hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 8, "intermediate_size": 6144,
+            "vocab_size": 151936}
+    base = {"vision_config": vision, "text_config": text, "select_layer": -1}
+
+    def vit(b):
+        f = guc.eagle_fields(b)
+        return f["vit_window"], f["vit_full_layers"], f["vit_rope_base"]
+    assert vit(base) == (14, "7,14,21,26", 14.0)
+    assert vit(dict(base, vision_config=dict(vision, window_size=8, full_attention_indexes=[3, 1]))) == (8, "1,3", 8.0)
+    assert vit(dict(base, vision_config=dict(vision, use_rope=False, use_windows_attn=False))) == (0, "7,14,21,26", 0.0)
+    with pytest.raises(guc.UpstreamConfigError, match="select_layer=-4: must be -1"):
+        guc.eagle_fields(dict(base, select_layer=-4))
+    with pytest.raises(guc.UpstreamConfigError, match="select_layer=.absent .Eagle3_VLConfig's -4"):
+        guc.eagle_fields({"vision_config": vision, "text_config": text})
 
 
 def test_n16_image_transform_comes_from_processor_config_as_isaac_gr00ts_processor_builds_it():

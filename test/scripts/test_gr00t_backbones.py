@@ -6,7 +6,12 @@ that none of us wrote, random-initialised at reduced depth:
   and the vocabulary) changed, run through its forward (transformers 5.5.4 Qwen3-VL:
   patches from transformers' Qwen2VLImageProcessor, multimodal RoPE ids, deepstack, the
   last kept decoder layer's output);
-- N1.6: transformers' `Siglip2VisionModel` and `Qwen3ForCausalLM` (truncated to
+- N1.6: transformers' `Siglip2VisionModel` modules run the way Eagle-Block2A-2B-v2's own
+  SigLIP-2 runs them (Isaac-GR00T modeling_siglip2.py, transcribed in `eagle_siglip2`:
+  the image's patches regrouped into windows, attention per window - one varlen segment
+  each, as its flash-attention packing runs them - except in the full-attention layers,
+  per image; Rope2DPosEmb's complex 2-D rotation of q and k with its base; post_layernorm,
+  then back to raster order), and `Qwen3ForCausalLM` (truncated to
   select_layer as Isaac-GR00T's EagleBackbone does, features after the final norm as
   `hidden_states[-1]` is in the transformers 4.53 Isaac-GR00T pins); the Eagle glue
   between them (per-image pixel unshuffle of the (C, h, w) map and `mlp1` =
@@ -215,6 +220,69 @@ def test_n17_a_transposed_or_missing_tensor_is_refused_by_name(oracle, tmp_path)
 
 # ---------------------------------------------------------------------------- N1.6 (Eagle)
 
+def eagle_siglip2(vt, images: torch.Tensor, patch: int, window: int, full, theta: float) -> torch.Tensor:
+    """Eagle-Block2A-2B-v2's Siglip2VisionTransformer.forward over transformers' Siglip2 modules (vt =
+    Siglip2VisionModel.vision_model): images (N, 3, H, W) -> last hidden state (N, h*w, C), raster order.
+    window: Siglip2VisionConfig.window_size (use_windows_attn; 0 = off), full: full_attention_indexes,
+    theta: the Rope2DPosEmb base (upstream passes window_size; 0 = use_rope off)."""
+    import math
+    N, _, H, W = images.shape
+    h, w = H // patch, W // patch
+    emb = vt.embeddings
+    C = emb.patch_embedding.out_features
+    heads = vt.encoder.layers[0].self_attn.num_heads
+    d = C // heads
+    # Siglip2VisionEmbeddings: patches in (p_h, p_w, C) order, Linear, the resized position table
+    patches = images.reshape(N, 3, h, patch, w, patch).permute(0, 2, 4, 3, 5, 1).reshape(N * h * w, -1)
+    G = math.isqrt(emb.position_embedding.weight.shape[0])
+    table = emb.position_embedding.weight.reshape(G, G, C).permute(2, 0, 1).unsqueeze(0).float()
+    pos = torch.nn.functional.interpolate(table, size=(h, w), mode="bilinear", align_corners=False, antialias=True)
+    x = (emb.patch_embedding(patches).reshape(N, h * w, C) + pos.reshape(C, h * w).t()).reshape(N * h * w, C)
+    # split_patch_embeddings_to_windows_with_meta: per image, windows row by row, cropped at the edges,
+    # each window's tokens row-major, packed into one sequence
+    ws = window if window > 0 else max(h, w)
+    order, windows = [], []
+    for n in range(N):
+        for r0 in range(0, h, ws):
+            for c0 in range(0, w, ws):
+                idx = [n * h * w + (r0 + u) * w + c0 + v for u in range(min(ws, h - r0)) for v in range(min(ws, w - c0))]
+                order += idx
+                windows.append(len(idx))
+    order = torch.tensor(order)
+    x = x[order]
+    # Rope2DPosEmb: freqs_cis[row, col] = per frequency j (cis(col f_j), cis(row f_j)), f_j = theta^(-4j/d)
+    rows = ((order % (h * w)) // w).float()
+    cols = (order % w).float()
+    cis = None
+    if theta > 0:
+        f = 1.0 / (theta ** (torch.arange(0, d, 4)[: d // 4].float() / d))
+        xc = torch.polar(torch.ones(len(order), d // 4), torch.outer(cols, f))
+        yc = torch.polar(torch.ones(len(order), d // 4), torch.outer(rows, f))
+        cis = torch.cat([xc.unsqueeze(-1), yc.unsqueeze(-1)], dim=-1).reshape(len(order), d // 2)
+
+    def rope(t):
+        z = torch.view_as_complex(t.float().reshape(t.shape[0], heads, d // 2, 2))
+        return torch.view_as_real(z * cis.unsqueeze(1)).flatten(-2).type_as(t)
+
+    for i, layer in enumerate(vt.encoder.layers):
+        a = layer.self_attn
+        lens = windows if (window > 0 and i not in full) else [h * w] * N    # flash-attention varlen segments
+        y = layer.layer_norm1(x)
+        q, k = a.q_proj(y).view(-1, heads, d), a.k_proj(y).view(-1, heads, d)
+        v = a.v_proj(y).view(-1, heads, d)
+        if cis is not None:
+            q, k = rope(q), rope(k)
+        out, at = [], 0
+        for L in lens:
+            seg = [t[at:at + L].transpose(0, 1).unsqueeze(0) for t in (q, k, v)]
+            out.append(torch.nn.functional.scaled_dot_product_attention(*seg)[0].transpose(0, 1))
+            at += L
+        x = x + a.out_proj(torch.cat(out).reshape(-1, C))
+        x = x + layer.mlp(layer.layer_norm2(x))
+    x = vt.post_layernorm(x)
+    return x[torch.argsort(order)].reshape(N, h * w, C)
+
+
 class EagleReference(torch.nn.Module):
     """Upstream N1.6's backbone assembled from transformers modules the way Isaac-GR00T's
     EagleBackbone / Eagle3_VLForConditionalGeneration does, under upstream's tensor names
@@ -225,6 +293,8 @@ class EagleReference(torch.nn.Module):
         from transformers import Qwen3Config, Qwen3ForCausalLM, Siglip2VisionConfig, Siglip2VisionModel
         self.image_token = image_token
         self.patch = cfg.patch_size
+        self.window, self.rope_theta = cfg.vit_window, cfg.vit_rope_base
+        self.full = [int(i) for i in cfg.vit_full_layers.split(",") if i.strip()]
         self.vision_model = Siglip2VisionModel(Siglip2VisionConfig(
             hidden_size=cfg.vit_width, intermediate_size=cfg.vit_ffn, num_hidden_layers=cfg.vit_layers,
             num_attention_heads=cfg.vit_heads, num_patches=cfg.vit_pos_grid ** 2, patch_size=cfg.patch_size,
@@ -242,13 +312,10 @@ class EagleReference(torch.nn.Module):
         self.shuffle = cfg.pixel_shuffle
 
     def forward(self, images, input_ids, attention_mask):
-        from transformers.models.siglip2.image_processing_siglip2 import convert_image_to_patches
         N, _, H, W = images.shape
         h, w = H // self.patch, W // self.patch
-        pixel_values = torch.stack([convert_image_to_patches(img, self.patch) for img in images])
-        out = self.vision_model(pixel_values=pixel_values, pixel_attention_mask=torch.ones(N, h * w, dtype=torch.long),
-                                spatial_shapes=torch.tensor([[h, w]] * N))
-        vit = out.last_hidden_state                                          # select_layer -1
+        vit = eagle_siglip2(self.vision_model.vision_model, images, self.patch, self.window, self.full,
+                            self.rope_theta)                                  # select_layer -1
         C = vit.shape[-1]
         per_image = [x.transpose(0, 1).reshape(C, h, w) for x in vit]        # pixel_shuffle_back
         down = torch.nn.functional.pixel_unshuffle(torch.stack(per_image), self.shuffle)
@@ -263,13 +330,18 @@ class EagleReference(torch.nn.Module):
 
 
 N16_CASES = {
+    # 4 x 4 patches in 2 x 2 windows (layer 0), layer 1 attending over the image; the rotary base is
+    # the window size, as upstream passes it
     "tiny": dict(image_size=56, patch_size=14, vit_layers=2, vit_width=64, vit_heads=4, vit_ffn=96, vit_pos_grid=3,
+                 vit_window=2, vit_full_layers="1", vit_rope_base=2.0,
                  llm_layers=2, llm_width=128, llm_heads=4, llm_kv_heads=2, llm_head_dim=32, llm_ffn=192,
                  vocab_size=8192, tune_top_llm_layers=1),
     # N1.6's widths (SigLIP-2 so400m 1152 x 16 heads, FFN 4304, patch 14, 16 x 16 table, here on
     # 112 px so the table is downsampled with antialias; Qwen3-1.7B 2048, 16 q / 8 kv of 128, FFN
-    # 6144, theta 1e6), 1 ViT and 2 LM layers.
-    "n1.6-widths": dict(vit_layers=1, llm_layers=2, vocab_size=8192, tune_top_llm_layers=1, image_size=112),
+    # 6144, theta 1e6), 1 ViT and 2 LM layers; 8 x 8 patches in windows of 3 (the edge ones cropped
+    # to 2), the 2-D rotary's base 3.
+    "n1.6-widths": dict(vit_layers=1, llm_layers=2, vocab_size=8192, tune_top_llm_layers=1, image_size=112,
+                        vit_window=3, vit_full_layers="", vit_rope_base=3.0),
 }
 
 
