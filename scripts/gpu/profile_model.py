@@ -16,7 +16,11 @@ Prints
 - a per-region split of the eager forward (vision+LM under the frozen layout,
   action head + embodiment MLPs) and the backward;
 - the top kernels/ops by device time from torch.profiler over 3 iterations, and
-  the number of kernel launches per iteration.
+  the number of kernel launches per iteration;
+- with --copy-sources N, for the TorchScript module: its copy/cast and elementwise
+  kernels by the ATen op that launched them and that op's two callers (with the
+  launching op's input shapes), the N largest by device time: where the copies
+  loongforge-train's kernel profile shows come from.
 Nothing here is a benchmark of a trainer: no data loading, no optimizer.
 """
 import argparse
@@ -151,6 +155,9 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--trace", default="")
     ap.add_argument("--script-only", action="store_true", help="only the TorchScript rows (no eager model)")
+    ap.add_argument("--copy-sources", type=int, default=0, metavar="N",
+                    help="also the TorchScript module's copy/cast and elementwise kernels by the ATen op (and its "
+                         "two callers) that launched them, the N largest by device time")
     ap.add_argument("--compiled", action="store_true",
                     help="also the eager model under torch.compile (Inductor, as the reference's --mode optimized "
                          "compiles it, without its CUDA graphs so the profiler sees the kernels)")
@@ -235,7 +242,39 @@ def main() -> int:
         print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=args.top, max_name_column_width=60))
         if args.trace and name == "eager":
             prof.export_chrome_trace(args.trace)
+    if args.copy_sources > 0:
+        copy_sources(scripted, batch, args.copy_sources)
     return 0
+
+
+def copy_sources(m, batch, top: int) -> None:
+    """The copy/cast and elementwise kernels of one forward+backward of m by launching op (see the
+    module docstring)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
+        zero(m)
+        fwd_bwd(m, batch)
+        torch.cuda.synchronize()
+    by = {}
+    for e in prof.events():
+        for k in e.kernels:
+            kind = kernel_category(k.name)
+            if kind not in ("copy/cast", "elementwise"):
+                continue
+            chain, p = [e.name], e.cpu_parent
+            while p is not None and len(chain) < 3:
+                chain.append(p.name)
+                p = p.cpu_parent
+            shapes = [s for s in (e.input_shapes or []) if s][:2]
+            key = (kind, " <- ".join(chain), str(shapes))
+            n, t = by.get(key, (0, 0.0))
+            by[key] = (n + 1, t + k.duration / 1000.0)
+    for kind in ("copy/cast", "elementwise"):
+        rows = sorted(((t, n, c, sh) for (kd, c, sh), (n, t) in by.items() if kd == kind), reverse=True)
+        print(f"\n== {kind} kernels of one TorchScript forward+backward: {sum(r[1] for r in rows)} launches, "
+              f"{sum(r[0] for r in rows):.2f} ms; by launching op (<- callers), input shapes")
+        for t, n, c, sh in rows[:top]:
+            print(f"{t:8.3f} ms x{n:5d}  {c}  {sh}")
 
 
 if __name__ == "__main__":
