@@ -149,12 +149,18 @@ def load_model(path: str) -> Tuple[torch.nn.Module, ModelConfig, Dict]:
     params = json.loads(extra["loongforge/params.json"])
     model = build_model(mcfg, device=torch.device("meta"))
     sd = scripted.state_dict()
-    want, have = set(model.state_dict().keys()), set(sd.keys())
+    # a loaded TorchScript module lists its non-persistent buffers too (the prompt's ids, the ViT's
+    # rotary tables, ...): derived from the config, they take the file's values, which its TorchScript runs
+    derived = {f"{m}.{b}" if m else b for m, mod in model.named_modules() for b in mod._non_persistent_buffers_set}
+    want, have = set(model.state_dict().keys()) | derived, set(sd.keys())
     if want != have:
         raise ValueError(f"model.path '{path}': state_dict names differ from model.n16 "
                          f"(missing {sorted(want - have)[:5]}, unexpected {sorted(have - want)[:5]}); "
                          "re-export with the current scripts/model")
-    model.load_state_dict(sd, strict=True, assign=True)
+    model.load_state_dict({k: v for k, v in sd.items() if k not in derived}, strict=True, assign=True)
+    for name in derived:
+        owner, _, buf = name.rpartition(".")
+        (model.get_submodule(owner) if owner else model).register_buffer(buf, sd[name], persistent=False)
     del scripted
     named = dict(model.named_parameters())
     if [p["name"] for p in params] != list(named):

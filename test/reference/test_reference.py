@@ -628,3 +628,20 @@ def test_the_reference_kernel_kinds_are_the_rules_read_from_cuda_activity_cpp():
     pieces = [p for _, parts, prefixes in rules for p in parts + prefixes]
     names = [f"{a}k_{b}" for a in pieces for b in pieces] + [f"k_{a}_1" for a in pieces] + ["cub::Sort", "kernel"]
     assert [kind_of(n) for n in names] == [cpp_kind(n) for n in names]
+
+
+@pytest.mark.parametrize("name", ["gr00t-n1.6-tiny", "gr00t-n1.7-tiny"])
+def test_the_reference_loads_an_exact_backbone_export_with_its_derived_buffers(name, tmp_path):
+    """A loaded TorchScript module lists its non-persistent buffers (N1.6's window mask and rotary tables,
+    N1.7's rotary selector, a template's ids) among its state: the reference takes their values from the
+    file, and its model then gives the file's loss bit for bit."""
+    from model import export
+    from model.batch import example_batch
+    export.export(name, str(tmp_path / "m.pt"), seed=0)
+    model, cfg, _ = train_torch.load_model(str(tmp_path / "m.pt"))
+    scripted = torch.jit.load(str(tmp_path / "m.pt"))
+    derived = {n for n, _ in scripted.named_buffers()} - set(model.state_dict())
+    assert derived and derived <= {n for n, _ in model.named_buffers()}
+    model.eval(), scripted.eval()
+    batch = example_batch(cfg, 2, seed=3)
+    assert torch.equal(model(batch)["loss"], scripted(batch)["loss"])
