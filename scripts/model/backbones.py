@@ -68,22 +68,20 @@ class EagleProjector(nn.Module):
         return self.fc2(F.gelu(self.fc1(self.norm(x))))
 
 
-def rope_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x (B, N, h, d) rotated in float32 as d/2 complex numbers (x[2j], x[2j+1]) times
-    cos + i sin of angle table column j (cos, sin: (N, d/2)); back in x's dtype."""
+def rope_pairs(x: Tensor, cis: Tensor) -> Tensor:
+    """x (B, N, h, d) rotated in float32 as d/2 complex numbers (x[2j], x[2j+1]) times the
+    complex64 table cis (N, d/2) (upstream's own arithmetic: one complex product); back in
+    x's dtype."""
     B, N, H, D = x.shape[0], x.shape[1], x.shape[2], x.shape[3]
-    xf = x.float().reshape(B, N, H, D // 2, 2)
-    x0, x1 = xf[..., 0], xf[..., 1]
-    c, s = cos[None, :, None, :], sin[None, :, None, :]
-    return torch.stack([x0 * c - x1 * s, x0 * s + x1 * c], dim=-1).reshape(B, N, H, D).to(x.dtype)
+    z = torch.view_as_complex(x.float().reshape(B, N, H, D // 2, 2))
+    return torch.view_as_real(z * cis[None, :, None, :]).reshape(B, N, H, D).to(x.dtype)
 
 
 class EagleVisionBlock(VisionBlock):
     """A SigLIP-2 block of Eagle-Block2A-2B-v2 (VisionBlock's parameters): attention restricted by
     `mask` (its windows) when `windowed`, q and k rotated by the 2-D table when `rotary`."""
 
-    def forward(self, x: Tensor, mask: Tensor, windowed: bool, cos: Tensor, sin: Tensor,  # type: ignore[override]
-                rotary: bool) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor, windowed: bool, cis: Tensor, rotary: bool) -> Tensor:  # type: ignore[override]
         a = self.attn
         h = self.ln1(x)
         B, N, C = h.shape
@@ -91,7 +89,7 @@ class EagleVisionBlock(VisionBlock):
         k = a.k(h).view(B, N, a.heads, a.head_dim)
         v = a.v(h).view(B, N, a.heads, a.head_dim).transpose(1, 2)
         if rotary:
-            q, k = rope_pairs(q, cos, sin), rope_pairs(k, cos, sin)
+            q, k = rope_pairs(q, cis), rope_pairs(k, cis)
         m: Optional[Tensor] = None
         if windowed:
             m = mask
@@ -157,8 +155,7 @@ class EagleVision(nn.Module):
             angles = torch.stack([torch.outer(cols, freqs), torch.outer(rows, freqs)], dim=-1).reshape(P, d // 2)
         else:
             angles = torch.zeros(P, d // 2)
-        self.register_buffer("rope_cos", angles.cos(), persistent=False)                      # (P, d/2)
-        self.register_buffer("rope_sin", angles.sin(), persistent=False)
+        self.register_buffer("rope_cis", torch.polar(torch.ones_like(angles), angles), persistent=False)  # (P, d/2)
 
     def forward(self, images: Tensor) -> Tensor:
         N, g, p, w, G = images.shape[0], self.grid, self.patch, self.width, self.pos_grid
@@ -169,7 +166,7 @@ class EagleVision(nn.Module):
         x = x + pos.reshape(w, g * g).transpose(0, 1).to(x.dtype)            # (N, P, w)
         i = 0
         for blk in self.blocks:
-            x = blk(x, self.window_mask, self.layer_windowed[i], self.rope_cos, self.rope_sin, self.rotary)
+            x = blk(x, self.window_mask, self.layer_windowed[i], self.rope_cis, self.rotary)
             i += 1
         x = self.post_norm(x)
         # Eagle's pixel_shuffle_back: (N, w, g, g) -> pixel_unshuffle -> (N, (g/s)^2, w*s*s), channel-major
