@@ -3,7 +3,7 @@
 Upstream N1.7 (lerobot 0.6.1 GrootN17VLMEncodeStep) formats each sample as one user message,
 [{"type": "image"} per (frame, view) ..., {"type": "text", "text": task}], renders it with the
 tokenizer's chat template (add_generation_prompt False; transformers' processor passes the
-tokenizer's special tokens to the template), expands each image placeholder into the image's
+tokenizer's special tokens to the template), expands each image token into the image's
 merged tokens and tokenizes the whole string. Upstream N1.6 (Isaac-GR00T Gr00tN1d6Processor with
 Eagle-Block2A-2B-v2's Eagle3_VLProcessor) puts the text first, [{"type": "text"}, {"type":
 "image"} per view ...], and Eagle's processor replaces each `<image-k>` the template renders by
@@ -222,7 +222,7 @@ def template_ids(template: str, tokenizer_json: Path, image_token_id: int, num_i
                 ids.append(IMAGE_SLOT)
             ids.extend(tok.encode(piece, add_special_tokens=False).ids)
         ids.extend(slot)
-    # the processor tokenizes the whole prompt (post-processor included) with each placeholder
+    # the processor tokenizes the whole prompt (post-processor included) with each image token
     # expanded; the pieces must give the same ids, the text the ids the dataset stores
     probe_ids = tok.encode(probe_text, add_special_tokens=False).ids
     probe = prompt(probe_text)
@@ -231,7 +231,7 @@ def template_ids(template: str, tokenizer_json: Path, image_token_id: int, num_i
     if whole != expect:
         raise TemplateError(f"{tokenizer_json}: the chat template's pieces do not tokenize as its whole prompt does "
                             f"for the text {probe_text!r} (whole {whole[:24]}..., pieces {expect[:24]}...): a token "
-                            "spans a placeholder or the text's edge, or the tokenizer's post-processor adds tokens; "
+                            "spans an image token or the text's edge, or the tokenizer's post-processor adds tokens; "
                             "this prompt cannot be built from the dataset's text ids")
     return ids, rendered
 

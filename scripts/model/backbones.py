@@ -370,8 +370,7 @@ class Qwen3VLText(nn.Module):
         n = len(self.layers)
         for layer in self.layers:
             if pad_rows:
-                x = x + layer.attn(layer.input_norm(x), cos, sin, mask) * row_valid
-                x = x + layer.mlp(layer.post_attn_norm(x))
+                x = layer.forward_rows(x, cos, sin, mask, row_valid)
             else:
                 x = layer(x, cos, sin, mask)
             # upstream reads the last kept layer's output before a deepstack addition would follow it

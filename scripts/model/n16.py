@@ -268,6 +268,11 @@ class LLMBlock(nn.Module):
         x = x + self.attn(self.input_norm(x), cos, sin, mask)
         return x + self.mlp(self.post_attn_norm(x))
 
+    def forward_rows(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, row_valid: Tensor) -> Tensor:
+        """forward with each row's attention output weighted by row_valid (prompt_attention_mask)."""
+        x = x + self.attn(self.input_norm(x), cos, sin, mask) * row_valid
+        return x + self.mlp(self.post_attn_norm(x))
+
 
 class LanguageModel(nn.Module):
     """Qwen3-style causal decoder without LM head.
@@ -311,8 +316,7 @@ class LanguageModel(nn.Module):
         cos, sin = rope_at(pos, self.head_dim, self.rope_theta)
         mask, row_valid = prompt_attention_mask(key_mask, True, x.dtype)
         for layer in self.layers:
-            x = x + layer.attn(layer.input_norm(x), cos, sin, mask) * row_valid
-            x = x + layer.mlp(layer.post_attn_norm(x))
+            x = layer.forward_rows(x, cos, sin, mask, row_valid)
         return self.norm(x)
 
 

@@ -2,7 +2,7 @@
 
 Upstream (lerobot 0.6.1's GrootN17VLMEncodeStep) renders one user message per sample with the
 checkpoint's chat template, [image per (frame, view) ..., the task text], has the Qwen3-VL
-processor expand each image placeholder into that image's merged tokens, tokenizes the whole
+processor expand each image token into that image's merged tokens, tokenizes the whole
 string and pads the batch on the left to its longest prompt. An import renders the same
 template once (scripts/chat_template.py) and stores it as token ids with two slot markers:
 
@@ -25,7 +25,6 @@ Contract
     length         S = fixed template tokens + num_views * tokens_per_view + max_text_len
     slot_ids       (S,) the template's id at each position, IMAGE_SLOT at image tokens, TEXT_SLOT
                    across the text slot
-    fixed_index    positions of the template's own tokens; fixed_ids their ids
     image_index    positions of the image tokens, view after view (before or after the text slot)
     text_start     first position of the text slot; tail_count the positions after the slot
     head_pos       (3, text_start) multimodal RoPE positions of everything before the text slot
@@ -72,48 +71,31 @@ def check(ids: List[int], num_views: int, vocab_size: int, images_first: bool = 
 
 class PromptLayout:
     def __init__(self, ids: List[int], tokens_per_view: int, merged_grid: int, max_text_len: int):
-        self.fixed_index: List[int] = []
-        self.fixed_ids: List[int] = []
-        self.slot_ids: List[int] = []
-        self.image_index: List[int] = []
+        def width(tok: int) -> int:
+            return tokens_per_view if tok == IMAGE_SLOT else max_text_len if tok == TEXT_SLOT else 1
+
+        self.slot_ids: List[int] = [tok for t in ids for tok in [t] * width(t)]
+        self.length = len(self.slot_ids)
+        self.image_index = [i for i, t in enumerate(self.slot_ids) if t == IMAGE_SLOT]
+        head = ids[:ids.index(TEXT_SLOT)] if TEXT_SLOT in ids else []
+        self.text_start = sum(width(t) for t in head) if TEXT_SLOT in ids else -1
+        self.tail_count = self.length - self.text_start - max_text_len if TEXT_SLOT in ids else 0
+        # N1.7's multimodal positions of everything before the text slot
         self.head_pos: List[List[int]] = [[], [], []]
-        self.tail_count = 0
-        pos = 0        # next upstream RoPE position
-        at = 0         # next slot-order position
-        self.text_start = -1
-        self.text_pos0 = -1
-        for tok in ids:
+        pos = 0
+        for tok in head:
             if tok == IMAGE_SLOT:
-                self.image_index.extend(range(at, at + tokens_per_view))
-                self.slot_ids.extend([IMAGE_SLOT] * tokens_per_view)
-                if self.text_start >= 0:
-                    self.tail_count += tokens_per_view
-                else:
-                    for r in range(merged_grid):
-                        for c in range(merged_grid):
-                            self.head_pos[0].append(pos)
-                            self.head_pos[1].append(pos + r)
-                            self.head_pos[2].append(pos + c)
-                    pos += merged_grid
-                at += tokens_per_view
-            elif tok == TEXT_SLOT:
-                self.text_start = at
-                self.text_pos0 = pos
-                self.slot_ids.extend([TEXT_SLOT] * max_text_len)
-                at += max_text_len
+                for r in range(merged_grid):
+                    for c in range(merged_grid):
+                        self.head_pos[0].append(pos)
+                        self.head_pos[1].append(pos + r)
+                        self.head_pos[2].append(pos + c)
+                pos += merged_grid
             else:
-                self.fixed_index.append(at)
-                self.fixed_ids.append(tok)
-                self.slot_ids.append(tok)
-                if self.text_start < 0:
-                    for d in range(3):
-                        self.head_pos[d].append(pos)
-                    pos += 1
-                else:
-                    self.tail_count += 1
-                at += 1
-        self.length = at
-        self.num_fixed = len(self.fixed_ids)
+                for d in range(3):
+                    self.head_pos[d].append(pos)
+                pos += 1
+        self.text_pos0 = pos if TEXT_SLOT in ids else -1
 
 
 __all__ = ["IMAGE_SLOT", "TEXT_SLOT", "parse_ids", "check", "PromptLayout"]
