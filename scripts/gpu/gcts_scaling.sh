@@ -17,7 +17,9 @@
 # Under CUDA graphs (the config's default) the GCTS runs at several GPUs
 # reduce inside the last micro-batch's graph (Note [Reduction in the graph]);
 # lf-after (not in the default RUNS) is hybrid with gcts.overlap=false, the
-# reduction after the graph, to measure which is faster.
+# reduction after the graph, to measure which is faster. lf-casts (not in the
+# default RUNS) is lf-plain with precision.bf16_weights=off: fp32 weights cast
+# by autocast in every forward, the fast path before bf16 working copies.
 # Builds build-gpu/ first; TESTS=1 also runs the GPU tests (LONG=0 form);
 # PROFILE=1 takes a 2-second `profile-step --kernels` at step 60 of each
 # one-GPU loongforge run ($OUT/<run>-w1-profile.json) and tallies the kernels of
@@ -57,6 +59,7 @@ for w in $worlds; do
     rm -rf "/tmp/runs/$name" "$OUT/${name}_metrics.jsonl"  # a failed run must not show an earlier call's metrics
     case $run in
       lf-plain) sets=() ;;
+      lf-casts) sets=(--set precision.bf16_weights=off) ;;
       lf-simple) sets=(--set gcts.enable=true --set gcts.comm_strategy=simple) ;;
       lf-hybrid) sets=(--set gcts.enable=true --set gcts.comm_strategy=hybrid) ;;
       lf-after) sets=(--set gcts.enable=true --set gcts.comm_strategy=hybrid --set gcts.overlap=false) ;;

@@ -14,7 +14,10 @@
 // never reads (a disabled encoder's, reached another way) comes after every
 // used one, in definition order: it may get no gradient at all. Roles come
 // from the names (mdg_role); `embodiment` in the path marks the
-// per-embodiment slot modules whatever their role.
+// per-embodiment slot modules whatever their role. A parameter whose every
+// read is the weight or bias argument of aten::linear is `linear_only`: under
+// CUDA bf16 autocast those reads are all cast to bf16, so a bf16 working copy
+// gives the forward and its gradient the same numbers (precision.bf16_weights).
 #include <algorithm>      // std::sort
 #include <map>            // std::map
 #include <unordered_map>  // std::unordered_map
@@ -68,10 +71,19 @@ bool has_calls(torch::jit::Block* block) {
   return false;
 }
 
-// First reads of every path in `block`, in order (Note [MDG]).
+// Every use of `v` is aten::linear's weight (argument 1) or bias (argument 2).
+bool only_linear_reads(const torch::jit::Value* v) {
+  static const c10::Symbol linear = c10::Symbol::fromQualString("aten::linear");
+  for (const torch::jit::Use& u : v->uses())
+    if (u.user->kind() != linear || (u.offset != 1 && u.offset != 2)) return false;
+  return true;
+}
+
+// First reads of every path in `block`, in order (Note [MDG]); clears
+// linear_only of a parameter read any other way.
 void walk(torch::jit::Block* block, std::unordered_map<const torch::jit::Value*, std::string>& paths,
-          const std::map<std::string, size_t>& param_index, std::vector<int64_t>& first_use, int64_t& uses,
-          int64_t& nodes) {
+          const std::map<std::string, size_t>& param_index, std::vector<int64_t>& first_use,
+          std::vector<bool>& linear_only, int64_t& uses, int64_t& nodes) {
   for (torch::jit::Node* n : block->nodes()) {
     ++nodes;
     if (n->kind() == c10::prim::GetAttr) {
@@ -80,13 +92,16 @@ void walk(torch::jit::Block* block, std::unordered_map<const torch::jit::Value*,
         const std::string p = (it->second.empty() ? "" : it->second + ".") + n->s(c10::attr::name);
         paths[n->output()] = p;
         const auto pi = param_index.find(p);
-        if (pi != param_index.end() && first_use[pi->second] < 0) first_use[pi->second] = uses++;
+        if (pi != param_index.end()) {
+          if (first_use[pi->second] < 0) first_use[pi->second] = uses++;
+          if (!only_linear_reads(n->output())) linear_only[pi->second] = false;
+        }
       }
     } else if (n->kind() == c10::prim::unchecked_cast && n->inputs().size() == 1) {
       const auto it = paths.find(n->input(0));
       if (it != paths.end()) paths[n->output()] = it->second;
     }
-    for (torch::jit::Block* b : n->blocks()) walk(b, paths, param_index, first_use, uses, nodes);
+    for (torch::jit::Block* b : n->blocks()) walk(b, paths, param_index, first_use, linear_only, uses, nodes);
   }
 }
 
@@ -104,6 +119,7 @@ Mdg build(const torch::jit::Module& module, const std::vector<std::string>& name
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < names.size(); ++i) index[names[i]] = i;
   std::vector<int64_t> first(names.size(), -1);
+  std::vector<bool> linear_only(names.size(), true);
   try {
     auto graph = module.get_method("forward").graph()->copy();
     // One Inline pass leaves the calls inside inlined bodies when the graph
@@ -111,7 +127,7 @@ Mdg build(const torch::jit::Module& module, const std::vector<std::string>& name
     for (int pass = 0; pass < 256 && has_calls(graph->block()); ++pass) torch::jit::Inline(*graph);
     std::unordered_map<const torch::jit::Value*, std::string> paths = {{graph->inputs()[0], ""}};
     int64_t uses = 0;
-    walk(graph->block(), paths, index, first, uses, g.graph_nodes);
+    walk(graph->block(), paths, index, first, linear_only, uses, g.graph_nodes);
   } catch (const std::exception& e) {
     throw ModelError(what + ": cannot build the module dependency graph from its forward graph: " + e.what());
   }
@@ -130,6 +146,7 @@ Mdg build(const torch::jit::Module& module, const std::vector<std::string>& name
     p.module = parent_of(names[i]);
     p.role = mdg_role(p.module);
     p.first_use = first[i];
+    p.linear_only = first[i] >= 0 && linear_only[i];
   }
   g.modules = module_tree(module, "", "");
   return g;
@@ -152,6 +169,7 @@ nlohmann::json Mdg::to_json() const {
                   {"role", p.role},
                   {"embodiment_slots", has(p.module, "embodiment")},
                   {"first_use", p.first_use},
+                  {"linear_only", p.linear_only},
                   {"ready", p.ready}});
   return {{"format", "loongforge-mdg/1"}, {"graph_nodes", graph_nodes}, {"params", ps}, {"modules", modules}};
 }

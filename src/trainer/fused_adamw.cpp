@@ -1,13 +1,21 @@
-// FusedAdamW: AdamW through ATen's multi-tensor kernels (optimizer.hpp).
+// FusedAdamW: AdamW through ATen's multi-tensor kernels, and bf16 working
+// copies with fp32 masters through this project's kernel (optimizer.hpp).
 #include <ATen/ATen.h>  // at::_fused_adamw_, at::_foreach_norm, at::_foreach_mul_
 
 #include "loongforge/common/error.hpp"
 #include "loongforge/trainer/optimizer.hpp"
 
+#if LOONGFORGE_WITH_CUDA_KERNELS
+#include <c10/cuda/CUDAStream.h>  // c10::cuda::getCurrentCUDAStream
+
+#include "master_adamw.cuh"
+#endif
+
 namespace loongforge::trainer {
 
 FusedAdamW::FusedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions options)
     : AdamWBase(params, options) {
+  at::NoGradGuard no_grad;
   for (const auto& p : params) {
     const auto& first = params.front();
     if (p.tensor.device() != first.tensor.device() || p.tensor.scalar_type() != first.tensor.scalar_type())
@@ -21,19 +29,48 @@ FusedAdamW::FusedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions o
                                      : params.front().tensor.options().dtype(at::kFloat);
   lr_ = at::zeros({}, scalar);
   found_inf_ = at::zeros({}, scalar);
+  clip_coef_ = at::ones({}, scalar);
+  masters_.resize(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!params[i].bf16_weight) continue;
+    const at::Tensor& t = params[i].tensor;
+    if (!LOONGFORGE_WITH_CUDA_KERNELS || !t.is_cuda() || t.scalar_type() != at::kFloat || !t.is_contiguous())
+      throw ConfigError("precision.bf16_weights: '" + params[i].name + "' is " + t.toString() + " on " +
+                        t.device().str() + (LOONGFORGE_WITH_CUDA_KERNELS ? "" : " in a build without CUDA kernels") +
+                        "; bf16 working copies need contiguous fp32 parameters on a GPU: set precision.bf16_weights=off");
+    masters_[i] = t.detach().clone();
+    params_[i].set_data(t.detach().to(at::kBFloat16));  // the module's parameter: its forward now reads bf16
+  }
 }
 
 at::Tensor FusedAdamW::clip_grad_norm(double max_norm) {
   at::NoGradGuard no_grad;
-  std::vector<at::Tensor> grads;
-  for (const auto& p : params_)
-    if (p.grad().defined()) grads.push_back(p.grad());
-  if (grads.empty()) {
+  // Norms in parameter order (the order of the sum FusedAdamW takes without
+  // working copies); bf16 gradients' norms are taken in float.
+  std::vector<at::Tensor> full, half;
+  std::vector<bool> is_half;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const at::Tensor& g = params_[i].grad();
+    if (!g.defined()) continue;
+    (masters_[i].defined() ? half : full).push_back(g);
+    is_half.push_back(masters_[i].defined());
+  }
+  if (is_half.empty()) {
     found_inf_.zero_();
     return at::zeros_like(found_inf_);
   }
-  const at::Tensor total = at::linalg_vector_norm(at::stack(at::_foreach_norm(grads, 2)), 2);
-  if (max_norm > 0) at::_foreach_mul_(grads, at::clamp((total + 1e-6).reciprocal() * max_norm, c10::nullopt, 1.0));
+  const std::vector<at::Tensor> full_norms = full.empty() ? std::vector<at::Tensor>{} : at::_foreach_norm(full, 2);
+  const std::vector<at::Tensor> half_norms =
+      half.empty() ? std::vector<at::Tensor>{} : at::_foreach_norm(half, 2, at::kFloat);
+  std::vector<at::Tensor> norms;
+  size_t a = 0, b = 0;
+  for (const bool h : is_half) norms.push_back(h ? half_norms[b++] : full_norms[a++]);
+  const at::Tensor total = at::linalg_vector_norm(at::stack(norms), 2);
+  if (max_norm > 0) {
+    const at::Tensor coef = at::clamp((total + 1e-6).reciprocal() * max_norm, c10::nullopt, 1.0);
+    if (!full.empty()) at::_foreach_mul_(full, coef);
+    clip_coef_.copy_(coef);  // the bf16 gradients are scaled inside the update
+  }
   found_inf_.copy_(at::logical_not(at::isfinite(total)));
   return total;
 }
@@ -51,17 +88,77 @@ void FusedAdamW::update() {
   for (const bool decay : {true, false}) {
     std::vector<at::Tensor> p, g, m, v, s;
     for (size_t i = 0; i < params_.size(); ++i) {
-      if (decay_[i] != decay || !params_[i].grad().defined()) continue;
+      if (decay_[i] != decay || !params_[i].grad().defined() || masters_[i].defined()) continue;
       p.push_back(params_[i]), g.push_back(params_[i].grad()), m.push_back(exp_avg_[i]);
       v.push_back(exp_avg_sq_[i]), s.push_back(steps_[i]);
     }
-    if (p.empty()) continue;
-    at::_foreach_add_(s, 1);
-    at::_fused_adamw_(p, g, m, v, /*max_exp_avg_sqs=*/{}, s, lr_, opt_.beta1, opt_.beta2,
-                      decay ? opt_.weight_decay : 0.0, opt_.eps, /*amsgrad=*/false, /*maximize=*/false,
-                      /*grad_scale=*/c10::nullopt, found_inf_);
-    at::_foreach_add_(s, found_inf_, -1);  // a skipped update does not count (torch.optim does the same)
+    if (!p.empty()) {
+      at::_foreach_add_(s, 1);
+      at::_fused_adamw_(p, g, m, v, /*max_exp_avg_sqs=*/{}, s, lr_, opt_.beta1, opt_.beta2,
+                        decay ? opt_.weight_decay : 0.0, opt_.eps, /*amsgrad=*/false, /*maximize=*/false,
+                        /*grad_scale=*/c10::nullopt, found_inf_);
+      at::_foreach_add_(s, found_inf_, -1);  // a skipped update does not count (torch.optim does the same)
+    }
+    update_masters(decay);
   }
+}
+
+void FusedAdamW::update_masters(bool decay) {
+#if LOONGFORGE_WITH_CUDA_KERNELS
+  std::vector<kernels::MasterAdamWTensor> table;
+  std::vector<at::Tensor> s;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const at::Tensor& g = params_[i].grad();
+    if (decay_[i] != decay || !g.defined() || !masters_[i].defined()) continue;
+    if (g.scalar_type() != at::kBFloat16 || !g.is_contiguous())
+      throw TrainingError("bf16 working copy '" + names_[i] + "' got a " + g.toString() +
+                          " gradient that is not contiguous bf16; set precision.bf16_weights=off");
+    table.push_back({masters_[i].data_ptr<float>(), reinterpret_cast<__nv_bfloat16*>(params_[i].data_ptr()),
+                     reinterpret_cast<const __nv_bfloat16*>(g.const_data_ptr()), exp_avg_[i].data_ptr<float>(),
+                     exp_avg_sq_[i].data_ptr<float>(), steps_[i].const_data_ptr<float>(), masters_[i].numel()});
+    s.push_back(steps_[i]);
+  }
+  if (table.empty()) return;
+  at::_foreach_add_(s, 1);
+  const kernels::MasterAdamWScalars k{lr_.const_data_ptr<float>(), found_inf_.const_data_ptr<float>(),
+                                      clip_coef_.const_data_ptr<float>(), opt_.beta1, opt_.beta2,
+                                      decay ? opt_.weight_decay : 0.0, opt_.eps};
+  const cudaError_t e = kernels::master_adamw(table.data(), static_cast<int>(table.size()), k,
+                                              c10::cuda::getCurrentCUDAStream(params_.front().device().index()));
+  if (e != cudaSuccess) throw TrainingError(std::string("master AdamW kernel: ") + cudaGetErrorString(e));
+  at::_foreach_add_(s, found_inf_, -1);
+#else
+  (void)decay;
+#endif
+}
+
+at::Tensor FusedAdamW::master_weight(const at::Tensor& param) const {
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].unsafeGetTensorImpl() == param.unsafeGetTensorImpl() && masters_[i].defined()) return masters_[i];
+  return param;
+}
+
+void FusedAdamW::load_weight(const at::Tensor& param, const at::Tensor& value) {
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].unsafeGetTensorImpl() == param.unsafeGetTensorImpl() && masters_[i].defined()) {
+      masters_[i].copy_(value);
+      params_[i].copy_(masters_[i]);  // rounded to nearest even, as the update writes it
+      return;
+    }
+  param.copy_(value);
+}
+
+int64_t FusedAdamW::bf16_weights() const {
+  int64_t n = 0;
+  for (const auto& m : masters_) n += m.defined() ? 1 : 0;
+  return n;
+}
+
+int64_t FusedAdamW::bf16_weight_numel() const {
+  int64_t n = 0;
+  for (const auto& m : masters_) n += m.defined() ? m.numel() : 0;
+  return n;
 }
 
 std::vector<int64_t> FusedAdamW::step_counts() const {

@@ -31,6 +31,18 @@ void AdamWBase::zero_grad() {
   if (!grads.empty()) at::_foreach_zero_(grads);  // in place: the CUDA graphs write these tensors
 }
 
+void Optimizer::load_weight(const at::Tensor& param, const at::Tensor& value) {
+  at::NoGradGuard no_grad;
+  param.copy_(value);
+}
+
+void refuse_bf16_weights(const std::vector<OptimizedParam>& params, const char* optimizer) {
+  for (const auto& p : params)
+    if (p.bf16_weight)
+      throw ConfigError(std::string("precision.bf16_weights: '") + p.name + "' asks for a bf16 working copy, which only " +
+                        "the fused unsharded AdamW keeps (this is " + optimizer + "); set precision.bf16_weights=off");
+}
+
 int64_t Optimizer::state_bytes() const {
   int64_t n = 0;
   for (const auto& [name, t] : state_tensors()) n += static_cast<int64_t>(t.nbytes());
@@ -75,7 +87,9 @@ void AdamWBase::load_state(const std::map<std::string, at::Tensor>& tensors, con
 }
 
 AdamW::AdamW(const std::vector<OptimizedParam>& params, AdamWOptions options)
-    : AdamWBase(params, options), steps_(params.size(), 0) {}
+    : AdamWBase(params, options), steps_(params.size(), 0) {
+  refuse_bf16_weights(params, "the plain AdamW");
+}
 
 void AdamW::step(double lr) {
   at::NoGradGuard no_grad;

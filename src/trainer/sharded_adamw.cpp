@@ -61,6 +61,7 @@ at::Tensor flat_view(const at::Tensor& t, const std::string& name) {
 ShardedAdamW::ShardedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions options, comm::World* world,
                            int64_t tiny_numel, ShardedOptions sharded)
     : opt_(options), world_(world), fused_(sharded.fused), overlap_gather_(sharded.overlap_gather && world != nullptr) {
+  refuse_bf16_weights(params, "the sharded AdamW");
   at::NoGradGuard no_grad;
   std::vector<int64_t> numels;
   for (const auto& p : params) {

@@ -134,7 +134,9 @@ void reserve_snapshot_buffers(SnapshotBuffers& buf, const model::Model& net, con
   auto aligned = [](size_t n) { return (n + 255) / 256 * 256; };
   auto bytes_of = [&](const at::Tensor& t) { return aligned(static_cast<size_t>(t.numel()) * t.element_size()); };
   size_t total = 0;
-  for (const auto& p : params) total += bytes_of(p.tensor);
+  std::vector<at::Tensor> weights;  // full precision: the masters of bf16 working copies
+  for (const auto& p : params) weights.push_back(optimizer.master_weight(p.tensor));
+  for (const auto& w : weights) total += bytes_of(w);
   for (const auto& s : state) total += bytes_of(s.second);
   void* base = nullptr;
 #if LOONGFORGE_WITH_CUDA_KERNELS
@@ -156,7 +158,7 @@ void reserve_snapshot_buffers(SnapshotBuffers& buf, const model::Model& net, con
     return t;
   };
   buf.weights.clear(), buf.optimizer.clear();
-  for (const auto& p : params) buf.weights.push_back(carve(p.tensor));
+  for (const auto& w : weights) buf.weights.push_back(carve(w));
   for (const auto& s : state) buf.optimizer.push_back(carve(s.second));
 }
 
@@ -175,7 +177,7 @@ checkpoint::Snapshot make_snapshot(const config::Config& cfg, const model::Model
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& p = params[i];
     if (p.tensor.is_cuda()) device = p.tensor.device();
-    if (p.info->trainable || !buf.frozen_copied) copy_to_host(buf.weights[i], p.tensor);
+    if (p.info->trainable || !buf.frozen_copied) copy_to_host(buf.weights[i], optimizer.master_weight(p.tensor));
     weights.emplace_back(p.info->name, buf.weights[i]);
   }
   for (size_t i = 0; i < state.size(); ++i) {
@@ -428,7 +430,7 @@ nlohmann::json resume_from(const std::string& dir, const config::Config& cfg, mo
   for (auto& [name, t] : checkpoint::read_safetensors(dir + "/model.safetensors")) saved[name] = t;
   c10::Device device = c10::kCPU;
   for (const auto& p : net.parameters()) {
-    p.tensor.copy_(saved.at(p.info->name));
+    optimizer.load_weight(p.tensor, saved.at(p.info->name));  // a bf16 working copy's master, then the copy
     if (p.tensor.is_cuda()) device = p.tensor.device();
   }
   const nlohmann::json state = read_json(dir + "/trainer_state.json");

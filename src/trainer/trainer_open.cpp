@@ -232,6 +232,43 @@ void Trainer::open_run_dir(const std::string& resume_dir) {
   last_ckpt_ = resume_dir;
 }
 
+// precision.bf16_weights: whether this run keeps bf16 working copies of the
+// weights only linear layers read (FusedAdamW), refusing `on` where it cannot.
+bool Trainer::use_bf16_weights(bool fused, bool compiled) const {
+  const std::string& mode = cfg_.precision.bf16_weights;
+  if (mode == "off") return false;
+  std::string why;
+  if (!LOONGFORGE_WITH_CUDA_KERNELS) why = "this build has no LoongForge CUDA kernels";
+  else if (!device_.is_cuda() || !bf16_) why = "this run does not compute in bf16 autocast on a GPU";
+  else if (!fused) why = "optimizer.implementation is plain (the working copies live in the fused AdamW)";
+  else if (sharded_) why = "gcts.shard_optimizer is on (the sharded AdamW keeps no working copies)";
+  else if (world_) why = "this run has several ranks (their bf16 gradients would be averaged in bf16)";
+  else if (cfg_.trainer.gradient_accumulation_steps > 1)
+    why = "trainer.gradient_accumulation_steps is " + std::to_string(cfg_.trainer.gradient_accumulation_steps) +
+          " (bf16 gradients of several micro-batches would add up in bf16, not fp32)";
+  else if (compiled) why = "trainer.compiled_step is set (its package takes fp32 weights)";
+  if (why.empty()) return true;
+  if (mode == "on") {
+    const auto at = cfg_.origin.find("precision.bf16_weights");
+    throw ConfigError("precision.bf16_weights=on" + (at == cfg_.origin.end() ? "" : " (" + at->second + ")") + ", but " + why +
+                      ": set precision.bf16_weights=auto or off");
+  }
+  if (device_.is_cuda() && bf16_)
+    LF_LOG(logger("trainer"), info) << "weights stay fp32, cast by autocast in every forward "
+                                    << "(precision.bf16_weights=auto): " << why;
+  return false;
+}
+
+// The run line's words on bf16 working copies ("" when there are none).
+std::string Trainer::bf16_weights_note() const {
+  const auto* fused = dynamic_cast<const FusedAdamW*>(optimizer_.get());
+  if (!fused || fused->bf16_weights() == 0) return "";
+  char millions[32];
+  std::snprintf(millions, sizeof millions, "%.1f", static_cast<double>(fused->bf16_weight_numel()) / 1e6);
+  return ", " + std::to_string(fused->bf16_weights()) + " weights read only by linear layers (" + millions +
+         " M elements) as bf16 working copies of fp32 masters";
+}
+
 void Trainer::open() {
   const auto& log = logger("trainer");
   const int64_t world_size = world_info_.world_size;
@@ -297,13 +334,20 @@ void Trainer::open() {
   AdamWOptions ao;
   ao.beta1 = cfg_.optimizer.beta1, ao.beta2 = cfg_.optimizer.beta2, ao.eps = cfg_.optimizer.eps;
   ao.weight_decay = cfg_.optimizer.weight_decay;
-  std::vector<OptimizedParam> trainable;
-  for (const auto& p : net_->parameters())
-    if (p.info->trainable) trainable.push_back({p.info->name, p.tensor, p.info->decay});
   const bool fused = cfg_.optimizer.implementation == "fused" ||
                      (cfg_.optimizer.implementation == "auto" && device_.is_cuda());
   const bool gcts = cfg_.gcts.enable;
   sharded_ = gcts && cfg_.gcts.shard_optimizer;
+  const bool bf16_weights = use_bf16_weights(fused, compiled);
+  std::vector<OptimizedParam> trainable;
+  {
+    const auto all = net_->parameters();
+    std::vector<model::MdgParam> reads;  // Note [MDG]: which parameters only linear layers read
+    if (bf16_weights) reads = net_->dependency_graph().params;
+    for (size_t k = 0; k < all.size(); ++k)
+      if (all[k].info->trainable)
+        trainable.push_back({all[k].info->name, all[k].tensor, all[k].info->decay, bf16_weights && reads[k].linear_only});
+  }
   ShardedAdamW* sharded = nullptr;
   if (sharded_) {
     // Note [Gather overlap] in sharded_adamw.cpp: each all-gather receives about one gradient bucket.
@@ -417,6 +461,7 @@ void Trainer::open() {
                     << (sharded_ ? std::string(fused ? "fused, " : "") + "sharded over " + std::to_string(world_size) + " rank(s)"
                         : fused ? "fused" : "plain")
                     << " (moments " << moments << " MB on this rank)"
+                    << bf16_weights_note()
                     << ", gradient communication " << reducer_->strategy()
                     << (graph_reduction_ ? " until the last micro-batch's graph is captured with it" : "") << ", steps "
                     << pos_.step + 1 << ".." << last_step_;

@@ -77,8 +77,42 @@ TEST_CASE("model: the MDG of a known small module gives its first-use and readin
   REQUIRE(p.at("scale").role == "other");
   REQUIRE(p.at("dit.a").module == "dit");
   const auto j = g.to_json();
+  for (const auto& q : g.params) REQUIRE_FALSE(q.linear_only);  // mm and mul, never aten::linear
   REQUIRE(j.at("format") == "loongforge-mdg/1");
   REQUIRE(j.at("modules").at("children").size() == 3);
+}
+
+TEST_CASE("model: the MDG marks a parameter linear-only when every read of it is a linear layer's weight or bias") {
+  const auto t = [](std::vector<int64_t> shape) { return at::ones(shape).requires_grad_(true); };
+  torch::jit::Module net("Net");
+  // fc: read twice, both times by aten::linear; norm.weight: by layer_norm; head.weight: by linear and by
+  // a transpose (tied); gate.weight: by linear once and its dtype read once; unused: never read.
+  net.register_module("fc", leaf("Fc", {{"weight", t({4, 4})}, {"bias", t({4})}},
+                                 "def forward(self, x):\n"
+                                 "  return torch.linear(torch.linear(x, self.weight, self.bias), self.weight, self.bias)\n"));
+  net.register_module("norm", leaf("Norm", {{"weight", t({4})}},
+                                   "def forward(self, x):\n  return torch.layer_norm(x, [4], self.weight)\n"));
+  net.register_module("head", leaf("Head", {{"weight", t({4, 4})}},
+                                   "def forward(self, x):\n"
+                                   "  return torch.linear(x, self.weight) + x.mm(self.weight.t())\n"));
+  net.register_module("gate", leaf("Gate", {{"weight", t({4, 4})}, {"unused", t({4})}},
+                                   "def forward(self, x):\n"
+                                   "  return torch.linear(x.to(self.weight.dtype), self.weight)\n"));
+  net.define(
+      "def forward(self, x):\n"
+      "  return self.gate.forward(self.head.forward(self.norm.forward(self.fc.forward(x)))).sum()\n");
+  const std::string path = (std::filesystem::temp_directory_path() / "loongforge_test_mdg_linear.pt").string();
+  net.save(path);
+  const Mdg g = dependency_graph_of_file(path);
+  std::filesystem::remove(path);
+  auto p = by_name(g);
+  REQUIRE(p.at("fc.weight").linear_only);
+  REQUIRE(p.at("fc.bias").linear_only);
+  REQUIRE_FALSE(p.at("norm.weight").linear_only);
+  REQUIRE_FALSE(p.at("head.weight").linear_only);
+  REQUIRE_FALSE(p.at("gate.weight").linear_only);
+  REQUIRE_FALSE(p.at("gate.unused").linear_only);
+  REQUIRE(g.to_json().at("params").at(0).contains("linear_only"));
 }
 
 TEST_CASE("model: the MDG of n16-tiny follows GR00T's forward and readies the action decoder first") {
@@ -116,4 +150,15 @@ TEST_CASE("model: the MDG of n16-tiny follows GR00T's forward and readies the ac
   auto p = by_name(g);
   REQUIRE(p.at("action_head.blocks.1.attn.q.weight").first_use > p.at("action_head.blocks.0.attn.q.weight").first_use);
   REQUIRE(p.at("action_head.blocks.1.attn.q.weight").ready < p.at("action_head.blocks.0.attn.q.weight").ready);
+  // The DiT's projections are read only by linear layers; its norms and the per-embodiment slots are not.
+  int64_t linear = 0;
+  for (const auto& q : g.params) linear += q.linear_only ? 1 : 0;
+  INFO(linear << " of " << g.params.size() << " parameters linear-only");
+  REQUIRE(p.at("action_head.blocks.0.attn.q.weight").linear_only);
+  for (const auto& q : g.params) {
+    CAPTURE(q.name);
+    const bool norm_weight = q.name.find("norm") != std::string::npos && q.name.find(".linear.") == std::string::npos;
+    if (q.name.find("embodiment.") == 0 || norm_weight) REQUIRE_FALSE(q.linear_only);
+  }
+  REQUIRE(linear > 0);
 }

@@ -9,6 +9,7 @@
 // on the device; and that gradients as views into the sharded optimizer's flat
 // buffer (Note [Gradient views]) give the update of packed copies bitwise.
 #include <cmath>   // std::isnan
+#include <functional>  // std::function
 #include <limits>  // std::numeric_limits
 
 #include <ATen/ATen.h>              // at::randn
@@ -18,9 +19,12 @@
 #include "comm/gcts_step.hpp"
 #include "comm/ranks.hpp"
 #include "loongforge/comm/reducer.hpp"
+#include "loongforge/common/error.hpp"
 #include "loongforge/trainer/optimizer.hpp"
 
 using namespace loongforge::trainer;
+using loongforge::ConfigError;
+using lf_catch::Contains;
 
 namespace {
 
@@ -356,4 +360,19 @@ TEST_CASE("optimizer: the memory each optimizer reports is its moments, 8 bytes 
   CHECK(plain.state_bytes() == 8 * elements);
   CHECK(fused.state_bytes() == 8 * elements);
   CHECK(sharded.state_bytes() == 8 * elements);
+}
+
+TEST_CASE("optimizer: only the fused AdamW keeps bf16 working copies; the others refuse them by the key's name") {
+  const std::vector<OptimizedParam> p = {{"w", at::ones({2, 2}).requires_grad_(true), true, true}};
+  const auto refused = [](const std::function<void()>& make) {
+    try {
+      make();
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK_THAT(refused([&] { AdamW(p, {}); }), Contains("precision.bf16_weights: 'w'"));
+  CHECK_THAT(refused([&] { ShardedAdamW(p, {}, nullptr, 0); }), Contains("the sharded AdamW"));
+  CHECK_THAT(refused([&] { FusedAdamW(p, {}); }), Contains("contiguous fp32 parameters on a GPU"));
 }

@@ -228,3 +228,20 @@ TEST_CASE("trainer: a libtorch error inside a step names the step and phase and 
   REQUIRE(checkpoint::validate_checkpoint(ckpt).ok());
   REQUIRE(read_json(ckpt + "/trainer_state.json")["step"] == 2);
 }
+
+TEST_CASE("trainer: precision.bf16_weights=on is refused on a CPU run, naming the key and the fix; auto trains fp32") {
+  const std::string out = fresh_dir("bf16-weights");
+  trainer::Trainer t(tiny_config(out, {"trainer.max_steps=2", "precision.bf16_weights=on"}), comm::WorldInfo{});
+  try {
+    t.open();
+    FAIL("open() accepted bf16 working copies on a CPU run");
+  } catch (const ConfigError& e) {
+    const std::string msg = e.what();
+    CHECK_THAT(msg, Contains("precision.bf16_weights=on"));
+    CHECK_THAT(msg, Contains("does not compute in bf16 autocast on a GPU"));
+    CHECK_THAT(msg, Contains("set precision.bf16_weights=auto or off"));
+  }
+  trainer::Trainer a(tiny_config(fresh_dir("bf16-weights-auto"), {"trainer.max_steps=2"}), comm::WorldInfo{});
+  REQUIRE(a.run() == 0);
+  REQUIRE(a.history().size() == 2);
+}

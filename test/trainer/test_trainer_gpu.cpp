@@ -12,9 +12,15 @@
 // - with a one-rank NCCL World (the LOONGFORGE_TEST_ONE_RANK_WORLD hook),
 //   GCTS's reduction captured into the last micro-batch's graph (Note
 //   [Reduction in the graph]) trains as the reduction after backward, never
-//   synchronises, and its tail is timed inside the graph.
+//   synchronises, and its tail is timed inside the graph;
+// - bf16 working copies with fp32 masters (precision.bf16_weights): the
+//   master takes the update ATen's fused AdamW gives the same gradient in
+//   fp32 (clipping, both decay groups, a non-finite norm), the copy is the
+//   master rounded; a run with them trains as a run without, never
+//   synchronises, and checkpoints the fp32 masters.
 #include <algorithm>  // std::max
-#include <cmath>      // std::abs
+#include <cmath>      // std::abs, std::isfinite
+#include <limits>     // std::numeric_limits
 #include <string>     // std::string
 #include <vector>     // std::vector
 #include <cstdlib>    // setenv
@@ -23,7 +29,9 @@
 #include <c10/cuda/CUDAFunctions.h>  // c10::cuda::warning_state
 
 #include "catch_compat.hpp"
+#include "loongforge/checkpoint/checkpoint.hpp"
 #include "loongforge/common/files.hpp"
+#include "loongforge/trainer/optimizer.hpp"
 #include "loongforge/trainer/trainer.hpp"
 #include "../comm/ranks.hpp"  // free_port
 
@@ -165,4 +173,105 @@ TEST_CASE("trainer on a GPU: GCTS's reduction captured into the step's CUDA grap
     REQUIRE(exposed < 50);         // one rank: copies and a few launches' worth
   }
   ::unsetenv("LOONGFORGE_TEST_ONE_RANK_WORLD");
+}
+
+TEST_CASE("optimizer on a GPU: a bf16 working copy's fp32 master takes the update ATen's fused AdamW gives its "
+          "gradient in fp32, and the copy is the master rounded") {
+  at::manual_seed(3);
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  // Shapes: vector loads (4096 x 1536 spans several chunks), a length no multiple of 4, a tiny bias.
+  const std::vector<std::vector<int64_t>> shapes = {{4096, 1536}, {1537}, {7, 3}, {256}, {64, 64}};
+  const std::vector<bool> decay = {true, false, true, false, true};
+  const std::vector<bool> copy = {true, true, true, false, true};  // {256}: an fp32 parameter beside them
+  std::vector<trainer::OptimizedParam> mine, ref;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const at::Tensor w = at::randn(shapes[i], cuda);
+    mine.push_back({"p" + std::to_string(i), w.clone().requires_grad_(true), decay[i], copy[i]});
+    ref.push_back({"p" + std::to_string(i), w.clone().requires_grad_(true), decay[i], false});
+  }
+  trainer::AdamWOptions o;
+  o.weight_decay = 0.1;
+  trainer::FusedAdamW a(mine, o), b(ref, o);
+  REQUIRE(a.bf16_weights() == 4);
+  double worst_master = 0, worst_norm = 0;
+  int64_t unequal = 0;
+  for (int step = 1; step <= 20; ++step) {
+    CAPTURE(step);
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      at::Tensor g = at::randn(shapes[i], cuda);
+      if (step == 7 && i == 2) g.view(-1)[0] = std::numeric_limits<float>::infinity();  // skipped step
+      if (copy[i]) g = g.to(at::kBFloat16);
+      a.params()[i].mutable_grad() = g;
+      b.params()[i].mutable_grad() = g.to(at::kFloat);
+    }
+    const double max_norm = step % 2 ? 1.0 : 0.0;  // clipping on odd steps, not on even ones
+    const at::Tensor na = a.clip_grad_norm(max_norm), nb = b.clip_grad_norm(max_norm);
+    if (std::isfinite(nb.item<float>()))
+      worst_norm = std::max(worst_norm, std::abs(na.item<double>() - nb.item<double>()) / nb.item<double>());
+    else
+      REQUIRE_FALSE(std::isfinite(na.item<float>()));
+    a.step(1e-3 * step), b.step(1e-3 * step);
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const at::Tensor master = a.master_weight(a.params()[i]), expected = b.params()[i];
+      REQUIRE(master.scalar_type() == at::kFloat);
+      const double d = (master - expected).abs().max().item<double>() / expected.abs().max().item<double>();
+      worst_master = std::max(worst_master, d);
+      unequal += master.ne(expected).sum().item<int64_t>();
+      if (copy[i]) {
+        REQUIRE(a.params()[i].scalar_type() == at::kBFloat16);
+        REQUIRE(a.params()[i].equal(master.to(at::kBFloat16)));
+      }
+    }
+  }
+  const auto sa = a.state_tensors(), sb = b.state_tensors();
+  double worst_state = 0;
+  for (size_t k = 0; k < sa.size(); ++k)
+    worst_state = std::max(worst_state, (sa[k].second - sb[k].second).abs().max().item<double>() /
+                                            std::max(sb[k].second.abs().max().item<double>(), 1e-30));
+  REQUIRE(a.state_json() == b.state_json());  // the same updates counted (step 7 skipped on both)
+  WARN("bf16 working copies vs FusedAdamW on the fp32 gradients, 20 steps: largest relative difference of a master "
+       << worst_master << " (" << unequal << " elements not bit-identical over all steps), of a moment " << worst_state
+       << ", of the gradient norm " << worst_norm);
+  REQUIRE(worst_norm <= 1e-6);
+  REQUIRE(worst_master <= 1e-6);
+  REQUIRE(worst_state <= 1e-6);
+}
+
+TEST_CASE("trainer on a GPU: with bf16 working copies a run trains as with autocast's casts, never synchronises, and "
+          "checkpoints the fp32 masters") {
+  const std::vector<std::string> one_micro_batch = {"trainer.gradient_accumulation_steps=1", "checkpoint.interval_steps=30"};
+  auto with = one_micro_batch, without = one_micro_batch;
+  with.push_back("precision.bf16_weights=on");
+  without.push_back("precision.bf16_weights=off");
+  trainer::Trainer base(gpu_config("casts", "on", false, without), comm::WorldInfo{});
+  REQUIRE(base.run() == 0);
+  trainer::Trainer t(gpu_config("copies", "on", false, with), comm::WorldInfo{});
+  REQUIRE(run_without_syncs(t) == "");
+  REQUIRE(t.close() == 0);
+  REQUIRE(t.history().size() == 30);
+  const double first = std::abs(t.history()[0].loss - base.history()[0].loss) / std::abs(base.history()[0].loss);
+  const double first_norm =
+      std::abs(t.history()[0].grad_norm - base.history()[0].grad_norm) / std::abs(base.history()[0].grad_norm);
+  double worst = 0;
+  for (size_t i = 0; i < 30; ++i) {
+    const double a = base.history()[i].loss, b = t.history()[i].loss;
+    worst = std::max(worst, std::abs(a - b) / std::max(std::abs(a), 1e-12));
+  }
+  WARN("bf16 working copies vs autocast's casts: step 1 loss relative difference " << first << ", gradient norm "
+       << first_norm << "; over 30 steps the largest relative loss difference " << worst);
+  REQUIRE(first <= 1e-6);       // the same bf16 weights in the first forward
+  REQUIRE(first_norm <= 1e-5);  // the same bf16 gradients (norms summed in another order)
+  REQUIRE(worst <= 0.01);       // bf16, as graphs vs eager above
+  // The checkpoint holds the fp32 masters, not the bf16 copies.
+  std::string dir;
+  for (const char* name : {"epoch_0_step_30", "epoch_1_step_30", "epoch_2_step_30", "epoch_3_step_30"})
+    if (is_directory(t.run_dir() + "/checkpoints/" + name)) dir = t.run_dir() + "/checkpoints/" + name;
+  REQUIRE_FALSE(dir.empty());
+  int64_t fp32 = 0, bf16 = 0;
+  for (const auto& [name, tensor] : checkpoint::read_safetensors(dir + "/model.safetensors")) {
+    if (name.rfind("action_head.blocks.0.attn.q.", 0) == 0) REQUIRE(tensor.scalar_type() == at::kFloat);
+    (tensor.scalar_type() == at::kFloat ? fp32 : bf16) += 1;
+  }
+  INFO(fp32 << " fp32 tensors, " << bf16 << " bf16 (frozen) in " << dir);
+  REQUIRE(fp32 > 0);
 }

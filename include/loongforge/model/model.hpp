@@ -69,7 +69,8 @@ struct ModelInfo {
 // The module dependency graph (MDG) of a TorchScript module (GCTS,
 // docs/architecture.md s4): its submodule tree, and for every parameter the
 // submodule that owns it, a role taken from the submodule names, and its
-// first use in the inlined forward graph (Note [MDG] in src/model/mdg.cpp).
+// first use in the inlined forward graph, and whether only linear layers read
+// it (Note [MDG] in src/model/mdg.cpp).
 // Backward readiness order is the reverse of first use: a gradient is final
 // once backward has passed the parameter's earliest use.
 struct MdgParam {
@@ -78,6 +79,7 @@ struct MdgParam {
   std::string role;    // backbone | encoder | dit | decoder | embodiment | other
   int64_t first_use = -1;  // order of first use in the forward graph; -1: never read there
   int64_t ready = 0;       // backward readiness position (0 = final first); unused ones last
+  bool linear_only = false;  // read, and every read is aten::linear's weight or bias (Note [MDG])
 };
 
 struct Mdg {

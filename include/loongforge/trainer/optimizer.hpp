@@ -25,6 +25,10 @@
 //    construction), so checkpoint buffers can be reserved once;
 //    state_json() holds the rest (per-parameter step counts);
 //    load_state() restores both from a checkpoint.
+//  - master_weight(param) is the tensor holding param's full-precision value
+//    (what checkpoints save): a master copy where the optimizer keeps one
+//    (FusedAdamW's bf16 weights), else param itself. load_weight(param, v)
+//    sets that value (and the working copy from it).
 //  - state_bytes() is the device (or host) memory of the moments this rank
 //    holds: what "optimizer memory per rank" means in the run line and
 //    summary.json (a sharded optimizer's communication buffers not included).
@@ -41,7 +45,15 @@
 // come first: the trainer always calls it), so nothing needs to be read back
 // first. All parameters on one device in one dtype (ConfigError otherwise).
 // Equal to AdamW within float rounding (test/trainer/test_optimizer.cpp), not
-// bit for bit.
+// bit for bit. A parameter given with bf16_weight (precision.bf16_weights;
+// CUDA builds) becomes a bf16 working copy -- its tensor is set to bf16 in
+// place, so the module's forward reads it and backward makes bf16 gradients
+// -- and the optimizer keeps its fp32 master: one kernel of this project
+// (cuda/trainer/master_adamw.cuh) reads the bf16 gradient, applies the
+// clipping coefficient, updates the master and the moments in ATen's
+// arithmetic and writes the rounded master into the copy; clipping takes the
+// bf16 gradients' norms in float. The master's update equals what
+// `_fused_adamw_` gives the same gradient in fp32 (test_optimizer_gpu).
 //
 // ShardedAdamW (GCTS, gcts.shard_optimizer): the same update as AdamW, op for
 // op, on this rank's range of the flat parameter space only (Note [Flat
@@ -102,6 +114,8 @@ class Optimizer {
   virtual bool skips_nonfinite_on_device() const { return false; }
   virtual NamedTensorList state_tensors() const = 0;
   virtual int64_t state_bytes() const;  // the sum over state_tensors()
+  virtual at::Tensor master_weight(const at::Tensor& param) const { return param; }
+  virtual void load_weight(const at::Tensor& param, const at::Tensor& value);
   virtual nlohmann::json state_json() const = 0;
   virtual void load_state(const std::map<std::string, at::Tensor>& tensors, const nlohmann::json& json) = 0;
 };
@@ -115,6 +129,7 @@ struct OptimizedParam {
   std::string name;
   at::Tensor tensor;
   bool decay = true;
+  bool bf16_weight = false;  // FusedAdamW only: a bf16 working copy with an fp32 master
 };
 
 // What both AdamW implementations share: the parameters, their moments, the
@@ -164,13 +179,20 @@ class FusedAdamW final : public AdamWBase {
   // gradients as they are.
   void set_lr(double lr);
   void update();
+  at::Tensor master_weight(const at::Tensor& param) const override;
+  void load_weight(const at::Tensor& param, const at::Tensor& value) override;
+  int64_t bf16_weights() const;        // parameters held as bf16 working copies
+  int64_t bf16_weight_numel() const;   // their elements
 
  private:
   std::vector<int64_t> step_counts() const override;  // reads the device counters (checkpoints only)
   void set_step_count(size_t i, int64_t n) override;
+  void update_masters(bool decay);
   std::vector<at::Tensor> steps_;  // float32 scalars on the parameters' device (as torch.optim keeps them)
   at::Tensor lr_;         // float32 scalar on the device, refilled each step
   at::Tensor found_inf_;  // float32 scalar: 1 when the last clip_grad_norm saw a non-finite norm
+  std::vector<at::Tensor> masters_;  // fp32 master of a bf16 working copy; undefined for the others
+  at::Tensor clip_coef_;             // float32 scalar: the last clipping coefficient (1 without clipping)
 };
 
 struct ShardedOptions {
@@ -237,6 +259,10 @@ class ShardedAdamW final : public Optimizer {
   bool overlap_gather_ = false;
   bool keep_grads_ = false;
 };
+
+// Throws ConfigError naming precision.bf16_weights when a parameter asks for
+// a bf16 working copy that `optimizer` does not keep.
+void refuse_bf16_weights(const std::vector<OptimizedParam>& params, const char* optimizer);
 
 // The learning rate of 0-based step s (HF get_*_schedule_with_warmup).
 struct Schedule {

@@ -2,7 +2,8 @@
 // holds and how a run resumes from one (docs/checkpoints.md).
 //
 // Contract:
-//  - make_snapshot() copies model weights and optimizer state to host memory
+//  - make_snapshot() copies model weights (the optimizer's fp32 masters of
+//    bf16 working copies, Optimizer::master_weight) and optimizer state to host memory
 //    (the training stall) and describes the trainer's position (step, epoch,
 //    global batch, RNG states) so that a resumed run takes exactly the steps
 //    the uninterrupted run would have. Each engine that is on stores its state

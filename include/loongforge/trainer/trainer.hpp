@@ -92,6 +92,8 @@ class Trainer {
  private:
   using Clock = std::chrono::steady_clock;
   void resolve_device();
+  bool use_bf16_weights(bool fused, bool compiled) const;
+  std::string bf16_weights_note() const;
   void open_data();
   std::string choose_resume_dir();
   void open_run_dir(const std::string& resume_dir);
