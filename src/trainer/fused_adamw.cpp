@@ -70,6 +70,8 @@ at::Tensor FusedAdamW::clip_grad_norm(double max_norm) {
     const at::Tensor coef = at::clamp((total + 1e-6).reciprocal() * max_norm, c10::nullopt, 1.0);
     if (!full.empty()) at::_foreach_mul_(full, coef);
     clip_coef_.copy_(coef);  // the bf16 gradients are scaled inside the update
+  } else if (!half.empty()) {
+    clip_coef_.fill_(1.0);  // no clipping this step
   }
   found_inf_.copy_(at::logical_not(at::isfinite(total)));
   return total;

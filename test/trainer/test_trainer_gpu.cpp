@@ -193,8 +193,8 @@ TEST_CASE("optimizer on a GPU: a bf16 working copy's fp32 master takes the updat
   o.weight_decay = 0.1;
   trainer::FusedAdamW a(mine, o), b(ref, o);
   REQUIRE(a.bf16_weights() == 4);
-  double worst_master = 0, worst_norm = 0;
-  int64_t unequal = 0;
+  double worst_master = 0, worst_norm = 0, worst_unclipped = 0;
+  int64_t unequal = 0, unequal_unclipped = 0;
   for (int step = 1; step <= 20; ++step) {
     CAPTURE(step);
     for (size_t i = 0; i < shapes.size(); ++i) {
@@ -204,7 +204,7 @@ TEST_CASE("optimizer on a GPU: a bf16 working copy's fp32 master takes the updat
       a.params()[i].mutable_grad() = g;
       b.params()[i].mutable_grad() = g.to(at::kFloat);
     }
-    const double max_norm = step % 2 ? 1.0 : 0.0;  // clipping on odd steps, not on even ones
+    const double max_norm = step > 4 && step % 2 ? 1.0 : 0.0;  // no clipping in steps 1-4, then every other step
     const at::Tensor na = a.clip_grad_norm(max_norm), nb = b.clip_grad_norm(max_norm);
     if (std::isfinite(nb.item<float>()))
       worst_norm = std::max(worst_norm, std::abs(na.item<double>() - nb.item<double>()) / nb.item<double>());
@@ -216,7 +216,9 @@ TEST_CASE("optimizer on a GPU: a bf16 working copy's fp32 master takes the updat
       REQUIRE(master.scalar_type() == at::kFloat);
       const double d = (master - expected).abs().max().item<double>() / expected.abs().max().item<double>();
       worst_master = std::max(worst_master, d);
-      unequal += master.ne(expected).sum().item<int64_t>();
+      const int64_t ne = master.ne(expected).sum().item<int64_t>();
+      if (step <= 4) worst_unclipped = std::max(worst_unclipped, d), unequal_unclipped += ne;
+      unequal += ne;
       if (copy[i]) {
         REQUIRE(a.params()[i].scalar_type() == at::kBFloat16);
         REQUIRE(a.params()[i].equal(master.to(at::kBFloat16)));
@@ -231,10 +233,14 @@ TEST_CASE("optimizer on a GPU: a bf16 working copy's fp32 master takes the updat
   REQUIRE(a.state_json() == b.state_json());  // the same updates counted (step 7 skipped on both)
   WARN("bf16 working copies vs FusedAdamW on the fp32 gradients, 20 steps: largest relative difference of a master "
        << worst_master << " (" << unequal << " elements not bit-identical over all steps), of a moment " << worst_state
-       << ", of the gradient norm " << worst_norm);
-  REQUIRE(worst_norm <= 1e-6);
+       << ", of the gradient norm " << worst_norm << "; without clipping (steps 1-4) " << worst_unclipped << " ("
+       << unequal_unclipped << " elements not bit-identical)");
+  // The norms of bf16 and of fp32 tensors are summed in another order (2.3e-5 apart on the H200 at the
+  // commit that introduced this test), so the clipped gradients, and with them the moments, differ by as much.
+  REQUIRE(worst_unclipped <= 1e-6);
+  REQUIRE(worst_norm <= 1e-4);
   REQUIRE(worst_master <= 1e-6);
-  REQUIRE(worst_state <= 1e-6);
+  REQUIRE(worst_state <= 1e-4);
 }
 
 TEST_CASE("trainer on a GPU: with bf16 working copies a run trains as with autocast's casts, never synchronises, and "
