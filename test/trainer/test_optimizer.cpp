@@ -362,7 +362,7 @@ TEST_CASE("optimizer: the memory each optimizer reports is its moments, 8 bytes 
   CHECK(sharded.state_bytes() == 8 * elements);
 }
 
-TEST_CASE("optimizer: only the fused AdamW keeps bf16 working copies; the others refuse them by the key's name") {
+TEST_CASE("optimizer: only the fused AdamW keeps bf16 working copies, and the others refuse them by the key's name") {
   const std::vector<OptimizedParam> p = {{"w", at::ones({2, 2}).requires_grad_(true), true, true}};
   const auto refused = [](const std::function<void()>& make) {
     try {
