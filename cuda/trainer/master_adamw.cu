@@ -59,7 +59,8 @@ __global__ void __launch_bounds__(kThreads) master_adamw_kernel(Launch a, Master
   const bool vector = (t.numel % 4 == 0) && (reinterpret_cast<uintptr_t>(t.master) % 16 == 0) &&
                       (reinterpret_cast<uintptr_t>(t.exp_avg) % 16 == 0) &&
                       (reinterpret_cast<uintptr_t>(t.exp_avg_sq) % 16 == 0) &&
-                      (reinterpret_cast<uintptr_t>(t.weight) % 8 == 0) && (reinterpret_cast<uintptr_t>(t.grad) % 8 == 0);
+                      (reinterpret_cast<uintptr_t>(t.weight) % 8 == 0) &&
+                      (reinterpret_cast<uintptr_t>(t.grad) % 8 == 0);
   if (vector) {
     for (int64_t k = begin + 4 * static_cast<int64_t>(threadIdx.x); k < end; k += 4 * kThreads) {
       float4 p = *reinterpret_cast<const float4*>(t.master + k);

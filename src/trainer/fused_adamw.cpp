@@ -37,7 +37,8 @@ FusedAdamW::FusedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions o
     if (!LOONGFORGE_WITH_CUDA_KERNELS || !t.is_cuda() || t.scalar_type() != at::kFloat || !t.is_contiguous())
       throw ConfigError("precision.bf16_weights: '" + params[i].name + "' is " + t.toString() + " on " +
                         t.device().str() + (LOONGFORGE_WITH_CUDA_KERNELS ? "" : " in a build without CUDA kernels") +
-                        "; bf16 working copies need contiguous fp32 parameters on a GPU: set precision.bf16_weights=off");
+                        "; bf16 working copies need contiguous fp32 parameters on a GPU: "
+                        "set precision.bf16_weights=off");
     masters_[i] = t.detach().clone();
     params_[i].set_data(t.detach().to(at::kBFloat16));  // the module's parameter: its forward now reads bf16
   }

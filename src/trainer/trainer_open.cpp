@@ -242,7 +242,7 @@ bool Trainer::use_bf16_weights(bool fused, bool compiled) const {
   else if (!device_.is_cuda() || !bf16_) why = "this run does not compute in bf16 autocast on a GPU";
   else if (!fused) why = "optimizer.implementation is plain (the working copies live in the fused AdamW)";
   else if (sharded_) why = "gcts.shard_optimizer is on (the sharded AdamW keeps no working copies)";
-  else if (world_) why = "this run has several ranks (their bf16 gradients would be averaged in bf16)";
+  else if (world_) why = "this run reduces gradients over ranks (bf16 gradients would be averaged in bf16)";
   else if (cfg_.trainer.gradient_accumulation_steps > 1)
     why = "trainer.gradient_accumulation_steps is " + std::to_string(cfg_.trainer.gradient_accumulation_steps) +
           " (bf16 gradients of several micro-batches would add up in bf16, not fp32)";
@@ -250,8 +250,8 @@ bool Trainer::use_bf16_weights(bool fused, bool compiled) const {
   if (why.empty()) return true;
   if (mode == "on") {
     const auto at = cfg_.origin.find("precision.bf16_weights");
-    throw ConfigError("precision.bf16_weights=on" + (at == cfg_.origin.end() ? "" : " (" + at->second + ")") + ", but " + why +
-                      ": set precision.bf16_weights=auto or off");
+    const std::string where = at == cfg_.origin.end() ? "" : " (" + at->second + ")";
+    throw ConfigError("precision.bf16_weights=on" + where + ", but " + why + ": set precision.bf16_weights=auto or off");
   }
   if (device_.is_cuda() && bf16_)
     LF_LOG(logger("trainer"), info) << "weights stay fp32, cast by autocast in every forward "
@@ -346,7 +346,8 @@ void Trainer::open() {
     if (bf16_weights) reads = net_->dependency_graph().params;
     for (size_t k = 0; k < all.size(); ++k)
       if (all[k].info->trainable)
-        trainable.push_back({all[k].info->name, all[k].tensor, all[k].info->decay, bf16_weights && reads[k].linear_only});
+        trainable.push_back(
+            {all[k].info->name, all[k].tensor, all[k].info->decay, bf16_weights && reads[k].linear_only});
   }
   ShardedAdamW* sharded = nullptr;
   if (sharded_) {
