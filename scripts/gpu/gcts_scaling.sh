@@ -25,7 +25,7 @@
 # one-GPU loongforge run ($OUT/<run>-w1-profile.json) and tallies the kernels of
 # steps 60-75 of each one-GPU reference run the same way (train_torch.py
 # --profile-steps, printed from its log); steps 55-100 are then left out of the table. Checkpoints go to /dev/shm (the final one of n16-1b is 7.9 GB)
-# and are removed after each run.
+# and are removed after each run; run directories go to $OUT/runs.
 # Carry: .gpu-carry (scripts/gpu/prepare_carry.sh).
 # ONE_RANK_WORLD=1: the one-GPU lf runs communicate through a one-rank NCCL World (the trainer's
 # LOONGFORGE_TEST_ONE_RANK_WORLD hook), so lf-hybrid reduces inside the graph and lf-after after it
@@ -35,6 +35,13 @@
 #   [WORLDS="1 2"] [MODEL=n16-1b] [EXPORT_SET=...] [STEPS=150] [RUNS="lf-plain ..."] [TESTS=1] [PROFILE=1] bash scripts/gpu/gcts_scaling.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" gcts_scaling
 model=${MODEL:-n16-1b}; steps=${STEPS:-150}
+# The run directories (metrics, summaries; no checkpoints) live under $OUT, so a call that the device
+# tool's time limit ends still brings back every finished step's metrics.
+runs_dir=$OUT/runs
+if [ "${PROFILE:-0}" = 1 ] && [ "$steps" -lt 100 ]; then
+  echo "PROFILE=1 profiles 2 s from step 60, about 25 steps of a fast model: set STEPS to 100 or more" >&2
+  exit 2
+fi
 gpus=$(nvidia-smi -L | wc -l)
 worlds=${WORLDS:-1 $([ "$gpus" -gt 1 ] && echo "$gpus")}
 runs=${RUNS:-lf-plain lf-simple lf-hybrid lf-sharded ref-ddp}
@@ -49,14 +56,14 @@ stamp "export $model"
 xsets=(); for kv in ${EXPORT_SET:-}; do xsets+=(--set "$kv"); done
 PYTHONPATH=scripts python3 scripts/model/export.py --config $model "${xsets[@]}" --out /dev/shm/$model.pt | tail -1 || exit 1
 cfg=configs/bench/n16-1b-h200.yaml
-common=(--config $cfg --set model.path=/dev/shm/$model.pt --set trainer.max_steps=$steps --set run.output_dir=/tmp/runs
+common=(--config $cfg --set model.path=/dev/shm/$model.pt --set trainer.max_steps=$steps --set run.output_dir=$runs_dir
         --set logging.progress=lines --set logging.interval_steps=50)
 names=()
 for w in $worlds; do
   for run in $runs; do
     name=$run-w$w
     stamp "$name"
-    rm -rf "/tmp/runs/$name" "$OUT/${name}_metrics.jsonl"  # a failed run must not show an earlier call's metrics
+    rm -rf "$runs_dir/$name" "$OUT/${name}_metrics.jsonl"  # a failed run must not show an earlier call's metrics
     case $run in
       lf-plain) sets=() ;;
       lf-casts) sets=(--set precision.bf16_weights=off) ;;
@@ -82,7 +89,7 @@ for w in $worlds; do
         wait $pid; echo "exit $?"
         rm -rf /dev/shm/ckpt
         grep -m1 -E "gradient communication" "$OUT/$name.log" | cut -c1-300
-        cp /tmp/runs/$name/metrics.jsonl "$OUT/${name}_metrics.jsonl" 2>/dev/null ;;
+        cp $runs_dir/$name/metrics.jsonl "$OUT/${name}_metrics.jsonl" 2>/dev/null ;;
       ref-ddp|ref-opt)
         mode=baseline; [ $run = ref-opt ] && mode=optimized
         launcher=(python3); [ "$w" -gt 1 ] && launcher=(torchrun --standalone --nproc_per_node $w)
@@ -90,10 +97,10 @@ for w in $worlds; do
         PYTHONPATH=scripts timeout 400 "${launcher[@]}" scripts/reference/train_torch.py "${common[@]}" \
           --set control.enable=false "${rprof[@]}" \
           --set run.name=$name --mode $mode --loongforge-train build-gpu/src/daemon/loongforge-train \
-          --out /tmp/runs/$name > "$OUT/$name.log" 2>&1
+          --out $runs_dir/$name > "$OUT/$name.log" 2>&1
         echo "exit $?"
         grep -A 24 "^kernels over" "$OUT/$name.log" | head -25
-        cp /tmp/runs/$name/metrics.jsonl "$OUT/${name}_metrics.jsonl" 2>/dev/null ;;
+        cp $runs_dir/$name/metrics.jsonl "$OUT/${name}_metrics.jsonl" 2>/dev/null ;;
     esac
     tail -2 "$OUT/$name.log" | cut -c1-300
     names+=("$name")
