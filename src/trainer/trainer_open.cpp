@@ -6,6 +6,7 @@
 #include <cstdio>   // std::snprintf
 #include <cstdlib>  // std::getenv
 #include <fstream>  // std::ofstream
+#include <map>      // std::map
 
 #include <ATen/Context.h>   // at::globalContext
 #include <ATen/Parallel.h>  // at::set_num_threads
@@ -344,10 +345,17 @@ void Trainer::open() {
     const auto all = net_->parameters();
     std::vector<model::MdgParam> reads;  // Note [MDG]: which parameters only linear layers read
     if (bf16_weights) reads = net_->dependency_graph().params;
-    for (size_t k = 0; k < all.size(); ++k)
-      if (all[k].info->trainable)
-        trainable.push_back(
-            {all[k].info->name, all[k].tensor, all[k].info->decay, bf16_weights && reads[k].linear_only});
+    // A tensor held under two names (tied weights) is read through both: it stays fp32 unless both
+    // names are read only by linear layers.
+    std::map<const void*, bool> linear_only;
+    for (size_t k = 0; k < reads.size(); ++k) {
+      const auto [it, fresh] = linear_only.emplace(all[k].tensor.unsafeGetTensorImpl(), reads[k].linear_only);
+      if (!fresh) it->second = it->second && reads[k].linear_only;
+    }
+    for (const auto& p : all)
+      if (p.info->trainable)
+        trainable.push_back({p.info->name, p.tensor, p.info->decay,
+                             bf16_weights && linear_only.at(p.tensor.unsafeGetTensorImpl())});
   }
   ShardedAdamW* sharded = nullptr;
   if (sharded_) {

@@ -4,7 +4,10 @@
 // backward readiness position (reverse of first use, unused parameters last)
 // and its role from the module names are exactly the known ones; for the
 // exported n16-tiny the order follows GR00T's forward (vision, LM,
-// embodiment encoders, DiT, action decoder) and the decoder is ready first.
+// embodiment encoders, DiT, action decoder) and the decoder is ready first;
+// a parameter is linear-only exactly when every read of it is aten::linear's
+// weight or bias (a second linear read keeps it so; layer_norm, a transpose,
+// a dtype read or no read at all do not).
 #include <filesystem>  // std::filesystem::temp_directory_path
 #include <map>         // std::map
 #include <string>      // std::string

@@ -7,7 +7,9 @@
 // of one blocking all-gather, op for op and fused; and that the fused
 // ShardedAdamW computes the op-for-op one's update and skips a non-finite one
 // on the device; and that gradients as views into the sharded optimizer's flat
-// buffer (Note [Gradient views]) give the update of packed copies bitwise.
+// buffer (Note [Gradient views]) give the update of packed copies bitwise;
+// and that only FusedAdamW keeps bf16 working copies (precision.bf16_weights:
+// the others, and FusedAdamW off a GPU, refuse them naming the key).
 #include <cmath>   // std::isnan
 #include <functional>  // std::function
 #include <limits>  // std::numeric_limits
