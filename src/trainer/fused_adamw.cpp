@@ -135,21 +135,24 @@ void FusedAdamW::update_masters(bool decay) {
 #endif
 }
 
-at::Tensor FusedAdamW::master_weight(const at::Tensor& param) const {
+const at::Tensor* FusedAdamW::master_of(const at::Tensor& param) const {
   for (size_t i = 0; i < params_.size(); ++i)
-    if (params_[i].unsafeGetTensorImpl() == param.unsafeGetTensorImpl() && masters_[i].defined()) return masters_[i];
-  return param;
+    if (params_[i].unsafeGetTensorImpl() == param.unsafeGetTensorImpl())
+      return masters_[i].defined() ? &masters_[i] : nullptr;
+  return nullptr;
+}
+
+at::Tensor FusedAdamW::master_weight(const at::Tensor& param) const {
+  const at::Tensor* m = master_of(param);
+  return m ? *m : param;
 }
 
 void FusedAdamW::load_weight(const at::Tensor& param, const at::Tensor& value) {
   at::NoGradGuard no_grad;
-  for (size_t i = 0; i < params_.size(); ++i)
-    if (params_[i].unsafeGetTensorImpl() == param.unsafeGetTensorImpl() && masters_[i].defined()) {
-      masters_[i].copy_(value);
-      params_[i].copy_(masters_[i]);  // rounded to nearest even, as the update writes it
-      return;
-    }
-  param.copy_(value);
+  const at::Tensor* m = master_of(param);
+  if (!m) return Optimizer::load_weight(param, value);
+  m->copy_(value);
+  param.copy_(*m);  // rounded to nearest even, as the update writes it
 }
 
 int64_t FusedAdamW::bf16_weights() const {

@@ -340,15 +340,16 @@ void Trainer::open() {
   const bool gcts = cfg_.gcts.enable;
   sharded_ = gcts && cfg_.gcts.shard_optimizer;
   const bool bf16_weights = use_bf16_weights(fused, compiled);
+  // The MDG: which parameters only linear layers read (bf16 working copies), backward readiness (GCTS).
+  const model::Mdg mdg = bf16_weights || gcts ? net_->dependency_graph() : model::Mdg{};
   std::vector<OptimizedParam> trainable;
   {
     const auto all = net_->parameters();
-    std::vector<model::MdgParam> reads;  // Note [MDG]: which parameters only linear layers read
-    if (bf16_weights) reads = net_->dependency_graph().params;
+    const std::vector<model::MdgParam>& reads = mdg.params;  // Note [MDG]: which parameters only linear layers read
     // A tensor held under two names (tied weights) is read through both: it stays fp32 unless both
     // names are read only by linear layers.
     std::map<const void*, bool> linear_only;
-    for (size_t k = 0; k < reads.size(); ++k) {
+    for (size_t k = 0; bf16_weights && k < reads.size(); ++k) {
       const auto [it, fresh] = linear_only.emplace(all[k].tensor.unsafeGetTensorImpl(), reads[k].linear_only);
       if (!fresh) it->second = it->second && reads[k].linear_only;
     }
@@ -377,7 +378,6 @@ void Trainer::open() {
   // The gradient-communication seam: GCTS's strategies, or the plain all-reduce.
   if (gcts) {
     // The MDG orders the hybrid plan's buckets by backward readiness (Note [Bucket order] in src/comm/gcts_plan.cpp).
-    const model::Mdg mdg = net_->dependency_graph();
     std::vector<comm::ReducedParam> reduced;
     const auto all = net_->parameters();
     int64_t used = 0;

@@ -188,6 +188,7 @@ class FusedAdamW final : public AdamWBase {
   std::vector<int64_t> step_counts() const override;  // reads the device counters (checkpoints only)
   void set_step_count(size_t i, int64_t n) override;
   void update_masters(bool decay);
+  const at::Tensor* master_of(const at::Tensor& param) const;  // null: param has no master
   std::vector<at::Tensor> steps_;  // float32 scalars on the parameters' device (as torch.optim keeps them)
   at::Tensor lr_;         // float32 scalar on the device, refilled each step
   at::Tensor found_inf_;  // float32 scalar: 1 when the last clip_grad_norm saw a non-finite norm
