@@ -4,7 +4,7 @@
 // into runs of consecutive blocks, one run per tensor, each block updating one
 // chunk of kChunk elements of its tensor (the block finds its tensor in the
 // prefix table of the launch's arguments). Memory-bound: per element it reads
-// 2 + 4 + 4 + 4 bytes (gradient, master, moments) and writes 4 + 4 + 4 + 2.
+// 2 (or 4) + 4 + 4 + 4 bytes (gradient, master, moments) and writes 4 + 4 + 4 + 2.
 #include "master_adamw.cuh"
 
 #include <algorithm>
@@ -21,6 +21,7 @@ struct Launch {
   int64_t first_block[kTensors + 1];  // block runs: tensor i owns [first_block[i], first_block[i + 1])
   int count;
 };
+static_assert(sizeof(Launch) <= 4096, "a kernel's arguments must fit in 4 KB");
 
 // The update of one element, in the arithmetic of ATen's fused AdamW (ADAMW
 // mode, float parameters): the moments and the decay in double, the step in float.
@@ -56,23 +57,31 @@ __global__ void __launch_bounds__(kThreads) master_adamw_kernel(Launch a, Master
   st.bias_correction2_sqrt = static_cast<float>(sqrt(1 - pow(s.beta2, static_cast<double>(steps))));
   st.coef = s.clip_coef ? *s.clip_coef : 1.0f;
 
+  const bool half = t.grad != nullptr;
   const bool vector = (t.numel % 4 == 0) && (reinterpret_cast<uintptr_t>(t.master) % 16 == 0) &&
                       (reinterpret_cast<uintptr_t>(t.exp_avg) % 16 == 0) &&
                       (reinterpret_cast<uintptr_t>(t.exp_avg_sq) % 16 == 0) &&
                       (reinterpret_cast<uintptr_t>(t.weight) % 8 == 0) &&
-                      (reinterpret_cast<uintptr_t>(t.grad) % 8 == 0);
+                      (half ? reinterpret_cast<uintptr_t>(t.grad) % 8 == 0
+                            : reinterpret_cast<uintptr_t>(t.grad32) % 16 == 0);
   if (vector) {
     for (int64_t k = begin + 4 * static_cast<int64_t>(threadIdx.x); k < end; k += 4 * kThreads) {
       float4 p = *reinterpret_cast<const float4*>(t.master + k);
       float4 m = *reinterpret_cast<const float4*>(t.exp_avg + k);
       float4 v = *reinterpret_cast<const float4*>(t.exp_avg_sq + k);
-      const uint2 graw = *reinterpret_cast<const uint2*>(t.grad + k);
-      const __nv_bfloat162 g01 = *reinterpret_cast<const __nv_bfloat162*>(&graw.x);
-      const __nv_bfloat162 g23 = *reinterpret_cast<const __nv_bfloat162*>(&graw.y);
-      st.apply(p.x, m.x, v.x, __low2float(g01));
-      st.apply(p.y, m.y, v.y, __high2float(g01));
-      st.apply(p.z, m.z, v.z, __low2float(g23));
-      st.apply(p.w, m.w, v.w, __high2float(g23));
+      float4 g;
+      if (half) {
+        const uint2 graw = *reinterpret_cast<const uint2*>(t.grad + k);
+        const __nv_bfloat162 g01 = *reinterpret_cast<const __nv_bfloat162*>(&graw.x);
+        const __nv_bfloat162 g23 = *reinterpret_cast<const __nv_bfloat162*>(&graw.y);
+        g = make_float4(__low2float(g01), __high2float(g01), __low2float(g23), __high2float(g23));
+      } else {
+        g = *reinterpret_cast<const float4*>(t.grad32 + k);
+      }
+      st.apply(p.x, m.x, v.x, g.x);
+      st.apply(p.y, m.y, v.y, g.y);
+      st.apply(p.z, m.z, v.z, g.z);
+      st.apply(p.w, m.w, v.w, g.w);
       *reinterpret_cast<float4*>(t.master + k) = p;
       *reinterpret_cast<float4*>(t.exp_avg + k) = m;
       *reinterpret_cast<float4*>(t.exp_avg_sq + k) = v;
@@ -86,7 +95,7 @@ __global__ void __launch_bounds__(kThreads) master_adamw_kernel(Launch a, Master
   }
   for (int64_t k = begin + threadIdx.x; k < end; k += kThreads) {
     float p = t.master[k], m = t.exp_avg[k], v = t.exp_avg_sq[k];
-    st.apply(p, m, v, __bfloat162float(t.grad[k]));
+    st.apply(p, m, v, half ? __bfloat162float(t.grad[k]) : t.grad32[k]);
     t.master[k] = p, t.exp_avg[k] = m, t.exp_avg_sq[k] = v;
     t.weight[k] = __float2bfloat16_rn(p);
   }

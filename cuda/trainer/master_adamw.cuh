@@ -1,13 +1,15 @@
 // AdamW on fp32 master weights whose working copies are bf16 (the trainer's
 // bf16 weights, precision.bf16_weights): one multi-tensor launch per group of
-// tensors reads each bf16 gradient, scales it by the clipping coefficient,
+// tensors reads each gradient (bf16, or fp32 where autograd accumulated it in
+// fp32: several micro-batches or ranks), scales it by the clipping coefficient,
 // updates the fp32 master and both fp32 moments, and writes the master rounded
 // to bf16 into the working copy the forward reads.
 //
 // Contract
 // - Per element, the arithmetic of ATen's fused AdamW (`_fused_adamw_`, ADAMW
 //   mode, fp32 parameters, a tensor learning rate) on the gradient
-//   float(grad) * (*clip_coef) -- which is what `_foreach_mul_` by that
+//   float(grad) * (*clip_coef) -- grad being `grad` (bf16) or, where that is
+//   null, `grad32` (fp32) -- which is what `_foreach_mul_` by that
 //   coefficient leaves in an fp32 gradient -- so the master equals what ATen's
 //   kernel gives for the same fp32 gradient, bit for bit (test_optimizer_gpu).
 //   The working copy is the master rounded to nearest even (as Tensor.to).
@@ -30,7 +32,8 @@ namespace loongforge::kernels {
 struct MasterAdamWTensor {
   float* master;
   __nv_bfloat16* weight;
-  const __nv_bfloat16* grad;
+  const __nv_bfloat16* grad;  // the gradient in bf16, or null and then
+  const float* grad32;         // the gradient in fp32
   float* exp_avg;
   float* exp_avg_sq;
   const float* step;

@@ -21,7 +21,10 @@
 # default RUNS) is lf-plain with precision.bf16_weights=off: fp32 weights cast
 # by autocast in every forward, the fast path before bf16 working copies;
 # lf-adfe (not in the default RUNS) is lf-plain with ADFE's asynchronous data
-# pipeline on (the bench config leaves it off).
+# pipeline on (the bench config leaves it off). lf-copies (not in the default
+# RUNS) is lf-hybrid with precision.bf16_weights=on: at several GPUs, bf16
+# working copies whose gradients autograd sums in fp32 (auto keeps fp32
+# weights there); at one GPU the same as lf-hybrid.
 # Builds build-gpu/ first; TESTS=1 also runs the GPU tests (LONG=0 form);
 # PROFILE=1 takes a 2-second `profile-step --kernels` at step 60 of each
 # one-GPU loongforge run ($OUT/<run>-w1-profile.json) and tallies the kernels of
@@ -70,6 +73,7 @@ for w in $worlds; do
       lf-plain) sets=() ;;
       lf-casts) sets=(--set precision.bf16_weights=off) ;;
       lf-adfe) sets=(--set adfe.enable=true) ;;
+      lf-copies) sets=(--set gcts.enable=true --set gcts.comm_strategy=hybrid --set precision.bf16_weights=on) ;;
       lf-simple) sets=(--set gcts.enable=true --set gcts.comm_strategy=simple) ;;
       lf-hybrid) sets=(--set gcts.enable=true --set gcts.comm_strategy=hybrid) ;;
       lf-after) sets=(--set gcts.enable=true --set gcts.comm_strategy=hybrid --set gcts.overlap=false) ;;

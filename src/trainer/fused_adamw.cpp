@@ -13,8 +13,8 @@
 
 namespace loongforge::trainer {
 
-FusedAdamW::FusedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions options)
-    : AdamWBase(params, options) {
+FusedAdamW::FusedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions options, CopyGradients copy_grads)
+    : AdamWBase(params, options), fp32_copy_grads_(copy_grads == CopyGradients::fp32) {
   at::NoGradGuard no_grad;
   for (const auto& p : params) {
     const auto& first = params.front();
@@ -41,20 +41,57 @@ FusedAdamW::FusedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions o
                         "set precision.bf16_weights=off");
     masters_[i] = t.detach().clone();
     params_[i].set_data(t.detach().to(at::kBFloat16));  // the module's parameter: its forward now reads bf16
+    // Note [fp32 gradients of bf16 copies]: autograd adds each backward's bf16 gradient into this tensor.
+    if (fp32_copy_grads_) params_[i].mutable_grad() = at::zeros_like(masters_[i]);
   }
+}
+
+// Note [fp32 gradients of bf16 copies]
+// A bf16 working copy's backward makes a bf16 gradient. With several
+// micro-batches or ranks, summing those in bf16 would round every partial
+// sum, where the fp32-weight path (autocast's casts) sums fp32 gradients. So
+// in CopyGradients::fp32 mode each copy's .grad is an fp32 tensor from
+// construction on, zeroed in place and never dropped: autograd's
+// AccumulateGrad adds a defined .grad and the new gradient in place
+// (`grad += new`, type promotion: fp32 += bf16, the exact upcast), which is
+// the fp32-weight path's sum bit for bit -- that path upcasts each bf16
+// gradient in the cast's backward and adds it to its fp32 .grad. The
+// reducers then average fp32 gradients as for fp32 weights, and the master
+// kernel reads them as fp32 (MasterAdamWTensor::grad32).
+// test_optimizer.cpp checks the accumulation on a CPU; test_trainer_gpu
+// the whole run against the fp32-weight path.
+
+void FusedAdamW::zero_grad() {
+  if (!fp32_copy_grads_) return AdamWBase::zero_grad();
+  std::vector<at::Tensor> zero;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!masters_[i].defined() && !keep_grads_)
+      params_[i].mutable_grad() = at::Tensor();
+    else if (params_[i].grad().defined())
+      zero.push_back(params_[i].grad());
+  }
+  if (!zero.empty()) at::_foreach_zero_(zero);
 }
 
 at::Tensor FusedAdamW::clip_grad_norm(double max_norm) {
   at::NoGradGuard no_grad;
   // Norms in parameter order (the order of the sum FusedAdamW takes without
-  // working copies); bf16 gradients' norms are taken in float.
-  std::vector<at::Tensor> full, half;
+  // working copies); bf16 gradients' norms are taken in float. The working
+  // copies' gradients (bf16, or fp32: Note [fp32 gradients of bf16 copies])
+  // are scaled inside the update, the others here.
+  std::vector<at::Tensor> full, half, scaled;
   std::vector<bool> is_half;
+  bool copies = false;
   for (size_t i = 0; i < params_.size(); ++i) {
     const at::Tensor& g = params_[i].grad();
     if (!g.defined()) continue;
-    (masters_[i].defined() ? half : full).push_back(g);
-    is_half.push_back(masters_[i].defined());
+    const bool h = g.scalar_type() == at::kBFloat16;
+    (h ? half : full).push_back(g);
+    is_half.push_back(h);
+    if (masters_[i].defined())
+      copies = true;
+    else
+      scaled.push_back(g);
   }
   if (is_half.empty()) {
     found_inf_.zero_();
@@ -69,9 +106,9 @@ at::Tensor FusedAdamW::clip_grad_norm(double max_norm) {
   const at::Tensor total = at::linalg_vector_norm(at::stack(norms), 2);
   if (max_norm > 0) {
     const at::Tensor coef = at::clamp((total + 1e-6).reciprocal() * max_norm, c10::nullopt, 1.0);
-    if (!full.empty()) at::_foreach_mul_(full, coef);
-    clip_coef_.copy_(coef);  // the bf16 gradients are scaled inside the update
-  } else if (!half.empty()) {
+    if (!scaled.empty()) at::_foreach_mul_(scaled, coef);
+    clip_coef_.copy_(coef);  // the working copies' gradients are scaled inside the update
+  } else if (copies) {
     clip_coef_.fill_(1.0);  // no clipping this step
   }
   found_inf_.copy_(at::logical_not(at::isfinite(total)));
@@ -113,11 +150,14 @@ void FusedAdamW::update_masters(bool decay) {
   for (size_t i = 0; i < params_.size(); ++i) {
     const at::Tensor& g = params_[i].grad();
     if (decay_[i] != decay || !g.defined() || !masters_[i].defined()) continue;
-    if (g.scalar_type() != at::kBFloat16 || !g.is_contiguous())
-      throw TrainingError("bf16 working copy '" + names_[i] + "' got a " + g.toString() +
-                          " gradient that is not contiguous bf16; set precision.bf16_weights=off");
+    const bool half = g.scalar_type() == at::kBFloat16;
+    if ((!half && g.scalar_type() != at::kFloat) || !g.is_contiguous() || g.device() != masters_[i].device())
+      throw TrainingError("bf16 working copy '" + names_[i] + "' got a " + g.toString() + " gradient on " +
+                          g.device().str() + " that is not a contiguous bf16 or fp32 tensor on " +
+                          masters_[i].device().str() + "; set precision.bf16_weights=off");
     table.push_back({masters_[i].data_ptr<float>(), reinterpret_cast<__nv_bfloat16*>(params_[i].data_ptr()),
-                     reinterpret_cast<const __nv_bfloat16*>(g.const_data_ptr()), exp_avg_[i].data_ptr<float>(),
+                     half ? reinterpret_cast<const __nv_bfloat16*>(g.const_data_ptr()) : nullptr,
+                     half ? nullptr : g.const_data_ptr<float>(), exp_avg_[i].data_ptr<float>(),
                      exp_avg_sq_[i].data_ptr<float>(), steps_[i].const_data_ptr<float>(), masters_[i].numel()});
     s.push_back(steps_[i]);
   }

@@ -92,7 +92,8 @@ int Trainer::close() {
                                   {"run_dir", run_dir_},
                                   {"checkpoint", last_ckpt_},
                                   {"device", device_.str()},
-                                  {"precision", bf16_ ? "bf16" : "fp32"}};
+                                  {"precision", bf16_ ? "bf16" : "fp32"},
+                                  {"bf16_weights", bf16_weights_summary()}};
   std::ofstream(run_dir_ + "/summary.json") << summary.dump(2) << "\n";
   if (failed_writes_ > 0)
     LF_LOG(log, warn) << failed_writes_ << " checkpoint write(s) failed during the run (see above); newest intact: "

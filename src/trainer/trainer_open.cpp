@@ -243,11 +243,11 @@ bool Trainer::use_bf16_weights(bool fused, bool compiled) const {
   else if (!device_.is_cuda() || !bf16_) why = "this run does not compute in bf16 autocast on a GPU";
   else if (!fused) why = "optimizer.implementation is plain (the working copies live in the fused AdamW)";
   else if (sharded_) why = "gcts.shard_optimizer is on (the sharded AdamW keeps no working copies)";
-  else if (world_) why = "this run reduces gradients over ranks (bf16 gradients would be averaged in bf16)";
-  else if (cfg_.trainer.gradient_accumulation_steps > 1)
-    why = "trainer.gradient_accumulation_steps is " + std::to_string(cfg_.trainer.gradient_accumulation_steps) +
-          " (bf16 gradients of several micro-batches would add up in bf16, not fp32)";
   else if (compiled) why = "trainer.compiled_step is set (its package takes fp32 weights)";
+  else if (mode == "auto" && (world_ || cfg_.trainer.gradient_accumulation_steps > 1))
+    why = std::string(world_ ? "this run reduces gradients over ranks" : "trainer.gradient_accumulation_steps is " +
+                                   std::to_string(cfg_.trainer.gradient_accumulation_steps)) +
+          ", where auto keeps no copies yet (set precision.bf16_weights=on to keep them, with fp32 gradients)";
   if (why.empty()) return true;
   if (mode == "on") {
     const auto at = cfg_.origin.find("precision.bf16_weights");
@@ -267,7 +267,17 @@ std::string Trainer::bf16_weights_note() const {
   char millions[32];
   std::snprintf(millions, sizeof millions, "%.1f", static_cast<double>(fused->bf16_weight_numel()) / 1e6);
   return ", " + std::to_string(fused->bf16_weights()) + " weights read only by linear layers (" + millions +
-         " M elements) as bf16 working copies of fp32 masters";
+         " M elements) as bf16 working copies of fp32 masters" +
+         (fused->copy_gradients() == CopyGradients::fp32 ? " (their gradients summed in fp32)" : "");
+}
+
+// summary.json's "bf16_weights": null, or the copies and their gradients' dtype.
+nlohmann::json Trainer::bf16_weights_summary() const {
+  const auto* fused = dynamic_cast<const FusedAdamW*>(optimizer_.get());
+  if (!fused || fused->bf16_weights() == 0) return nullptr;
+  return {{"copies", fused->bf16_weights()},
+          {"elements", fused->bf16_weight_numel()},
+          {"gradients", fused->copy_gradients() == CopyGradients::fp32 ? "fp32" : "bf16"}};
 }
 
 void Trainer::open() {
@@ -332,6 +342,8 @@ void Trainer::open() {
   else
     runner_ = fusion::make_plain_runner(*net_, bf16_ && device_.is_cuda());
 
+  // Note [fp32 gradients of bf16 copies] in fused_adamw.cpp: several micro-batches or ranks sum in fp32.
+  const bool fp32_copy_grads = world_ || cfg_.trainer.gradient_accumulation_steps > 1;
   AdamWOptions ao;
   ao.beta1 = cfg_.optimizer.beta1, ao.beta2 = cfg_.optimizer.beta2, ao.eps = cfg_.optimizer.eps;
   ao.weight_decay = cfg_.optimizer.weight_decay;
@@ -371,7 +383,8 @@ void Trainer::open() {
     sharded = opt.get();
     optimizer_ = std::move(opt);
   } else if (fused) {
-    optimizer_ = std::make_unique<FusedAdamW>(trainable, ao);
+    optimizer_ = std::make_unique<FusedAdamW>(
+        trainable, ao, bf16_weights && fp32_copy_grads ? CopyGradients::fp32 : CopyGradients::bf16);
   } else {
     optimizer_ = std::make_unique<AdamW>(trainable, ao);
   }
@@ -415,8 +428,10 @@ void Trainer::open() {
     reducer_ = comm::make_plain_reducer(world_.get());
   }
   // The compiled runner's graph outputs are the gradients; the graph runner makes them too where it can
-  // (Note [Fresh gradients] in src/fusion/graph_runner.cpp: not with the sharded optimizer's gradient views).
-  const bool made_gradients = graphs && !compiled && runner_->make_gradients(/*allowed=*/!sharded_);
+  // (Note [Fresh gradients] in src/fusion/graph_runner.cpp: not with the sharded optimizer's gradient views,
+  // nor with bf16 copies' fp32 gradients, which backward adds into).
+  const bool made_gradients =
+      graphs && !compiled && runner_->make_gradients(/*allowed=*/!sharded_ && !(bf16_weights && fp32_copy_grads));
   optimizer_->keep_gradients(graphs && !compiled && !made_gradients);
   // Several ranks too: the loss and the norm are sums over ranks on the device
   // (every rank reads the same values one step late, so a non-finite one

@@ -9,7 +9,10 @@
 // on the device; and that gradients as views into the sharded optimizer's flat
 // buffer (Note [Gradient views]) give the update of packed copies bitwise;
 // and that only FusedAdamW keeps bf16 working copies (precision.bf16_weights:
-// the others, and FusedAdamW off a GPU, refuse them naming the key).
+// the others, and FusedAdamW off a GPU, refuse them naming the key); and that
+// autograd sums a bf16 copy's gradients of several backward passes into an
+// fp32 .grad exactly as the fp32-weight path sums them (Note [fp32 gradients
+// of bf16 copies] in fused_adamw.cpp), where a bf16 .grad would round.
 #include <cmath>   // std::isnan
 #include <functional>  // std::function
 #include <limits>  // std::numeric_limits
@@ -377,4 +380,33 @@ TEST_CASE("optimizer: only the fused AdamW keeps bf16 working copies, and the ot
   CHECK_THAT(refused([&] { AdamW(p, {}); }), Contains("precision.bf16_weights: 'w'"));
   CHECK_THAT(refused([&] { ShardedAdamW(p, {}, nullptr, 0); }), Contains("the sharded AdamW"));
   CHECK_THAT(refused([&] { FusedAdamW(p, {}); }), Contains("contiguous fp32 parameters on a GPU"));
+}
+
+TEST_CASE("optimizer: autograd sums a bf16 copy's gradients of several backward passes into an fp32 .grad bit for bit "
+          "as the fp32-weight path does, where a bf16 .grad rounds them") {
+  at::manual_seed(5);
+  const at::Tensor w = at::randn({64, 96});
+  std::vector<at::Tensor> micro_batches;
+  for (int k = 0; k < 4; ++k) micro_batches.push_back(at::randn({16, 96}).to(at::kBFloat16));
+  const auto backward_all = [&](const std::function<at::Tensor()>& weight) {
+    for (const auto& x : micro_batches) at::linear(x, weight()).to(at::kFloat).square().sum().backward();
+  };
+  // The fp32-weight path: the forward reads a bf16 cast (as autocast's), whose backward upcasts the gradient.
+  const at::Tensor fp32_weight = w.clone().requires_grad_(true);
+  backward_all([&] { return fp32_weight.to(at::kBFloat16); });
+  // A bf16 working copy whose .grad is an fp32 tensor from the start (CopyGradients::fp32).
+  const at::Tensor copy = w.to(at::kBFloat16).requires_grad_(true);
+  copy.mutable_grad() = at::zeros_like(w);
+  const at::Tensor kept = copy.grad();
+  backward_all([&] { return copy; });
+  REQUIRE(copy.grad().scalar_type() == at::kFloat);
+  REQUIRE(copy.grad().is_same(kept));  // added in place, never replaced
+  REQUIRE(copy.grad().equal(fp32_weight.grad()));
+  // The same copy with autograd's own bf16 .grad: each partial sum is rounded to bf16.
+  const at::Tensor rounded = w.to(at::kBFloat16).requires_grad_(true);
+  backward_all([&] { return rounded; });
+  REQUIRE(rounded.grad().scalar_type() == at::kBFloat16);
+  const int64_t differ = rounded.grad().to(at::kFloat).ne(fp32_weight.grad()).sum().item<int64_t>();
+  INFO(differ << " of " << w.numel() << " elements of the bf16 sum differ from the fp32 one");
+  REQUIRE(differ > 0);
 }

@@ -229,7 +229,7 @@ TEST_CASE("trainer: a libtorch error inside a step names the step and phase and 
   REQUIRE(read_json(ckpt + "/trainer_state.json")["step"] == 2);
 }
 
-TEST_CASE("trainer: precision.bf16_weights=on is refused on a CPU run, naming the key and the fix, and auto trains in fp32") {
+TEST_CASE("trainer: precision.bf16_weights=on is refused on a CPU run, naming the key and the fix, and auto trains in fp32 and says so in summary.json") {
   const std::string out = fresh_dir("bf16-weights");
   trainer::Trainer t(tiny_config(out, {"trainer.max_steps=2", "precision.bf16_weights=on"}), comm::WorldInfo{});
   try {
@@ -244,4 +244,5 @@ TEST_CASE("trainer: precision.bf16_weights=on is refused on a CPU run, naming th
   trainer::Trainer a(tiny_config(fresh_dir("bf16-weights-auto"), {"trainer.max_steps=2"}), comm::WorldInfo{});
   REQUIRE(a.run() == 0);
   REQUIRE(a.history().size() == 2);
+  REQUIRE(read_json(a.run_dir() + "/summary.json").at("bf16_weights").is_null());  // no copies kept
 }

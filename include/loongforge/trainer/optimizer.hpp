@@ -49,7 +49,9 @@
 // CUDA builds) becomes a bf16 working copy -- its tensor is set to bf16 in
 // place, so the module's forward reads it and backward makes bf16 gradients
 // -- and the optimizer keeps its fp32 master: one kernel of this project
-// (cuda/trainer/master_adamw.cuh) reads the bf16 gradient, applies the
+// (cuda/trainer/master_adamw.cuh) reads the gradient (bf16; or fp32 with
+// CopyGradients::fp32, for several micro-batches or ranks: autograd then sums
+// the bf16 gradients into fp32 tensors the copies keep), applies the
 // clipping coefficient, updates the master and the moments in ATen's
 // arithmetic and writes the rounded master into the copy; clipping takes the
 // bf16 gradients' norms in float. The master's update equals what
@@ -167,9 +169,17 @@ class AdamW final : public AdamWBase {
   std::vector<int64_t> steps_;
 };
 
+// The dtype of a bf16 working copy's gradient (Note [fp32 gradients of bf16
+// copies] in fused_adamw.cpp): bf16, as its backward makes it (one
+// micro-batch on one rank), or fp32, a tensor autograd adds every backward's
+// gradient into (several micro-batches or ranks).
+enum class CopyGradients { bf16, fp32 };
+
 class FusedAdamW final : public AdamWBase {
  public:
-  FusedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions options);
+  FusedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions options,
+             CopyGradients copy_grads = CopyGradients::bf16);
+  void zero_grad() override;  // with CopyGradients::fp32 the copies' gradients are zeroed, never dropped
   at::Tensor clip_grad_norm(double max_norm) override;
   void step(double lr) override;  // = set_lr(lr), update(), zero_grad()
   bool skips_nonfinite_on_device() const override { return true; }
@@ -183,6 +193,7 @@ class FusedAdamW final : public AdamWBase {
   void load_weight(const at::Tensor& param, const at::Tensor& value) override;
   int64_t bf16_weights() const;        // parameters held as bf16 working copies
   int64_t bf16_weight_numel() const;   // their elements
+  CopyGradients copy_gradients() const { return fp32_copy_grads_ ? CopyGradients::fp32 : CopyGradients::bf16; }
 
  private:
   std::vector<int64_t> step_counts() const override;  // reads the device counters (checkpoints only)
@@ -194,6 +205,7 @@ class FusedAdamW final : public AdamWBase {
   at::Tensor found_inf_;  // float32 scalar: 1 when the last clip_grad_norm saw a non-finite norm
   std::vector<at::Tensor> masters_;  // fp32 master of a bf16 working copy; undefined for the others
   at::Tensor clip_coef_;             // float32 scalar: the last clipping coefficient (1 without clipping)
+  bool fp32_copy_grads_ = false;     // CopyGradients::fp32
 };
 
 struct ShardedOptions {

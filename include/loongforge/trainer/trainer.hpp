@@ -94,6 +94,7 @@ class Trainer {
   void resolve_device();
   bool use_bf16_weights(bool fused, bool compiled) const;
   std::string bf16_weights_note() const;
+  nlohmann::json bf16_weights_summary() const;
   void open_data();
   std::string choose_resume_dir();
   void open_run_dir(const std::string& resume_dir);
