@@ -24,7 +24,8 @@
 # pipeline on (the bench config leaves it off). lf-copies (not in the default
 # RUNS) is lf-hybrid with precision.bf16_weights=on: at several GPUs, bf16
 # working copies whose gradients autograd sums in fp32 (auto keeps fp32
-# weights there); at one GPU the same as lf-hybrid.
+# weights there); at one GPU the same as lf-hybrid. lf-sharded-copies (not in
+# the default RUNS) is lf-sharded with precision.bf16_weights=on.
 # Builds build-gpu/ first; TESTS=1 also runs the GPU tests (LONG=0 form);
 # PROFILE=1 takes a 2-second `profile-step --kernels` at step 60 of each
 # one-GPU loongforge run ($OUT/<run>-w1-profile.json) and tallies the kernels of
@@ -78,6 +79,8 @@ for w in $worlds; do
       lf-hybrid) sets=(--set gcts.enable=true --set gcts.comm_strategy=hybrid) ;;
       lf-after) sets=(--set gcts.enable=true --set gcts.comm_strategy=hybrid --set gcts.overlap=false) ;;
       lf-sharded) sets=(--set gcts.enable=true --set gcts.comm_strategy=hybrid --set gcts.shard_optimizer=true) ;;
+      lf-sharded-copies) sets=(--set gcts.enable=true --set gcts.comm_strategy=hybrid --set gcts.shard_optimizer=true
+                               --set precision.bf16_weights=on) ;;
     esac
     case $run in
       lf-*)

@@ -176,10 +176,8 @@ void FusedAdamW::update_masters(bool decay) {
 }
 
 const at::Tensor* FusedAdamW::master_of(const at::Tensor& param) const {
-  for (size_t i = 0; i < params_.size(); ++i)
-    if (params_[i].unsafeGetTensorImpl() == param.unsafeGetTensorImpl())
-      return masters_[i].defined() ? &masters_[i] : nullptr;
-  return nullptr;
+  const size_t i = index_of(params_, param);
+  return i < params_.size() && masters_[i].defined() ? &masters_[i] : nullptr;
 }
 
 at::Tensor FusedAdamW::master_weight(const at::Tensor& param) const {
@@ -195,16 +193,10 @@ void FusedAdamW::load_weight(const at::Tensor& param, const at::Tensor& value) {
   param.copy_(*m);  // rounded to nearest even, as the update writes it
 }
 
-int64_t FusedAdamW::bf16_weights() const {
-  int64_t n = 0;
-  for (const auto& m : masters_) n += m.defined() ? 1 : 0;
-  return n;
-}
-
-int64_t FusedAdamW::bf16_weight_numel() const {
-  int64_t n = 0;
-  for (const auto& m : masters_) n += m.defined() ? m.numel() : 0;
-  return n;
+Optimizer::WorkingCopies FusedAdamW::working_copies() const {
+  WorkingCopies w = count_copies(masters_);
+  w.fp32_gradients = w.count > 0 && fp32_copy_grads_;
+  return w;
 }
 
 std::vector<int64_t> FusedAdamW::step_counts() const {

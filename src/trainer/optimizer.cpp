@@ -43,6 +43,19 @@ void refuse_bf16_weights(const std::vector<OptimizedParam>& params, const char* 
                         "the fused unsharded AdamW keeps (this is " + optimizer + "); set precision.bf16_weights=off");
 }
 
+size_t index_of(const std::vector<at::Tensor>& params, const at::Tensor& param) {
+  for (size_t i = 0; i < params.size(); ++i)
+    if (params[i].unsafeGetTensorImpl() == param.unsafeGetTensorImpl()) return i;
+  return params.size();
+}
+
+Optimizer::WorkingCopies count_copies(const std::vector<at::Tensor>& masters) {
+  Optimizer::WorkingCopies w;
+  for (const auto& m : masters)
+    if (m.defined()) w.count += 1, w.numel += m.numel();
+  return w;
+}
+
 int64_t Optimizer::state_bytes() const {
   int64_t n = 0;
   for (const auto& [name, t] : state_tensors()) n += static_cast<int64_t>(t.nbytes());

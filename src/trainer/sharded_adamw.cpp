@@ -24,6 +24,24 @@
 // stream dependency (the host does not block). The forward itself cannot
 // start before the last piece has arrived: the TorchScript forward gives no
 // hook to wait per layer.
+//
+// Note [Sharded working copies]
+// A parameter given with bf16_weight (precision.bf16_weights) becomes a bf16
+// working copy, as in FusedAdamW, and every rank keeps its whole fp32 master.
+// The master stands in for the parameter wherever the fp32 value is meant
+// (value(i)): the update of this rank's range, the send buffer, the received
+// ranges of the other ranks, the replicated tensors' update, checkpoints
+// (master_weight). So the masters, moments and gathered values are the
+// numbers of fp32 weights given the same gradients, bit for bit. Once every
+// range is in (sync_parameters(); inside step() at one rank or without
+// overlap), each copy is set to its master rounded to nearest even. The
+// copies' gradients are fp32 (Note [fp32 gradients of bf16 copies] in
+// fused_adamw.cpp): a sharded one's .grad is its view into the flat buffer
+// (Note [Gradient views]) or, without views, a kept fp32 tensor, as is a
+// replicated one's; autograd adds each backward's bf16 gradient into it.
+// Keeping whole masters costs 4 bytes per copied element on every rank, what
+// fp32 weights cost; the gather stays fp32. No CUDA kernel of ours: the
+// update is AdamW's own (op for op or ATen's fused), on the masters.
 #include <algorithm>  // std::min, std::max, std::upper_bound
 #include <chrono>     // std::chrono
 #include <cmath>      // std::pow, std::sqrt
@@ -61,7 +79,6 @@ at::Tensor flat_view(const at::Tensor& t, const std::string& name) {
 ShardedAdamW::ShardedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions options, comm::World* world,
                            int64_t tiny_numel, ShardedOptions sharded)
     : opt_(options), world_(world), fused_(sharded.fused), overlap_gather_(sharded.overlap_gather && world != nullptr) {
-  refuse_bf16_weights(params, "the sharded AdamW");
   at::NoGradGuard no_grad;
   std::vector<int64_t> numels;
   for (const auto& p : params) {
@@ -83,7 +100,8 @@ ShardedAdamW::ShardedAdamW(const std::vector<OptimizedParam>& params, AdamWOptio
   }
   const int64_t world_size = world ? world->size() : 1, rank = world ? world->rank() : 0;
   target_.layout = comm::ShardLayout::make(numels, tiny_numel, world_size, rank);
-  const auto opts = params.empty() ? at::TensorOptions().dtype(at::kFloat) : params.front().tensor.options();
+  const auto opts = params.empty() ? at::TensorOptions().dtype(at::kFloat)
+                                   : params.front().tensor.options().dtype(at::kFloat);
   const comm::ShardLayout& l = target_.layout;
   if (sharded.gradient_views) {
     target_.local = at::zeros({l.world * l.chunk}, opts);
@@ -105,6 +123,17 @@ ShardedAdamW::ShardedAdamW(const std::vector<OptimizedParam>& params, AdamWOptio
   }
   target_.gather_overlap = overlap_gather_;
   target_.gather_calls = static_cast<int64_t>(receive_.size());
+  // Note [Sharded working copies]
+  masters_.resize(params.size());
+  std::vector<bool> viewed(params.size(), false);
+  if (target_.local.defined())
+    for (size_t i : l.sharded) viewed[i] = true;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!params[i].bf16_weight) continue;
+    masters_[i] = params_[i].detach().clone(at::MemoryFormat::Contiguous);
+    params_[i].set_data(params_[i].detach().to(at::kBFloat16));  // the module's parameter: its forward now reads bf16
+    if (!viewed[i]) params_[i].mutable_grad() = at::zeros_like(masters_[i]);  // fp32, kept (zero_grad)
+  }
 }
 
 ShardedAdamW::~ShardedAdamW() {
@@ -210,8 +239,9 @@ void ShardedAdamW::step(double lr) {
     if (world_)
       for (const auto& s : l.segments)
         send_.narrow(0, s.shard_offset, s.numel)
-            .copy_(flat_view(params_[s.param], names_[s.param]).narrow(0, s.param_offset, s.numel));
+            .copy_(flat_view(value(s.param), names_[s.param]).narrow(0, s.param_offset, s.numel));
     launch_complete(l.owned());
+    copies_stale_ = std::any_of(masters_.begin(), masters_.end(), [](const at::Tensor& m) { return m.defined(); });
     if (!overlap_gather_) sync_parameters();
     zero_grad();
     return;
@@ -220,7 +250,7 @@ void ShardedAdamW::step(double lr) {
   launch_complete(0);
   for (const auto& s : l.segments) {
     const double wd = decay_[s.param] ? opt_.weight_decay : 0.0;
-    at::Tensor piece = flat_view(params_[s.param], names_[s.param]).narrow(0, s.param_offset, s.numel);
+    at::Tensor piece = flat_view(value(s.param), names_[s.param]).narrow(0, s.param_offset, s.numel);
     adamw_piece(piece, target_.grad.narrow(0, s.shard_offset, s.numel), exp_avg_.narrow(0, s.shard_offset, s.numel),
                 exp_avg_sq_.narrow(0, s.shard_offset, s.numel), steps_[s.param], lr, wd, opt_);
     if (world_) send_.narrow(0, s.shard_offset, s.numel).copy_(piece);
@@ -228,10 +258,11 @@ void ShardedAdamW::step(double lr) {
   }
   launch_complete(l.owned());
   for (auto& [i, mv] : replicated_) {
-    at::Tensor& p = params_[i];
-    const at::Tensor g = p.grad().defined() ? p.grad() : at::zeros_like(p);
-    adamw_piece(p, g, mv.first, mv.second, steps_[i], lr, decay_[i] ? opt_.weight_decay : 0.0, opt_);
+    const at::Tensor& g = params_[i].grad();
+    adamw_piece(value(i), g.defined() ? g : at::zeros_like(value(i)), mv.first, mv.second, steps_[i], lr,
+                decay_[i] ? opt_.weight_decay : 0.0, opt_);
   }
+  copies_stale_ = std::any_of(masters_.begin(), masters_.end(), [](const at::Tensor& m) { return m.defined(); });
   if (!overlap_gather_) sync_parameters();
   zero_grad();
 }
@@ -248,7 +279,7 @@ void ShardedAdamW::fused_update(double lr) {
     std::vector<at::Tensor> p, g, m, v, s;
     for (const auto& seg : l.segments) {
       if (decay_[seg.param] != decay) continue;
-      p.push_back(flat_view(params_[seg.param], names_[seg.param]).narrow(0, seg.param_offset, seg.numel));
+      p.push_back(flat_view(value(seg.param), names_[seg.param]).narrow(0, seg.param_offset, seg.numel));
       g.push_back(target_.grad.narrow(0, seg.shard_offset, seg.numel));
       m.push_back(exp_avg_.narrow(0, seg.shard_offset, seg.numel));
       v.push_back(exp_avg_sq_.narrow(0, seg.shard_offset, seg.numel));
@@ -256,8 +287,8 @@ void ShardedAdamW::fused_update(double lr) {
     }
     for (auto& [i, mv] : replicated_) {
       if (decay_[i] != decay) continue;
-      p.push_back(params_[i]);
-      g.push_back(params_[i].grad().defined() ? params_[i].grad() : at::zeros_like(params_[i]));
+      p.push_back(value(i));
+      g.push_back(params_[i].grad().defined() ? params_[i].grad() : at::zeros_like(value(i)));
       m.push_back(mv.first), v.push_back(mv.second), s.push_back(device_steps_[i]);
     }
     if (p.empty()) continue;
@@ -269,7 +300,7 @@ void ShardedAdamW::fused_update(double lr) {
 }
 
 void ShardedAdamW::sync_parameters() {
-  if (in_flight_.empty()) return;  // one rank, or nothing launched since
+  if (in_flight_.empty()) return round_copies();  // one rank, or nothing launched since
   at::NoGradGuard no_grad;
   const auto t0 = std::chrono::steady_clock::now();
   auto last = first_launch_;
@@ -279,17 +310,48 @@ void ShardedAdamW::sync_parameters() {
     target_.gather_spans.push_back(in_flight_[p].span());
     last = std::max(last, in_flight_[p].finished_at());
     for (const Copy& c : receive_[p])
-      flat_view(params_[c.param], names_[c.param])
+      flat_view(value(c.param), names_[c.param])
           .narrow(0, c.param_offset, c.numel)
           .copy_(gathered_.narrow(0, c.buffer_offset, c.numel));
   }
   in_flight_.clear();
+  round_copies();
   const auto now = std::chrono::steady_clock::now();
   auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
   target_.gather_bytes = static_cast<double>(gathered_.numel() * 4);
   target_.gather_ms = ms(first_launch_, last);
   // Without overlap the trainer waited for all of it inside step().
   target_.gather_exposed_ms = overlap_gather_ ? ms(t0, now) : ms(first_launch_, now);
+}
+
+// Note [Sharded working copies]: every range is in; each copy becomes its master rounded.
+void ShardedAdamW::round_copies() {
+  if (!copies_stale_) return;
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> copies, masters;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (masters_[i].defined()) copies.push_back(params_[i]), masters.push_back(masters_[i]);
+  at::_foreach_copy_(copies, masters);  // fp32 -> bf16: round to nearest even, as Tensor.to
+  copies_stale_ = false;
+}
+
+at::Tensor ShardedAdamW::master_weight(const at::Tensor& param) const {
+  const size_t i = index_of(params_, param);
+  return i < params_.size() ? value(i) : param;
+}
+
+void ShardedAdamW::load_weight(const at::Tensor& param, const at::Tensor& value) {
+  at::NoGradGuard no_grad;
+  const size_t i = index_of(params_, param);
+  if (i == params_.size() || !masters_[i].defined()) return Optimizer::load_weight(param, value);
+  masters_[i].copy_(value);
+  params_[i].copy_(masters_[i]);
+}
+
+Optimizer::WorkingCopies ShardedAdamW::working_copies() const {
+  WorkingCopies w = count_copies(masters_);
+  w.fp32_gradients = w.count > 0;
+  return w;
 }
 
 // Note [Gradient views] in comm/shard.hpp: each sharded parameter's .grad
@@ -313,7 +375,7 @@ void ShardedAdamW::zero_grad() {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (target_.local.defined() && !replicated_.count(i)) continue;  // a view, zeroed above
     at::Tensor& p = params_[i];
-    if (!keep_grads_)
+    if (!keep_grads_ && !masters_[i].defined())  // a working copy's fp32 gradient is kept
       p.mutable_grad() = at::Tensor();
     else if (p.grad().defined())
       grads.push_back(p.grad());

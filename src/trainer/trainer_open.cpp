@@ -239,14 +239,16 @@ bool Trainer::use_bf16_weights(bool fused, bool compiled) const {
   const std::string& mode = cfg_.precision.bf16_weights;
   if (mode == "off") return false;
   std::string why;
-  if (!LOONGFORGE_WITH_CUDA_KERNELS) why = "this build has no LoongForge CUDA kernels";
-  else if (!device_.is_cuda() || !bf16_) why = "this run does not compute in bf16 autocast on a GPU";
-  else if (!fused) why = "optimizer.implementation is plain (the working copies live in the fused AdamW)";
-  else if (sharded_) why = "gcts.shard_optimizer is on (the sharded AdamW keeps no working copies)";
+  if (!device_.is_cuda() || !bf16_) why = "this run does not compute in bf16 autocast on a GPU";
+  else if (!fused && !sharded_)
+    why = "optimizer.implementation is plain (the working copies live in the fused and the sharded AdamW)";
+  else if (!sharded_ && !LOONGFORGE_WITH_CUDA_KERNELS) why = "this build has no LoongForge CUDA kernels";
   else if (compiled) why = "trainer.compiled_step is set (its package takes fp32 weights)";
-  else if (mode == "auto" && (world_ || cfg_.trainer.gradient_accumulation_steps > 1))
-    why = std::string(world_ ? "this run reduces gradients over ranks" : "trainer.gradient_accumulation_steps is " +
-                                   std::to_string(cfg_.trainer.gradient_accumulation_steps)) +
+  else if (mode == "auto" && (world_ || sharded_ || cfg_.trainer.gradient_accumulation_steps > 1))
+    why = std::string(world_     ? "this run reduces gradients over ranks"
+                      : sharded_ ? "gcts.shard_optimizer is on"
+                                 : "trainer.gradient_accumulation_steps is " +
+                                       std::to_string(cfg_.trainer.gradient_accumulation_steps)) +
           ", where auto keeps no copies yet (set precision.bf16_weights=on to keep them, with fp32 gradients)";
   if (why.empty()) return true;
   if (mode == "on") {
@@ -262,22 +264,20 @@ bool Trainer::use_bf16_weights(bool fused, bool compiled) const {
 
 // The run line's words on bf16 working copies ("" when there are none).
 std::string Trainer::bf16_weights_note() const {
-  const auto* fused = dynamic_cast<const FusedAdamW*>(optimizer_.get());
-  if (!fused || fused->bf16_weights() == 0) return "";
+  const Optimizer::WorkingCopies w = optimizer_->working_copies();
+  if (w.count == 0) return "";
   char millions[32];
-  std::snprintf(millions, sizeof millions, "%.1f", static_cast<double>(fused->bf16_weight_numel()) / 1e6);
-  return ", " + std::to_string(fused->bf16_weights()) + " weights read only by linear layers (" + millions +
+  std::snprintf(millions, sizeof millions, "%.1f", static_cast<double>(w.numel) / 1e6);
+  return ", " + std::to_string(w.count) + " weights read only by linear layers (" + millions +
          " M elements) as bf16 working copies of fp32 masters" +
-         (fused->copy_gradients() == CopyGradients::fp32 ? " (their gradients summed in fp32)" : "");
+         (w.fp32_gradients ? " (their gradients summed in fp32)" : "");
 }
 
 // summary.json's "bf16_weights": null, or the copies and their gradients' dtype.
 nlohmann::json Trainer::bf16_weights_summary() const {
-  const auto* fused = dynamic_cast<const FusedAdamW*>(optimizer_.get());
-  if (!fused || fused->bf16_weights() == 0) return nullptr;
-  return {{"copies", fused->bf16_weights()},
-          {"elements", fused->bf16_weight_numel()},
-          {"gradients", fused->copy_gradients() == CopyGradients::fp32 ? "fp32" : "bf16"}};
+  const Optimizer::WorkingCopies w = optimizer_->working_copies();
+  if (w.count == 0) return nullptr;
+  return {{"copies", w.count}, {"elements", w.numel}, {"gradients", w.fp32_gradients ? "fp32" : "bf16"}};
 }
 
 void Trainer::open() {

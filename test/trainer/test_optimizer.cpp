@@ -8,8 +8,10 @@
 // ShardedAdamW computes the op-for-op one's update and skips a non-finite one
 // on the device; and that gradients as views into the sharded optimizer's flat
 // buffer (Note [Gradient views]) give the update of packed copies bitwise;
-// and that only FusedAdamW keeps bf16 working copies (precision.bf16_weights:
-// the others, and FusedAdamW off a GPU, refuse them naming the key); and that
+// and which optimizers keep bf16 working copies (precision.bf16_weights:
+// AdamW, and FusedAdamW off a GPU, refuse them naming the key; ShardedAdamW
+// keeps them, and its masters and moments are those of fp32 weights cast to
+// bf16, bitwise, at 1 and 2 ranks: Note [Sharded working copies]); and that
 // autograd sums a bf16 copy's gradients of several backward passes into an
 // fp32 .grad exactly as the fp32-weight path sums them (Note [fp32 gradients
 // of bf16 copies] in fused_adamw.cpp), where a bf16 .grad would round.
@@ -367,7 +369,8 @@ TEST_CASE("optimizer: the memory each optimizer reports is its moments, 8 bytes 
   CHECK(sharded.state_bytes() == 8 * elements);
 }
 
-TEST_CASE("optimizer: only the fused AdamW keeps bf16 working copies, and the others refuse them by the key's name") {
+TEST_CASE("optimizer: the plain AdamW refuses bf16 working copies by the key's name, the fused one off a GPU, and the "
+          "sharded one keeps them on any device") {
   const std::vector<OptimizedParam> p = {{"w", at::ones({2, 2}).requires_grad_(true), true, true}};
   const auto refused = [](const std::function<void()>& make) {
     try {
@@ -378,8 +381,102 @@ TEST_CASE("optimizer: only the fused AdamW keeps bf16 working copies, and the ot
     return std::string();
   };
   CHECK_THAT(refused([&] { AdamW(p, {}); }), Contains("precision.bf16_weights: 'w'"));
-  CHECK_THAT(refused([&] { ShardedAdamW(p, {}, nullptr, 0); }), Contains("the sharded AdamW"));
   CHECK_THAT(refused([&] { FusedAdamW(p, {}); }), Contains("contiguous fp32 parameters on a GPU"));
+  ShardedAdamW sharded(p, {}, nullptr, 0);
+  REQUIRE(sharded.working_copies().count == 1);
+  REQUIRE(sharded.working_copies().fp32_gradients);
+  REQUIRE(p[0].tensor.scalar_type() == at::kBFloat16);  // the parameter itself is the copy
+  REQUIRE(sharded.master_weight(p[0].tensor).scalar_type() == at::kFloat);
+}
+
+namespace {
+// Three steps of 2 micro-batches through GCTS's reducer (hybrid) into a
+// ShardedAdamW, each rank with its own data, where two of every three
+// parameters are read in bf16: as bf16 working copies (`copies`), or as fp32
+// weights cast to bf16 in the forward (as autocast casts them).
+struct CopyRun {
+  std::vector<at::Tensor> values;  // master_weight of every parameter
+  std::vector<at::Tensor> state;
+  Optimizer::WorkingCopies copies;
+  bool rounded = true;  // after every step each copy was its master rounded to bf16
+};
+
+bool read_in_bf16(size_t i) { return i % 3 != 1; }
+
+CopyRun copy_steps(loongforge::comm::World* world, bool copies, ShardedOptions o) {
+  auto ps = make_params(23);
+  std::vector<loongforge::comm::ReducedParam> meta;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    ps[i].tensor.requires_grad_(true);
+    ps[i].bf16_weight = copies && read_in_bf16(i);
+    meta.push_back({ps[i].name, ps[i].tensor.sizes().vec(), ps[i].tensor.numel(), false, -1});
+  }
+  ShardedAdamW opt(ps, options(), world, /*tiny_numel=*/16, o);
+  loongforge::config::Config cfg;
+  cfg.gcts.enable = true, cfg.gcts.comm_strategy = "hybrid", cfg.gcts.bucket_mb = 0.002, cfg.gcts.first_bucket_mb = 0.0005;
+  auto reducer = loongforge::comm::make_gcts_reducer(cfg, world, meta, &opt.shard(), /*overlap=*/false);
+  loongforge::comm::test::NoPhases phases;
+  const int64_t rank = world ? world->rank() : 0;
+  CopyRun out;
+  out.copies = opt.working_copies();
+  for (int64_t step = 0; step < 3; ++step) {
+    reducer->begin_step(opt.params(), 2);
+    for (int64_t micro = 0; micro < 2; ++micro) {
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(500 + static_cast<uint64_t>(step * 10 + micro + 100 * rank));
+      at::Tensor loss = at::zeros({});
+      for (size_t i = 0; i < opt.params().size(); ++i) {
+        const at::Tensor& p = opt.params()[i];
+        const at::Tensor w = read_in_bf16(i) ? p.to(at::kBFloat16) : p;  // a copy is bf16 already: no cast
+        loss = loss + (w.tanh() * at::randn(p.sizes(), gen).to(w.scalar_type())).sum().to(at::kFloat);
+      }
+      loss.backward();
+    }
+    reducer->average_gradients(opt.params(), phases, step);
+    opt.clip_grad_norm(step == 1 ? 0.5 : 0.0);  // step 2 clips
+    opt.step(1e-2);
+    opt.sync_parameters();
+    for (const auto& p : opt.params())
+      if (p.scalar_type() == at::kBFloat16) out.rounded = out.rounded && p.equal(opt.master_weight(p).to(at::kBFloat16));
+  }
+  for (const auto& p : opt.params()) out.values.push_back(opt.master_weight(p).detach().clone());
+  for (const auto& [name, t] : opt.state_tensors()) out.state.push_back(t.clone());
+  return out;
+}
+
+void require_same_numbers(const CopyRun& copies, const CopyRun& casts) {
+  REQUIRE(copies.copies.count == 13);  // read_in_bf16: 13 of the 20 parameters
+  REQUIRE(copies.copies.fp32_gradients);
+  REQUIRE(casts.copies.count == 0);
+  REQUIRE(copies.rounded);
+  for (size_t i = 0; i < casts.values.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(copies.values[i].scalar_type() == at::kFloat);
+    REQUIRE(copies.values[i].equal(casts.values[i]));
+  }
+  for (size_t k = 0; k < casts.state.size(); ++k) REQUIRE(copies.state[k].equal(casts.state[k]));
+}
+}  // namespace
+
+TEST_CASE("optimizer: the sharded AdamW's bf16 working copies give masters and moments bitwise those of fp32 weights "
+          "cast to bf16, at 1 and 2 ranks, fused or op for op, with gradient views or without") {
+  for (const bool fused : {false, true})
+    for (const bool views : {true, false}) {
+      CAPTURE(fused);
+      CAPTURE(views);
+      ShardedOptions o;
+      o.overlap_gather = true, o.gather_piece_numel = 37, o.fused = fused, o.gradient_views = views;
+      require_same_numbers(copy_steps(nullptr, true, o), copy_steps(nullptr, false, o));
+      std::vector<CopyRun> copies(2), casts(2);
+      loongforge::comm::test::two_ranks([&](loongforge::comm::World& world) {
+        copies[world.rank()] = copy_steps(&world, true, o);
+        casts[world.rank()] = copy_steps(&world, false, o);
+      });
+      for (int64_t r = 0; r < 2; ++r) {
+        CAPTURE(r);
+        require_same_numbers(copies[r], casts[r]);
+        for (size_t i = 0; i < copies[r].values.size(); ++i) REQUIRE(copies[r].values[i].equal(copies[0].values[i]));
+      }
+    }
 }
 
 TEST_CASE("optimizer: autograd sums a bf16 copy's gradients of several backward passes into an fp32 .grad bit for bit "

@@ -18,9 +18,10 @@
 //   fp32 (clipping, both decay groups, a non-finite norm), the copy is the
 //   master rounded; a run with them trains as a run without, never
 //   synchronises, and checkpoints the fp32 masters; with two micro-batches,
-//   alone and under GCTS with a one-rank NCCL World, their gradients are fp32
-//   sums (Note [fp32 gradients of bf16 copies]) and the run still trains as
-//   one without copies; the master update is the same from fp32 gradients.
+//   alone, under GCTS with a one-rank NCCL World and in the sharded AdamW,
+//   their gradients are fp32 sums (Note [fp32 gradients of bf16 copies]) and
+//   the run still trains as one without copies; the master update is the same
+//   from fp32 gradients.
 #include <algorithm>  // std::max
 #include <cmath>      // std::abs, std::isfinite
 #include <limits>     // std::numeric_limits
@@ -216,8 +217,8 @@ TEST_CASE("optimizer on a GPU: a bf16 working copy's fp32 master takes the updat
     trainer::AdamWOptions o;
     o.weight_decay = 0.1;
     trainer::FusedAdamW a(mine, o, mode), b(ref, o);
-    REQUIRE(a.bf16_weights() == 4);
-    REQUIRE(a.copy_gradients() == mode);
+    REQUIRE(a.working_copies().count == 4);
+    REQUIRE(a.working_copies().fp32_gradients == fp32);
     std::vector<at::Tensor> kept;  // fp32 mode: the copies' gradient tensors, kept for the whole run
     for (size_t i = 0; i < shapes.size(); ++i) {
       REQUIRE(a.params()[i].grad().defined() == (fp32 && copy[i]));
@@ -320,16 +321,18 @@ TEST_CASE("trainer on a GPU: with bf16 working copies a run trains as with autoc
   REQUIRE(fp32 > 0);
 }
 
-TEST_CASE("trainer on a GPU: bf16 working copies with two micro-batches, alone and under GCTS's reduction in the "
-          "graph (one NCCL rank), sum their gradients in fp32, train as autocast's casts and never synchronise") {
+TEST_CASE("trainer on a GPU: bf16 working copies with two micro-batches, alone, under GCTS's reduction in the "
+          "graph (one NCCL rank) and in the sharded AdamW, sum their gradients in fp32, train as autocast's casts "
+          "and never synchronise") {
   const auto copies_of = [](const trainer::Trainer& t) {
     std::ifstream in(t.run_dir() + "/summary.json");
     return nlohmann::json::parse(in).at("bf16_weights");
   };
-  for (const bool world : {false, true}) {
-    CAPTURE(world);
+  for (const std::string form : {"alone", "world", "sharded"}) {
+    CAPTURE(form);
+    const bool world = form == "world", sharded = form == "sharded";
     if (world) ::setenv("LOONGFORGE_TEST_ONE_RANK_WORLD", "1", 1);
-    const std::string tag = world ? "-world" : "";
+    const std::string tag = "-" + form;
     std::vector<std::string> with = {"trainer.gradient_accumulation_steps=2"};
     if (world) with.insert(with.end(), {"gcts.enable=true", "gcts.overlap=true"});
     auto without = with;
@@ -337,10 +340,10 @@ TEST_CASE("trainer on a GPU: bf16 working copies with two micro-batches, alone a
     without.push_back("precision.bf16_weights=off");
     comm::WorldInfo info;
     info.master_port = comm::test::free_port();
-    trainer::Trainer base(gpu_config("casts-k2" + tag, "on", false, without), info);
+    trainer::Trainer base(gpu_config("casts-k2" + tag, "on", sharded, without), info);
     REQUIRE(base.run() == 0);
     info.master_port = comm::test::free_port();
-    trainer::Trainer t(gpu_config("copies-k2" + tag, "on", false, with), info);
+    trainer::Trainer t(gpu_config("copies-k2" + tag, "on", sharded, with), info);
     REQUIRE(run_without_syncs(t) == "");
     REQUIRE(t.close() == 0);
     REQUIRE(t.history().size() == 30);
@@ -351,7 +354,7 @@ TEST_CASE("trainer on a GPU: bf16 working copies with two micro-batches, alone a
     REQUIRE(copies.at("copies").get<int64_t>() > 0);
     if (world) REQUIRE(t.comm_status().at("in_graph").get<bool>());
     const Agreement d = agreement(base, t);
-    WARN("bf16 working copies with fp32 gradients" << (world ? " under GCTS (one NCCL rank)" : "")
+    WARN("bf16 working copies with fp32 gradients (" << form << ")"
          << " vs autocast's casts, 2 micro-batches: step 1 loss relative difference " << d.first_loss
          << ", gradient norm " << d.first_norm << "; over 30 steps the largest relative loss difference "
          << d.worst_loss);

@@ -27,8 +27,9 @@
 //    load_state() restores both from a checkpoint.
 //  - master_weight(param) is the tensor holding param's full-precision value
 //    (what checkpoints save): a master copy where the optimizer keeps one
-//    (FusedAdamW's bf16 weights), else param itself. load_weight(param, v)
-//    sets that value (and the working copy from it).
+//    (the bf16 working copies of FusedAdamW and ShardedAdamW), else param
+//    itself. load_weight(param, v) sets that value (and the working copy from
+//    it). working_copies() counts them.
 //  - state_bytes() is the device (or host) memory of the moments this rank
 //    holds: what "optimizer memory per rank" means in the run line and
 //    summary.json (a sharded optimizer's communication buffers not included).
@@ -83,6 +84,13 @@
 // gradients are views into one flat buffer, shard().local (Note [Gradient
 // views] in comm/shard.hpp): they are defined from construction on, and
 // step()/zero_grad() zero that buffer instead of dropping them.
+// A parameter given with bf16_weight becomes a bf16 working copy here too,
+// on any device (Note [Sharded working copies] in sharded_adamw.cpp): every
+// rank keeps its whole fp32 master, which takes the place of the parameter
+// in the update of this rank's range and in the all-gather (fp32), and the
+// copy is the master rounded once the gathered values are in; its gradient is
+// an fp32 tensor autograd sums into (a view into the flat buffer, or a kept
+// tensor of its own).
 #pragma once
 
 #include <chrono>   // std::chrono::steady_clock
@@ -118,6 +126,13 @@ class Optimizer {
   virtual int64_t state_bytes() const;  // the sum over state_tensors()
   virtual at::Tensor master_weight(const at::Tensor& param) const { return param; }
   virtual void load_weight(const at::Tensor& param, const at::Tensor& value);
+  // The bf16 working copies it keeps (precision.bf16_weights): how many, their
+  // elements, and whether their gradients are fp32 tensors autograd sums into.
+  struct WorkingCopies {
+    int64_t count = 0, numel = 0;
+    bool fp32_gradients = false;
+  };
+  virtual WorkingCopies working_copies() const { return {}; }
   virtual nlohmann::json state_json() const = 0;
   virtual void load_state(const std::map<std::string, at::Tensor>& tensors, const nlohmann::json& json) = 0;
 };
@@ -191,9 +206,7 @@ class FusedAdamW final : public AdamWBase {
   void update();
   at::Tensor master_weight(const at::Tensor& param) const override;
   void load_weight(const at::Tensor& param, const at::Tensor& value) override;
-  int64_t bf16_weights() const;        // parameters held as bf16 working copies
-  int64_t bf16_weight_numel() const;   // their elements
-  CopyGradients copy_gradients() const { return fp32_copy_grads_ ? CopyGradients::fp32 : CopyGradients::bf16; }
+  WorkingCopies working_copies() const override;
 
  private:
   std::vector<int64_t> step_counts() const override;  // reads the device counters (checkpoints only)
@@ -230,9 +243,12 @@ class ShardedAdamW final : public Optimizer {
   void zero_grad() override;
   void keep_gradients(bool keep) override { keep_grads_ = keep; }
   bool skips_nonfinite_on_device() const override { return fused_; }
-  void sync_parameters() override;
+  void sync_parameters() override;  // also rounds the working copies from their masters
   NamedTensorList state_tensors() const override;
   int64_t state_bytes() const override;  // the replicated moments on every rank, not only rank 0
+  at::Tensor master_weight(const at::Tensor& param) const override;
+  void load_weight(const at::Tensor& param, const at::Tensor& value) override;
+  WorkingCopies working_copies() const override;
   nlohmann::json state_json() const override;
   void load_state(const std::map<std::string, at::Tensor>& tensors, const nlohmann::json& json) override;
 
@@ -250,6 +266,9 @@ class ShardedAdamW final : public Optimizer {
   };
   void plan_pieces(int64_t piece_numel);
   void launch_gather(size_t p);
+  // The tensor holding parameter i's value for the update and the gather: its master, or itself.
+  const at::Tensor& value(size_t i) const { return masters_[i].defined() ? masters_[i] : params_[i]; }
+  void round_copies();
   void fused_update(double lr);
   void install_gradient_views();
   std::vector<std::string> names_;
@@ -271,11 +290,18 @@ class ShardedAdamW final : public Optimizer {
   std::chrono::steady_clock::time_point first_launch_;
   bool overlap_gather_ = false;
   bool keep_grads_ = false;
+  std::vector<at::Tensor> masters_;  // fp32 master of a bf16 working copy (whole, on every rank); undefined for the others
+  bool copies_stale_ = false;        // masters updated, copies not rounded from them yet (sync_parameters)
 };
 
 // Throws ConfigError naming precision.bf16_weights when a parameter asks for
 // a bf16 working copy that `optimizer` does not keep.
 void refuse_bf16_weights(const std::vector<OptimizedParam>& params, const char* optimizer);
+
+// The position of `param` (the same tensor) in `params`; params.size() when absent.
+size_t index_of(const std::vector<at::Tensor>& params, const at::Tensor& param);
+// How many of `masters` are defined (working copies' masters), and their elements.
+Optimizer::WorkingCopies count_copies(const std::vector<at::Tensor>& masters);
 
 // The learning rate of 0-based step s (HF get_*_schedule_with_warmup).
 struct Schedule {
