@@ -284,19 +284,24 @@ struct ViewRun {
   bool backward_wrote_local = true;  // every sharded .grad pointed into shard().local after backward
 };
 
+// GCTS's reducer (hybrid, buckets small enough for several) in front of `opt`, whose parameters are `ps`.
+std::unique_ptr<loongforge::comm::GradientReducer> hybrid_reducer(loongforge::comm::World* world,
+                                                                  const std::vector<OptimizedParam>& ps,
+                                                                  ShardedAdamW& opt) {
+  std::vector<loongforge::comm::ReducedParam> meta;
+  for (const auto& p : ps) meta.push_back({p.name, p.tensor.sizes().vec(), p.tensor.numel(), false, -1});
+  loongforge::config::Config cfg;
+  cfg.gcts.enable = true, cfg.gcts.comm_strategy = "hybrid", cfg.gcts.bucket_mb = 0.002, cfg.gcts.first_bucket_mb = 0.0005;
+  return loongforge::comm::make_gcts_reducer(cfg, world, meta, &opt.shard(), /*overlap=*/false);
+}
+
 ViewRun view_steps(loongforge::comm::World* world, bool views, bool foreign) {
   auto ps = make_params(21);
-  std::vector<loongforge::comm::ReducedParam> meta;
-  for (auto& p : ps) {
-    p.tensor.requires_grad_(true);
-    meta.push_back({p.name, p.tensor.sizes().vec(), p.tensor.numel(), false, -1});
-  }
+  for (auto& p : ps) p.tensor.requires_grad_(true);
   ShardedOptions o;
   o.gradient_views = views;
   ShardedAdamW opt(ps, options(), world, /*tiny_numel=*/16, o);
-  loongforge::config::Config cfg;
-  cfg.gcts.enable = true, cfg.gcts.comm_strategy = "hybrid", cfg.gcts.bucket_mb = 0.002, cfg.gcts.first_bucket_mb = 0.0005;
-  auto reducer = loongforge::comm::make_gcts_reducer(cfg, world, meta, &opt.shard(), /*overlap=*/false);
+  auto reducer = hybrid_reducer(world, ps, opt);
   loongforge::comm::test::NoPhases phases;
   const int64_t rank = world ? world->rank() : 0;
   ViewRun out;
@@ -405,16 +410,12 @@ bool read_in_bf16(size_t i) { return i % 3 != 1; }
 
 CopyRun copy_steps(loongforge::comm::World* world, bool copies, ShardedOptions o) {
   auto ps = make_params(23);
-  std::vector<loongforge::comm::ReducedParam> meta;
   for (size_t i = 0; i < ps.size(); ++i) {
     ps[i].tensor.requires_grad_(true);
     ps[i].bf16_weight = copies && read_in_bf16(i);
-    meta.push_back({ps[i].name, ps[i].tensor.sizes().vec(), ps[i].tensor.numel(), false, -1});
   }
   ShardedAdamW opt(ps, options(), world, /*tiny_numel=*/16, o);
-  loongforge::config::Config cfg;
-  cfg.gcts.enable = true, cfg.gcts.comm_strategy = "hybrid", cfg.gcts.bucket_mb = 0.002, cfg.gcts.first_bucket_mb = 0.0005;
-  auto reducer = loongforge::comm::make_gcts_reducer(cfg, world, meta, &opt.shard(), /*overlap=*/false);
+  auto reducer = hybrid_reducer(world, ps, opt);
   loongforge::comm::test::NoPhases phases;
   const int64_t rank = world ? world->rank() : 0;
   CopyRun out;
