@@ -43,6 +43,12 @@ int status_run() {
       std::printf("  throughput  %.1f samples/s, %.0f tokens/s, MFU %.1f%%; step %.1f ms (data wait %.1f ms)\n",
                   num("samples_per_s"), num("tokens_per_s"), 100 * num("mfu"), num("step_ms"), num("data_wait_ms"));
     }
+    if (s.contains("bf16_weights") && s["bf16_weights"].is_object()) {
+      const auto& w = s["bf16_weights"];
+      std::printf("  weights     %lld bf16 working copies of fp32 masters (%.1f M elements, %s gradients)\n",
+                  w.value("copies", 0LL), static_cast<double>(w.value("elements", 0LL)) / 1e6,
+                  w.value("gradients", std::string("?")).c_str());
+    }
     std::printf("  strategy    %s\n", s.value("strategy", std::string("?")).c_str());
     if (s.contains("engines")) {
       std::printf("  engines    ");

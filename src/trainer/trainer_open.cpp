@@ -273,8 +273,9 @@ std::string Trainer::bf16_weights_note() const {
          (w.fp32_gradients ? " (their gradients summed in fp32)" : "");
 }
 
-// summary.json's "bf16_weights": null, or the copies and their gradients' dtype.
+// summary.json's and `loongforge status`'s "bf16_weights": null, or the copies and their gradients' dtype.
 nlohmann::json Trainer::bf16_weights_summary() const {
+  if (!optimizer_) return nullptr;
   const Optimizer::WorkingCopies w = optimizer_->working_copies();
   if (w.count == 0) return nullptr;
   return {{"copies", w.count}, {"elements", w.numel}, {"gradients", w.fp32_gradients ? "fp32" : "bf16"}};

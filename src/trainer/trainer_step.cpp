@@ -327,6 +327,7 @@ void Trainer::publish(const char* phase, const StepRecord* r) {
                        {"model", net_ ? net_->info().name : cfg_.model.path},
                        {"device", device_.str()},
                        {"precision", bf16_ ? "bf16" : "fp32"},
+                       {"bf16_weights", bf16_weights_summary()},
                        {"rank", world_info_.rank},
                        {"world", world_info_.world_size},
                        {"global_batch", pos_.global_batch},

@@ -36,6 +36,7 @@ def test_status_shows_step_loss_throughput_eta_strategy_engines_and_world(traine
     assert s["world"] == 1 and s["rank"] == 0 and s["pid"] == trainer.proc.pid
     assert s["samples_per_s"] > 0 and s["eta_s"] > 0 and s["loss"] > 0
     assert s["strategy"].startswith("none")
+    assert s["bf16_weights"] is None and "working copies" not in r.stdout  # a CPU run keeps fp32 weights
     assert set(s["engines"]) == {"gcts", "mla", "adfe", "dmf"}
     assert s["data"]["source"] == "sync" and s["data"]["frames_decoded"] > 0 and "queue_depth" not in s["data"]
     assert s["data"]["video_decode"] == "whole" and s["data"]["spans_decoded"] == s["data"]["videos_decoded"] >= 1
