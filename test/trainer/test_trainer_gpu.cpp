@@ -18,7 +18,8 @@
 //   fp32 (clipping, both decay groups, a non-finite norm), the copy is the
 //   master rounded; a run with them trains as a run without, never
 //   synchronises, and checkpoints the fp32 masters; with two micro-batches,
-//   alone, under GCTS with a one-rank NCCL World and in the sharded AdamW,
+//   alone, under GCTS with a one-rank NCCL World (reducing inside the graph,
+//   and without graphs from gradient hooks) and in the sharded AdamW,
 //   their gradients are fp32 sums (Note [fp32 gradients of bf16 copies]) and
 //   the run still trains as one without copies; the master update is the same
 //   from fp32 gradients.
@@ -321,16 +322,17 @@ TEST_CASE("trainer on a GPU: with bf16 working copies a run trains as with autoc
   REQUIRE(fp32 > 0);
 }
 
-TEST_CASE("trainer on a GPU: bf16 working copies with two micro-batches, alone, under GCTS's reduction in the "
-          "graph (one NCCL rank) and in the sharded AdamW, sum their gradients in fp32, train as autocast's casts "
-          "and never synchronise") {
+TEST_CASE("trainer on a GPU: bf16 working copies with two micro-batches, alone, under GCTS (one NCCL rank, in the "
+          "graph and from gradient hooks) and in the sharded AdamW, sum their gradients in fp32 and train as "
+          "autocast's casts, and a graphed step never synchronises") {
   const auto copies_of = [](const trainer::Trainer& t) {
     std::ifstream in(t.run_dir() + "/summary.json");
     return nlohmann::json::parse(in).at("bf16_weights");
   };
-  for (const std::string form : {"alone", "world", "sharded"}) {
+  // world: GCTS reduces inside the graph; world-eager: without graphs, launched from gradient hooks.
+  for (const std::string form : {"alone", "world", "world-eager", "sharded"}) {
     CAPTURE(form);
-    const bool world = form == "world", sharded = form == "sharded";
+    const bool world = form.rfind("world", 0) == 0, sharded = form == "sharded", graphs = form != "world-eager";
     if (world) ::setenv("LOONGFORGE_TEST_ONE_RANK_WORLD", "1", 1);
     const std::string tag = "-" + form;
     std::vector<std::string> with = {"trainer.gradient_accumulation_steps=2"};
@@ -340,19 +342,29 @@ TEST_CASE("trainer on a GPU: bf16 working copies with two micro-batches, alone, 
     without.push_back("precision.bf16_weights=off");
     comm::WorldInfo info;
     info.master_port = comm::test::free_port();
-    trainer::Trainer base(gpu_config("casts-k2" + tag, "on", sharded, without), info);
+    const std::string runner = graphs ? "on" : "off";
+    trainer::Trainer base(gpu_config("casts-k2" + tag, runner, sharded, without), info);
     REQUIRE(base.run() == 0);
     info.master_port = comm::test::free_port();
-    trainer::Trainer t(gpu_config("copies-k2" + tag, "on", sharded, with), info);
-    REQUIRE(run_without_syncs(t) == "");
-    REQUIRE(t.close() == 0);
+    trainer::Trainer t(gpu_config("copies-k2" + tag, runner, sharded, with), info);
+    if (graphs) {
+      REQUIRE(run_without_syncs(t) == "");
+      REQUIRE(t.close() == 0);
+    } else {
+      REQUIRE(t.run() == 0);
+    }
     REQUIRE(t.history().size() == 30);
     REQUIRE(copies_of(base).is_null());
     const nlohmann::json copies = copies_of(t);
     INFO(copies.dump());
     REQUIRE(copies.at("gradients") == "fp32");
     REQUIRE(copies.at("copies").get<int64_t>() > 0);
-    if (world) REQUIRE(t.comm_status().at("in_graph").get<bool>());
+    if (world) {
+      const nlohmann::json comm = t.comm_status();
+      INFO(comm.dump());
+      REQUIRE(comm.value("in_graph", false) == graphs);
+      if (!graphs) REQUIRE(comm.at("units_launched_in_backward").get<int64_t>() > 0);  // from the gradient hooks
+    }
     const Agreement d = agreement(base, t);
     WARN("bf16 working copies with fp32 gradients (" << form << ")"
          << " vs autocast's casts, 2 micro-batches: step 1 loss relative difference " << d.first_loss
