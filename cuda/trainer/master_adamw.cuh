@@ -11,7 +11,9 @@
 //   float(grad) * (*clip_coef) -- grad being `grad` (bf16) or, where that is
 //   null, `grad32` (fp32) -- which is what `_foreach_mul_` by that
 //   coefficient leaves in an fp32 gradient -- so the master equals what ATen's
-//   kernel gives for the same fp32 gradient, bit for bit (test_optimizer_gpu).
+//   kernel gives for the same fp32 gradient within 1e-6 relative
+//   (test_trainer_gpu's optimizer case, which reports how many elements are
+//   not bit-identical).
 //   The working copy is the master rounded to nearest even (as Tensor.to).
 // - step[i] points at tensor i's float update count, already incremented for
 //   this update (as ATen's kernel reads it); lr, found_inf and clip_coef are

@@ -61,18 +61,6 @@ FusedAdamW::FusedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions o
 // test_optimizer.cpp checks the accumulation on a CPU; test_trainer_gpu
 // the whole run against the fp32-weight path.
 
-void FusedAdamW::zero_grad() {
-  if (!fp32_copy_grads_) return AdamWBase::zero_grad();
-  std::vector<at::Tensor> zero;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (!masters_[i].defined() && !keep_grads_)
-      params_[i].mutable_grad() = at::Tensor();
-    else if (params_[i].grad().defined())
-      zero.push_back(params_[i].grad());
-  }
-  if (!zero.empty()) at::_foreach_zero_(zero);
-}
-
 at::Tensor FusedAdamW::clip_grad_norm(double max_norm) {
   at::NoGradGuard no_grad;
   // Norms in parameter order (the order of the sum FusedAdamW takes without

@@ -21,14 +21,14 @@ AdamWBase::AdamWBase(const std::vector<OptimizedParam>& params, AdamWOptions opt
 }
 
 void AdamWBase::zero_grad() {
-  if (!keep_grads_) {
-    for (auto& p : params_) p.mutable_grad() = at::Tensor();
-    return;
-  }
   std::vector<at::Tensor> grads;
-  for (auto& p : params_)
-    if (p.grad().defined()) grads.push_back(p.grad());
-  if (!grads.empty()) at::_foreach_zero_(grads);  // in place: the CUDA graphs write these tensors
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!keep_grads_ && !keeps_gradient(i))
+      params_[i].mutable_grad() = at::Tensor();
+    else if (params_[i].grad().defined())
+      grads.push_back(params_[i].grad());
+  }
+  if (!grads.empty()) at::_foreach_zero_(grads);  // in place: the CUDA graphs (or autograd) add into these tensors
 }
 
 void Optimizer::load_weight(const at::Tensor& param, const at::Tensor& value) {
@@ -40,7 +40,7 @@ void refuse_bf16_weights(const std::vector<OptimizedParam>& params, const char* 
   for (const auto& p : params)
     if (p.bf16_weight)
       throw ConfigError(std::string("precision.bf16_weights: '") + p.name + "' asks for a bf16 working copy, which only " +
-                        "the fused unsharded AdamW keeps (this is " + optimizer + "); set precision.bf16_weights=off");
+                        "the fused and the sharded AdamW keep (this is " + optimizer + "); set precision.bf16_weights=off");
 }
 
 size_t index_of(const std::vector<at::Tensor>& params, const at::Tensor& param) {

@@ -133,6 +133,7 @@ ShardedAdamW::ShardedAdamW(const std::vector<OptimizedParam>& params, AdamWOptio
     masters_[i] = params_[i].detach().clone(at::MemoryFormat::Contiguous);
     params_[i].set_data(params_[i].detach().to(at::kBFloat16));  // the module's parameter: its forward now reads bf16
     if (!viewed[i]) params_[i].mutable_grad() = at::zeros_like(masters_[i]);  // fp32, kept (zero_grad)
+    copies_.push_back(params_[i]), copy_masters_.push_back(masters_[i]);
   }
 }
 
@@ -241,7 +242,7 @@ void ShardedAdamW::step(double lr) {
         send_.narrow(0, s.shard_offset, s.numel)
             .copy_(flat_view(value(s.param), names_[s.param]).narrow(0, s.param_offset, s.numel));
     launch_complete(l.owned());
-    copies_stale_ = std::any_of(masters_.begin(), masters_.end(), [](const at::Tensor& m) { return m.defined(); });
+    copies_stale_ = !copies_.empty();
     if (!overlap_gather_) sync_parameters();
     zero_grad();
     return;
@@ -262,7 +263,7 @@ void ShardedAdamW::step(double lr) {
     adamw_piece(value(i), g.defined() ? g : at::zeros_like(value(i)), mv.first, mv.second, steps_[i], lr,
                 decay_[i] ? opt_.weight_decay : 0.0, opt_);
   }
-  copies_stale_ = std::any_of(masters_.begin(), masters_.end(), [](const at::Tensor& m) { return m.defined(); });
+  copies_stale_ = !copies_.empty();
   if (!overlap_gather_) sync_parameters();
   zero_grad();
 }
@@ -328,10 +329,7 @@ void ShardedAdamW::sync_parameters() {
 void ShardedAdamW::round_copies() {
   if (!copies_stale_) return;
   at::NoGradGuard no_grad;
-  std::vector<at::Tensor> copies, masters;
-  for (size_t i = 0; i < params_.size(); ++i)
-    if (masters_[i].defined()) copies.push_back(params_[i]), masters.push_back(masters_[i]);
-  at::_foreach_copy_(copies, masters);  // fp32 -> bf16: round to nearest even, as Tensor.to
+  at::_foreach_copy_(copies_, copy_masters_);  // fp32 -> bf16: round to nearest even, as Tensor.to
   copies_stale_ = false;
 }
 

@@ -56,7 +56,8 @@
 // clipping coefficient, updates the master and the moments in ATen's
 // arithmetic and writes the rounded master into the copy; clipping takes the
 // bf16 gradients' norms in float. The master's update equals what
-// `_fused_adamw_` gives the same gradient in fp32 (test_optimizer_gpu).
+// `_fused_adamw_` gives the same gradient in fp32 within 1e-6 relative
+// (test_trainer_gpu).
 //
 // ShardedAdamW (GCTS, gcts.shard_optimizer): the same update as AdamW, op for
 // op, on this rank's range of the flat parameter space only (Note [Flat
@@ -164,6 +165,11 @@ class AdamWBase : public Optimizer {
   AdamWBase(const std::vector<OptimizedParam>& params, AdamWOptions options);
   virtual std::vector<int64_t> step_counts() const = 0;  // updates taken, per parameter
   virtual void set_step_count(size_t i, int64_t n) = 0;
+  // Whether zero_grad() zeroes parameter i's gradient in place even without keep_gradients(true).
+  virtual bool keeps_gradient(size_t i) const {
+    (void)i;
+    return false;
+  }
 
   std::vector<std::string> names_;
   std::vector<at::Tensor> params_, exp_avg_, exp_avg_sq_;
@@ -194,7 +200,6 @@ class FusedAdamW final : public AdamWBase {
  public:
   FusedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions options,
              CopyGradients copy_grads = CopyGradients::bf16);
-  void zero_grad() override;  // with CopyGradients::fp32 the copies' gradients are zeroed, never dropped
   at::Tensor clip_grad_norm(double max_norm) override;
   void step(double lr) override;  // = set_lr(lr), update(), zero_grad()
   bool skips_nonfinite_on_device() const override { return true; }
@@ -211,6 +216,8 @@ class FusedAdamW final : public AdamWBase {
  private:
   std::vector<int64_t> step_counts() const override;  // reads the device counters (checkpoints only)
   void set_step_count(size_t i, int64_t n) override;
+  // CopyGradients::fp32: the copies' gradients are zeroed, never dropped.
+  bool keeps_gradient(size_t i) const override { return fp32_copy_grads_ && masters_[i].defined(); }
   void update_masters(bool decay);
   const at::Tensor* master_of(const at::Tensor& param) const;  // null: param has no master
   std::vector<at::Tensor> steps_;  // float32 scalars on the parameters' device (as torch.optim keeps them)
@@ -291,6 +298,7 @@ class ShardedAdamW final : public Optimizer {
   bool overlap_gather_ = false;
   bool keep_grads_ = false;
   std::vector<at::Tensor> masters_;  // fp32 master of a bf16 working copy (whole, on every rank); undefined for the others
+  std::vector<at::Tensor> copies_, copy_masters_;  // the working copies and their masters, in parameter order
   bool copies_stale_ = false;        // masters updated, copies not rounded from them yet (sync_parameters)
 };
 
