@@ -180,19 +180,44 @@ void Server::start() {
     ::unlink(path_.c_str());  // stale: its server died
   }
 
+  // Note [A socket file that exists answers]
+  // bind() creates the file and listen() comes after it; in between, connect()
+  // is refused. A client that waits for the file (the tests, a script) would
+  // fail there, and another trainer starting in the same directory would take
+  // the file for a killed trainer's and unlink it (remove_stale_sockets). So
+  // the socket is bound under a hidden name of this process, listens, and only
+  // then is linked at its path: link() fails if the path was taken meanwhile,
+  // as bind() would. Where the hidden name would not fit, it binds in place.
+  std::string bound = dirname_of(path_) + "/." + std::to_string(::getpid()) + ".binding";
+  if (bound.size() > kMaxSocketPathBytes) bound = path_;
+  sockaddr_un bind_addr{};
+  bind_addr.sun_family = AF_UNIX;
+  std::memcpy(bind_addr.sun_path, bound.c_str(), bound.size() + 1);
+  if (bound != path_) ::unlink(bound.c_str());  // ours, left by a killed process that had our pid
+  const auto fail = [&](const std::string& what, int err) {
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+    if (bound != path_) ::unlink(bound.c_str());
+    throw ControlError(what + ": " + std::strerror(err));
+  };
   listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (listen_fd_ < 0) throw ControlError(std::string("control socket: socket(): ") + std::strerror(errno));
   const mode_t old_mask = ::umask(0177);  // the socket file is born 0600: no window where others may connect
-  const int rc = ::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+  const int rc = ::bind(listen_fd_, reinterpret_cast<const sockaddr*>(&bind_addr), sizeof bind_addr);
   const int bind_errno = errno;
   ::umask(old_mask);
-  if (rc != 0) {
-    ::close(listen_fd_);
-    listen_fd_ = -1;
-    throw ControlError("cannot bind the control socket " + path_ + ": " + std::strerror(bind_errno));
+  if (rc != 0) fail("cannot bind the control socket " + bound, bind_errno);
+  ::chmod(bound.c_str(), 0600);
+  if (::listen(listen_fd_, 128) != 0) fail("control socket: listen()", errno);
+  if (bound != path_) {
+    if (::link(bound.c_str(), path_.c_str()) != 0) {
+      const int err = errno;
+      if (err == EEXIST)
+        fail("another trainer took " + path_ + " while this one started; stop it or choose another control.socket", err);
+      fail("cannot place the control socket at " + path_, err);
+    }
+    ::unlink(bound.c_str());
   }
-  ::chmod(path_.c_str(), 0600);
-  if (::listen(listen_fd_, 128) != 0) throw ControlError(std::string("control socket: listen(): ") + std::strerror(errno));
   if (::pipe2(wake_fd_, O_CLOEXEC | O_NONBLOCK) != 0)
     throw ControlError(std::string("control socket: pipe2(): ") + std::strerror(errno));
   outbox_->wake_fd = wake_fd_[1];

@@ -3,16 +3,21 @@
 // another protocol version; a query is answered on the control thread; a task
 // waits for drain() on the calling (trainer) thread; handler errors and
 // unknown verbs become error replies; a line over kMaxLineBytes is refused
-// and the connection closed; stop() removes the socket and runs no queued task.
+// and the connection closed; stop() removes the socket and runs no queued task;
+// the socket file, once it exists, accepts connections.
+#include <dirent.h>      // opendir, readdir
 #include <poll.h>        // poll
 #include <stdlib.h>      // mkdtemp
 #include <sys/socket.h>  // socket, connect
 #include <sys/un.h>      // sockaddr_un
 #include <unistd.h>      // close, read, write, rmdir
 
+#include <atomic>   // std::atomic
 #include <chrono>   // std::chrono::steady_clock
 #include <cstring>  // std::memcpy
 #include <string>
+#include <thread>  // std::thread
+#include <vector>
 
 #include "catch_compat.hpp"
 #include "loongforge/control/protocol.hpp"
@@ -212,4 +217,41 @@ TEST_CASE("control: stop removes the socket file and runs no task still waiting 
   f.server.stop();
   REQUIRE(::access(f.path.c_str(), F_OK) != 0);
   REQUIRE(f.drained_tasks == 0);
+}
+
+// Note [A socket file that exists answers] (server.cpp): a client that sees the
+// file connects; a watcher polling for it across many starts is never refused.
+TEST_CASE("control: once the socket file exists it accepts connections, and the server leaves nothing else in its directory") {
+  const std::string dir = Fixture::make_dir(), path = dir + "/c.sock";
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  int refused = 0;
+  for (int round = 0; round < 300; ++round) {
+    std::atomic<bool> go{false};
+    int connect_errno = 0;
+    std::thread watcher([&] {
+      const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      go = true;
+      while (::access(path.c_str(), F_OK) != 0) {}
+      if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) connect_errno = errno;
+      ::close(fd);
+    });
+    while (!go) {}
+    Server server(Fixture::options(path));
+    server.start();
+    watcher.join();
+    if (connect_errno != 0) ++refused;
+    if (round == 0) {
+      std::vector<std::string> names;
+      DIR* d = ::opendir(dir.c_str());
+      while (dirent* e = ::readdir(d))
+        if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") names.emplace_back(e->d_name);
+      ::closedir(d);
+      REQUIRE(names == std::vector<std::string>{"c.sock"});
+    }
+    server.stop();
+  }
+  ::rmdir(dir.c_str());
+  REQUIRE(refused == 0);
 }

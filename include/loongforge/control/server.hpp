@@ -30,7 +30,8 @@
 //  - The socket file is created 0600 in a private 0700 directory, a stale
 //    socket at our path is removed, a live one (another process answering) is
 //    an error; in the default directory every socket that refuses connections
-//    (a killed trainer's) is removed too; the socket file is removed by
+//    (a killed trainer's) is removed too; the socket file appears only once
+//    it listens (a client that sees it can connect); it is removed by
 //    stop()/the destructor.
 //
 // Example:
