@@ -56,10 +56,10 @@ export MASTER_PORT=${MASTER_PORT:-$(( 20000 + SLURM_JOB_ID % 20000 ))}
 unset WORLD_SIZE RANK LOCAL_RANK  # each task's SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID decide
 
 # ---------------------------------------------------------------------------
-# Communication environment. Today multi-rank training goes through Gloo over
-# TCP (CPU tensors); there is no NCCL path yet, so the NCCL_* variables below
-# take effect once it lands (GCTS) and are harmless until then. Each keeps a
-# value already set in the submitting environment (sbatch --export).
+# Communication environment. CPU ranks talk through Gloo over TCP, GPU ranks
+# through NCCL (comm::World), which reads the NCCL_* variables below (several
+# NCCL ranks have not run on real GPUs yet). Each keeps a value already set in
+# the submitting environment (sbatch --export).
 #
 # Gloo picks its interface from GLOO_SOCKET_IFNAME (comma-separated names),
 # else the local address of the route to MASTER_ADDR (src/comm/world.cpp).
