@@ -13,7 +13,7 @@
 # exposed_comm_ms: reduction after backward and a sharded optimizer's gather
 # wait; the reference does not report it), peak device memory and MFU, and the
 # scaling efficiency of each setting against its own 1-GPU run in the same call, and for the lf runs
-# the optimizer memory per rank (rank 0's AdamW moments, from its run line).
+# the optimizer memory per rank (rank 0's AdamW moments and communication buffers, from its run line).
 # Under CUDA graphs (the config's default) the GCTS runs at several GPUs
 # reduce inside the last micro-batch's graph (Note [Reduction in the graph]);
 # lf-after (not in the default RUNS) is hybrid with gcts.overlap=false, the
@@ -139,20 +139,24 @@ for n in names:
     rows[n] = dict(run=run, w=w, per_gpu=per_gpu, ms=st.median(r["step_ms"] for r in tail),
                    exposed=st.median(r.get("exposed_comm_ms", 0.0) for r in tail),
                    mem=max(r.get("peak_mem_mb", 0.0) for r in recs), mfu=st.median(r.get("mfu", 0.0) for r in tail),
-                   n=len(tail), moments="-")
-    log = out / f"{n}.log"  # rank 0's run line: "(moments X MB on this rank)", the optimizer memory per rank
-    m = re.search(r"\(moments ([0-9.]+) MB on this rank\)", log.read_text(errors="replace")) if log.exists() else None
+                   n=len(tail), moments="-", buffers="-")
+    # rank 0's run line: "(moments X MB on this rank)", the optimizer memory per rank, and its
+    # "Y MB of communication buffers" (a sharded optimizer's; Z MB of fp32 masters are not in it)
+    text = log.read_text(errors="replace") if (log := out / f"{n}.log").exists() else ""
+    m = re.search(r"\(moments ([0-9.]+) MB on this rank\)", text)
     if m:
         rows[n]["moments"] = m.group(1)
+        b = re.search(r"([0-9.]+) MB of communication buffers", text)
+        rows[n]["buffers"] = b.group(1) if b else "0"
 print(f"{'run':18} {'GPUs':>4} {'samples/s/GPU':>13} {'ms/step':>8} {'exposed ms':>10} {'exposed %':>9} "
-      f"{'peak MB':>8} {'moments MB':>10} {'MFU':>6} {'scaling':>8}")
+      f"{'peak MB':>8} {'moments MB':>10} {'buffers MB':>10} {'MFU':>6} {'scaling':>8}")
 for n, r in rows.items():
     one = rows.get(f"{r['run']}-w1")
     eff = f"{100 * r['per_gpu'] / one['per_gpu']:.1f}%" if one and r["w"] > 1 else "-"
     exposed = "-" if r["run"].startswith("ref") else f"{r['exposed']:.2f}"
     share = "-" if r["run"].startswith("ref") else f"{100 * r['exposed'] / r['ms']:.2f}"
     print(f"{n:18} {r['w']:>4} {r['per_gpu']:>13.1f} {r['ms']:>8.1f} {exposed:>10} {share:>9} {r['mem']:>8.0f} "
-          f"{r['moments']:>10} {r['mfu']:>6.3f} {eff:>8}   ({r['n']} steps)")
+          f"{r['moments']:>10} {r['buffers']:>10} {r['mfu']:>6.3f} {eff:>8}   ({r['n']} steps)")
 for w in sorted({r["w"] for r in rows.values()}):
     for base in ("ref-ddp", "ref-opt"):
         ref = rows.get(f"{base}-w{w}")

@@ -187,6 +187,8 @@ Optimizer::WorkingCopies FusedAdamW::working_copies() const {
   return w;
 }
 
+int64_t FusedAdamW::buffer_bytes() const { return 4 * count_copies(masters_).numel; }
+
 std::vector<int64_t> FusedAdamW::step_counts() const {
   std::vector<int64_t> out;
   if (steps_.empty()) return out;

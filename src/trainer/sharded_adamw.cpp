@@ -40,7 +40,10 @@
 // (Note [Gradient views]) or, without views, a kept fp32 tensor, as is a
 // replicated one's; autograd adds each backward's bf16 gradient into it.
 // Keeping whole masters costs 4 bytes per copied element on every rank, what
-// fp32 weights cost; the gather stays fp32. No CUDA kernel of ours: the
+// fp32 weights cost; the gather stays fp32. (The all-gather's receive buffer,
+// gathered_, holds every rank's range of every piece at once: 4 bytes per
+// sharded element on every rank, with or without copies; buffer_bytes()
+// reports it.) No CUDA kernel of ours: the
 // update is AdamW's own (op for op or ATen's fused), on the masters.
 #include <algorithm>  // std::min, std::max, std::upper_bound
 #include <chrono>     // std::chrono
@@ -394,6 +397,16 @@ NamedTensorList ShardedAdamW::state_tensors() const {
 int64_t ShardedAdamW::state_bytes() const {
   int64_t n = static_cast<int64_t>(exp_avg_.nbytes() + exp_avg_sq_.nbytes());
   for (const auto& [i, mv] : replicated_) n += static_cast<int64_t>(mv.first.nbytes() + mv.second.nbytes());
+  return n;
+}
+
+// The gradient shard counts where it is a buffer of its own (at one rank with
+// gradient views it is the flat gradient buffer itself).
+int64_t ShardedAdamW::buffer_bytes() const {
+  int64_t n = 4 * count_copies(masters_).numel;
+  for (const at::Tensor* t : {&send_, &gathered_, &target_.grad})
+    if (t->defined()) n += static_cast<int64_t>(t->nbytes());
+  if (target_.local.defined() && target_.grad.is_same(target_.local)) n -= static_cast<int64_t>(target_.grad.nbytes());
   return n;
 }
 

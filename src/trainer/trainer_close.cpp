@@ -89,6 +89,7 @@ int Trainer::close() {
                                   {"peak_host_mb", mem.peak_host_mb},
                                   {"peak_device_mb", mem.peak_device_mb},
                                   {"optimizer_state_mb", static_cast<double>(optimizer_->state_bytes()) / (1024.0 * 1024.0)},
+                                  {"optimizer_buffers_mb", static_cast<double>(optimizer_->buffer_bytes()) / (1024.0 * 1024.0)},
                                   {"run_dir", run_dir_},
                                   {"checkpoint", last_ckpt_},
                                   {"device", device_.str()},

@@ -470,8 +470,16 @@ void Trainer::open() {
   last_step_ = cfg_.trainer.steps_per_run > 0 ? std::min(cfg_.trainer.max_steps, pos_.step + cfg_.trainer.steps_per_run)
                                               : cfg_.trainer.max_steps;
   if (leader_) std::ofstream(run_dir_ + "/config.yaml") << config::print_config(cfg_);
-  char moments[32];  // MB = 2^20 bytes, as the peak memory figures
-  std::snprintf(moments, sizeof moments, "%.1f", static_cast<double>(optimizer_->state_bytes()) / (1024.0 * 1024.0));
+  const auto mb = [](int64_t bytes) {  // MB = 2^20 bytes, as the peak memory figures
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f", static_cast<double>(bytes) / (1024.0 * 1024.0));
+    return std::string(text);
+  };
+  // Besides the moments: the masters of working copies, and a sharded optimizer's communication buffers.
+  const int64_t masters = 4 * optimizer_->working_copies().numel;
+  const int64_t comm_buffers = optimizer_->buffer_bytes() - masters;
+  const std::string held = (masters > 0 ? ", " + mb(masters) + " MB of fp32 masters" : std::string()) +
+                           (comm_buffers > 0 ? ", " + mb(comm_buffers) + " MB of communication buffers" : std::string());
   LF_LOG(log, info) << "run " << run_dir_ << ": " << net_->info().name << " on " << device_ << " ("
                     << (bf16_ ? "bf16" : "fp32") << "), " << dataset_->episodes().size() << " episodes / "
                     << source_->sampler().num_samples() << " samples"
@@ -485,7 +493,7 @@ void Trainer::open() {
                     << world_size << " ranks), " << pos_.steps_per_epoch << " steps per epoch, AdamW "
                     << (sharded_ ? std::string(fused ? "fused, " : "") + "sharded over " + std::to_string(world_size) + " rank(s)"
                         : fused ? "fused" : "plain")
-                    << " (moments " << moments << " MB on this rank)"
+                    << " (moments " << mb(optimizer_->state_bytes()) << " MB on this rank)" << held
                     << bf16_weights_note()
                     << ", gradient communication " << reducer_->strategy()
                     << (graph_reduction_ ? " until the last micro-batch's graph is captured with it" : "") << ", steps "

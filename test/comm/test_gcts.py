@@ -174,8 +174,14 @@ def test_every_world_size_strategy_and_sharding_ends_with_the_parameters_of_one_
             assert reported < full / world + replicated / 2**20 + 0.1, (rank, reported, full)
         summary = json.loads((r / "summary.json").read_text())
         assert abs(summary["optimizer_state_mb"] - moments_mb(log)) <= 0.05
+        # Besides the moments, the communication buffers: the all-gather's receive buffer alone holds
+        # every sharded element (4 bytes each) on every rank; the run line and summary.json agree.
+        buffers = float(re.search(r"\), ([0-9.]+) MB of communication buffers", log).group(1))
+        sharded_mb = sum(h["shard.exp_avg"].numel() for h in held) * 4 / 2**20
+        assert buffers >= sharded_mb - 0.05, (buffers, sharded_mb)
+        assert abs(summary["optimizer_buffers_mb"] - buffers) <= 0.05
         print(f"  optimizer moments per rank: {moments_mb(log):.1f} MB of {full:.1f} MB on one rank "
-              f"({replicated / 2**20:.2f} MB replicated)")
+              f"({replicated / 2**20:.2f} MB replicated); communication buffers {buffers:.1f} MB")
 
 
 def test_bf16_reduction_is_close_to_fp32_and_not_equal(reference, tmp_path):

@@ -362,7 +362,8 @@ TEST_CASE("optimizer: gradients as views into the sharded optimizer's flat buffe
   }
 }
 
-TEST_CASE("optimizer: the memory each optimizer reports is its moments, 8 bytes per element at one rank") {
+TEST_CASE("optimizer: the memory each optimizer reports is its moments, 8 bytes per element at one rank, and "
+          "besides them the sharded one's masters and communication buffers") {
   const auto init = make_params(7);
   int64_t elements = 0;
   for (const auto& p : init) elements += p.tensor.numel();
@@ -372,6 +373,33 @@ TEST_CASE("optimizer: the memory each optimizer reports is its moments, 8 bytes 
   CHECK(plain.state_bytes() == 8 * elements);
   CHECK(fused.state_bytes() == 8 * elements);
   CHECK(sharded.state_bytes() == 8 * elements);
+  CHECK(plain.buffer_bytes() == 0);
+  CHECK(fused.buffer_bytes() == 0);
+  CHECK(sharded.buffer_bytes() == 0);  // one rank with gradient views: the shard is the gradients' flat buffer
+  // Without views the shard is a buffer of its own: 4 bytes per sharded element.
+  ShardedAdamW packed(clone(init), options(), nullptr, 16, ShardedOptions{false, 0, false, /*gradient_views=*/false});
+  CHECK(packed.buffer_bytes() == 4 * packed.layout().total);
+  // Working copies add their fp32 masters: 4 bytes per copied element (the {64, 32} weight here).
+  auto with_copy = clone(init);
+  with_copy[0].bf16_weight = true;
+  ShardedAdamW copies(with_copy, options(), nullptr, 16);
+  CHECK(copies.buffer_bytes() == 4 * 64 * 32);
+  // Two ranks, the all-gather in pieces of 100 elements per rank: the gradient shard (chunk), the send
+  // buffer (the pieces' rows of this rank's range) and the receive buffer, which holds every rank's rows
+  // of every piece: as large as the whole sharded space, on every rank.
+  std::vector<int64_t> buffers(2), chunk(2), pieces(2);
+  loongforge::comm::test::two_ranks([&](loongforge::comm::World& world) {
+    ShardedAdamW two(clone(init), options(), &world, 16, ShardedOptions{true, 100, false, true});
+    const int64_t c = two.layout().chunk;
+    buffers[world.rank()] = two.buffer_bytes();
+    chunk[world.rank()] = c;
+    pieces[world.rank()] = (c + 99) / 100;
+    CHECK(two.state_bytes() < 8 * elements * 3 / 4);  // about half the moments, and the replicated ones
+  });
+  for (int64_t r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    REQUIRE(buffers[r] == 4 * (chunk[r] + pieces[r] * 100 + 2 * pieces[r] * 100));
+  }
 }
 
 TEST_CASE("optimizer: the plain AdamW refuses bf16 working copies by the key's name, the fused one off a GPU, and the "

@@ -33,6 +33,11 @@
 //  - state_bytes() is the device (or host) memory of the moments this rank
 //    holds: what "optimizer memory per rank" means in the run line and
 //    summary.json (a sharded optimizer's communication buffers not included).
+//  - buffer_bytes() is the rest of the memory it holds for the whole run on
+//    this rank, besides the parameters and their gradients: the fp32 masters
+//    of bf16 working copies, and a sharded optimizer's gradient shard (where
+//    it is not a view of the gradients) and its all-gather's send and receive
+//    buffers. Run line and summary.json report it next to the moments.
 //  - Trainer thread only.
 //
 // AdamW: two groups from params.json's per-parameter `decay` flag (weights
@@ -125,6 +130,7 @@ class Optimizer {
   virtual bool skips_nonfinite_on_device() const { return false; }
   virtual NamedTensorList state_tensors() const = 0;
   virtual int64_t state_bytes() const;  // the sum over state_tensors()
+  virtual int64_t buffer_bytes() const { return 0; }
   virtual at::Tensor master_weight(const at::Tensor& param) const { return param; }
   virtual void load_weight(const at::Tensor& param, const at::Tensor& value);
   // The bf16 working copies it keeps (precision.bf16_weights): how many, their
@@ -212,6 +218,7 @@ class FusedAdamW final : public AdamWBase {
   at::Tensor master_weight(const at::Tensor& param) const override;
   void load_weight(const at::Tensor& param, const at::Tensor& value) override;
   WorkingCopies working_copies() const override;
+  int64_t buffer_bytes() const override;  // the masters
 
  private:
   std::vector<int64_t> step_counts() const override;  // reads the device counters (checkpoints only)
@@ -253,6 +260,7 @@ class ShardedAdamW final : public Optimizer {
   void sync_parameters() override;  // also rounds the working copies from their masters
   NamedTensorList state_tensors() const override;
   int64_t state_bytes() const override;  // the replicated moments on every rank, not only rank 0
+  int64_t buffer_bytes() const override;  // masters, gradient shard, all-gather buffers
   at::Tensor master_weight(const at::Tensor& param) const override;
   void load_weight(const at::Tensor& param, const at::Tensor& value) override;
   WorkingCopies working_copies() const override;
