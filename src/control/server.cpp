@@ -120,6 +120,14 @@ ServerStats Server::stats() const {
 
 namespace {
 
+// The address of the socket file at `path` (at most kMaxSocketPathBytes long).
+sockaddr_un unix_address(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  return addr;
+}
+
 bool someone_answers(const sockaddr_un& addr) {
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
@@ -139,9 +147,7 @@ void remove_stale_sockets(const std::string& dir) {
     if (name.size() < 6 || name.compare(name.size() - 5, 5, ".sock") != 0) continue;
     const std::string path = dir + "/" + name;
     if (path.size() > kMaxSocketPathBytes) continue;
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    const sockaddr_un addr = unix_address(path);
     const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) break;
     if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 && errno == ECONNREFUSED)
@@ -168,9 +174,7 @@ void Server::start() {
   ensure_private_dir(dirname_of(path_));
   if (opt_.socket_path.empty()) remove_stale_sockets(dirname_of(path_));  // our own directory of <pid>.sock files
 
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path_.c_str(), path_.size() + 1);
+  const sockaddr_un addr = unix_address(path_);
   struct stat st {};
   if (::lstat(path_.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode))
@@ -190,9 +194,7 @@ void Server::start() {
   // as bind() would. Where the hidden name would not fit, it binds in place.
   std::string bound = dirname_of(path_) + "/." + std::to_string(::getpid()) + ".binding";
   if (bound.size() > kMaxSocketPathBytes) bound = path_;
-  sockaddr_un bind_addr{};
-  bind_addr.sun_family = AF_UNIX;
-  std::memcpy(bind_addr.sun_path, bound.c_str(), bound.size() + 1);
+  const sockaddr_un bind_addr = unix_address(bound);
   if (bound != path_) ::unlink(bound.c_str());  // ours, left by a killed process that had our pid
   const auto fail = [&](const std::string& what, int err) {
     ::close(listen_fd_);

@@ -43,8 +43,8 @@
 // fp32 weights cost; the gather stays fp32. (The all-gather's receive buffer,
 // gathered_, holds every rank's range of every piece at once: 4 bytes per
 // sharded element on every rank, with or without copies; buffer_bytes()
-// reports it.) No CUDA kernel of ours: the
-// update is AdamW's own (op for op or ATen's fused), on the masters.
+// reports it.) No CUDA kernel of ours: the update is AdamW's own (op for op
+// or ATen's fused), on the masters.
 #include <algorithm>  // std::min, std::max, std::upper_bound
 #include <chrono>     // std::chrono
 #include <cmath>      // std::pow, std::sqrt
