@@ -25,7 +25,10 @@
 # RUNS) is lf-hybrid with precision.bf16_weights=on: at several GPUs, bf16
 # working copies whose gradients autograd sums in fp32 (auto keeps fp32
 # weights there); at one GPU the same as lf-hybrid. lf-sharded-copies (not in
-# the default RUNS) is lf-sharded with precision.bf16_weights=on.
+# the default RUNS) is lf-sharded with precision.bf16_weights=on. lf-on (not in the default RUNS) is
+# lf-plain with precision.bf16_weights=on: with SETS="trainer.gradient_accumulation_steps=2", the
+# working copies whose gradients sum in fp32 against auto's fp32 weights at one GPU.
+# SETS="key=value ..." adds trainer overrides to every run, the reference's included.
 # Builds build-gpu/ first; TESTS=1 also runs the GPU tests (LONG=0 form);
 # PROFILE=1 takes a 2-second `profile-step --kernels` at step 60 of each
 # one-GPU loongforge run ($OUT/<run>-w1-profile.json) and tallies the kernels of
@@ -38,7 +41,7 @@
 # at one GPU: the cost of each placement's packing, copies and launches without a second GPU.
 # EXPORT_SET="key=value ..." passes model overrides to the export (gr00t-n1.6-3b on the bundled
 # dataset needs "max_state_dim=64 max_action_dim=64": its state and action are 44 wide).
-#   [WORLDS="1 2"] [MODEL=n16-1b] [EXPORT_SET=...] [STEPS=150] [RUNS="lf-plain ..."] [TESTS=1] [PROFILE=1] bash scripts/gpu/gcts_scaling.sh
+#   [WORLDS="1 2"] [MODEL=n16-1b] [EXPORT_SET=...] [SETS=...] [STEPS=150] [RUNS="lf-plain ..."] [TESTS=1] [PROFILE=1] bash scripts/gpu/gcts_scaling.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" gcts_scaling
 model=${MODEL:-n16-1b}; steps=${STEPS:-150}
 # The run directories (metrics, summaries; no checkpoints) live under $OUT, so a call that the device
@@ -64,6 +67,7 @@ PYTHONPATH=scripts python3 scripts/model/export.py --config $model "${xsets[@]}"
 cfg=configs/bench/n16-1b-h200.yaml
 common=(--config $cfg --set model.path=/dev/shm/$model.pt --set trainer.max_steps=$steps --set run.output_dir=$runs_dir
         --set logging.progress=lines --set logging.interval_steps=50)
+for kv in ${SETS:-}; do common+=(--set "$kv"); done
 names=()
 for w in $worlds; do
   for run in $runs; do
@@ -73,6 +77,7 @@ for w in $worlds; do
     case $run in
       lf-plain) sets=() ;;
       lf-casts) sets=(--set precision.bf16_weights=off) ;;
+      lf-on) sets=(--set precision.bf16_weights=on) ;;
       lf-adfe) sets=(--set adfe.enable=true) ;;
       lf-copies) sets=(--set gcts.enable=true --set gcts.comm_strategy=hybrid --set precision.bf16_weights=on) ;;
       lf-simple) sets=(--set gcts.enable=true --set gcts.comm_strategy=simple) ;;
