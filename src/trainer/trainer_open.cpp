@@ -244,11 +244,8 @@ bool Trainer::use_bf16_weights(bool fused, bool compiled) const {
     why = "optimizer.implementation is plain (the working copies live in the fused and the sharded AdamW)";
   else if (!sharded_ && !LOONGFORGE_WITH_CUDA_KERNELS) why = "this build has no LoongForge CUDA kernels";
   else if (compiled) why = "trainer.compiled_step is set (its package takes fp32 weights)";
-  else if (mode == "auto" && (world_ || sharded_ || cfg_.trainer.gradient_accumulation_steps > 1))
-    why = std::string(world_     ? "this run reduces gradients over ranks"
-                      : sharded_ ? "gcts.shard_optimizer is on"
-                                 : "trainer.gradient_accumulation_steps is " +
-                                       std::to_string(cfg_.trainer.gradient_accumulation_steps)) +
+  else if (mode == "auto" && (world_ || sharded_))
+    why = std::string(world_ ? "this run reduces gradients over ranks" : "gcts.shard_optimizer is on") +
           ", where auto keeps no copies yet (set precision.bf16_weights=on to keep them, with fp32 gradients)";
   if (why.empty()) return true;
   if (mode == "on") {
