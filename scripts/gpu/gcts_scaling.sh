@@ -59,7 +59,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 stamp "build"; bash scripts/gpu/build.sh || exit 1
 if [ "${TESTS:-0}" = 1 ]; then
   stamp "gpu tests"
-  (cd build-gpu && ctest -L gpu -LE long --output-on-failure --timeout 600 2>&1 | tail -${GPU_TEST_LINES:-30})
+  (cd build-gpu && ctest -L gpu -LE long --output-on-failure --timeout 600 > "$OUT/ctest.log" 2>&1)
+  tail -${GPU_TEST_LINES:-30} "$OUT/ctest.log"  # all of it in $OUT/ctest.log
 fi
 stamp "export $model"
 xsets=(); for kv in ${EXPORT_SET:-}; do xsets+=(--set "$kv"); done

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds everything into build-gpu/ and runs the GPU tests (ctest -L gpu; with
 # LONG=0 the long ones, e2e_compiled_step_gpu, are left out to fit one call),
-# with their output tails in $OUT/gpu_tests.log: the check a session makes when
+# with their output tails in $OUT/gpu_tests.log (all of it in $OUT/ctest.log): the check a session makes when
 # it changed code the GPU paths run but measured nothing on them.
 # Carry: .gpu-carry (scripts/gpu/prepare_carry.sh).
 #   [LONG=0] bash scripts/gpu/gpu_tests.sh
@@ -10,5 +10,7 @@ stamp "environment"; nvidia-smi --query-gpu=name,memory.total,driver_version --f
 stamp "build"; bash scripts/gpu/build.sh || exit 1
 stamp "gpu tests"
 exclude=(); [ "${LONG:-1}" = 0 ] && exclude=(-LE long)
-(cd build-gpu && ctest -L gpu "${exclude[@]}" --output-on-failure --timeout 600 2>&1 | tail -${GPU_TEST_LINES:-60})
+# The whole output to $OUT/ctest.log (a failure's message can lie before the tail); the tail here.
+(cd build-gpu && ctest -L gpu "${exclude[@]}" --output-on-failure --timeout 600 > "$OUT/ctest.log" 2>&1)
+tail -${GPU_TEST_LINES:-60} "$OUT/ctest.log"
 stamp "done"
