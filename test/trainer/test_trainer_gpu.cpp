@@ -322,9 +322,9 @@ TEST_CASE("trainer on a GPU: with bf16 working copies a run trains as with autoc
   REQUIRE(fp32 > 0);
 }
 
-TEST_CASE("trainer on a GPU: bf16 working copies with two micro-batches, alone (auto keeps them), under GCTS (one NCCL rank, in the "
-          "graph and from gradient hooks) and in the sharded AdamW, sum their gradients in fp32 and train as "
-          "autocast's casts, and a graphed step never synchronises") {
+TEST_CASE("trainer on a GPU: bf16 working copies with two micro-batches, alone (auto keeps them), under GCTS (one "
+          "NCCL rank, in the graph and from gradient hooks) and in the sharded AdamW, sum their gradients in fp32 "
+          "and train as autocast's casts, and a graphed step never synchronises") {
   const auto copies_of = [](const trainer::Trainer& t) {
     std::ifstream in(t.run_dir() + "/summary.json");
     return nlohmann::json::parse(in).at("bf16_weights");
