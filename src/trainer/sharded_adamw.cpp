@@ -40,11 +40,26 @@
 // (Note [Gradient views]) or, without views, a kept fp32 tensor, as is a
 // replicated one's; autograd adds each backward's bf16 gradient into it.
 // Keeping whole masters costs 4 bytes per copied element on every rank, what
-// fp32 weights cost; the gather stays fp32. (The all-gather's receive buffer,
-// gathered_, holds every rank's range of every piece at once: 4 bytes per
-// sharded element on every rank, with or without copies; buffer_bytes()
-// reports it.) No CUDA kernel of ours: the update is AdamW's own (op for op
-// or ATen's fused), on the masters.
+// fp32 weights cost; the gather stays fp32. No CUDA kernel of ours: the
+// update is AdamW's own (op for op or ATen's fused), on the masters.
+//
+// Note [Borrowed gather buffers]
+// At several ranks the all-gather needs a send buffer (this rank's range,
+// pieces x q) and a receive buffer (every rank's range of every piece,
+// pieces x world x q: as large as all sharded parameters). Both borrow
+// gradient memory that is idle from the update until the next backward:
+// - the send buffer IS the gradient shard (padded to pieces x q): the
+//   update of a segment reads its gradient, then its updated values
+//   overwrite that same range, which nothing reads again this step;
+// - with gradient views the receive buffer lies in the flat gradient
+//   buffer's storage (shard().local, allocated large enough for both): the
+//   reducer has read `local` by the time the update starts.
+// So the gradients are zeroed only once the gathers are complete: by
+// step() without overlap, by sync_parameters() with it (which the trainer
+// calls before the next forward); zero_grad() completes the gathers first.
+// At one rank nothing is sent or received. What remains of its own is the
+// gradient shard: 4 bytes per sharded element / world (without views, the
+// receive buffer too: 4 bytes per sharded element).
 #include <algorithm>  // std::min, std::max, std::upper_bound
 #include <chrono>     // std::chrono
 #include <cmath>      // std::pow, std::sqrt
@@ -106,23 +121,37 @@ ShardedAdamW::ShardedAdamW(const std::vector<OptimizedParam>& params, AdamWOptio
   const auto opts = params.empty() ? at::TensorOptions().dtype(at::kFloat)
                                    : params.front().tensor.options().dtype(at::kFloat);
   const comm::ShardLayout& l = target_.layout;
+  if (world_) plan_pieces(sharded.gather_piece_numel);
+  const auto pieces = static_cast<int64_t>(receive_.size());
+  const c10::Device comm_device = world_ ? world_->device() : opts.device();
+  const auto dev = opts.device(comm_device);
+  // Note [Borrowed gather buffers]: at several ranks on the parameters' device, the gathers borrow
+  // the gradient memory (on Gloo with GPU parameters the collectives need host buffers of their own).
+  lend_grads_ = world_ && l.world > 1 && comm_device == opts.device();
   if (sharded.gradient_views) {
-    target_.local = at::zeros({l.world * l.chunk}, opts);
+    const int64_t receive = lend_grads_ ? pieces * l.world * piece_q_ : 0;
+    target_.local = at::zeros({std::max(l.world * l.chunk, receive)}, opts).narrow(0, 0, l.world * l.chunk);
     install_gradient_views();
   }
   // One rank: the optimizer's range is the whole flat space (chunk = total).
-  target_.grad = target_.local.defined() && l.world == 1 ? target_.local : at::zeros({l.chunk}, opts);
+  if (target_.local.defined() && l.world == 1)
+    target_.grad = target_.local;
+  else if (lend_grads_)
+    target_.grad = at::zeros({std::max(l.chunk, pieces * piece_q_)}, opts).narrow(0, 0, l.chunk);
+  else
+    target_.grad = at::zeros({l.chunk}, opts);
   exp_avg_ = at::zeros({l.owned()}, opts);
   exp_avg_sq_ = at::zeros({l.owned()}, opts);
   for (size_t i : l.replicated)
     replicated_[i] = {at::zeros_like(params_[i], at::MemoryFormat::Contiguous),
                       at::zeros_like(params_[i], at::MemoryFormat::Contiguous)};
   if (world_) {
-    plan_pieces(sharded.gather_piece_numel);
-    const auto dev = opts.device(world_->device());
-    const auto pieces = static_cast<int64_t>(receive_.size());
-    send_ = at::zeros({pieces * piece_q_}, dev);
-    gathered_ = at::zeros({pieces * l.world * piece_q_}, dev);
+    const auto whole = [](const at::Tensor& view, int64_t n) {  // the first n elements of view's storage
+      return at::empty({0}, view.options()).set_(view.storage(), 0, {n});
+    };
+    send_ = lend_grads_ ? whole(target_.grad, pieces * piece_q_) : at::zeros({pieces * piece_q_}, dev);
+    gathered_ = lend_grads_ && target_.local.defined() ? whole(target_.local, pieces * l.world * piece_q_)
+                                                       : at::zeros({pieces * l.world * piece_q_}, dev);
   }
   target_.gather_overlap = overlap_gather_;
   target_.gather_calls = static_cast<int64_t>(receive_.size());
@@ -247,7 +276,7 @@ void ShardedAdamW::step(double lr) {
     launch_complete(l.owned());
     copies_stale_ = !copies_.empty();
     if (!overlap_gather_) sync_parameters();
-    zero_grad();
+    clear_gradients();
     return;
   }
   for (auto& n : steps_) n += 1;  // every parameter has a (possibly zero) averaged gradient
@@ -268,7 +297,7 @@ void ShardedAdamW::step(double lr) {
   }
   copies_stale_ = !copies_.empty();
   if (!overlap_gather_) sync_parameters();
-  zero_grad();
+  clear_gradients();
 }
 
 // The fused form of the update (FusedAdamW::update's calls) on this rank's
@@ -320,6 +349,7 @@ void ShardedAdamW::sync_parameters() {
   }
   in_flight_.clear();
   round_copies();
+  if (lent_) zero_lent();  // Note [Borrowed gather buffers]: the gradients' memory is theirs again
   const auto now = std::chrono::steady_clock::now();
   auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
   target_.gather_bytes = static_cast<double>(gathered_.numel() * 4);
@@ -367,11 +397,22 @@ void ShardedAdamW::install_gradient_views() {
 }
 
 void ShardedAdamW::zero_grad() {
+  sync_parameters();  // Note [Borrowed gather buffers]: gathers in flight write into the gradients' memory
+  clear_gradients();
+}
+
+void ShardedAdamW::zero_lent() {
   target_.grad.zero_();
-  if (target_.local.defined()) {
-    if (!target_.local.is_same(target_.grad)) target_.local.zero_();
-    install_gradient_views();
-  }
+  if (target_.local.defined() && !target_.local.is_same(target_.grad)) target_.local.zero_();
+  lent_ = false;
+}
+
+// zero_grad() without completing the gathers: the memory they borrow is
+// zeroed by sync_parameters() once they are done.
+void ShardedAdamW::clear_gradients() {
+  lent_ = lend_grads_ && !in_flight_.empty();
+  if (!lent_) zero_lent();
+  if (target_.local.defined()) install_gradient_views();
   std::vector<at::Tensor> grads;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (target_.local.defined() && !replicated_.count(i)) continue;  // a view, zeroed above
@@ -401,12 +442,19 @@ int64_t ShardedAdamW::state_bytes() const {
 }
 
 // The gradient shard counts where it is a buffer of its own (at one rank with
-// gradient views it is the flat gradient buffer itself).
+// gradient views it is the flat gradient buffer itself). Each memory block
+// counts once (Note [Borrowed gather buffers]), the flat gradient buffer's
+// own elements not at all: they are the gradients.
 int64_t ShardedAdamW::buffer_bytes() const {
   int64_t n = 4 * count_copies(masters_).numel;
-  for (const at::Tensor* t : {&send_, &gathered_, &target_.grad})
-    if (t->defined()) n += static_cast<int64_t>(t->nbytes());
-  if (target_.local.defined() && target_.grad.is_same(target_.local)) n -= static_cast<int64_t>(target_.grad.nbytes());
+  std::vector<const void*> seen;
+  for (const at::Tensor* t : {&send_, &gathered_, &target_.grad, &target_.local}) {
+    if (!t->defined() || std::find(seen.begin(), seen.end(), t->storage().data()) != seen.end()) continue;
+    seen.push_back(t->storage().data());
+    n += static_cast<int64_t>(t->storage().nbytes());
+    if (target_.local.defined() && t->storage().is_alias_of(target_.local.storage()))
+      n -= static_cast<int64_t>(target_.local.nbytes());
+  }
   return n;
 }
 

@@ -362,6 +362,96 @@ TEST_CASE("optimizer: gradients as views into the sharded optimizer's flat buffe
   }
 }
 
+namespace {
+// Three steps of 2 micro-batches, with the same data on every rank (so the
+// average over ranks is each rank's own gradient, exactly), through `step`:
+// the parameters after them, and whether every gradient was zero (or
+// undefined) whenever a backward began.
+struct BorrowRun {
+  std::vector<at::Tensor> params;
+  bool zero_before_backward = true;
+  std::vector<int64_t> in_flight_after_step;
+};
+
+BorrowRun borrow_steps(const std::vector<at::Tensor>& params, const std::function<void(int64_t)>& begin,
+                       const std::function<void(int64_t)>& finish) {
+  BorrowRun out;
+  for (int64_t step = 0; step < 3; ++step) {
+    begin(step);
+    for (const auto& p : params)
+      out.zero_before_backward = out.zero_before_backward && (!p.grad().defined() || p.grad().eq(0).all().item<bool>());
+    for (int64_t micro = 0; micro < 2; ++micro) {
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(700 + static_cast<uint64_t>(step * 10 + micro));
+      at::Tensor loss = at::zeros({});
+      for (const auto& p : params) loss = loss + (p.tanh() * at::randn(p.sizes(), gen)).sum();
+      loss.backward();
+    }
+    finish(step);
+  }
+  for (const auto& p : params) out.params.push_back(p.detach().clone());
+  return out;
+}
+}  // namespace
+
+TEST_CASE("optimizer: at 2 ranks the sharded AdamW's all-gathers borrow the gradients' memory and still update bitwise "
+          "as the plain AdamW, with every gradient zero again before the next backward") {
+  auto plain_params = make_params(29);
+  for (auto& p : plain_params) p.tensor.requires_grad_(true);
+  AdamW plain(plain_params, options());
+  const BorrowRun expected = borrow_steps(plain.params(), [](int64_t) {}, [&](int64_t) {
+    plain.clip_grad_norm(0.0);
+    plain.step(1e-2);
+  });
+  for (const bool views : {true, false})
+    for (const bool overlap : {true, false}) {
+      CAPTURE(views);
+      CAPTURE(overlap);
+      std::vector<BorrowRun> runs(2);
+      std::vector<int64_t> buffers(2), chunks(2), pieces(2);
+      loongforge::comm::test::two_ranks([&](loongforge::comm::World& world) {
+        auto ps = make_params(29);
+        for (auto& p : ps) p.tensor.requires_grad_(true);
+        ShardedOptions o;
+        o.overlap_gather = overlap, o.gather_piece_numel = 37, o.gradient_views = views;
+        ShardedAdamW opt(ps, options(), &world, /*tiny_numel=*/16, o);
+        auto reducer = hybrid_reducer(&world, ps, opt);
+        loongforge::comm::test::NoPhases phases;
+        BorrowRun& run = runs[world.rank()];
+        run = borrow_steps(
+            opt.params(),
+            [&](int64_t) {
+              opt.sync_parameters();  // as the trainer, before the forward
+              reducer->begin_step(opt.params(), 2);
+            },
+            [&](int64_t step) {
+              reducer->average_gradients(opt.params(), phases, step);
+              opt.clip_grad_norm(0.0);
+              opt.step(1e-2);
+              run.in_flight_after_step.push_back(opt.gathers_in_flight());
+            });
+        opt.sync_parameters();
+        for (size_t i = 0; i < ps.size(); ++i) run.params[i] = ps[i].tensor.detach().clone();
+        buffers[world.rank()] = opt.buffer_bytes();
+        chunks[world.rank()] = opt.layout().chunk;
+        pieces[world.rank()] = (opt.layout().chunk + 36) / 37;
+      });
+      for (int64_t r = 0; r < 2; ++r) {
+        CAPTURE(r);
+        for (const int64_t n : runs[r].in_flight_after_step) REQUIRE((n > 0) == overlap);
+        REQUIRE(runs[r].zero_before_backward);
+        REQUIRE(runs[r].params.size() == expected.params.size());
+        for (size_t i = 0; i < expected.params.size(); ++i) {
+          CAPTURE(i);
+          REQUIRE(runs[r].params[i].equal(expected.params[i]));
+        }
+        // Note [Borrowed gather buffers]: the send buffer is the gradient shard (padded to whole
+        // pieces); the receive buffer lies in the flat gradient buffer, past it only its padding.
+        const int64_t shard = pieces[r] * 37, receive = 2 * pieces[r] * 37;
+        CHECK(buffers[r] == 4 * (views ? shard + (receive - 2 * chunks[r]) : shard + receive));
+      }
+    }
+}
+
 TEST_CASE("optimizer: the memory each optimizer reports is its moments, 8 bytes per element at one rank, and "
           "besides them the sharded one's masters and communication buffers") {
   const auto init = make_params(7);
@@ -384,9 +474,9 @@ TEST_CASE("optimizer: the memory each optimizer reports is its moments, 8 bytes 
   with_copy[0].bf16_weight = true;
   ShardedAdamW copies(with_copy, options(), nullptr, 16);
   CHECK(copies.buffer_bytes() == 4 * 64 * 32);
-  // Two ranks, the all-gather in pieces of 100 elements per rank: the gradient shard (chunk), the send
-  // buffer (the pieces' rows of this rank's range) and the receive buffer, which holds every rank's rows
-  // of every piece: as large as the whole sharded space, on every rank.
+  // Two ranks, the all-gather in pieces of 100 elements per rank: the gradient shard, which is also the
+  // send buffer (padded to whole pieces), and of the receive buffer (every rank's rows of every piece)
+  // only what exceeds the flat gradient buffer it lies in (Note [Borrowed gather buffers]).
   std::vector<int64_t> buffers(2), chunk(2), pieces(2);
   loongforge::comm::test::two_ranks([&](loongforge::comm::World& world) {
     ShardedAdamW two(clone(init), options(), &world, 16, ShardedOptions{true, 100, false, true});
@@ -395,10 +485,11 @@ TEST_CASE("optimizer: the memory each optimizer reports is its moments, 8 bytes 
     chunk[world.rank()] = c;
     pieces[world.rank()] = (c + 99) / 100;
     CHECK(two.state_bytes() < 8 * elements * 3 / 4);  // about half the moments, and the replicated ones
+    CHECK(two.state_bytes() + two.buffer_bytes() < 8 * elements);  // less than one rank's moments alone
   });
   for (int64_t r = 0; r < 2; ++r) {
     CAPTURE(r);
-    REQUIRE(buffers[r] == 4 * (chunk[r] + pieces[r] * 100 + 2 * pieces[r] * 100));
+    REQUIRE(buffers[r] == 4 * (pieces[r] * 100 + (2 * pieces[r] * 100 - 2 * chunk[r])));
   }
 }
 

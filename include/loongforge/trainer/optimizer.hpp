@@ -37,7 +37,8 @@
 //    this rank, besides the parameters and their gradients: the fp32 masters
 //    of bf16 working copies, and a sharded optimizer's gradient shard (where
 //    it is not a view of the gradients) and its all-gather's send and receive
-//    buffers. Run line and summary.json report it next to the moments.
+//    buffers where they are not gradient memory they borrow. Run line and
+//    summary.json report it next to the moments.
 //  - Trainer thread only.
 //
 // AdamW: two groups from params.json's per-parameter `decay` flag (weights
@@ -89,7 +90,11 @@
 // ShardedOptions::gradient_views (the default) the sharded parameters'
 // gradients are views into one flat buffer, shard().local (Note [Gradient
 // views] in comm/shard.hpp): they are defined from construction on, and
-// step()/zero_grad() zero that buffer instead of dropping them.
+// step()/zero_grad() zero that buffer instead of dropping them. At several
+// ranks the all-gather's buffers borrow the gradients' memory (Note
+// [Borrowed gather buffers] in sharded_adamw.cpp): with gathers left in
+// flight, step() leaves the gradients to sync_parameters() to zero, and
+// zero_grad() completes the gathers first.
 // A parameter given with bf16_weight becomes a bf16 working copy here too,
 // on any device (Note [Sharded working copies] in sharded_adamw.cpp): every
 // rank keeps its whole fp32 master, which takes the place of the parameter
@@ -286,6 +291,8 @@ class ShardedAdamW final : public Optimizer {
   void round_copies();
   void fused_update(double lr);
   void install_gradient_views();
+  void clear_gradients();  // zero_grad() without completing the gathers
+  void zero_lent();        // zeroes the gradient memory the gathers borrow
   std::vector<std::string> names_;
   std::vector<at::Tensor> params_;
   std::vector<bool> decay_;
@@ -298,12 +305,14 @@ class ShardedAdamW final : public Optimizer {
   comm::ShardTarget target_;
   at::Tensor exp_avg_, exp_avg_sq_;                    // (owned) fp32: this rank's range
   std::map<size_t, std::pair<at::Tensor, at::Tensor>> replicated_;  // tiny tensors: exp_avg, exp_avg_sq
-  at::Tensor send_, gathered_;                         // all-gather buffers: (pieces x q), (pieces x world x q)
+  at::Tensor send_, gathered_;  // all-gather buffers: (pieces x q), (pieces x world x q); Note [Borrowed gather buffers]
   int64_t piece_q_ = 0;                                // elements per rank per piece
   std::vector<std::vector<Copy>> receive_;             // per piece
   std::vector<comm::Pending> in_flight_;               // launched, not yet completed (sync_parameters)
   std::chrono::steady_clock::time_point first_launch_;
   bool overlap_gather_ = false;
+  bool lend_grads_ = false;  // the gathers' buffers are gradient memory (Note [Borrowed gather buffers])
+  bool lent_ = false;        // gathers in flight hold it: sync_parameters() zeroes it
   bool keep_grads_ = false;
   std::vector<at::Tensor> masters_;  // fp32 master of a bf16 working copy (whole, on every rank); undefined for the others
   std::vector<at::Tensor> copies_, copy_masters_;  // the working copies and their masters, in parameter order
