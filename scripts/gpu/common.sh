@@ -34,3 +34,32 @@ wait_for_step() {
     [ "${step:-0}" -ge "$2" ] && break; sleep 1
   done
 }
+
+# rank0_socket LOG [PID]: prints the control socket path that rank 0 of a
+# launch_local.sh job logged in LOG ("[rank 0] ... control socket PATH (try: ...)"),
+# waiting up to 5 minutes for it; fails when process PID (if given) exits first.
+rank0_socket() {
+  local alive="true" path=""; [ -n "${2:-}" ] && alive="kill -0 $2"
+  for _ in $(seq 1500); do
+    path=$(grep -m1 -oE '^\[rank 0\] .*control socket [^ ]+' "$1" 2>/dev/null | sed -E 's/.*control socket //')
+    [ -n "$path" ] && [ -S "$path" ] && { echo "$path"; return 0; }
+    $alive 2>/dev/null || return 1; sleep 0.2
+  done
+  return 1
+}
+
+# summarize_monitor FILE: one line per group of a `monitor-comm --json` record.
+summarize_monitor() {
+  python3 - "$1" <<'PY'
+import json, sys
+text = open(sys.argv[1]).read()
+try:
+    rec = json.loads(text.splitlines()[0])
+except (ValueError, IndexError):
+    print("monitor-comm: " + text[:300]); sys.exit(0)
+comm = rec.get("comm", rec)
+print(json.dumps({k: v for k, v in comm.items() if k not in ("groups", "buckets")})[:600])
+for g in comm.get("groups", []):
+    print("  " + json.dumps(g)[:300])
+PY
+}

@@ -28,6 +28,11 @@
 # the default RUNS) is lf-sharded with precision.bf16_weights=on. lf-on (not in the default RUNS) is
 # lf-plain with precision.bf16_weights=on: with SETS="trainer.gradient_accumulation_steps=2", the
 # working copies whose gradients sum in fp32 against auto's fp32 weights at one GPU.
+# lf-switch (not in the default RUNS) is lf-hybrid that `loongforge switch-strategy --strategy simple`
+# (sent to rank 0 once step SWITCH_AT, default 100, is done) turns into simple for the rest of the run:
+# the answer's applied_at_step, and medians before and after it, are printed (issue #15 asks for a
+# switch during the run). CTL=1: each GCTS run (gcts.enable) takes one `monitor-comm --json --buckets`
+# record of rank 0 once step 60 is done ($OUT/<run>-monitor-comm.json; its groups are printed).
 # SETS="key=value ..." adds trainer overrides to every run, the reference's included.
 # Builds build-gpu/ first; TESTS=1 also runs the GPU tests (LONG=0 form);
 # PROFILE=1 takes a 2-second `profile-step --kernels` at step 60 of each
@@ -82,7 +87,7 @@ for w in $worlds; do
       lf-adfe) sets=(--set adfe.enable=true) ;;
       lf-copies) sets=(--set gcts.enable=true --set gcts.comm_strategy=hybrid --set precision.bf16_weights=on) ;;
       lf-simple) sets=(--set gcts.enable=true --set gcts.comm_strategy=simple) ;;
-      lf-hybrid) sets=(--set gcts.enable=true --set gcts.comm_strategy=hybrid) ;;
+      lf-hybrid|lf-switch) sets=(--set gcts.enable=true --set gcts.comm_strategy=hybrid) ;;
       lf-after) sets=(--set gcts.enable=true --set gcts.comm_strategy=hybrid --set gcts.overlap=false) ;;
       lf-sharded) sets=(--set gcts.enable=true --set gcts.comm_strategy=hybrid --set gcts.shard_optimizer=true) ;;
       lf-sharded-copies) sets=(--set gcts.enable=true --set gcts.comm_strategy=hybrid --set gcts.shard_optimizer=true
@@ -93,6 +98,10 @@ for w in $worlds; do
         ctl=(--set control.enable=false)
         prof=0; [ "${PROFILE:-0}" = 1 ] && [ "$w" = 1 ] && prof=1  # one socket path for all ranks: one rank only
         [ $prof = 1 ] && ctl=(--set control.socket=/tmp/lf-ctl/$name.sock)
+        # Rank 0's socket at its default path (one per process), found from its run log.
+        watch=0; gcts=0; [[ " ${sets[*]} " == *" gcts.enable=true "* ]] && gcts=1
+        { [ "${CTL:-0}" = 1 ] && [ $gcts = 1 ]; } || [ $run = lf-switch ] && watch=1
+        [ $watch = 1 ] && [ $prof = 0 ] && ctl=()
         rw=(); [ "${ONE_RANK_WORLD:-0}" = 1 ] && [ "$w" = 1 ] && rw=(LOONGFORGE_TEST_ONE_RANK_WORLD=1)
         env "${rw[@]}" LOONGFORGE_TRAIN=build-gpu/src/daemon/loongforge-train LOG_DIR=/tmp/logs/$name timeout 400 \
           bash scripts/launch_local.sh $w "${common[@]}" --set run.name=$name "${sets[@]}" "${ctl[@]}" \
@@ -101,6 +110,18 @@ for w in $worlds; do
         if [ $prof = 1 ] && wait_for_step /tmp/lf-ctl/$name.sock 60 $pid; then
           build-gpu/cli/loongforge profile-step --socket /tmp/lf-ctl/$name.sock --duration 2 --kernels \
             --output "$OUT/$name-profile.json" | tail -24
+        fi
+        if [ $watch = 1 ] && sock=$(rank0_socket "$OUT/$name.log" $pid); then
+          if [ "${CTL:-0}" = 1 ] && [ $gcts = 1 ] && wait_for_step "$sock" 60 $pid; then
+            build-gpu/cli/loongforge monitor-comm --socket "$sock" --count 1 --buckets --json \
+              > "$OUT/$name-monitor-comm.json" 2>&1
+            summarize_monitor "$OUT/$name-monitor-comm.json"
+          fi
+          if [ $run = lf-switch ] && wait_for_step "$sock" "${SWITCH_AT:-100}" $pid; then
+            build-gpu/cli/loongforge switch-strategy --socket "$sock" --strategy simple --json \
+              > "$OUT/$name-switch.json" 2>&1
+            cat "$OUT/$name-switch.json"
+          fi
         fi
         wait $pid; echo "exit $?"
         rm -rf /dev/shm/ckpt
@@ -163,6 +184,21 @@ for n, r in rows.items():
     share = "-" if r["run"].startswith("ref") else f"{100 * r['exposed'] / r['ms']:.2f}"
     print(f"{n:18} {r['w']:>4} {r['per_gpu']:>13.1f} {r['ms']:>8.1f} {exposed:>10} {share:>9} {r['mem']:>8.0f} "
           f"{r['moments']:>10} {r['buffers']:>10} {r['mfu']:>6.3f} {eff:>8}   ({r['n']} steps)")
+# lf-switch: medians of the steps before and after the switch took effect (its answer's applied_at_step).
+for n in names:
+    f = out / f"{n}-switch.json"
+    if not n.startswith("lf-switch-") or not f.exists() or n not in rows:
+        continue
+    try:
+        applied = json.loads(f.read_text()).get("applied_at_step")
+    except ValueError:
+        print(f"{n}: switch-strategy answered {f.read_text()[:200]!r}"); continue
+    recs = [json.loads(l) for l in (out / f"{n}_metrics.jsonl").read_text().splitlines() if l.strip()]
+    before = [r["samples_per_s"] for r in recs if 50 < r["step"] < applied]
+    after = [r["samples_per_s"] for r in recs if r["step"] > applied + 5]  # past the new plan's warm-up
+    if before and after:
+        print(f"{n}: hybrid until step {applied}: {st.median(before):.1f} samples/s/GPU ({len(before)} steps); "
+              f"simple after it: {st.median(after):.1f} ({len(after)} steps from step {applied + 6})")
 for w in sorted({r["w"] for r in rows.values()}):
     for base in ("ref-ddp", "ref-opt"):
         ref = rows.get(f"{base}-w{w}")
