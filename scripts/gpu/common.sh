@@ -35,19 +35,6 @@ wait_for_step() {
   done
 }
 
-# rank0_socket LOG [PID]: prints the control socket path that rank 0 of a
-# launch_local.sh job logged in LOG ("[rank 0] ... control socket PATH (try: ...)"),
-# waiting up to 5 minutes for it; fails when process PID (if given) exits first.
-rank0_socket() {
-  local alive="true" path=""; [ -n "${2:-}" ] && alive="kill -0 $2"
-  for _ in $(seq 1500); do
-    path=$(grep -m1 -oE '^\[rank 0\] .*control socket [^ ]+' "$1" 2>/dev/null | sed -E 's/.*control socket //')
-    [ -n "$path" ] && [ -S "$path" ] && { echo "$path"; return 0; }
-    $alive 2>/dev/null || return 1; sleep 0.2
-  done
-  return 1
-}
-
 # summarize_monitor FILE: one line per group of a `monitor-comm --json` record.
 summarize_monitor() {
   python3 - "$1" <<'PY'

@@ -96,22 +96,22 @@ for w in $worlds; do
     case $run in
       lf-*)
         ctl=(--set control.enable=false)
-        prof=0; [ "${PROFILE:-0}" = 1 ] && [ "$w" = 1 ] && prof=1  # one socket path for all ranks: one rank only
-        [ $prof = 1 ] && ctl=(--set control.socket=/tmp/lf-ctl/$name.sock)
-        # Rank 0's socket at its default path (one per process), found from its run log.
+        prof=0; [ "${PROFILE:-0}" = 1 ] && [ "$w" = 1 ] && prof=1
         watch=0; gcts=0; [[ " ${sets[*]} " == *" gcts.enable=true "* ]] && gcts=1
         { [ "${CTL:-0}" = 1 ] && [ $gcts = 1 ]; } || [ $run = lf-switch ] && watch=1
-        [ $watch = 1 ] && [ $prof = 0 ] && ctl=()
+        # A socket per rank ({rank}: the trainer puts its rank there); rank 0's is the one spoken to.
+        sock=/tmp/lf-ctl/$name-0.sock
+        { [ $prof = 1 ] || [ $watch = 1 ]; } && ctl=(--set "control.socket=/tmp/lf-ctl/$name-{rank}.sock")
         rw=(); [ "${ONE_RANK_WORLD:-0}" = 1 ] && [ "$w" = 1 ] && rw=(LOONGFORGE_TEST_ONE_RANK_WORLD=1)
         env "${rw[@]}" LOONGFORGE_TRAIN=build-gpu/src/daemon/loongforge-train LOG_DIR=/tmp/logs/$name timeout 400 \
           bash scripts/launch_local.sh $w "${common[@]}" --set run.name=$name "${sets[@]}" "${ctl[@]}" \
           --set checkpoint.dir=/dev/shm/ckpt/$name > "$OUT/$name.log" 2>&1 &
         pid=$!
-        if [ $prof = 1 ] && wait_for_step /tmp/lf-ctl/$name.sock 60 $pid; then
-          build-gpu/cli/loongforge profile-step --socket /tmp/lf-ctl/$name.sock --duration 2 --kernels \
+        if [ $prof = 1 ] && wait_for_step $sock 60 $pid; then
+          build-gpu/cli/loongforge profile-step --socket $sock --duration 2 --kernels \
             --output "$OUT/$name-profile.json" | tail -24
         fi
-        if [ $watch = 1 ] && sock=$(rank0_socket "$OUT/$name.log" $pid); then
+        if [ $watch = 1 ]; then
           if [ "${CTL:-0}" = 1 ] && [ $gcts = 1 ] && wait_for_step "$sock" 60 $pid; then
             build-gpu/cli/loongforge monitor-comm --socket "$sock" --count 1 --buckets --json \
               > "$OUT/$name-monitor-comm.json" 2>&1

@@ -157,6 +157,16 @@ void remove_stale_sockets(const std::string& dir) {
   ::closedir(d);
 }
 
+// For a path that is taken: where the identity says the job has several
+// ranks, they may all have been given the same control.socket.
+std::string several_ranks_hint(const nlohmann::json& identity) {
+  const auto world = identity.value("world", int64_t{1});
+  if (world <= 1) return "";
+  return " (this job has " + std::to_string(world) +
+         " ranks, and every rank serves its own socket: put {rank} in control.socket, which each rank replaces "
+         "by its number, or leave it empty for one <pid>.sock per process)";
+}
+
 std::string dirname_of(const std::string& path) {
   const auto slash = path.rfind('/');
   return slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
@@ -180,7 +190,8 @@ void Server::start() {
     if (!S_ISSOCK(st.st_mode))
       throw ControlError("control socket path " + path_ + " exists and is not a socket: remove it or choose another control.socket");
     if (someone_answers(addr))
-      throw ControlError("another trainer already serves " + path_ + ": stop it or choose another control.socket");
+      throw ControlError("another trainer already serves " + path_ + ": stop it or choose another control.socket" +
+                         several_ranks_hint(opt_.identity));
     ::unlink(path_.c_str());  // stale: its server died
   }
 
@@ -215,7 +226,8 @@ void Server::start() {
     if (::link(bound.c_str(), path_.c_str()) != 0) {
       const int err = errno;
       if (err == EEXIST)
-        fail("another trainer took " + path_ + " while this one started; stop it or choose another control.socket", err);
+        fail("another trainer took " + path_ + " while this one started; stop it or choose another control.socket" +
+                 several_ranks_hint(opt_.identity), err);
       fail("cannot place the control socket at " + path_, err);
     }
     ::unlink(bound.c_str());

@@ -97,6 +97,17 @@ std::unique_ptr<CommandBus> make_store_bus(c10d::Store& store) {
 // ---------------------------------------------------------------------------
 // Setup
 
+namespace {
+// control.socket with every "{rank}" replaced by this process's rank (several
+// ranks on one host need a socket each; launchers give them the same arguments).
+std::string socket_for_rank(std::string path, int64_t rank) {
+  const std::string mark = "{rank}", number = std::to_string(rank);
+  for (size_t at = path.find(mark); at != std::string::npos; at = path.find(mark, at + number.size()))
+    path.replace(at, mark.size(), number);
+  return path;
+}
+}  // namespace
+
 ControlPlane::ControlPlane(const config::Config& cfg, Identity id, std::unique_ptr<CommandBus> bus,
                            const std::vector<Engine>& engines)
     : id_(std::move(id)), bus_(std::move(bus)) {
@@ -107,7 +118,7 @@ ControlPlane::ControlPlane(const config::Config& cfg, Identity id, std::unique_p
       if (v.cluster) cluster_verbs_[v.name] = &v;
   if (!cfg.control.enable) return;
   control::ServerOptions so;
-  so.socket_path = cfg.control.socket;
+  so.socket_path = socket_for_rank(cfg.control.socket, id_.rank);
   so.allow_root = cfg.control.allow_root;
   so.identity = {{"rank", id_.rank}, {"world", id_.world}, {"model", id_.model}};
   server_ = std::make_unique<control::Server>(so);

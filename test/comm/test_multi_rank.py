@@ -6,7 +6,8 @@ another world size keeps the global batch by changing the accumulation and
 continues exactly where it stopped (equal to an uninterrupted run), or is
 refused when the global batch cannot be kept; cluster-wide control verbs sent
 to one rank (checkpoint-now, stop) and a SIGTERM to one rank are applied by
-every rank at the same step.
+every rank at the same step; one control.socket with {rank} in it gives each
+rank its own socket.
 """
 import json
 import os
@@ -31,7 +32,9 @@ def free_port():
 
 
 def launch(out, world, *sets, name="job", steps=100):
-    """Starts `world` ranks; returns their Popen objects (logs in out/rank<r>.log)."""
+    """Starts `world` ranks; returns their Popen objects (logs in out/rank<r>.log). Every rank gets the
+    same control.socket, out/ctl{rank}/s.sock, as a launcher gives every rank the same arguments: each
+    rank serves out/ctl<its rank>/s.sock."""
     Path(out).mkdir(parents=True, exist_ok=True)
     port = free_port()
     procs = []
@@ -42,7 +45,7 @@ def launch(out, world, *sets, name="job", steps=100):
                "--set", f"data.path={DATA}", "--set", f"run.output_dir={out}", "--set", f"run.name={name}",
                "--set", f"trainer.max_steps={steps}", "--set", "trainer.micro_batch_size=4",
                "--set", "run.threads=1", "--set", "run.deterministic=true", "--set", "logging.progress=lines",
-               "--set", "checkpoint.interval_steps=1000000", "--set", f"control.socket={out}/ctl{r}/s.sock"]
+               "--set", "checkpoint.interval_steps=1000000", "--set", f"control.socket={out}/ctl{{rank}}/s.sock"]
         for s in sets:
             cmd += ["--set", s]
         log = open(Path(out) / f"rank{r}.log", "a")

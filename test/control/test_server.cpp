@@ -4,7 +4,8 @@
 // waits for drain() on the calling (trainer) thread; handler errors and
 // unknown verbs become error replies; a line over kMaxLineBytes is refused
 // and the connection closed; stop() removes the socket and runs no queued task;
-// the socket file, once it exists, accepts connections.
+// the socket file, once it exists, accepts connections; a path another server
+// serves is refused, with a hint about {rank} where the job has several ranks.
 #include <dirent.h>      // opendir, readdir
 #include <poll.h>        // poll
 #include <stdlib.h>      // mkdtemp
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "loongforge/common/error.hpp"  // loongforge::ControlError
 #include "loongforge/control/protocol.hpp"
 #include "loongforge/control/server.hpp"
 
@@ -254,4 +256,29 @@ TEST_CASE("control: once the socket file exists it accepts connections, and the 
   }
   ::rmdir(dir.c_str());
   REQUIRE(refused == 0);
+}
+
+TEST_CASE("control: a path another server serves is refused, and where the job has several ranks the error says to put "
+          "{rank} in control.socket") {
+  const std::string dir = Fixture::make_dir(), path = dir + "/c.sock";
+  Server first(Fixture::options(path));
+  first.start();
+  const auto refusal = [&](int64_t world) {
+    ServerOptions o = Fixture::options(path);
+    o.identity = {{"rank", 1}, {"world", world}};
+    Server second(o);
+    try {
+      second.start();
+    } catch (const loongforge::ControlError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(started)");
+  };
+  const std::string alone = refusal(1), of_two = refusal(2);
+  CHECK_THAT(alone, Contains("another trainer already serves " + path));
+  CHECK_THAT(of_two, Contains("another trainer already serves " + path));
+  CHECK_THAT(of_two, Contains("this job has 2 ranks") && Contains("put {rank} in control.socket"));
+  CHECK(alone.find("{rank}") == std::string::npos);
+  first.stop();
+  ::rmdir(dir.c_str());
 }
