@@ -56,13 +56,15 @@
 //   reducer has read `local` by the time the update starts.
 // So the gradients are zeroed only once the gathers are complete: by
 // step() without overlap, by sync_parameters() with it (which the trainer
-// calls before the next forward); zero_grad() completes the gathers first.
+// calls before the next forward; a step() whose backward came before it is
+// refused); zero_grad() completes the gathers first.
 // At one rank nothing is sent or received. What remains of its own is the
 // gradient shard: 4 bytes per sharded element / world (without views, the
 // receive buffer too: 4 bytes per sharded element).
 #include <algorithm>  // std::min, std::max, std::upper_bound
 #include <chrono>     // std::chrono
 #include <cmath>      // std::pow, std::sqrt
+#include <stdexcept>  // std::logic_error
 
 #include <ATen/ATen.h>  // at::zeros, at::linalg_vector_norm
 
@@ -122,36 +124,33 @@ ShardedAdamW::ShardedAdamW(const std::vector<OptimizedParam>& params, AdamWOptio
                                    : params.front().tensor.options().dtype(at::kFloat);
   const comm::ShardLayout& l = target_.layout;
   if (world_) plan_pieces(sharded.gather_piece_numel);
-  const auto pieces = static_cast<int64_t>(receive_.size());
+  const int64_t send = static_cast<int64_t>(receive_.size()) * piece_q_, receive = l.world * send;
   const c10::Device comm_device = world_ ? world_->device() : opts.device();
-  const auto dev = opts.device(comm_device);
   // Note [Borrowed gather buffers]: at several ranks on the parameters' device, the gathers borrow
   // the gradient memory (on Gloo with GPU parameters the collectives need host buffers of their own).
   lend_grads_ = world_ && l.world > 1 && comm_device == opts.device();
+  at::Tensor flat, shard;  // the gradients' memory: the flat buffer and the shard, large enough for what they lend
   if (sharded.gradient_views) {
-    const int64_t receive = lend_grads_ ? pieces * l.world * piece_q_ : 0;
-    target_.local = at::zeros({std::max(l.world * l.chunk, receive)}, opts).narrow(0, 0, l.world * l.chunk);
+    flat = at::zeros({std::max(l.world * l.chunk, lend_grads_ ? receive : 0)}, opts);
+    target_.local = flat.narrow(0, 0, l.world * l.chunk);
     install_gradient_views();
   }
   // One rank: the optimizer's range is the whole flat space (chunk = total).
-  if (target_.local.defined() && l.world == 1)
+  if (target_.local.defined() && l.world == 1) {
     target_.grad = target_.local;
-  else if (lend_grads_)
-    target_.grad = at::zeros({std::max(l.chunk, pieces * piece_q_)}, opts).narrow(0, 0, l.chunk);
-  else
-    target_.grad = at::zeros({l.chunk}, opts);
+  } else {
+    shard = at::zeros({std::max(l.chunk, lend_grads_ ? send : 0)}, opts);
+    target_.grad = shard.narrow(0, 0, l.chunk);
+  }
   exp_avg_ = at::zeros({l.owned()}, opts);
   exp_avg_sq_ = at::zeros({l.owned()}, opts);
   for (size_t i : l.replicated)
     replicated_[i] = {at::zeros_like(params_[i], at::MemoryFormat::Contiguous),
                       at::zeros_like(params_[i], at::MemoryFormat::Contiguous)};
   if (world_) {
-    const auto whole = [](const at::Tensor& view, int64_t n) {  // the first n elements of view's storage
-      return at::empty({0}, view.options()).set_(view.storage(), 0, {n});
-    };
-    send_ = lend_grads_ ? whole(target_.grad, pieces * piece_q_) : at::zeros({pieces * piece_q_}, dev);
-    gathered_ = lend_grads_ && target_.local.defined() ? whole(target_.local, pieces * l.world * piece_q_)
-                                                       : at::zeros({pieces * l.world * piece_q_}, dev);
+    const auto dev = opts.device(comm_device);
+    send_ = lend_grads_ ? shard.narrow(0, 0, send) : at::zeros({send}, dev);
+    gathered_ = lend_grads_ && flat.defined() ? flat.narrow(0, 0, receive) : at::zeros({receive}, dev);
   }
   target_.gather_overlap = overlap_gather_;
   target_.gather_calls = static_cast<int64_t>(receive_.size());
@@ -258,7 +257,11 @@ at::Tensor ShardedAdamW::clip_grad_norm(double max_norm) {
 
 void ShardedAdamW::step(double lr) {
   at::NoGradGuard no_grad;
-  sync_parameters();  // a previous step's gathers, if nobody completed them
+  // Note [Borrowed gather buffers]: the backward since the last step wrote into memory the gathers still held.
+  if (lent_)
+    throw std::logic_error("ShardedAdamW::step: the previous step's all-gathers still hold the gradients' memory; "
+                           "call sync_parameters() before the next backward");
+  sync_parameters();  // a previous step's gathers, if nobody completed them (none borrow then)
   const comm::ShardLayout& l = target_.layout;
   // Note [Gather overlap]: a piece goes out once this rank's part of it is updated.
   size_t next = 0;
@@ -441,10 +444,9 @@ int64_t ShardedAdamW::state_bytes() const {
   return n;
 }
 
-// The gradient shard counts where it is a buffer of its own (at one rank with
-// gradient views it is the flat gradient buffer itself). Each memory block
-// counts once (Note [Borrowed gather buffers]), the flat gradient buffer's
-// own elements not at all: they are the gradients.
+// Every memory block once (Note [Borrowed gather buffers]: the buffers may
+// share one), less the flat gradient buffer's own elements: they are the
+// gradients (at one rank with gradient views the shard is that buffer).
 int64_t ShardedAdamW::buffer_bytes() const {
   int64_t n = 4 * count_copies(masters_).numel;
   std::vector<const void*> seen;
@@ -452,10 +454,8 @@ int64_t ShardedAdamW::buffer_bytes() const {
     if (!t->defined() || std::find(seen.begin(), seen.end(), t->storage().data()) != seen.end()) continue;
     seen.push_back(t->storage().data());
     n += static_cast<int64_t>(t->storage().nbytes());
-    if (target_.local.defined() && t->storage().is_alias_of(target_.local.storage()))
-      n -= static_cast<int64_t>(target_.local.nbytes());
   }
-  return n;
+  return target_.local.defined() ? n - static_cast<int64_t>(target_.local.nbytes()) : n;
 }
 
 nlohmann::json ShardedAdamW::state_json() const {

@@ -18,6 +18,7 @@
 #include <cmath>   // std::isnan
 #include <functional>  // std::function
 #include <limits>  // std::numeric_limits
+#include <stdexcept>  // std::logic_error
 
 #include <ATen/ATen.h>              // at::randn
 #include <ATen/CPUGeneratorImpl.h>  // at::CPUGeneratorImpl
@@ -371,6 +372,7 @@ struct BorrowRun {
   std::vector<at::Tensor> params;
   bool zero_before_backward = true;
   std::vector<int64_t> in_flight_after_step;
+  bool step_refused_before_sync = false;  // a second step() with the gathers still in flight
 };
 
 BorrowRun borrow_steps(const std::vector<at::Tensor>& params, const std::function<void(int64_t)>& begin,
@@ -394,7 +396,8 @@ BorrowRun borrow_steps(const std::vector<at::Tensor>& params, const std::functio
 }  // namespace
 
 TEST_CASE("optimizer: at 2 ranks the sharded AdamW's all-gathers borrow the gradients' memory and still update bitwise "
-          "as the plain AdamW, with every gradient zero again before the next backward") {
+          "as the plain AdamW, with every gradient zero again before the next backward, and a step before "
+          "sync_parameters() is refused") {
   auto plain_params = make_params(29);
   for (auto& p : plain_params) p.tensor.requires_grad_(true);
   AdamW plain(plain_params, options());
@@ -429,6 +432,11 @@ TEST_CASE("optimizer: at 2 ranks the sharded AdamW's all-gathers borrow the grad
               opt.step(1e-2);
               run.in_flight_after_step.push_back(opt.gathers_in_flight());
             });
+        try {
+          if (overlap) opt.step(1e-2);
+        } catch (const std::logic_error&) {
+          run.step_refused_before_sync = true;
+        }
         opt.sync_parameters();
         for (size_t i = 0; i < ps.size(); ++i) run.params[i] = ps[i].tensor.detach().clone();
         buffers[world.rank()] = opt.buffer_bytes();
@@ -439,6 +447,7 @@ TEST_CASE("optimizer: at 2 ranks the sharded AdamW's all-gathers borrow the grad
         CAPTURE(r);
         for (const int64_t n : runs[r].in_flight_after_step) REQUIRE((n > 0) == overlap);
         REQUIRE(runs[r].zero_before_backward);
+        REQUIRE(runs[r].step_refused_before_sync == overlap);
         REQUIRE(runs[r].params.size() == expected.params.size());
         for (size_t i = 0; i < expected.params.size(); ++i) {
           CAPTURE(i);

@@ -93,8 +93,9 @@
 // step()/zero_grad() zero that buffer instead of dropping them. At several
 // ranks the all-gather's buffers borrow the gradients' memory (Note
 // [Borrowed gather buffers] in sharded_adamw.cpp): with gathers left in
-// flight, step() leaves the gradients to sync_parameters() to zero, and
-// zero_grad() completes the gathers first.
+// flight, step() leaves the gradients to sync_parameters() to zero (so it
+// must come before the next backward: a step() before it throws
+// std::logic_error), and zero_grad() completes the gathers first.
 // A parameter given with bf16_weight becomes a bf16 working copy here too,
 // on any device (Note [Sharded working copies] in sharded_adamw.cpp): every
 // rank keeps its whole fp32 master, which takes the place of the parameter
