@@ -111,17 +111,15 @@ for w in $worlds; do
           build-gpu/cli/loongforge profile-step --socket $sock --duration 2 --kernels \
             --output "$OUT/$name-profile.json" | tail -24
         fi
-        if [ $watch = 1 ]; then
-          if [ "${CTL:-0}" = 1 ] && [ $gcts = 1 ] && wait_for_step "$sock" 60 $pid; then
-            build-gpu/cli/loongforge monitor-comm --socket "$sock" --count 1 --buckets --json \
-              > "$OUT/$name-monitor-comm.json" 2>&1
-            summarize_monitor "$OUT/$name-monitor-comm.json"
-          fi
-          if [ $run = lf-switch ] && wait_for_step "$sock" "${SWITCH_AT:-100}" $pid; then
-            build-gpu/cli/loongforge switch-strategy --socket "$sock" --strategy simple --json \
-              > "$OUT/$name-switch.json" 2>&1
-            cat "$OUT/$name-switch.json"
-          fi
+        if [ "${CTL:-0}" = 1 ] && [ $gcts = 1 ] && wait_for_step "$sock" 60 $pid; then
+          build-gpu/cli/loongforge monitor-comm --socket "$sock" --count 1 --buckets --json \
+            > "$OUT/$name-monitor-comm.json" 2>&1
+          summarize_monitor "$OUT/$name-monitor-comm.json"
+        fi
+        if [ $run = lf-switch ] && wait_for_step "$sock" "${SWITCH_AT:-100}" $pid; then
+          build-gpu/cli/loongforge switch-strategy --socket "$sock" --strategy simple --json \
+            > "$OUT/$name-switch.json" 2>&1
+          cat "$OUT/$name-switch.json"
         fi
         wait $pid; echo "exit $?"
         rm -rf /dev/shm/ckpt
