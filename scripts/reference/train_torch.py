@@ -510,6 +510,15 @@ class Baseline:
             prefetch_factor=int(cfg_get(cfg, "adfe.prefetch_factor")) if self.workers > 0 else None)
         self.it = iter(self.loader)
         self.opt = make_optimizer(model, cfg, fused=self.device.type == "cuda")
+        # CUDA graph trees hand a backward graph's outputs over as .grad; with accumulation the next
+        # micro-batch's replay overwrites the memory such a .grad lives in, and adding into it fails
+        # ("accessing tensor output of CUDAGraphs that has been overwritten", pytorch/pytorch#169545).
+        # Gradients that exist before the first backward are added into in place instead, so the
+        # optimized mode with accumulation keeps them allocated and zeroes them after each step.
+        self.keep_grads = optimized and self.K > 1 and self.device.type == "cuda"
+        if self.keep_grads:
+            for p in self.trainable:
+                p.grad = torch.zeros_like(p)
 
     def step(self, s: int) -> Dict:
         cfg, K, device = self.cfg, self.K, self.device
@@ -557,7 +566,7 @@ class Baseline:
             for g in self.opt.param_groups:
                 g["lr"] = lr
             self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
+        self.opt.zero_grad(set_to_none=not self.keep_grads)
         sync(device)
         t2 = time.perf_counter()
         return step_record(s, lr, loss_f, total_f, float(stats[1]), self.builder.B * K * self.world,
