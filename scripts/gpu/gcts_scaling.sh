@@ -61,7 +61,8 @@ worlds=${WORLDS:-1 $([ "$gpus" -gt 1 ] && echo "$gpus")}
 runs=${RUNS:-lf-plain lf-simple lf-hybrid lf-sharded ref-ddp}
 stamp "environment: $gpus GPU(s), worlds $worlds, $model, $steps steps"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-stamp "build"; bash scripts/gpu/build.sh || exit 1
+# BUILD_TARGETS="loongforge-train loongforge" builds only what the runs use (not with TESTS=1).
+stamp "build"; bash scripts/gpu/build.sh ${BUILD_TARGETS:-} || exit 1
 if [ "${TESTS:-0}" = 1 ]; then
   stamp "gpu tests"
   (cd build-gpu && ctest -L gpu -LE long --output-on-failure --timeout 600 > "$OUT/ctest.log" 2>&1)
