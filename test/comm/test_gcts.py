@@ -1,8 +1,11 @@
 """GCTS on the CPU (Gloo, several processes, the real binaries): with one
-global batch (8 samples), 1, 2 and 4 ranks under the plain path and GCTS's
-`simple` and `hybrid` strategies, with and without the sharded optimizer (op for op and fused), end
-with the same parameters (fp32; the measured maximum relative difference is
-printed); switching the strategy mid-run (sent to rank 1, applied by every
+global batch (8 samples), 1, 2 and 4 ranks under GCTS's `simple` and `hybrid`
+strategies, with and without the sharded optimizer (op for op and fused), end
+with the parameters of the plain path at the same world size (GCTS changes
+nothing: bitwise at 1 and 2 ranks, where a sum of two is the same in either
+order; within 1e-5 at 4, where Gloo's ring adds in an order that depends on
+the buffer's length) and with those of one rank (fp32; both measured
+differences are printed, see below); switching the strategy mid-run (sent to rank 1, applied by every
 rank at one step) changes nothing: bitwise on two ranks; the sharded
 optimizer's state gathered from its per-rank files equals the unsharded state,
 and each rank reports (run line; rank 0 also in summary.json) the moments it
@@ -27,6 +30,16 @@ in exact arithmetic (softmax ignores a constant added to every key score), so
 AdamW turns float rounding into values of ~1e-8 whose relative difference
 between any two summation orders is O(1) (measured: up to 1.2 between 1 and 2
 ranks on the plain path too).
+
+Against one rank, several ranks sum the same gradients in another order (one
+rank adds four micro-batches; two ranks add two each, then average), and
+AdamW, which divides by the root of the second moment, carries that rounding
+into the weights. After 50 steps the plain path at 2 ranks (GCTS off) is
+1.51e-5 from one rank by the measure above, all of it in one tensor
+(embodiment.state_encoder.layer1.bias, the dataset's one embodiment slot),
+and 2.2e-8 over all parameters together (||a - b|| / ||a||); every GCTS form
+at 2 ranks is bitwise that plain path. So against one rank the test requires
+the issue's 1e-5 of the whole parameter set, and 1e-4 of each tensor.
 """
 import json
 import os
@@ -42,10 +55,11 @@ from test_multi_rank import Client, launch, losses, wait_all, wait_socket  # noq
 from trainer_harness import cli  # noqa: E402
 
 # LOONGFORGE_GCTS_FAST=1 (the suite's form, comm_gcts): fewer steps and cases; the full form
-# (comm_gcts_full, label long) runs every case for 30 steps (the issue asks 50).
+# (comm_gcts_full, label long) runs every case for 50 steps, as issue #13 asks.
 FAST = os.environ.get("LOONGFORGE_GCTS_FAST") == "1"
-STEPS = 12 if FAST else 30
+STEPS = 12 if FAST else 50
 REL_TOL = 1e-5
+TENSOR_TOL = 1e-4  # one tensor against one rank: summation order, see the docstring
 SHARDED = ("gcts.enable=true", "gcts.shard_optimizer=true")
 # micro-batch 2: global batch 8 = 2 x 4 (1 rank) = 2 x 2 x 2 = 2 x 1 x 4.
 BASE = ("trainer.micro_batch_size=2",)
@@ -66,16 +80,28 @@ def final(run_dir):
 TINY = 1e-6
 
 
-def rel_diff(a, b):
+def worst_tensor(a, b):
+    """(the largest per-tensor relative difference, that tensor's name)."""
     assert list(a) == list(b)
-    worst = 0.0
+    worst = (0.0, "-")
     for k in a:
         scale, d = a[k].abs().max().item(), (a[k] - b[k]).abs().max().item()
         if scale < TINY:
             assert d <= TINY, (k, scale, d)
             continue
-        worst = max(worst, d / scale)
+        if d / scale > worst[0]:
+            worst = (d / scale, k)
     return worst
+
+
+def rel_diff(a, b):
+    return worst_tensor(a, b)[0]
+
+
+def whole_diff(a, b):
+    """||a - b|| / ||a|| over every parameter together, in double."""
+    num = sum(((a[k].double() - b[k].double()) ** 2).sum().item() for k in a)
+    return (num / sum((a[k].double() ** 2).sum().item() for k in a)) ** 0.5
 
 
 NOISE = ".attn.k.bias"  # the zero-gradient tensors of the docstring: their moments are rounding noise too
@@ -135,9 +161,25 @@ CASES = CASES_FAST if FAST else [
 ]
 
 
+@pytest.fixture(scope="module")
+def plain_at(reference, tmp_path_factory):
+    """plain_at(world, fused) -> the final parameters of the plain path (GCTS off) at that world size."""
+    done = {}
+
+    def get(world, fused):
+        if world == 1 and not fused:
+            return reference[1]
+        if (world, fused) not in done:
+            out = tmp_path_factory.mktemp(f"plain{world}")
+            sets = ["optimizer.implementation=fused"] if fused else []
+            done[(world, fused)] = final(run(out, world, *sets, name="plain"))[1]
+        return done[(world, fused)]
+    return get
+
+
 @pytest.mark.parametrize("world,strategy,sharded,fused", CASES)
-def test_every_world_size_strategy_and_sharding_ends_with_the_parameters_of_one_rank(reference, tmp_path, world,
-                                                                                    strategy, sharded, fused):
+def test_every_world_size_strategy_and_sharding_ends_with_the_parameters_of_the_plain_path_and_of_one_rank(
+        reference, plain_at, tmp_path, world, strategy, sharded, fused):
     sets = ["gcts.enable=true", f"gcts.comm_strategy={strategy}", f"gcts.shard_optimizer={str(sharded).lower()}"]
     # Small buckets: several buckets and reduce-scatter slices even on n16-tiny.
     sets += ["gcts.bucket_mb=1", "gcts.first_bucket_mb=0.25"]
@@ -145,10 +187,13 @@ def test_every_world_size_strategy_and_sharding_ends_with_the_parameters_of_one_
         sets.append("optimizer.implementation=fused")
     r = run(tmp_path, world, *sets, name="gcts")
     _, w = final(r)
-    d, dl = rel_diff(reference[1], w), loss_diff(reference[2], losses(r))
-    print(f"{world} rank(s), {strategy}, {'sharded' if sharded else 'unsharded'}{', fused AdamW' if fused else ''}: "
-          f"{STEPS} steps, max relative parameter difference {d:.2e}, loss {dl:.2e} (vs 1 rank, plain)")
-    assert d <= REL_TOL and dl <= REL_TOL, (d, dl)
+    dp = rel_diff(plain_at(world, fused), w)
+    (d, where), whole, dl = worst_tensor(reference[1], w), whole_diff(reference[1], w), loss_diff(reference[2], losses(r))
+    print(f"{world} rank(s), {strategy}, {'sharded' if sharded else 'unsharded'}{', fused AdamW' if fused else ''}, "
+          f"{STEPS} steps: vs the plain path at {world} rank(s) {dp:.2e}; vs 1 rank, plain: parameters {whole:.2e} "
+          f"(all together), {d:.2e} (worst tensor, {where}), loss {dl:.2e}")
+    assert dp == 0 if world <= 2 else dp <= REL_TOL, dp
+    assert whole <= REL_TOL and d <= TENSOR_TOL and dl <= REL_TOL, (whole, d, where, dl)
     log = (tmp_path / "rank0.log").read_text()
     assert f"gradient communication {strategy} (GCTS, fp32 reduction" in log
     if sharded:
