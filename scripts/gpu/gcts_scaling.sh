@@ -61,8 +61,9 @@ worlds=${WORLDS:-1 $([ "$gpus" -gt 1 ] && echo "$gpus")}
 runs=${RUNS:-lf-plain lf-simple lf-hybrid lf-sharded ref-ddp}
 stamp "environment: $gpus GPU(s), worlds $worlds, $model, $steps steps"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-# BUILD_TARGETS="loongforge-train loongforge" builds only what the runs use (not with TESTS=1).
-stamp "build"; bash scripts/gpu/build.sh ${BUILD_TARGETS:-} || exit 1
+# BUILD_TARGETS="loongforge-train loongforge" builds only what the runs use; TESTS=1 builds everything.
+targets=${BUILD_TARGETS:-}; [ "${TESTS:-0}" = 1 ] && targets=
+stamp "build"; bash scripts/gpu/build.sh $targets || exit 1
 if [ "${TESTS:-0}" = 1 ]; then
   stamp "gpu tests"
   (cd build-gpu && ctest -L gpu -LE long --output-on-failure --timeout 600 > "$OUT/ctest.log" 2>&1)
@@ -98,11 +99,11 @@ for w in $worlds; do
       lf-*)
         ctl=(--set control.enable=false)
         prof=0; [ "${PROFILE:-0}" = 1 ] && [ "$w" = 1 ] && prof=1
-        watch=0; gcts=0; [[ " ${sets[*]} " == *" gcts.enable=true "* ]] && gcts=1
-        { [ "${CTL:-0}" = 1 ] && [ $gcts = 1 ]; } || [ $run = lf-switch ] && watch=1
+        monitor=0; [ "${CTL:-0}" = 1 ] && [[ " ${sets[*]} " == *" gcts.enable=true "* ]] && monitor=1
         # A socket per rank ({rank}: the trainer puts its rank there); rank 0's is the one spoken to.
         sock=/tmp/lf-ctl/$name-0.sock
-        { [ $prof = 1 ] || [ $watch = 1 ]; } && ctl=(--set "control.socket=/tmp/lf-ctl/$name-{rank}.sock")
+        { [ $prof = 1 ] || [ $monitor = 1 ] || [ $run = lf-switch ]; } &&
+          ctl=(--set "control.socket=/tmp/lf-ctl/$name-{rank}.sock")
         rw=(); [ "${ONE_RANK_WORLD:-0}" = 1 ] && [ "$w" = 1 ] && rw=(LOONGFORGE_TEST_ONE_RANK_WORLD=1)
         env "${rw[@]}" LOONGFORGE_TRAIN=build-gpu/src/daemon/loongforge-train LOG_DIR=/tmp/logs/$name timeout 400 \
           bash scripts/launch_local.sh $w "${common[@]}" --set run.name=$name "${sets[@]}" "${ctl[@]}" \
@@ -112,7 +113,7 @@ for w in $worlds; do
           build-gpu/cli/loongforge profile-step --socket $sock --duration 2 --kernels \
             --output "$OUT/$name-profile.json" | tail -24
         fi
-        if [ "${CTL:-0}" = 1 ] && [ $gcts = 1 ] && wait_for_step "$sock" 60 $pid; then
+        if [ $monitor = 1 ] && wait_for_step "$sock" 60 $pid; then
           build-gpu/cli/loongforge monitor-comm --socket "$sock" --count 1 --buckets --json \
             > "$OUT/$name-monitor-comm.json" 2>&1
           summarize_monitor "$OUT/$name-monitor-comm.json"

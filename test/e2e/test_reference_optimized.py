@@ -3,8 +3,8 @@ loongforge-train is measured against) trains with gradient accumulation as its e
 n16-tiny, bf16, 6 steps of 2 micro-batches on a GPU, every step's loss and gradient norm within 2%.
 Without its kept gradients (scripts/reference/train_torch.py, Baseline.keep_grads) CUDA graph trees
 install a backward graph's output as .grad and the next micro-batch's replay overwrites it: the run
-stopped at its first step on gr00t-n1.6-3b (docs/benchmarks.md, session 42; pytorch/pytorch#169545),
-and summed gradients that were overwritten would give another gradient norm.
+stopped at its first step on gr00t-n1.6-3b (docs/benchmarks.md, session 42; pytorch/pytorch#169545).
+The gradient norms also check that each step's gradient is the sum of its two micro-batches'.
 
 Environment (set by ctest): LOONGFORGE_TEST_DATASET.
 """
