@@ -61,8 +61,8 @@ DataLoader workers, and the script refuses to run without both programs (the
 reference would fall back to OpenCV; --orders runs the C++ side only). torchcodec comes from
 scripts/requirements-test.txt; the CPU wheel loads FFmpeg's shared libraries
 through the dynamic loader: the system's, or LD_LIBRARY_PATH's (on the GPU
-machine scripts/gpu/build_ffmpeg_bench.sh makes both the programs and the
-libraries; scripts/gpu/issue12_decode.sh runs this script there).
+machine scripts/dev/gpu/build_ffmpeg_bench.sh makes both the programs and the
+libraries; scripts/dev/gpu/issue12_decode.sh runs this script there).
 --budget-s S cuts the row running S seconds after the script's start (SIGALRM;
 a native row's process is killed) and skips the rows after it: the rows done
 are still printed and written, the others listed as not run.

@@ -113,7 +113,7 @@ def main() -> int:
     ap.add_argument("--cpp-only", action="store_true",
                     help="package the generated C++ sources and compiled kernels without building the host "
                          "library (AOTInductor's package_cpp_only): the long host C++ compile of a large model "
-                         "can then run on another machine (scripts/build_aoti_package.py)")
+                         "can then run on another machine (scripts/dev/build_aoti_package.py)")
     args = ap.parse_args()
     if args.stacks_every > 0:
         sample_stacks(args.stacks_every)

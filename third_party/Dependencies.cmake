@@ -82,7 +82,7 @@ endif()
 
 # --- FFmpeg -----------------------------------------------------------------
 # System FFmpeg through pkg-config, or a static prefix given as
-# LOONGFORGE_FFMPEG_ROOT (scripts/gpu/build_ffmpeg_static.sh, for machines
+# LOONGFORGE_FFMPEG_ROOT (scripts/dev/gpu/build_ffmpeg_static.sh, for machines
 # without FFmpeg and without network).
 set(LOONGFORGE_FFMPEG_ROOT "" CACHE PATH "Prefix of a static FFmpeg build (optional)")
 set(LOONGFORGE_WITH_FFMPEG OFF)
@@ -92,7 +92,7 @@ if(LOONGFORGE_FFMPEG_ROOT)
   foreach(lib avformat avcodec swscale swresample avutil)  # static-link order: users first
     if(NOT EXISTS ${LOONGFORGE_FFMPEG_ROOT}/lib/lib${lib}.a)
       message(FATAL_ERROR "LOONGFORGE_FFMPEG_ROOT=${LOONGFORGE_FFMPEG_ROOT} lacks lib/lib${lib}.a "
-                          "(build it with scripts/gpu/build_ffmpeg_static.sh)")
+                          "(build it with scripts/dev/gpu/build_ffmpeg_static.sh)")
     endif()
     target_link_libraries(loongforge_ffmpeg INTERFACE ${LOONGFORGE_FFMPEG_ROOT}/lib/lib${lib}.a)
   endforeach()
@@ -100,7 +100,7 @@ if(LOONGFORGE_FFMPEG_ROOT)
   # libavcodec, which uses it).
   if(NOT EXISTS ${LOONGFORGE_FFMPEG_ROOT}/lib/libdav1d.a)
     message(FATAL_ERROR "LOONGFORGE_FFMPEG_ROOT=${LOONGFORGE_FFMPEG_ROOT} lacks lib/libdav1d.a (AV1): "
-                        "rebuild it with scripts/gpu/build_ffmpeg_static.sh")
+                        "rebuild it with scripts/dev/gpu/build_ffmpeg_static.sh")
   endif()
   target_link_libraries(loongforge_ffmpeg INTERFACE ${LOONGFORGE_FFMPEG_ROOT}/lib/libdav1d.a)
   target_link_libraries(loongforge_ffmpeg INTERFACE m atomic dl Threads::Threads)

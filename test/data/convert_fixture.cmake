@@ -1,10 +1,10 @@
 # Converts the bundled dataset for the C++ tests (fresh each run). With
-# PREBUILT set (the GPU machine, which has no ffprobe: scripts/gpu/build.sh
+# PREBUILT set (the GPU machine, which has no ffprobe: scripts/dev/gpu/build.sh
 # passes the copy prepare_carry.sh converted on the CPU machine) it copies that.
 file(REMOVE_RECURSE ${DST})
 if(PREBUILT)
   if(NOT EXISTS ${PREBUILT}/loongforge_dataset.json)
-    message(FATAL_ERROR "LOONGFORGE_TEST_DATASET_PREBUILT=${PREBUILT} holds no converted dataset; run scripts/gpu/prepare_carry.sh")
+    message(FATAL_ERROR "LOONGFORGE_TEST_DATASET_PREBUILT=${PREBUILT} holds no converted dataset; run scripts/dev/gpu/prepare_carry.sh")
   endif()
   file(COPY ${PREBUILT}/ DESTINATION ${DST})
   message(STATUS "copied the converted dataset ${PREBUILT}")

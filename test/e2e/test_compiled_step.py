@@ -135,7 +135,7 @@ def test_a_file_that_is_no_package_is_refused(tmp_path):
 
 def foreign_paths(package, out):
     """`package` as if generated on another machine: its recorded include and library folders of torch
-    and Python moved under /elsewhere (scripts/build_aoti_package.py maps them to this machine's)."""
+    and Python moved under /elsewhere (scripts/dev/build_aoti_package.py maps them to this machine's)."""
     import re
     import zipfile
     with zipfile.ZipFile(package) as src, zipfile.ZipFile(out, "w") as dst:
@@ -165,11 +165,11 @@ if DEVICE == "cpu":  # the GPU form needs the package's kernels built on the GPU
         assert "/elsewhere/" in json.dumps([json.loads(zipfile.ZipFile(moved).read(n)) for n in
                                             zipfile.ZipFile(moved).namelist() if n.endswith("_compile_flags.json")])
         built = tmp_path / "built.pt2"
-        b = subprocess.run([sys.executable, str(REPO / "scripts/build_aoti_package.py"), str(moved), str(built),
+        b = subprocess.run([sys.executable, str(REPO / "scripts/dev/build_aoti_package.py"), str(moved), str(built),
                             "--opt-level", "O1"], capture_output=True, text=True)
         assert b.returncode == 0, b.stderr[-3000:]
         assert "built " in b.stdout and any(n.endswith(".so") for n in zipfile.ZipFile(built).namelist())
-        again = subprocess.run([sys.executable, str(REPO / "scripts/build_aoti_package.py"), str(built),
+        again = subprocess.run([sys.executable, str(REPO / "scripts/dev/build_aoti_package.py"), str(built),
                                 str(tmp_path / "x.pt2")], capture_output=True, text=True)
         assert again.returncode == 2 and "already holds a built library" in again.stderr
         train(tmp_path, "plain", "trainer.cuda_graphs=off")

@@ -1,4 +1,4 @@
-# GPU form of test_category_linear.py (label gpu; scripts/gpu/*.sh run it): under CUDA bf16
+# GPU form of test_category_linear.py (label gpu; scripts/dev/gpu/*.sh run it): under CUDA bf16
 # autocast loongforge::category_linear's segment GEMMs give, at n16-1b's embodiment shapes and
 # with one, four and 32 distinct ids in a batch of 32,
 # - the output and the x, weight and bias gradients of the gather + bmm reference computed in

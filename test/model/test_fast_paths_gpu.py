@@ -1,4 +1,4 @@
-# GPU form of test_fast_paths.py (label gpu; scripts/gpu/*.sh run it): under CUDA bf16
+# GPU form of test_fast_paths.py (label gpu; scripts/dev/gpu/*.sh run it): under CUDA bf16
 # autocast the causal LM without a key mask (flash attention, GQA) gives the masked
 # LM's hidden states at every real position within bf16 tolerance, and the fused
 # RMSNorm kernel equals the written-out one.
