@@ -24,7 +24,7 @@ c10::intrusive_ptr<c10d::Backend> open_nccl(const c10::intrusive_ptr<c10d::Store
                                             std::chrono::milliseconds timeout, c10::Device device, std::string* on);
 
 // Whether the current CUDA stream of `device` is being captured into a CUDA
-// graph (Note [Reduction in the graph] in gcts_reducer.cpp); false on CPUs
+// graph (Note [Reduction in the graph] in src/engines/gcts/reducer.cpp); false on CPUs
 // and in builds without NCCL (nothing there can be captured).
 bool stream_capturing(c10::Device device);
 

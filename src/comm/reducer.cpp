@@ -1,5 +1,5 @@
 // The GradientReducers (reducer.hpp): none on one rank and the plain flat
-// all-reduce (GCTS off); GCTS's strategies are in gcts_reducer.cpp.
+// all-reduce (GCTS off); GCTS's strategies are in src/engines/gcts/reducer.cpp.
 #include "loongforge/comm/reducer.hpp"
 
 #include <algorithm>  // std::sort, std::unique
@@ -9,7 +9,7 @@
 
 #include "loongforge/common/error.hpp"
 #include "loongforge/common/log.hpp"
-#include "reducer_common.hpp"
+#include "loongforge/comm/reducer_parts.hpp"
 
 namespace loongforge::comm {
 
@@ -58,7 +58,7 @@ StepCounts StepCounts::decode(const std::string& s) {
 }
 
 // ---------------------------------------------------------------------------
-// Shared pieces (reducer_common.hpp)
+// Shared pieces (reducer_parts.hpp)
 
 namespace detail {
 
@@ -96,6 +96,7 @@ namespace {
 class LocalReducer final : public GradientReducer {
  public:
   int64_t world_size() const override { return 1; }
+  bool reduces() const override { return false; }
   StepCounts agree_counts(const StepCounts& local) override { return local; }
   void average_gradients(const std::vector<at::Tensor>&, PhaseRecorder&, int64_t) override {}
   at::Tensor sum_scalar(const at::Tensor& scalar) override { return scalar; }
@@ -107,6 +108,7 @@ class AllReduceReducer final : public GradientReducer {
  public:
   explicit AllReduceReducer(World& world) : world_(world), sync_(world) {}
   int64_t world_size() const override { return world_.size(); }
+  bool reduces() const override { return true; }  // also a one-rank World (the test hook of connect_for_training)
   StepCounts agree_counts(const StepCounts& local) override { return detail::agree_counts(world_, local); }
 
   void average_gradients(const std::vector<at::Tensor>& params, PhaseRecorder& phases, int64_t step) override {
@@ -138,45 +140,11 @@ class AllReduceReducer final : public GradientReducer {
   int64_t step_ = 0;
 };
 
-std::string check_strategy(const nlohmann::json& args) {
-  const auto it = args.find("strategy");
-  const std::string s = it != args.end() && it->is_string() ? it->get<std::string>() : std::string("(not a string)");
-  if (s == "simple" || s == "hybrid") return "";
-  return "strategy must be simple or hybrid, got '" + s.substr(0, 32) + "'";
-}
-
 }  // namespace
 
 std::unique_ptr<GradientReducer> make_plain_reducer(World* world) {
   if (!world) return std::make_unique<LocalReducer>();
   return std::make_unique<AllReduceReducer>(*world);
-}
-
-Engine engine(const config::Config& cfg) {
-  Engine e;
-  e.name = "gcts";
-  e.title = "GCTS";
-  e.what = "gradient communication scheduling";
-  e.arrives_with = "the GCTS and NCCL issue";
-  e.built = kGctsBuilt;
-  e.enabled = kGctsBuilt && cfg.gcts.enable;
-  e.verbs.push_back(EngineVerb{"switch-strategy", false, check_strategy, nullptr, /*cluster=*/true});
-  e.verbs.push_back(EngineVerb{"hot-rejoin", false, nullptr, nullptr, false});
-  return e;
-}
-
-void attach(Engine& e, GradientReducer& reducer, nlohmann::json mdg) {
-  GradientReducer* r = &reducer;
-  for (auto& v : e.verbs)
-    if (v.name == "switch-strategy")
-      v.run = [r](const nlohmann::json& args) { return r->switch_strategy(args.at("strategy").get<std::string>()); };
-  e.status = [r] { return nlohmann::json{{"strategy", r->strategy()}}; };
-  e.save_state = [r, mdg = std::move(mdg)] { return nlohmann::json{{"plan", r->plan()}, {"mdg", mdg}}; };
-  e.load_state = [r](const nlohmann::json& state) {
-    if (!state.contains("plan") || !state.at("plan").is_object()) return;
-    const std::string took = r->restore_plan(state.at("plan"));
-    if (!took.empty()) LF_LOG(logger("comm"), info) << "resume: " << took;
-  };
 }
 
 }  // namespace loongforge::comm

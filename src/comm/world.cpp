@@ -347,4 +347,10 @@ SyncStats GradientSync::average(const std::vector<at::Tensor>& params) {
   return s;
 }
 
+std::unique_ptr<World> connect_for_training(const WorldInfo& info, c10::Device device) {
+  const char* one = std::getenv("LOONGFORGE_TEST_ONE_RANK_WORLD");
+  if (info.world_size <= 1 && !(one && std::string(one) == "1")) return nullptr;
+  return World::connect(info, /*timeout_ms=*/300000, device.is_cuda() ? Backend::Nccl : Backend::Gloo, device);
+}
+
 }  // namespace loongforge::comm

@@ -1,6 +1,8 @@
 // The engine record's status view (engine.hpp).
 #include "loongforge/common/engine.hpp"
 
+#include <stdexcept>  // std::logic_error
+
 namespace loongforge {
 
 nlohmann::json Engine::status_json() const {
@@ -20,6 +22,12 @@ std::set<std::string> built_engine_names(const std::vector<Engine>& engines) {
   for (const auto& e : engines)
     if (e.built) names.insert(e.name);
   return names;
+}
+
+Engine& find_engine(std::vector<Engine>& engines, const std::string& name) {
+  for (auto& e : engines)
+    if (e.name == name) return e;
+  throw std::logic_error("no engine record named '" + name + "'");
 }
 
 }  // namespace loongforge

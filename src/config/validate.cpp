@@ -185,3 +185,27 @@ void validate(const Config& cfg, const ValidationContext& ctx, std::vector<std::
 }
 
 }  // namespace loongforge::config::detail
+
+namespace loongforge::config {
+
+// Note [Keys of an engine that is off]: an engine built into the binary but
+// switched off (<section>.enable=false) takes the plain path, so every other
+// key of its section does nothing. Such a key set to a value other than its
+// default is most often an intent lost ("gcts.shard_optimizer=true" with GCTS
+// off shards nothing), so the engine's factory names each one in a warning.
+// It is not an error: a config that tunes an engine and a --set that turns the
+// engine off for one run is a normal way to compare the two paths.
+std::vector<std::string> non_default_keys(const Config& cfg, const std::string& section) {
+  std::vector<std::string> found;
+  for (const auto& a : detail::accessors()) {
+    const KeyDef& d = *a.def;
+    if (d.section != section || d.name == "enable") continue;
+    const std::string value = detail::format_value(a.get(cfg));
+    if (value == d.default_text) continue;
+    const auto it = cfg.origin.find(d.path);
+    found.push_back((it == cfg.origin.end() ? std::string("default") : it->second) + ": " + d.path + "=" + value);
+  }
+  return found;
+}
+
+}  // namespace loongforge::config

@@ -66,20 +66,4 @@ std::unique_ptr<BatchSource> make_sync_source(const Dataset& dataset, const Samp
   return std::make_unique<SyncSource>(dataset, options, device, tokens_per_view);
 }
 
-Engine engine(const config::Config& cfg) {
-  Engine e;
-  e.name = "adfe";
-  e.title = "ADFE";
-  e.what = "asynchronous data flow engine";
-  e.arrives_with = "the ADFE issue";
-  e.built = kAdfeBuilt;
-  e.enabled = kAdfeBuilt && cfg.adfe.enable;
-  const nlohmann::json settings = {{"prefetch_factor", cfg.adfe.prefetch_factor},
-                                   {"decode_threads", cfg.adfe.decode_threads},
-                                   {"io_threads", cfg.adfe.io_threads},
-                                   {"slot_mb", cfg.adfe.slot_mb}};
-  e.status = [settings] { return settings; };  // the live counters are in status's "data"
-  return e;
-}
-
 }  // namespace loongforge::data

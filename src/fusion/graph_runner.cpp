@@ -25,7 +25,7 @@
 // Every graph allocates from one memory pool shared with PyTorch's caching
 // allocator (at::cuda::graph_pool_handle()).
 // With a GraphReduction (step_runner.hpp; Note [Reduction in the graph] in
-// src/comm/gcts_reducer.cpp) whose key is non-empty, the step's last
+// src/engines/gcts/reducer.cpp) whose key is non-empty, the step's last
 // micro-batch has a signature of its own (batch + key): its graph holds the
 // reduction after the backward, between two event-record nodes (Note [Timing
 // inside a graph]).

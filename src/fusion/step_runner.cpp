@@ -88,16 +88,22 @@ std::unique_ptr<StepRunner> make_plain_runner(model::Model& net, bool bf16_autoc
   return std::make_unique<PlainRunner>(net, bf16_autocast);
 }
 
-Engine engine(const config::Config& cfg) {
-  Engine e;
-  e.name = "dmf";
-  e.title = "DMF";
-  e.what = "dynamic micro-batch fusion";
-  e.arrives_with = "the DMF issue";
-  e.built = kDmfBuilt;
-  e.enabled = kDmfBuilt && cfg.dmf.enable;
-  e.verbs.push_back(EngineVerb{"debug-dmf", false, nullptr, nullptr});
-  return e;
+StepMode step_mode(const config::Config& cfg, c10::Device device) {
+  StepMode m;
+  m.compiled = !cfg.trainer.compiled_step.empty();
+  m.graphs = cfg.trainer.cuda_graphs == "on" || (cfg.trainer.cuda_graphs == "auto" && device.is_cuda());
+  m.graphs_required = cfg.trainer.cuda_graphs == "on";
+  return m;
+}
+
+std::unique_ptr<StepRunner> make_step_runner(const config::Config& cfg, model::Model& net, const StepMode& mode,
+                                             bool bf16_autocast, c10::Device device) {
+  if (mode.compiled)
+    return make_compiled_runner(
+        net, cfg.trainer.compiled_step, bf16_autocast,
+        !mode.graphs ? GraphMode::off : (mode.graphs_required ? GraphMode::required : GraphMode::fallback), device);
+  if (mode.graphs) return make_graph_runner(net, bf16_autocast, mode.graphs_required, device);
+  return make_plain_runner(net, bf16_autocast);
 }
 
 }  // namespace loongforge::fusion

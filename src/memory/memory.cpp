@@ -1,5 +1,5 @@
-// The memory room's plain implementation: PyTorch's caching allocator and
-// its counters (memory.hpp).
+// The memory seam's plain implementation: PyTorch's caching allocator's
+// counters (memory.hpp).
 #include "loongforge/memory/memory.hpp"
 
 #include <sys/resource.h>  // getrusage
@@ -9,11 +9,6 @@
 #endif
 
 namespace loongforge::memory {
-
-void install(const config::Config& cfg, c10::Device device) {
-  // MLA is not built: PyTorch's caching allocator stays in charge.
-  (void)cfg, (void)device;
-}
 
 Stats stats(c10::Device device) {
   Stats s;
@@ -43,18 +38,6 @@ nlohmann::json to_json(const Stats& s) {
           {"device_reserved_mb", s.device_reserved_mb},
           {"peak_device_mb", s.peak_device_mb},
           {"peak_host_mb", s.peak_host_mb}};
-}
-
-Engine engine(const config::Config& cfg) {
-  Engine e;
-  e.name = "mla";
-  e.title = "MLA";
-  e.what = "memory lifecycle arranger (pooled CUDA allocator)";
-  e.arrives_with = "the MLA issue";
-  e.built = kMlaBuilt;
-  e.enabled = kMlaBuilt && cfg.mla.enable;
-  e.verbs.push_back(EngineVerb{"mla-stats", /*query=*/true, nullptr, nullptr});
-  return e;
 }
 
 }  // namespace loongforge::memory

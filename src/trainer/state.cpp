@@ -127,7 +127,7 @@ void copy_to_host(at::Tensor& dst, const at::Tensor& src) {
 }
 }  // namespace
 
-void reserve_snapshot_buffers(SnapshotBuffers& buf, const model::Model& net, const Optimizer& optimizer,
+void reserve_snapshot_buffers(SnapshotBuffers& buf, const model::Model& net, const optim::Optimizer& optimizer,
                               bool pinned) {
   const auto params = net.parameters();
   const auto state = optimizer.state_tensors();
@@ -162,8 +162,8 @@ void reserve_snapshot_buffers(SnapshotBuffers& buf, const model::Model& net, con
   for (const auto& s : state) buf.optimizer.push_back(carve(s.second));
 }
 
-checkpoint::Snapshot make_snapshot(const config::Config& cfg, const model::Model& net, const Optimizer& optimizer,
-                                   const Schedule& schedule, const TrainerPosition& pos, int64_t world_size,
+checkpoint::Snapshot make_snapshot(const config::Config& cfg, const model::Model& net, const optim::Optimizer& optimizer,
+                                   const optim::Schedule& schedule, const TrainerPosition& pos, int64_t world_size,
                                    const std::vector<Engine>& engines, SnapshotBuffers& buf) {
   at::NoGradGuard no_grad;
   checkpoint::Snapshot s;
@@ -239,7 +239,7 @@ std::vector<std::string> peer_optimizer_files(int64_t world_size) {
   return out;
 }
 
-checkpoint::Snapshot make_peer_snapshot(const Optimizer& optimizer, const TrainerPosition& pos, int64_t rank,
+checkpoint::Snapshot make_peer_snapshot(const optim::Optimizer& optimizer, const TrainerPosition& pos, int64_t rank,
                                         SnapshotBuffers& buf) {
   at::NoGradGuard no_grad;
   checkpoint::Snapshot s;
@@ -392,7 +392,7 @@ std::map<std::string, at::Tensor> read_optimizer_state(const std::string& dir, c
 }
 
 nlohmann::json resume_from(const std::string& dir, const config::Config& cfg, model::Model& net,
-                           Optimizer& optimizer, int64_t world_size, const std::vector<Engine>& engines) {
+                           optim::Optimizer& optimizer, int64_t world_size, const std::vector<Engine>& engines) {
   const checkpoint::Report report = valid_or_throw(dir);
   // Compatibility: list every difference at once.
   std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;

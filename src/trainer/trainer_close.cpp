@@ -12,12 +12,12 @@
 #include "loongforge/common/error.hpp"
 #include "loongforge/common/log.hpp"
 #include "loongforge/memory/memory.hpp"
-#include "loongforge/trainer/trainer.hpp"
 #include "stop_signal.hpp"
+#include "trainer_impl.hpp"
 
 namespace loongforge::trainer {
 
-int Trainer::run() {
+int Trainer::Impl::run() {
   open();
   try {
     while (more()) {
@@ -40,7 +40,7 @@ int Trainer::run() {
   return close();
 }
 
-int Trainer::close() {
+int Trainer::Impl::close() {
   const auto& log = logger("trainer");
   const int64_t s = steps_done_;
   progress_->finish();
@@ -94,7 +94,7 @@ int Trainer::close() {
                                   {"checkpoint", last_ckpt_},
                                   {"device", device_.str()},
                                   {"precision", bf16_ ? "bf16" : "fp32"},
-                                  {"bf16_weights", bf16_weights_summary()}};
+                                  {"bf16_weights", optim::working_copies_json(optimizer_.get())}};
   std::ofstream(run_dir_ + "/summary.json") << summary.dump(2) << "\n";
   if (failed_writes_ > 0)
     LF_LOG(log, warn) << failed_writes_ << " checkpoint write(s) failed during the run (see above); newest intact: "
@@ -117,7 +117,7 @@ int Trainer::close() {
 
 // A libtorch error inside step `steps_done_ + 1`: name where it happened and
 // what to change; keep the work when the state is intact; then stop.
-void Trainer::fail_in_step(const std::exception& e, bool out_of_memory) {
+void Trainer::Impl::fail_in_step(const std::exception& e, bool out_of_memory) {
   const auto& log = logger("trainer");
   const FailedPhase where = failed_phase();
   const std::string phase = where.name ? where.name : "step";
@@ -151,7 +151,7 @@ void Trainer::fail_in_step(const std::exception& e, bool out_of_memory) {
 // data.on_bad_video=error, a corrupt shard record): it comes while the step's
 // batches are built, before any forward, so the state after the last good
 // step is intact and saved before stopping.
-void Trainer::fail_on_data(const DataError& e) {
+void Trainer::Impl::fail_on_data(const DataError& e) {
   std::string msg = "step " + std::to_string(steps_done_ + 1) + " on rank " + std::to_string(world_info_.rank) +
                     ": " + e.what();
   msg += save_after_failure(/*intact=*/true);
@@ -163,7 +163,7 @@ void Trainer::fail_on_data(const DataError& e) {
 // After a failure inside a step: with the state intact, a checkpoint of the
 // last good step (rank 0; none when it is already saved or no step was taken
 // by this process). Returns the sentence for the error message.
-std::string Trainer::save_after_failure(bool intact) {
+std::string Trainer::Impl::save_after_failure(bool intact) {
   // The fast path holds the last completed step's record until its values
   // are back: it goes out before the checkpoint (best effort: a failed
   // device cannot give it).
@@ -183,7 +183,7 @@ std::string Trainer::save_after_failure(bool intact) {
     writer_->wait();
     collect_writes();
   }
-  if (intact && (leader_ || sharded_) && !progress_->history().empty() && last_saved_step_ != steps_done_) {
+  if (intact && (leader_ || optimizer_->sharded()) && !progress_->history().empty() && last_saved_step_ != steps_done_) {
     try {
       save(steps_done_);
       writer_->wait();

@@ -1,12 +1,10 @@
 // Trainer, phase 1: open -- everything a rank needs before its first step
-// (trainer.hpp).
-#include <algorithm>  // std::max
+// (trainer.hpp). open(), at the end, is the list of seams being built; each
+// helper above it builds one thing.
+#include <algorithm>  // std::min
 #include <chrono>   // std::chrono::system_clock
-#include <cmath>    // std::ceil
 #include <cstdio>   // std::snprintf
-#include <cstdlib>  // std::getenv
 #include <fstream>  // std::ofstream
-#include <map>      // std::map
 
 #include <ATen/Context.h>   // at::globalContext
 #include <ATen/Parallel.h>  // at::set_num_threads
@@ -17,33 +15,42 @@
 #include "loongforge/common/files.hpp"
 #include "loongforge/common/log.hpp"
 #include "loongforge/common/sha256.hpp"
-#include "loongforge/memory/memory.hpp"
-#include "loongforge/trainer/trainer.hpp"
+#include "loongforge/engines/adfe/adfe.hpp"
+#include "loongforge/engines/dmf/dmf.hpp"
+#include "loongforge/engines/gcts/gcts.hpp"
+#include "loongforge/engines/mla/mla.hpp"
 #include "stop_signal.hpp"
+#include "trainer_impl.hpp"
 
 namespace loongforge::trainer {
 
-namespace {
-// The graph runner's view of the reducer (Note [Reduction in the graph] in src/comm/gcts_reducer.cpp).
-struct ReducerInGraph final : fusion::GraphReduction {
-  explicit ReducerInGraph(comm::GradientReducer& r) : reducer(r) {}
-  std::string key() const override { return reducer.graph_key(); }
-  void prepare() override { reducer.prepare_capture(); }
-  void begin() override { reducer.begin_capture(); }
-  void end() override { reducer.end_capture(); }
-  void replayed() override { reducer.graph_replayed(); }
-  comm::GradientReducer& reducer;
-};
-}  // namespace
 
 Trainer::Trainer(config::Config cfg, comm::WorldInfo world)
+    : impl_(std::make_unique<Impl>(std::move(cfg), std::move(world))) {}
+Trainer::~Trainer() = default;
+void Trainer::open() { impl_->open(); }
+bool Trainer::more() const { return impl_->more(); }
+void Trainer::step() { impl_->step(); }
+void Trainer::step_boundary() { impl_->step_boundary(); }
+int Trainer::close() { return impl_->close(); }
+int Trainer::run() { return impl_->run(); }
+const std::string& Trainer::run_dir() const { return impl_->run_dir_; }
+const std::vector<StepRecord>& Trainer::history() const { return impl_->progress_->history(); }
+nlohmann::json Trainer::runner_status() const {
+  return impl_->runner_ ? impl_->runner_->status() : nlohmann::json(nullptr);
+}
+nlohmann::json Trainer::comm_status() const {
+  return impl_->reducer_ ? impl_->reducer_->comm_status() : nlohmann::json(nullptr);
+}
+
+Trainer::Impl::Impl(config::Config cfg, comm::WorldInfo world)
     : cfg_(std::move(cfg)), world_info_(std::move(world)), leader_(world_info_.rank == 0), t_start_(Clock::now()) {}
 
-Trainer::~Trainer() {
+Trainer::Impl::~Impl() {
   if (reserver_.joinable()) reserver_.join();
 }
 
-void Trainer::resolve_device() {
+void Trainer::Impl::resolve_device() {
   const bool cuda = torch::cuda::is_available();
   if (cfg_.run.device == "cuda" && !cuda)
     throw ConfigError(cfg_.origin["run.device"] +
@@ -60,14 +67,14 @@ void Trainer::resolve_device() {
 // Small strings every rank must agree on (run directory, checkpoint to
 // resume): rank 0 decides and shares them through the rendezvous store. A
 // value starting with '!' is rank 0's error, raised on every rank.
-std::string Trainer::agree(const std::string& key, const std::string& value) {
+std::string Trainer::Impl::agree(const std::string& key, const std::string& value) {
   const std::string v = world_ ? world_->agree(key, value) : value;
   if (!v.empty() && v[0] == '!') throw CheckpointError("rank 0: " + v.substr(1));
   return v;
 }
 
 // The checkpoint this run resumes from ("" = a fresh run), decided by rank 0.
-std::string Trainer::choose_resume_dir() {
+std::string Trainer::Impl::choose_resume_dir() {
   const std::string& resume = cfg_.checkpoint.resume;
   if (resume.empty()) return agree("resume_dir", "");
   std::string dir;
@@ -129,7 +136,7 @@ void choose_frame_resize(data::SampleOptions& so, const data::Dataset& ds, const
 
 }  // namespace
 
-void Trainer::open_data() {
+void Trainer::Impl::open_data() {
   const auto& mc = net_->info().config;
   dataset_ = std::make_unique<data::Dataset>(data::Dataset::open(cfg_.data.path));
   data::SampleOptions so;
@@ -202,15 +209,10 @@ void Trainer::open_data() {
   const int64_t side = so.image_size / mc.at("patch_size").get<int64_t>();
   const int64_t shuffle = mc.at("pixel_shuffle").get<int64_t>();
   tokens_per_view_ = side * side / (shuffle * shuffle);
-  if (cfg_.adfe.enable)
-    source_ = data::make_async_source(
-        *dataset_, so, device_, tokens_per_view_,
-        {cfg_.adfe.prefetch_factor, cfg_.adfe.decode_threads, cfg_.adfe.slot_mb, cfg_.adfe.io_threads});
-  else
-    source_ = data::make_sync_source(*dataset_, so, device_, tokens_per_view_);
+  source_ = adfe::make_source(cfg_, *dataset_, so, device_, tokens_per_view_);  // the data seam
 }
 
-void Trainer::open_run_dir(const std::string& resume_dir) {
+void Trainer::Impl::open_run_dir(const std::string& resume_dir) {
   // A resumed run continues in its own directory; a fresh one never reuses one.
   const std::string named_dir = cfg_.run.output_dir + "/" + cfg_.run.name;
   std::string dir;
@@ -233,240 +235,83 @@ void Trainer::open_run_dir(const std::string& resume_dir) {
   last_ckpt_ = resume_dir;
 }
 
-// precision.bf16_weights: whether this run keeps bf16 working copies of the
-// weights only linear layers read (FusedAdamW), refusing `on` where it cannot.
-bool Trainer::use_bf16_weights(bool fused, bool compiled) const {
-  const std::string& mode = cfg_.precision.bf16_weights;
-  if (mode == "off") return false;
-  std::string why;
-  if (!device_.is_cuda() || !bf16_) why = "this run does not compute in bf16 autocast on a GPU";
-  else if (!fused && !sharded_)
-    why = "optimizer.implementation is plain (the working copies live in the fused and the sharded AdamW)";
-  else if (!sharded_ && !LOONGFORGE_WITH_CUDA_KERNELS) why = "this build has no LoongForge CUDA kernels";
-  else if (compiled) why = "trainer.compiled_step is set (its package takes fp32 weights)";
-  else if (mode == "auto" && (world_ || sharded_))
-    why = std::string(world_ ? "this run reduces gradients over ranks" : "gcts.shard_optimizer is on") +
-          ", where auto keeps no copies yet (set precision.bf16_weights=on to keep them, with fp32 gradients)";
-  if (why.empty()) return true;
-  if (mode == "on") {
-    const auto at = cfg_.origin.find("precision.bf16_weights");
-    const std::string where = at == cfg_.origin.end() ? "" : " (" + at->second + ")";
-    throw ConfigError("precision.bf16_weights=on" + where + ", but " + why + ": set precision.bf16_weights=auto or off");
-  }
-  if (device_.is_cuda() && bf16_)
-    LF_LOG(logger("trainer"), info) << "weights stay fp32, cast by autocast in every forward "
-                                    << "(precision.bf16_weights=auto): " << why;
-  return false;
-}
-
-// The run line's words on bf16 working copies ("" when there are none).
-std::string Trainer::bf16_weights_note() const {
-  const Optimizer::WorkingCopies w = optimizer_->working_copies();
-  if (w.count == 0) return "";
-  char millions[32];
-  std::snprintf(millions, sizeof millions, "%.1f", static_cast<double>(w.numel) / 1e6);
-  return ", " + std::to_string(w.count) + " weights read only by linear layers (" + millions +
-         " M elements) as bf16 working copies of fp32 masters" +
-         (w.fp32_gradients ? " (their gradients summed in fp32)" : "");
-}
-
-// summary.json's and `loongforge status`'s "bf16_weights": null, or the copies and their gradients' dtype.
-nlohmann::json Trainer::bf16_weights_summary() const {
-  if (!optimizer_) return nullptr;
-  const Optimizer::WorkingCopies w = optimizer_->working_copies();
-  if (w.count == 0) return nullptr;
-  return {{"copies", w.count}, {"elements", w.numel}, {"gradients", w.fp32_gradients ? "fp32" : "bf16"}};
-}
-
-void Trainer::open() {
-  const auto& log = logger("trainer");
-  const int64_t world_size = world_info_.world_size;
-  resolve_device();
-  // First: a SIGUSR1/SIGTERM that arrives while the model loads or the ranks
-  // rendezvous (Slurm's warning can come early) is kept for the first step
-  // boundary instead of killing the process.
-  install_stop_signals();
-  memory::install(cfg_, device_);  // before the first CUDA allocation
-  engines_ = engine_records(cfg_);
-  // Note [One interface, two backends] (comm/world.hpp): NCCL for GPU ranks, Gloo for CPU ones.
-  // Test hook: LOONGFORGE_TEST_ONE_RANK_WORLD=1 connects a World at one rank as well, so one GPU runs the
-  // multi-rank step's communication (one-rank collectives; test_trainer_gpu).
-  const char* one = std::getenv("LOONGFORGE_TEST_ONE_RANK_WORLD");
-  if (world_size > 1 || (one && std::string(one) == "1"))
-    world_ = comm::World::connect(world_info_, /*timeout_ms=*/300000,
-                                  device_.is_cuda() ? comm::Backend::Nccl : comm::Backend::Gloo, device_);
-
+// The control socket first, so `loongforge status` answers while the model loads.
+void Trainer::Impl::open_control() {
   ControlPlane::Identity identity;
-  identity.rank = world_info_.rank, identity.world = world_size;
+  identity.rank = world_info_.rank, identity.world = world_info_.world_size;
   identity.device = device_.str(), identity.precision = bf16_ ? "bf16" : "fp32";
   identity.model = cfg_.model.path, identity.cuda = device_.is_cuda();
   control_ = std::make_unique<ControlPlane>(cfg_, identity,
                                             world_ ? make_store_bus(world_->store()) : make_local_bus(), engines_);
-  control_->publish_status(
-      {{"phase", "loading"}, {"model", cfg_.model.path}, {"rank", world_info_.rank}, {"world", world_size}});
+  control_->publish_status({{"phase", "loading"},
+                            {"model", cfg_.model.path},
+                            {"rank", world_info_.rank},
+                            {"world", world_info_.world_size}});
+}
 
+// Threads, determinism and the random generators of this process.
+void Trainer::Impl::prepare_process() {
   if (cfg_.run.threads > 0) at::set_num_threads(static_cast<int>(cfg_.run.threads));
   // Bitwise reproducibility across runs and with the reference trainer: the
   // per-embodiment weight[ids] backward accumulates in parallel otherwise.
   if (cfg_.run.deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
   seed_default_generators(cfg_, world_info_.rank);
+}
 
-  // The checkpoint decides the accumulation before anything is sized by it.
-  const std::string resume_dir = choose_resume_dir();
-  if (!resume_dir.empty()) {
-    std::string note;
-    const int64_t k = check_resume(resume_dir, cfg_, world_size, &note);
-    if (k != cfg_.trainer.gradient_accumulation_steps) {
-      cfg_.trainer.gradient_accumulation_steps = k;
-      cfg_.origin["trainer.gradient_accumulation_steps"] = "kept the global batch of " + resume_dir;
-    }
-    if (!note.empty()) LF_LOG(log, info) << note;
+// The checkpoint decides the accumulation before anything is sized by it (its global batch is kept).
+void Trainer::Impl::adopt_checkpoint_batch(const std::string& resume_dir) {
+  if (resume_dir.empty()) return;
+  std::string note;
+  const int64_t k = check_resume(resume_dir, cfg_, world_info_.world_size, &note);
+  if (k != cfg_.trainer.gradient_accumulation_steps) {
+    cfg_.trainer.gradient_accumulation_steps = k;
+    cfg_.origin["trainer.gradient_accumulation_steps"] = "kept the global batch of " + resume_dir;
   }
+  if (!note.empty()) LF_LOG(logger("trainer"), info) << note;
+}
 
+void Trainer::Impl::open_model() {
   net_ = std::make_unique<model::Model>(model::Model::load(cfg_.model.path, device_));
   if (bf16_) net_->cast_frozen(at::kBFloat16);
   net_->train();
-  open_data();
-  const bool compiled = !cfg_.trainer.compiled_step.empty();
-  const bool graphs = cfg_.trainer.cuda_graphs == "on" || (cfg_.trainer.cuda_graphs == "auto" && device_.is_cuda());
-  if (compiled)
-    runner_ = fusion::make_compiled_runner(
-        *net_, cfg_.trainer.compiled_step, bf16_ && device_.is_cuda(),
-        !graphs ? fusion::GraphMode::off
-                : (cfg_.trainer.cuda_graphs == "on" ? fusion::GraphMode::required : fusion::GraphMode::fallback),
-        device_);
-  else if (graphs)
-    runner_ = fusion::make_graph_runner(*net_, bf16_ && device_.is_cuda(), cfg_.trainer.cuda_graphs == "on", device_);
-  else
-    runner_ = fusion::make_plain_runner(*net_, bf16_ && device_.is_cuda());
+  flops_per_sample_ = net_->info().forward_flops_per_sample + net_->info().backward_flops_per_sample;
+}
 
-  // Note [fp32 gradients of bf16 copies] in fused_adamw.cpp: several micro-batches or ranks sum in fp32.
-  const bool fp32_copy_grads = world_ || cfg_.trainer.gradient_accumulation_steps > 1;
-  AdamWOptions ao;
-  ao.beta1 = cfg_.optimizer.beta1, ao.beta2 = cfg_.optimizer.beta2, ao.eps = cfg_.optimizer.eps;
-  ao.weight_decay = cfg_.optimizer.weight_decay;
-  const bool fused = cfg_.optimizer.implementation == "fused" ||
-                     (cfg_.optimizer.implementation == "auto" && device_.is_cuda());
-  const bool gcts = cfg_.gcts.enable;
-  sharded_ = gcts && cfg_.gcts.shard_optimizer;
-  const bool bf16_weights = use_bf16_weights(fused, compiled);
-  // The MDG: which parameters only linear layers read (bf16 working copies), backward readiness (GCTS).
-  const model::Mdg mdg = bf16_weights || gcts ? net_->dependency_graph() : model::Mdg{};
-  std::vector<OptimizedParam> trainable;
-  {
-    const auto all = net_->parameters();
-    const std::vector<model::MdgParam>& reads = mdg.params;  // Note [MDG]: which parameters only linear layers read
-    // A tensor held under two names (tied weights) is read through both: it stays fp32 unless both
-    // names are read only by linear layers.
-    std::map<const void*, bool> linear_only;
-    for (size_t k = 0; bf16_weights && k < reads.size(); ++k) {
-      const auto [it, fresh] = linear_only.emplace(all[k].tensor.unsafeGetTensorImpl(), reads[k].linear_only);
-      if (!fresh) it->second = it->second && reads[k].linear_only;
-    }
-    for (const auto& p : all)
-      if (p.info->trainable)
-        trainable.push_back({p.info->name, p.tensor, p.info->decay,
-                             bf16_weights && linear_only.at(p.tensor.unsafeGetTensorImpl())});
-  }
-  ShardedAdamW* sharded = nullptr;
-  if (sharded_) {
-    // Note [Gather overlap] in sharded_adamw.cpp: each all-gather receives about one gradient bucket.
-    ShardedOptions so;
-    so.fused = fused;
-    so.overlap_gather = cfg_.gcts.overlap;
-    if (so.overlap_gather)  // else one all-gather of everything, after the update
-      so.gather_piece_numel = std::max<int64_t>(1, static_cast<int64_t>(cfg_.gcts.bucket_mb * 1e6 / 4.0) / world_size);
-    auto opt = std::make_unique<ShardedAdamW>(trainable, ao, world_.get(),
-                                              static_cast<int64_t>(cfg_.gcts.tiny_tensor_kb * 1024.0 / 4.0), so);
-    sharded = opt.get();
-    optimizer_ = std::move(opt);
-  } else if (fused) {
-    optimizer_ = std::make_unique<FusedAdamW>(
-        trainable, ao, bf16_weights && fp32_copy_grads ? CopyGradients::fp32 : CopyGradients::bf16);
-  } else {
-    optimizer_ = std::make_unique<AdamW>(trainable, ao);
-  }
-  // The gradient-communication seam: GCTS's strategies, or the plain all-reduce.
-  if (gcts) {
-    // The MDG orders the hybrid plan's buckets by backward readiness (Note [Bucket order] in src/comm/gcts_plan.cpp).
-    std::vector<comm::ReducedParam> reduced;
-    const auto all = net_->parameters();
-    int64_t used = 0;
-    for (size_t k = 0; k < all.size(); ++k) {
-      const auto& p = all[k];
-      if (!p.info->trainable) continue;
-      reduced.push_back({p.info->name, p.info->shape, p.info->numel, p.info->role == model::ParamRole::Embodiment,
-                         mdg.params[k].ready});
-      used += mdg.params[k].first_use >= 0 ? 1 : 0;
-    }
-    LF_LOG(logger("trainer"), info) << "module dependency graph: " << mdg.graph_nodes << " forward-graph nodes, "
-                                    << used << " of " << reduced.size()
-                                    << " trainable parameters read by forward (backward readiness = reverse first use)";
-    // Overlap needs autograd's AccumulateGrad to run (Note [Overlap] in src/comm/gcts_reducer.cpp); under
-    // CUDA graphs on NCCL the reduction is captured into the last micro-batch's graph instead (Note
-    // [Reduction in the graph]).
-    const bool overlap = cfg_.gcts.overlap && !graphs && !compiled;
-    const bool in_graph = cfg_.gcts.overlap && graphs && !compiled && world_ && world_->backend() == comm::Backend::Nccl;
-    if (cfg_.gcts.overlap && !overlap)
-      LF_LOG(logger("trainer"), info)
-          << "gcts.overlap: "
-          << (in_graph ? "under trainer.cuda_graphs the reduction is captured into the last micro-batch's graph"
-                       : std::string("gradients are reduced after backward under ") +
-                             (compiled ? "trainer.compiled_step" : "trainer.cuda_graphs") +
-                             " (replayed steps run no gradient hooks)");
-    reducer_ = comm::make_gcts_reducer(cfg_, world_.get(), std::move(reduced), sharded ? &sharded->shard() : nullptr,
-                                       overlap);
-    if (in_graph) {
-      graph_reduction_ = std::make_unique<ReducerInGraph>(*reducer_);
-      runner_->set_graph_reduction(graph_reduction_.get());
-    }
-    for (auto& e : engines_)
-      if (e.name == "gcts") comm::attach(e, *reducer_, mdg.to_json());
-  } else {
-    reducer_ = comm::make_plain_reducer(world_.get());
-  }
-  // The compiled runner's graph outputs are the gradients; the graph runner makes them too where it can
-  // (Note [Fresh gradients] in src/fusion/graph_runner.cpp: not with the sharded optimizer's gradient views,
-  // nor with bf16 copies' fp32 gradients, which backward adds into).
-  const bool made_gradients =
-      graphs && !compiled && runner_->make_gradients(/*allowed=*/!sharded_ && !(bf16_weights && fp32_copy_grads));
-  optimizer_->keep_gradients(graphs && !compiled && !made_gradients);
-  // Several ranks too: the loss and the norm are sums over ranks on the device
-  // (every rank reads the same values one step late, so a non-finite one
-  // stops or warns at the same step everywhere) and the step's counts travel
+// What the fast path adds around the seams on a GPU: the one-step-late readback, the device timing of the
+// exposed communication, the optimizer's CUDA graph; and who owns the gradient tensors.
+void Trainer::Impl::open_fast_path(const fusion::StepMode& mode, bool made_gradients) {
+  // The compiled runner's graph outputs are the gradients; the graph runner makes them too where it can (Note
+  // [Fresh gradients] in src/fusion/graph_runner.cpp); otherwise a graphed step adds into kept gradients.
+  optimizer_->keep_gradients(mode.graphs && !mode.compiled && !made_gradients);
+  // Several ranks too: the loss and the norm are sums over ranks on the device (every rank reads the same values
+  // one step late, so a non-finite one stops or warns at the same step everywhere) and the step's counts travel
   // host to host (agree_counts), so no rank waits for its device mid-step.
-  if (device_.is_cuda() && optimizer_->skips_nonfinite_on_device())
-    readback_ = std::make_unique<Readback>(device_);
-  if (device_.is_cuda() && (world_ || sharded_)) comm_timer_ = std::make_unique<CommTimer>(device_);
-  if (readback_ && graphs)
-    if (auto* fused_adamw = dynamic_cast<FusedAdamW*>(optimizer_.get()))
-      optimizer_graph_ = make_optimizer_graph(*fused_adamw, cfg_.trainer.grad_clip_norm,
-                                              cfg_.trainer.cuda_graphs == "on", device_);
-  schedule_.peak_lr = cfg_.optimizer.lr;
-  schedule_.total_steps = cfg_.trainer.max_steps;
-  schedule_.warmup_steps = cfg_.schedule.warmup_steps > 0
-                               ? cfg_.schedule.warmup_steps
-                               : static_cast<int64_t>(std::ceil(cfg_.schedule.warmup_ratio * cfg_.trainer.max_steps));
-  schedule_.min_lr_ratio = cfg_.schedule.min_lr_ratio;
-  schedule_.kind = cfg_.schedule.name == "linear"     ? Schedule::Kind::Linear
-                   : cfg_.schedule.name == "constant" ? Schedule::Kind::Constant
-                                                      : Schedule::Kind::Cosine;
+  if (device_.is_cuda() && optimizer_->skips_nonfinite_on_device()) readback_ = std::make_unique<Readback>(device_);
+  if (device_.is_cuda() && reducer_->reduces()) comm_timer_ = std::make_unique<CommTimer>(device_);
+  if (readback_ && mode.graphs)
+    if (auto* fused = dynamic_cast<optim::FusedAdamW*>(optimizer_.get()))
+      optimizer_graph_ = optim::make_optimizer_graph(*fused, cfg_.trainer.grad_clip_norm, mode.graphs_required, device_);
+}
 
-  open_run_dir(resume_dir);
-  pos_.global_batch = cfg_.trainer.micro_batch_size * cfg_.trainer.gradient_accumulation_steps * world_size;
+void Trainer::Impl::resume(const std::string& resume_dir) {
+  pos_.global_batch = cfg_.trainer.micro_batch_size * cfg_.trainer.gradient_accumulation_steps * world_info_.world_size;
   pos_.steps_per_epoch = source_->sampler().steps_per_epoch();
   pos_.run_id = sha256_hex(run_dir_ + std::to_string(std::chrono::system_clock::now().time_since_epoch().count()))
                     .substr(0, 16);
   if (!resume_dir.empty()) {
-    const nlohmann::json state = resume_from(resume_dir, cfg_, *net_, *optimizer_, world_size, engines_);
+    const nlohmann::json state = resume_from(resume_dir, cfg_, *net_, *optimizer_, world_info_.world_size, engines_);
     pos_.step = state.at("step").get<int64_t>();
     pos_.run_id = state.at("run_id").get<std::string>();
-    LF_LOG(log, info) << "resumed from " << resume_dir << " at step " << pos_.step;
+    LF_LOG(logger("trainer"), info) << "resumed from " << resume_dir << " at step " << pos_.step;
   }
   steps_done_ = pos_.step;
   last_step_ = cfg_.trainer.steps_per_run > 0 ? std::min(cfg_.trainer.max_steps, pos_.step + cfg_.trainer.steps_per_run)
                                               : cfg_.trainer.max_steps;
   if (leader_) std::ofstream(run_dir_ + "/config.yaml") << config::print_config(cfg_);
+}
+
+// The run line: what this rank trains, on what, with which seams.
+void Trainer::Impl::log_run_line() const {
   const auto mb = [](int64_t bytes) {  // MB = 2^20 bytes, as the peak memory figures
     char text[32];
     std::snprintf(text, sizeof text, "%.1f", static_cast<double>(bytes) / (1024.0 * 1024.0));
@@ -477,34 +322,37 @@ void Trainer::open() {
   const int64_t comm_buffers = optimizer_->buffer_bytes() - masters;
   const std::string held = (masters > 0 ? ", " + mb(masters) + " MB of fp32 masters" : std::string()) +
                            (comm_buffers > 0 ? ", " + mb(comm_buffers) + " MB of communication buffers" : std::string());
-  LF_LOG(log, info) << "run " << run_dir_ << ": " << net_->info().name << " on " << device_ << " ("
-                    << (bf16_ ? "bf16" : "fp32") << "), " << dataset_->episodes().size() << " episodes / "
-                    << source_->sampler().num_samples() << " samples"
-                    << (source_->sampler().num_samples() != dataset_->total_rows()
-                            ? " (of " + std::to_string(dataset_->total_rows()) +
-                                  " rows: those whose action chunk ends inside its episode, as Isaac-GR00T N1.6 "
-                                  "samples)"
-                            : std::string())
-                    << ", global batch " << pos_.global_batch << " ("
-                    << cfg_.trainer.micro_batch_size << " x " << cfg_.trainer.gradient_accumulation_steps << " x "
-                    << world_size << " ranks), " << pos_.steps_per_epoch << " steps per epoch, AdamW "
-                    << (sharded_ ? std::string(fused ? "fused, " : "") + "sharded over " + std::to_string(world_size) + " rank(s)"
-                        : fused ? "fused" : "plain")
-                    << " (moments " << mb(optimizer_->state_bytes()) << " MB on this rank)" << held
-                    << bf16_weights_note()
-                    << ", gradient communication " << reducer_->strategy()
-                    << (graph_reduction_ ? " until the last micro-batch's graph is captured with it" : "") << ", steps "
-                    << pos_.step + 1 << ".." << last_step_;
+  const bool fused = optimizer_->skips_nonfinite_on_device();  // the fused kernels, sharded or not
+  const data::Sampler& sampler = source_->sampler();
+  LF_LOG(logger("trainer"), info)
+      << "run " << run_dir_ << ": " << net_->info().name << " on " << device_ << " (" << (bf16_ ? "bf16" : "fp32")
+      << "), " << dataset_->episodes().size() << " episodes / " << sampler.num_samples() << " samples"
+      << (sampler.num_samples() != dataset_->total_rows()
+              ? " (of " + std::to_string(dataset_->total_rows()) +
+                    " rows: those whose action chunk ends inside its episode, as Isaac-GR00T N1.6 samples)"
+              : std::string())
+      << ", global batch " << pos_.global_batch << " (" << cfg_.trainer.micro_batch_size << " x "
+      << cfg_.trainer.gradient_accumulation_steps << " x " << world_info_.world_size << " ranks), "
+      << pos_.steps_per_epoch << " steps per epoch, AdamW "
+      << (optimizer_->sharded()
+              ? std::string(fused ? "fused, " : "") + "sharded over " + std::to_string(world_info_.world_size) + " rank(s)"
+          : fused ? "fused"
+                  : "plain")
+      << " (moments " << mb(optimizer_->state_bytes()) << " MB on this rank)" << held
+      << optim::working_copies_note(*optimizer_) << ", gradient communication " << reducer_->strategy()
+      << (graph_reduction_ ? " until the last micro-batch's graph is captured with it" : "") << ", steps "
+      << pos_.step + 1 << ".." << last_step_;
+}
 
-  // Rank 0 reports for the job (its loss is the one of the whole job).
+// Progress (rank 0 reports for the job: its loss is the one of the whole job) and the checkpoint writer.
+void Trainer::Impl::open_outputs() {
   progress_ = std::make_unique<Progress>(
       leader_ ? cfg_.logging.progress : "off", cfg_.logging.interval_steps, cfg_.trainer.max_steps,
       leader_ && cfg_.logging.metrics_jsonl ? run_dir_ + "/metrics.jsonl" : "", pos_.step,
       leader_ && cfg_.logging.tensorboard ? run_dir_ + "/tb" : "");
-  flops_per_sample_ = net_->info().forward_flops_per_sample + net_->info().backward_flops_per_sample;
   // Rank 0 writes checkpoints; with a sharded optimizer every other rank
   // stages its own shard for it (Note [Peer files] in src/checkpoint/writer.cpp).
-  if (!leader_ && sharded_)
+  if (!leader_ && optimizer_->sharded())
     writer_ = std::make_unique<checkpoint::Writer>(ckpt_dir_, cfg_.checkpoint.keep_last, cfg_.checkpoint.async_write,
                                                    /*leader=*/false);
   if (leader_) {
@@ -520,6 +368,43 @@ void Trainer::open() {
   }
   last_ckpt_time_ = Clock::now();
   frames_counted_at_ = Clock::now();
+}
+
+void Trainer::Impl::open() {
+  resolve_device();
+  // A SIGUSR1/SIGTERM that arrives while the model loads or the ranks rendezvous (Slurm's warning can come
+  // early) is kept for the first step boundary instead of killing the process.
+  install_stop_signals();
+  mla::install(cfg_, device_);  // the memory seam, before the first CUDA allocation
+  engines_ = engine_records(cfg_);
+  world_ = comm::connect_for_training(world_info_, device_);  // nullptr at one rank
+  open_control();
+  prepare_process();
+  const std::string resume_dir = choose_resume_dir();
+  adopt_checkpoint_batch(resume_dir);
+  open_model();
+
+  // The seams, each through its engine's factory (the plain implementation when the engine is off).
+  open_data();  // data: adfe::make_source
+  const fusion::StepMode mode = fusion::step_mode(cfg_, device_);
+  runner_ = dmf::make_step_runner(cfg_, *net_, mode, bf16_ && device_.is_cuda(), device_);  // compute
+  gcts::GradientPath gradients = gcts::make_gradient_path(
+      cfg_,
+      {world_.get(), net_.get(), runner_.get(), device_, bf16_, mode.graphs, mode.compiled,
+       cfg_.trainer.gradient_accumulation_steps},
+      find_engine(engines_, "gcts"));  // gradient communication and the update
+  optimizer_ = std::move(gradients.optimizer);
+  reducer_ = std::move(gradients.reducer);
+  graph_reduction_ = std::move(gradients.graph_reduction);
+  schedule_ = optim::schedule(cfg_);
+  const bool made_gradients =
+      mode.graphs && !mode.compiled && runner_->make_gradients(/*allowed=*/!optimizer_->owns_gradients());
+  open_fast_path(mode, made_gradients);
+
+  open_run_dir(resume_dir);
+  resume(resume_dir);
+  log_run_line();
+  open_outputs();
 
   publish("training", nullptr);
   // Requests that arrived while the model loaded.

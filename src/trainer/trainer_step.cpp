@@ -8,8 +8,8 @@
 #include "loongforge/common/error.hpp"
 #include "loongforge/common/log.hpp"
 #include "loongforge/memory/memory.hpp"
-#include "loongforge/trainer/trainer.hpp"
 #include "stop_signal.hpp"
+#include "trainer_impl.hpp"
 
 namespace loongforge::trainer {
 
@@ -22,7 +22,7 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 // Stops on a non-finite loss or gradient norm of step `step` (1-based) when
 // trainer.stop_on_nonfinite, else warns; the update of that step is (or was,
 // on the device) skipped.
-void Trainer::check_finite(int64_t step, double loss, double norm, bool read_late) {
+void Trainer::Impl::check_finite(int64_t step, double loss, double norm, bool read_late) {
   if (std::isfinite(loss) && std::isfinite(norm)) return;
   const std::string what = !std::isfinite(loss) ? "loss is " + std::to_string(loss)
                                                  : "gradient norm is " + std::to_string(norm);
@@ -39,9 +39,9 @@ void Trainer::check_finite(int64_t step, double loss, double norm, bool read_lat
   LF_LOG(logger("trainer"), warn) << "step " << step << ": " << what << "; " << updated << late;
 }
 
-bool Trainer::more() const { return steps_done_ < last_step_ && !control_stop_; }
+bool Trainer::Impl::more() const { return steps_done_ < last_step_ && !control_stop_; }
 
-void Trainer::step() {
+void Trainer::Impl::step() {
   const int64_t s = steps_done_;  // the 0-based step taken now
   const int64_t k = cfg_.trainer.gradient_accumulation_steps;
   control_->step_begins();
@@ -83,7 +83,7 @@ void Trainer::step() {
   at::Tensor loss = runner_->run(batches, weights, s, *control_);
   batches.clear();  // the step's inputs are no longer needed
 
-  if (world_ || sharded_) {  // one rank: a sharded optimizer still takes its gradient shard
+  if (reducer_->reduces()) {  // one rank: a sharded optimizer still takes its gradient shard
     const auto t0 = Clock::now();
     if (comm_timer_) comm_timer_->begin();
     reducer_->average_gradients(optimizer_->params(), *control_, s);
@@ -154,7 +154,7 @@ void Trainer::step() {
   steps_done_ = s + 1;
 }
 
-void Trainer::step_boundary() {
+void Trainer::Impl::step_boundary() {
   const int64_t s = steps_done_;
   const auto t_step_end = Clock::now();
   ControlPlane::Actions actions;
@@ -204,7 +204,7 @@ void Trainer::step_boundary() {
 }
 
 // Step time and the rates derived from it.
-void Trainer::set_step_time(StepRecord& r, double step_ms) const {
+void Trainer::Impl::set_step_time(StepRecord& r, double step_ms) const {
   r.step_ms = step_ms;
   const double samples = static_cast<double>(cfg_.trainer.gradient_accumulation_steps * cfg_.trainer.micro_batch_size);
   r.samples_per_s = samples / (r.step_ms / 1000.0);
@@ -217,7 +217,7 @@ void Trainer::set_step_time(StepRecord& r, double step_ms) const {
 // from its start to the start of the next one (or to its values' arrival,
 // for the last), less its checkpoint stall: in steady state the host waits
 // one step behind the device, so this is the device's pace.
-StepRecord Trainer::complete(Readback::Held held, Clock::time_point next_start) {
+StepRecord Trainer::Impl::complete(Readback::Held held, Clock::time_point next_start) {
   const auto [loss, norm] = held.values();
   held.record.loss = loss, held.record.grad_norm = norm;
   const double period = std::chrono::duration<double, std::milli>(next_start - held.started).count();
@@ -230,7 +230,7 @@ StepRecord Trainer::complete(Readback::Held held, Clock::time_point next_start) 
 // On GPUs the step's exposed communication is the device's (Note [Exposed
 // communication on the device] in readback.cpp): the host time around the
 // calls counts only launches there. Called once the step's values are read.
-void Trainer::device_exposed_comm(StepRecord& r) {
+void Trainer::Impl::device_exposed_comm(StepRecord& r) {
   if (!comm_timer_) return;
   if (const auto ms = comm_timer_->take(r.step)) r.exposed_comm_ms = *ms;
   // A reduction captured into the step's graph: its tail, timed inside the graph (Note [Timing inside a graph]).
@@ -239,7 +239,7 @@ void Trainer::device_exposed_comm(StepRecord& r) {
 }
 
 // Copies the state to host memory (the stall) and hands it to the writer.
-double Trainer::save(int64_t steps_done) {
+double Trainer::Impl::save(int64_t steps_done) {
   const auto t0 = Clock::now();
   last_saved_step_ = steps_done;
   if (!writer_) return 0.0;
@@ -255,14 +255,14 @@ double Trainer::save(int64_t steps_done) {
   if (reserve_error_) std::rethrow_exception(reserve_error_);
   checkpoint::Snapshot snapshot =
       make_snapshot(cfg_, *net_, *optimizer_, schedule_, pos_, world_info_.world_size, engines_, snapshot_buffers_);
-  if (sharded_) snapshot.peer_files = peer_optimizer_files(world_info_.world_size);
+  if (optimizer_->sharded()) snapshot.peer_files = peer_optimizer_files(world_info_.world_size);
   writer_->submit(std::move(snapshot));
   last_ckpt_time_ = Clock::now();
   return ms_since(t0);
 }
 
 // Reports finished writes: a failure (disk full, ...) is logged and training goes on.
-void Trainer::collect_writes() {
+void Trainer::Impl::collect_writes() {
   if (!writer_) return;
   const auto& log = logger("trainer");
   for (const auto& w : writer_->take_results()) {
@@ -286,13 +286,12 @@ void Trainer::collect_writes() {
   }
 }
 
-// status's "data": this rank's skips and decode work, and ADFE's queue.
-nlohmann::json Trainer::data_status(const StepRecord* r) const {
+// status's "data": this rank's skips and decode work, and what the source says of itself (ADFE: its queue).
+nlohmann::json Trainer::Impl::data_status(const StepRecord* r) const {
   const data::DataStats ds = source_ ? source_->stats() : data::DataStats{};
   nlohmann::json d = {{"samples_skipped", ds.samples_skipped},
                       {"videos_bad", ds.videos_bad},
                       {"on_bad_video", cfg_.data.on_bad_video},
-                      {"source", cfg_.adfe.enable ? "adfe" : "sync"},
                       {"video_decode", cfg_.data.video_decode},
                       {"videos_decoded", ds.videos_decoded},
                       {"spans_decoded", ds.spans_decoded},
@@ -300,15 +299,7 @@ nlohmann::json Trainer::data_status(const StepRecord* r) const {
                       {"video_mb_read", static_cast<double>(ds.video_bytes_read) / (1 << 20)},
                       {"frame_cache_mb", static_cast<double>(ds.cache_bytes) / (1 << 20)},
                       {"frame_cache_limit_mb", cfg_.data.frame_cache_mb}};
-  if (cfg_.adfe.enable)
-    d.update({{"queue_depth", ds.queue_depth},
-              {"decode_jobs", ds.decode_jobs},
-              {"io_jobs", ds.io_jobs},
-              {"prefetch_factor", cfg_.adfe.prefetch_factor},
-              {"decode_threads", cfg_.adfe.decode_threads},
-              {"io_threads", cfg_.adfe.io_threads},
-              {"readahead_files", ds.readahead_files},
-              {"readahead_mb", static_cast<double>(ds.readahead_bytes) / (1 << 20)}});
+  d.update(source_ ? source_->status() : nlohmann::json{{"source", "sync"}});
   if (r) {
     d["decoded_frames_per_s"] = r->decoded_frames_per_s, d["read_mb_per_s"] = r->read_mb_per_s;
     d["h2d_mb_per_s"] = r->h2d_mb_per_s;
@@ -317,7 +308,7 @@ nlohmann::json Trainer::data_status(const StepRecord* r) const {
 }
 
 // Status for `loongforge status`: rebuilt after every step.
-void Trainer::publish(const char* phase, const StepRecord* r) {
+void Trainer::Impl::publish(const char* phase, const StepRecord* r) {
   nlohmann::json engines = nlohmann::json::object();
   for (const auto& e : engines_) engines[e.name] = e.status_json();
   nlohmann::json st = {{"phase", phase},
@@ -327,7 +318,7 @@ void Trainer::publish(const char* phase, const StepRecord* r) {
                        {"model", net_ ? net_->info().name : cfg_.model.path},
                        {"device", device_.str()},
                        {"precision", bf16_ ? "bf16" : "fp32"},
-                       {"bf16_weights", bf16_weights_summary()},
+                       {"bf16_weights", optim::working_copies_json(optimizer_.get())},
                        {"rank", world_info_.rank},
                        {"world", world_info_.world_size},
                        {"global_batch", pos_.global_batch},
@@ -359,8 +350,5 @@ void Trainer::publish(const char* phase, const StepRecord* r) {
   }
   control_->publish_status(std::move(st));
 }
-
-nlohmann::json Trainer::runner_status() const { return runner_ ? runner_->status() : nlohmann::json(nullptr); }
-nlohmann::json Trainer::comm_status() const { return reducer_ ? reducer_->comm_status() : nlohmann::json(nullptr); }
 
 }  // namespace loongforge::trainer

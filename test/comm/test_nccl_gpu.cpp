@@ -3,11 +3,11 @@
 // ProcessGroupNCCL opens on cuda:0 through the TCPStore rendezvous; every
 // collective GCTS uses (all-reduce, reduce-scatter, all-gather, broadcast,
 // barrier) leaves its result in place for the caller's stream; and GCTS's
-// overlap (Note [Overlap] in src/comm/gcts_reducer.cpp), whose hooks run on
+// overlap (Note [Overlap] in src/engines/gcts/reducer.cpp), whose hooks run on
 // autograd's CUDA device thread, gives bitwise the gradients of the reduction
 // after backward for `simple` and `hybrid`, sharded and not, launching units
 // during backward; a sharded optimizer's all-gather in pieces left in flight
-// (Note [Gather overlap] in src/trainer/sharded_adamw.cpp) gives bitwise the
+// (Note [Gather overlap] in src/engines/gcts/sharded_adamw.cpp) gives bitwise the
 // parameters of one blocking all-gather; and an all-reduce through World can
 // be captured in a CUDA graph and replayed with new inputs (the question of
 // issue #13 whether collectives can live inside the fast step's graphs); and
@@ -28,8 +28,10 @@
 #include <c10/cuda/CUDAFunctions.h>       // c10::cuda::device_synchronize
 
 #include "catch_compat.hpp"
-#include "gcts_step.hpp"
-#include "loongforge/trainer/optimizer.hpp"
+#include "engines/gcts/gcts_step.hpp"
+#include "loongforge/engines/gcts/gcts.hpp"
+#include "loongforge/engines/gcts/sharded_adamw.hpp"
+#include "loongforge/optim/optimizer.hpp"
 #include "ranks.hpp"
 
 using namespace loongforge;
@@ -99,11 +101,11 @@ TEST_CASE("comm: on a GPU, overlapped reduction through NCCL equals reduction af
 TEST_CASE("comm: on a GPU, a sharded optimizer's all-gather in pieces through NCCL equals one blocking all-gather") {
   auto world = one_nccl_rank();
   const auto cuda = at::TensorOptions().device(world->device()).dtype(at::kFloat);
-  auto run = [&](trainer::ShardedOptions sharded, std::vector<int64_t>* in_flight) {
+  auto run = [&](gcts::ShardedOptions sharded, std::vector<int64_t>* in_flight) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
-    std::vector<trainer::OptimizedParam> ps;
+    std::vector<optim::OptimizedParam> ps;
     for (const int64_t n : {700, 9, 1300, 64, 420}) ps.push_back({"p" + std::to_string(n), at::randn({n}, gen).to(cuda), true});
-    trainer::ShardedAdamW opt(ps, trainer::AdamWOptions{}, world.get(), /*tiny_numel=*/16, sharded);
+    gcts::ShardedAdamW opt(ps, optim::AdamWOptions{}, world.get(), /*tiny_numel=*/16, sharded);
     for (int64_t step = 0; step < 3; ++step) {
       opt.shard().grad.copy_(at::randn({opt.layout().chunk}, gen).to(cuda));
       for (size_t i : opt.layout().replicated) ps[i].tensor.mutable_grad() = at::randn({9}, gen).to(cuda);
@@ -116,8 +118,8 @@ TEST_CASE("comm: on a GPU, a sharded optimizer's all-gather in pieces through NC
     return out;
   };
   std::vector<int64_t> blocking_in_flight, pieces_in_flight;
-  const auto blocking = run(trainer::ShardedOptions{false, 0, /*fused=*/true}, &blocking_in_flight);
-  const auto pieces = run(trainer::ShardedOptions{true, 100, /*fused=*/true}, &pieces_in_flight);
+  const auto blocking = run(gcts::ShardedOptions{false, 0, /*fused=*/true}, &blocking_in_flight);
+  const auto pieces = run(gcts::ShardedOptions{true, 100, /*fused=*/true}, &pieces_in_flight);
   for (const int64_t n : blocking_in_flight) REQUIRE(n == 0);
   for (const int64_t n : pieces_in_flight) REQUIRE(n == 25);  // 2484 sharded floats in pieces of 100
   for (size_t i = 0; i < pieces.size(); ++i) REQUIRE(pieces[i].equal(blocking[i]));
@@ -188,7 +190,7 @@ TEST_CASE("comm: on a GPU, GCTS's reduction captured with the backward into a CU
   // What a capture bakes in names the graph: on NCCL the key is set once the slots are agreed.
   test::Net net(world->device());
   config::Config cfg;
-  auto reducer = make_gcts_reducer(cfg, world.get(), net.meta, nullptr, false);
+  auto reducer = gcts::make_reducer(cfg, world.get(), net.meta, nullptr, false);
   reducer->agree_counts({6, {0, 1}});
   const std::string key = reducer->graph_key();
   REQUIRE_FALSE(key.empty());

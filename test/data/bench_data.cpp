@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>  // nlohmann::json
 
 #include "loongforge/data/source.hpp"
+#include "loongforge/engines/adfe/adfe.hpp"
 
 using namespace loongforge;
 using namespace loongforge::data;
@@ -83,7 +84,7 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     DataStats stats;
     {
-      auto source = kind == "adfe" ? make_async_source(ds, o, c10::kCPU, 16, {prefetch, threads, 64.0, io_threads})
+      auto source = kind == "adfe" ? adfe::make_async_source(ds, o, c10::kCPU, 16, {prefetch, threads, 64.0, io_threads})
                                    : make_sync_source(ds, o, c10::kCPU, 16);
       for (int64_t m = 0; m < micro_batches; ++m) source->next(m, 0, phases);
       stats = source->stats();

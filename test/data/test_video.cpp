@@ -34,6 +34,7 @@
 #include "loongforge/data/dataset.hpp"
 #include "loongforge/data/source.hpp"
 #include "loongforge/data/video.hpp"
+#include "loongforge/engines/adfe/adfe.hpp"
 
 using namespace loongforge;
 using namespace loongforge::data;
@@ -505,7 +506,7 @@ TEST_CASE(
     const Dataset ds = Dataset::open(dir);
     auto whole = make_sync_source(ds, span_options("whole"), c10::kCPU, 16);
     auto span = make_sync_source(ds, span_options("span"), c10::kCPU, 16);
-    auto adfe = make_async_source(ds, span_options("span"), c10::kCPU, 16, {4, 2, 64.0});
+    auto adfe = adfe::make_async_source(ds, span_options("span"), c10::kCPU, 16, {4, 2, 64.0});
     SampleOptions tiny = span_options("span");
     tiny.frame_cache_mb = 1;  // a few spans: most are evicted and decoded again
     auto evicting = make_sync_source(ds, tiny, c10::kCPU, 16);

@@ -52,7 +52,7 @@ def swapped_copy(tmp_path, ep):
 
 def test_adfe_trains_to_the_plain_sources_losses_and_resumes_to_the_same_ones(tmp_path):
     # In order (data.shuffle=false): one video decoded per run, not five, keeps the runs short;
-    # test/data/test_adfe.cpp compares the shuffled order's batches bit for bit.
+    # test/engines/adfe/test_adfe.cpp compares the shuffled order's batches bit for bit.
     plain = train(tmp_path / "plain", DATA, "trainer.max_steps=6", "data.shuffle=false")
     assert plain.returncode == 0, plain.stderr[-3000:]
     # ADFE for steps 1-3, stopped there (a checkpoint), then resumed with ADFE for steps 4-6.

@@ -31,8 +31,8 @@
 #include "loongforge/fusion/cuda_graph.hpp"
 #include "loongforge/fusion/step_runner.hpp"
 #include "loongforge/model/model.hpp"
-#include "loongforge/trainer/optimizer.hpp"
-#include "loongforge/trainer/optimizer_graph.hpp"
+#include "loongforge/optim/optimizer.hpp"
+#include "loongforge/optim/optimizer_graph.hpp"
 
 using namespace loongforge;
 
@@ -50,8 +50,8 @@ constexpr int64_t kMicro = 4;
 struct Rig {
   model::Model net;
   std::unique_ptr<fusion::StepRunner> runner;
-  std::unique_ptr<trainer::Optimizer> opt;
-  std::unique_ptr<trainer::OptimizerGraph> opt_graph;  // optimizer_graph: clipping + update replayed
+  std::unique_ptr<optim::Optimizer> opt;
+  std::unique_ptr<optim::OptimizerGraph> opt_graph;  // optimizer_graph: clipping + update replayed
   // made: the graph runner makes the gradients (the trainer's choice without a graph reduction), else the
   // optimizer keeps them (Note [Fresh gradients] in src/fusion/graph_runner.cpp).
   Rig(bool graphs, bool bf16, bool optimizer_graph = false, bool made = true)
@@ -60,14 +60,14 @@ struct Rig {
     net.train();
     runner = graphs ? fusion::make_graph_runner(net, bf16, /*required=*/true, at::Device(at::kCUDA, 0))
                     : fusion::make_plain_runner(net, bf16);
-    std::vector<trainer::OptimizedParam> ps;
+    std::vector<optim::OptimizedParam> ps;
     for (const auto& p : net.parameters())
       if (p.info->trainable) ps.push_back({p.info->name, p.tensor, p.info->decay});
-    opt = std::make_unique<trainer::FusedAdamW>(ps, trainer::AdamWOptions{});
+    opt = std::make_unique<optim::FusedAdamW>(ps, optim::AdamWOptions{});
     made_gradients = graphs && runner->make_gradients(made);
     opt->keep_gradients(graphs && !made_gradients);
     if (optimizer_graph)
-      opt_graph = trainer::make_optimizer_graph(static_cast<trainer::FusedAdamW&>(*opt), 1.0, /*required=*/true,
+      opt_graph = optim::make_optimizer_graph(static_cast<optim::FusedAdamW&>(*opt), 1.0, /*required=*/true,
                                                 at::Device(at::kCUDA, 0));
   }
   // Step s's `k` micro-batches, on the device.
@@ -109,7 +109,7 @@ struct Rig {
 };
 
 // A stand-in for GCTS's reduction (Note [Reduction in the graph] in
-// src/comm/gcts_reducer.cpp): halves every gradient in place, inside the
+// src/engines/gcts/reducer.cpp): halves every gradient in place, inside the
 // graph when captured there.
 struct Halve final : fusion::GraphReduction {
   std::vector<at::Tensor> params;

@@ -24,7 +24,7 @@
 #include "loongforge/data/batch.hpp"
 #include "loongforge/data/dataset.hpp"
 #include "loongforge/model/model.hpp"
-#include "loongforge/trainer/optimizer.hpp"
+#include "loongforge/optim/optimizer.hpp"
 #include "loongforge/trainer/trainer.hpp"
 
 using namespace loongforge;
@@ -97,14 +97,14 @@ struct PlainLoop {
     so.max_state_dim = mc.at("max_state_dim").get<int64_t>();
     so.max_action_dim = mc.at("max_action_dim").get<int64_t>();
     data::BatchBuilder builder(ds, so);
-    std::vector<trainer::OptimizedParam> trainable;
+    std::vector<optim::OptimizedParam> trainable;
     for (const auto& p : net.parameters())
       if (p.info->trainable) trainable.push_back({p.info->name, p.tensor, p.info->decay});
-    trainer::AdamWOptions ao;
+    optim::AdamWOptions ao;
     ao.beta1 = cfg.optimizer.beta1, ao.beta2 = cfg.optimizer.beta2, ao.eps = cfg.optimizer.eps;
     ao.weight_decay = cfg.optimizer.weight_decay;
-    trainer::AdamW opt(trainable, ao);
-    trainer::Schedule sched;
+    optim::AdamW opt(trainable, ao);
+    optim::Schedule sched;
     sched.peak_lr = cfg.optimizer.lr;
     sched.total_steps = cfg.trainer.max_steps;
     sched.warmup_steps = static_cast<int64_t>(std::ceil(cfg.schedule.warmup_ratio * cfg.trainer.max_steps));

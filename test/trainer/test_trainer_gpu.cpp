@@ -37,7 +37,8 @@
 #include "catch_compat.hpp"
 #include "loongforge/checkpoint/checkpoint.hpp"
 #include "loongforge/common/files.hpp"
-#include "loongforge/trainer/optimizer.hpp"
+#include "loongforge/optim/optimizer.hpp"
+#include "loongforge/trainer/readback.hpp"
 #include "loongforge/trainer/trainer.hpp"
 #include "../comm/ranks.hpp"  // free_port
 
@@ -200,8 +201,8 @@ TEST_CASE("trainer on a GPU: GCTS's reduction captured into the step's CUDA grap
 
 TEST_CASE("optimizer on a GPU: a bf16 working copy's fp32 master takes the update ATen's fused AdamW gives its "
           "gradient in fp32, whether that gradient is bf16 or fp32, and the copy is the master rounded") {
-  for (const auto mode : {trainer::CopyGradients::bf16, trainer::CopyGradients::fp32}) {
-    const bool fp32 = mode == trainer::CopyGradients::fp32;
+  for (const auto mode : {optim::CopyGradients::bf16, optim::CopyGradients::fp32}) {
+    const bool fp32 = mode == optim::CopyGradients::fp32;
     CAPTURE(fp32);
     at::manual_seed(3);
     const auto cuda = at::TensorOptions().device(at::kCUDA);
@@ -209,15 +210,15 @@ TEST_CASE("optimizer on a GPU: a bf16 working copy's fp32 master takes the updat
     const std::vector<std::vector<int64_t>> shapes = {{4096, 1536}, {1537}, {7, 3}, {256}, {64, 64}};
     const std::vector<bool> decay = {true, false, true, false, true};
     const std::vector<bool> copy = {true, true, true, false, true};  // {256}: an fp32 parameter beside them
-    std::vector<trainer::OptimizedParam> mine, ref;
+    std::vector<optim::OptimizedParam> mine, ref;
     for (size_t i = 0; i < shapes.size(); ++i) {
       const at::Tensor w = at::randn(shapes[i], cuda);
       mine.push_back({"p" + std::to_string(i), w.clone().requires_grad_(true), decay[i], copy[i]});
       ref.push_back({"p" + std::to_string(i), w.clone().requires_grad_(true), decay[i], false});
     }
-    trainer::AdamWOptions o;
+    optim::AdamWOptions o;
     o.weight_decay = 0.1;
-    trainer::FusedAdamW a(mine, o, mode), b(ref, o);
+    optim::FusedAdamW a(mine, o, mode), b(ref, o);
     REQUIRE(a.working_copies().count == 4);
     REQUIRE(a.working_copies().fp32_gradients == fp32);
     std::vector<at::Tensor> kept;  // fp32 mode: the copies' gradient tensors, kept for the whole run

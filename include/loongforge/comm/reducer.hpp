@@ -1,6 +1,7 @@
 // loongforge/comm/reducer.hpp — the gradient-communication seam of the
-// trainer: the plain implementation (GCTS off) and GCTS's strategies
-// (docs/architecture.md s4); the trainer's step is the same for all.
+// trainer, and its plain implementation (one flat all-reduce after backward).
+// GCTS (include/loongforge/engines/gcts/gcts.hpp) implements the same
+// interface with its strategies; the trainer's step is the same for all.
 //
 // Contract:
 //  - One reducer per rank, owned by the trainer thread; every rank calls the
@@ -8,25 +9,22 @@
 //  - agree_counts() sums the step's valid action elements over ranks before
 //    backward (docs/training-semantics.md s5) and unites the embodiment slots
 //    the ranks' batches index, host to host (World::all_gather_on_hosts: no
-//    rank waits for its device); one rank: its own. GCTS's hybrid plan
-//    reduces those slots' rows of the per-embodiment parameters this step
-//    (a row no batch indexes has no gradient anywhere); a step without it
-//    finds the rows from the gradients (a mask all-reduce and a device read).
+//    rank waits for its device); one rank: its own. A reducer may use those
+//    slots to reduce only the rows of the per-embodiment parameters some
+//    batch indexed (GCTS's hybrid plan).
+//  - reduces() says whether average_gradients() has work to do each step
+//    (a World to reduce over, even of one rank, or a sharded optimizer's
+//    gradient shard to fill); the trainer calls it only then.
 //  - average_gradients() leaves every parameter's .grad equal to the mean of
 //    the ranks' gradients (a rank without a gradient for a parameter
 //    contributes zeros). One rank: nothing to do. With a ShardTarget (a
 //    sharded optimizer, shard.hpp) it leaves the mean of the sharded
 //    parameters' flat gradient range of this rank in target.grad instead, and
 //    the replicated (tiny) parameters' mean in their .grad.
-//  - GCTS strategies (make_gcts_reducer; Note [GCTS strategies] in
-//    gcts_plan.cpp): `simple` and `hybrid` give the same numbers in fp32 up to
-//    the summation order of the collective (bitwise equal with 2 ranks), with
-//    or without overlap (Note [Overlap] in gcts_reducer.cpp: begin_step()
-//    arms gradient hooks that launch buckets during the last micro-batch's
-//    backward; average_gradients() launches the rest and waits);
+//  - begin_step() arms what must happen during backward (GCTS's overlap);
 //    switch_strategy() changes the strategy for the following steps and must
 //    be called at the same step boundary on every rank (the control plane's
-//    cluster-wide verbs do that).
+//    cluster-wide verbs do that); the plain reducer refuses it.
 //  - sum_scalar() sums a device scalar over ranks without reading it on the
 //    host (the logged loss); one rank: returns it unchanged.
 //  - Phase "comm/all-reduce" goes to the PhaseRecorder; comm_status() is what
@@ -34,15 +32,13 @@
 //    time, collective, algbw/busbw by nccl-tests' definitions; exposed_ms,
 //    the communication the step waited for after backward) or null when
 //    there is no communication (docs/operations.md, monitor-comm).
-//  - engine() is GCTS's record (common/engine.hpp).
 //
 // Example:
-//   auto reducer = make_plain_reducer(world.get());   // nullptr: one rank
-//   auto gcts = make_gcts_reducer(cfg, world.get(), params, /*shard=*/nullptr, /*overlap=*/true);
+//   auto reducer = make_plain_reducer(world.get());   // world nullptr: one rank
 //   const StepCounts all = reducer->agree_counts({local_valid, {embodiment_id}});
 //   reducer->begin_step(optimizer.params(), k);
 //   ... k forward/backward passes ...
-//   reducer->average_gradients(optimizer.params(), phases, step);
+//   if (reducer->reduces()) reducer->average_gradients(optimizer.params(), phases, step);
 #pragma once
 
 #include <cstdint>  // int64_t
@@ -55,13 +51,9 @@
 
 #include "loongforge/comm/shard.hpp"
 #include "loongforge/comm/world.hpp"
-#include "loongforge/common/engine.hpp"
 #include "loongforge/common/phases.hpp"
-#include "loongforge/config/config.hpp"
 
 namespace loongforge::comm {
-
-constexpr bool kGctsBuilt = true;
 
 // A trainable parameter as the reducer plans it (optimizer order).
 struct ReducedParam {
@@ -89,16 +81,18 @@ class GradientReducer {
  public:
   virtual ~GradientReducer() = default;
   virtual int64_t world_size() const = 0;
+  // Whether average_gradients() has work each step (see the contract).
+  virtual bool reduces() const { return world_size() > 1; }
   virtual StepCounts agree_counts(const StepCounts& local) = 0;
   // Before the step's forward/backward passes (`micro_batches` of them) over
   // `params` (optimizer order): GCTS with overlap arms its gradient hooks
-  // here (Note [Overlap] in gcts_reducer.cpp); the others do nothing.
+  // here (Note [Overlap] in src/engines/gcts/reducer.cpp); the others do nothing.
   virtual void begin_step(const std::vector<at::Tensor>& params, int64_t micro_batches) {
     (void)params, (void)micro_batches;
   }
   virtual void average_gradients(const std::vector<at::Tensor>& params, PhaseRecorder& phases, int64_t step) = 0;
   // The reduction inside the CUDA graph of the step's last forward+backward
-  // (Note [Reduction in the graph] in gcts_reducer.cpp; GCTS on NCCL only):
+  // (Note [Reduction in the graph] in src/engines/gcts/reducer.cpp; GCTS on NCCL only):
   //  - graph_key(): non-empty when this step's reduction can be captured; it
   //    names what the captured work bakes in (strategy, bucket size,
   //    reduction dtype, embodiment slots): a graph captured under another key
@@ -145,21 +139,5 @@ class GradientReducer {
 // The plain path: one flat fp32 all-reduce of every gradient after backward
 // (GradientSync); `world` nullptr means one rank (no communication).
 std::unique_ptr<GradientReducer> make_plain_reducer(World* world);
-
-// GCTS (cfg.gcts): `world` nullptr means one rank (only a sharded optimizer
-// gives it work); `shard` is the sharded optimizer's target or nullptr;
-// `overlap`: launch buckets from gradient hooks during the last micro-batch's
-// backward (gcts.overlap, and only where backward runs autograd's
-// AccumulateGrad: not under CUDA-graph replay or the compiled runner).
-std::unique_ptr<GradientReducer> make_gcts_reducer(const config::Config& cfg, World* world,
-                                                   std::vector<ReducedParam> params, ShardTarget* shard,
-                                                   bool overlap);
-
-// The GCTS record; attach() connects its verbs, status and checkpoint state
-// (loongforge_state/gcts.json: {"plan": plan(), "mdg": mdg}, the model's
-// dependency graph as model::Mdg::to_json() gives it; on resume its plan goes
-// to restore_plan()) to the running reducer (which must outlive the record's use).
-Engine engine(const config::Config& cfg);
-void attach(Engine& e, GradientReducer& reducer, nlohmann::json mdg = nullptr);
 
 }  // namespace loongforge::comm

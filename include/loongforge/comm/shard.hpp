@@ -82,7 +82,7 @@ struct ShardTarget {
   // packs each parameter's .grad). At one rank the same tensor as `grad`.
   at::Tensor local;
   // The optimizer's all-gather of updated parameters, for monitor-comm
-  // (Note [Gather overlap] in src/trainer/sharded_adamw.cpp): bytes received
+  // (Note [Gather overlap] in src/engines/gcts/sharded_adamw.cpp): bytes received
   // per step, the collectives it took, the time from the first launch to the
   // last completion, and the part of it the trainer waited for.
   double gather_bytes = 0, gather_ms = 0, gather_exposed_ms = 0;

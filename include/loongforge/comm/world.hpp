@@ -95,7 +95,7 @@ struct DeviceSpan {
 // for the per-bucket timings of monitor-comm and gcts.rebuild_interval;
 // span() is its DeviceSpan on NCCL (null on Gloo), valid after wait() too.
 // A collective launched while the current stream is being captured into a
-// CUDA graph (Note [Reduction in the graph] in src/comm/gcts_reducer.cpp)
+// CUDA graph (Note [Reduction in the graph] in src/engines/gcts/reducer.cpp)
 // (in_graph) has neither a span nor a completion time (it runs at each
 // replay, not now), and wait() only makes the capturing stream wait for it,
 // as the captured work's end.
@@ -175,5 +175,13 @@ class GradientSync {
   World& world_;
   at::Tensor flat_;  // reused bucket
 };
+
+// The trainer's World: nullptr for one rank (nothing to communicate), else
+// connected over NCCL for a GPU rank and Gloo for a CPU one (Note [One
+// interface, two backends]), with the rendezvous timeout of 300 s. Test hook:
+// LOONGFORGE_TEST_ONE_RANK_WORLD=1 connects a World at one rank as well, so
+// one GPU runs the multi-rank step's communication (one-rank collectives;
+// test_trainer_gpu).
+std::unique_ptr<World> connect_for_training(const WorldInfo& info, c10::Device device);
 
 }  // namespace loongforge::comm

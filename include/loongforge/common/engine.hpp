@@ -60,4 +60,8 @@ struct Engine {
 // Names of the engines built into this binary.
 std::set<std::string> built_engine_names(const std::vector<Engine>& engines);
 
+// The record named `name` (std::logic_error when there is none: the engine
+// registry and its caller disagree).
+Engine& find_engine(std::vector<Engine>& engines, const std::string& name);
+
 }  // namespace loongforge

@@ -132,4 +132,11 @@ std::string value_text(const Config& cfg, const std::string& path);
 // Derived values.
 int64_t global_batch_size(const Config& cfg, int64_t world_size);
 
+// The keys of `section` other than `<section>.enable` whose value is not
+// their default, each as "<origin>: <key>=<value>" (origin as in
+// print_config: "bad.yaml:6", "--set"). An engine whose section has
+// enable=false warns about them: they would do nothing (Note [Keys of an engine
+// that is off] in validate.cpp).
+std::vector<std::string> non_default_keys(const Config& cfg, const std::string& section);
+
 }  // namespace loongforge::config

@@ -2,7 +2,7 @@
 // trainer shares: the number of eager calls before a capture, running work on
 // a side stream (a graph cannot be captured on the default stream) and one
 // capture. Used by the graph and compiled StepRunners and the optimizer graph
-// (trainer/optimizer_graph.hpp).
+// (optim/optimizer_graph.hpp).
 //
 // Contract:
 //  - on_side_stream(side, fn): fn runs with `side` as the current stream,

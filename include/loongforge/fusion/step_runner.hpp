@@ -1,7 +1,8 @@
 // loongforge/fusion/step_runner.hpp — the compute seam of the trainer: the
-// forward and backward passes of one optimizer step's micro-batches. DMF
-// (micro-batch fusion) and the fast step (fused kernels, CUDA graphs) replace
-// the plain implementation here (docs/architecture.md s4).
+// forward and backward passes of one optimizer step's micro-batches, and the
+// fast step's runners (CUDA graphs, the compiled package) beside the plain
+// one. DMF (micro-batch fusion, include/loongforge/engines/dmf/dmf.hpp) will
+// wrap them (docs/architecture.md s4).
 //
 // Contract:
 //  - run() takes the step's K micro-batches (on the device) and their loss
@@ -15,7 +16,8 @@
 //    PhaseRecorder.
 //  - status() describes the runner for `loongforge status` (null: nothing
 //    to say).
-//  - Trainer thread only. engine() is DMF's record (common/engine.hpp).
+//  - Trainer thread only.
+//  - make_step_runner() picks the runner from the config (step_mode()).
 //
 // The graph runner (make_graph_runner, graph_runner.cpp) captures one
 // micro-batch's forward + backward as a CUDA graph per input signature after
@@ -45,7 +47,7 @@
 // (fallback).
 //
 // Graph reduction (graph runner only; Note [Reduction in the graph] in
-// src/comm/gcts_reducer.cpp): with set_graph_reduction(r), a step whose
+// src/engines/gcts/reducer.cpp): with set_graph_reduction(r), a step whose
 // r->key() is non-empty runs its last micro-batch as a graph of its own,
 // captured (after its own warm-up calls) with r->begin() before the forward
 // and r->end() after the backward inside the capture, and replayed only for
@@ -73,15 +75,12 @@
 #include <c10/core/Device.h>     // c10::Device
 #include <nlohmann/json.hpp>     // nlohmann::json
 
-#include "loongforge/common/engine.hpp"
 #include "loongforge/common/phases.hpp"
 #include "loongforge/config/config.hpp"
 #include "loongforge/data/source.hpp"
 #include "loongforge/model/model.hpp"
 
 namespace loongforge::fusion {
-
-constexpr bool kDmfBuilt = false;  // the DMF engine is not in this build yet
 
 // Work captured into the last micro-batch's graph after its backward (see above).
 class GraphReduction {
@@ -131,6 +130,19 @@ enum class GraphMode { off, fallback, required };
 std::unique_ptr<StepRunner> make_compiled_runner(model::Model& net, const std::string& package, bool bf16_autocast,
                                                  GraphMode graphs, c10::Device device);
 
-Engine engine(const config::Config& cfg);
+// How the step runs forward and backward, from trainer.compiled_step and
+// trainer.cuda_graphs.
+struct StepMode {
+  bool compiled = false;         // trainer.compiled_step names a package
+  bool graphs = false;           // CUDA graphs: trainer.cuda_graphs=on, or auto on a CUDA device
+  bool graphs_required = false;  // trainer.cuda_graphs=on: a failed capture is a ConfigError
+};
+StepMode step_mode(const config::Config& cfg, c10::Device device);
+
+// The runner of `mode`: the compiled package (graphed as the mode says), the
+// CUDA-graph runner, or the plain one. bf16_autocast: the forward runs under
+// CUDA bf16 autocast.
+std::unique_ptr<StepRunner> make_step_runner(const config::Config& cfg, model::Model& net, const StepMode& mode,
+                                             bool bf16_autocast, c10::Device device);
 
 }  // namespace loongforge::fusion

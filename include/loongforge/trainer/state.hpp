@@ -32,7 +32,7 @@
 #include "loongforge/common/engine.hpp"
 #include "loongforge/config/config.hpp"
 #include "loongforge/model/model.hpp"
-#include "loongforge/trainer/optimizer.hpp"
+#include "loongforge/optim/optimizer.hpp"
 
 namespace loongforge::trainer {
 
@@ -65,17 +65,17 @@ struct SnapshotBuffers {
 // sized exactly -- the caching host allocator would round each to a power of
 // two. Meant to run on a helper thread at start so the first checkpoint does
 // not pay for the allocation.
-void reserve_snapshot_buffers(SnapshotBuffers& buffers, const model::Model& net, const Optimizer& optimizer,
+void reserve_snapshot_buffers(SnapshotBuffers& buffers, const model::Model& net, const optim::Optimizer& optimizer,
                               bool pinned);
 
-checkpoint::Snapshot make_snapshot(const config::Config& cfg, const model::Model& net, const Optimizer& optimizer,
-                                   const Schedule& schedule, const TrainerPosition& pos, int64_t world_size,
+checkpoint::Snapshot make_snapshot(const config::Config& cfg, const model::Model& net, const optim::Optimizer& optimizer,
+                                   const optim::Schedule& schedule, const TrainerPosition& pos, int64_t world_size,
                                    const std::vector<Engine>& engines, SnapshotBuffers& buffers);
 
 // Sharded optimizer state (ShardedAdamW): what a rank other than 0 writes
 // (its optimizer/rank_RRRRR.safetensors, staged for rank 0: Note [Peer files]
 // in src/checkpoint/writer.cpp), and the files rank 0 waits for.
-checkpoint::Snapshot make_peer_snapshot(const Optimizer& optimizer, const TrainerPosition& pos, int64_t rank,
+checkpoint::Snapshot make_peer_snapshot(const optim::Optimizer& optimizer, const TrainerPosition& pos, int64_t rank,
                                         SnapshotBuffers& buffers);
 std::vector<std::string> peer_optimizer_files(int64_t world_size);
 
@@ -94,7 +94,7 @@ int64_t check_resume(const std::string& dir, const config::Config& cfg, int64_t 
 // Loads `dir` into `net`, `optimizer`, the default generators and the
 // engines; returns trainer_state.json.
 nlohmann::json resume_from(const std::string& dir, const config::Config& cfg, model::Model& net,
-                           Optimizer& optimizer, int64_t world_size, const std::vector<Engine>& engines);
+                           optim::Optimizer& optimizer, int64_t world_size, const std::vector<Engine>& engines);
 
 // Seeds the default CPU (and CUDA) generators of this rank from run.seed
 // (they drive dropout; the flow-matching draws have their own generators).

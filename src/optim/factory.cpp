@@ -1,0 +1,105 @@
+// Building the update seam from the config (optimizer.hpp): which AdamW, which
+// weights become bf16 working copies, the schedule, and what the run line says.
+#include <cmath>   // std::ceil
+#include <cstdio>  // std::snprintf
+#include <map>     // std::map
+
+#include "loongforge/common/error.hpp"
+#include "loongforge/common/log.hpp"
+#include "loongforge/optim/optimizer.hpp"
+
+namespace loongforge::optim {
+
+bool use_fused(const config::Config& cfg, c10::Device device) {
+  return cfg.optimizer.implementation == "fused" || (cfg.optimizer.implementation == "auto" && device.is_cuda());
+}
+
+bool use_bf16_weights(const config::Config& cfg, const WeightsContext& c) {
+  const std::string& mode = cfg.precision.bf16_weights;
+  if (mode == "off") return false;
+  std::string why;
+  if (!c.device.is_cuda() || !c.bf16) why = "this run does not compute in bf16 autocast on a GPU";
+  else if (!c.fused && !c.sharded)
+    why = "optimizer.implementation is plain (the working copies live in the fused and the sharded AdamW)";
+  else if (!c.sharded && !LOONGFORGE_WITH_CUDA_KERNELS) why = "this build has no LoongForge CUDA kernels";
+  else if (c.compiled) why = "trainer.compiled_step is set (its package takes fp32 weights)";
+  else if (mode == "auto" && (c.multi_rank || c.sharded))
+    why = std::string(c.multi_rank ? "this run reduces gradients over ranks" : "gcts.shard_optimizer is on") +
+          ", where auto keeps no copies yet (set precision.bf16_weights=on to keep them, with fp32 gradients)";
+  if (why.empty()) return true;
+  if (mode == "on") {
+    const auto at = cfg.origin.find("precision.bf16_weights");
+    const std::string where = at == cfg.origin.end() ? "" : " (" + at->second + ")";
+    throw ConfigError("precision.bf16_weights=on" + where + ", but " + why + ": set precision.bf16_weights=auto or off");
+  }
+  if (c.device.is_cuda() && c.bf16)
+    LF_LOG(logger("trainer"), info) << "weights stay fp32, cast by autocast in every forward "
+                                    << "(precision.bf16_weights=auto): " << why;
+  return false;
+}
+
+std::vector<OptimizedParam> trainable_params(model::Model& net, const model::Mdg& mdg, bool bf16_weights) {
+  const auto all = net.parameters();
+  const std::vector<model::MdgParam>& reads = mdg.params;  // Note [MDG]: which parameters only linear layers read
+  // A tensor held under two names (tied weights) is read through both: it stays fp32 unless both names are read
+  // only by linear layers.
+  std::map<const void*, bool> linear_only;
+  for (size_t k = 0; bf16_weights && k < reads.size(); ++k) {
+    const auto [it, fresh] = linear_only.emplace(all[k].tensor.unsafeGetTensorImpl(), reads[k].linear_only);
+    if (!fresh) it->second = it->second && reads[k].linear_only;
+  }
+  std::vector<OptimizedParam> trainable;
+  for (const auto& p : all)
+    if (p.info->trainable)
+      trainable.push_back({p.info->name, p.tensor, p.info->decay,
+                           bf16_weights && linear_only.at(p.tensor.unsafeGetTensorImpl())});
+  return trainable;
+}
+
+AdamWOptions adamw_options(const config::Config& cfg) {
+  AdamWOptions o;
+  o.beta1 = cfg.optimizer.beta1, o.beta2 = cfg.optimizer.beta2, o.eps = cfg.optimizer.eps;
+  o.weight_decay = cfg.optimizer.weight_decay;
+  return o;
+}
+
+Schedule schedule(const config::Config& cfg) {
+  Schedule s;
+  s.peak_lr = cfg.optimizer.lr;
+  s.total_steps = cfg.trainer.max_steps;
+  s.warmup_steps = cfg.schedule.warmup_steps > 0
+                       ? cfg.schedule.warmup_steps
+                       : static_cast<int64_t>(std::ceil(cfg.schedule.warmup_ratio * cfg.trainer.max_steps));
+  s.min_lr_ratio = cfg.schedule.min_lr_ratio;
+  s.kind = cfg.schedule.name == "linear"     ? Schedule::Kind::Linear
+           : cfg.schedule.name == "constant" ? Schedule::Kind::Constant
+                                             : Schedule::Kind::Cosine;
+  return s;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const std::vector<OptimizedParam>& params, const AdamWOptions& options,
+                                          bool fused, bool fp32_copy_gradients) {
+  if (fused)
+    return std::make_unique<FusedAdamW>(params, options,
+                                        fp32_copy_gradients ? CopyGradients::fp32 : CopyGradients::bf16);
+  return std::make_unique<AdamW>(params, options);
+}
+
+std::string working_copies_note(const Optimizer& optimizer) {
+  const Optimizer::WorkingCopies w = optimizer.working_copies();
+  if (w.count == 0) return "";
+  char millions[32];
+  std::snprintf(millions, sizeof millions, "%.1f", static_cast<double>(w.numel) / 1e6);
+  return ", " + std::to_string(w.count) + " weights read only by linear layers (" + millions +
+         " M elements) as bf16 working copies of fp32 masters" +
+         (w.fp32_gradients ? " (their gradients summed in fp32)" : "");
+}
+
+nlohmann::json working_copies_json(const Optimizer* optimizer) {
+  if (!optimizer) return nullptr;
+  const Optimizer::WorkingCopies w = optimizer->working_copies();
+  if (w.count == 0) return nullptr;
+  return {{"copies", w.count}, {"elements", w.numel}, {"gradients", w.fp32_gradients ? "fp32" : "bf16"}};
+}
+
+}  // namespace loongforge::optim

@@ -1,0 +1,137 @@
+// Private to the trainer room: the state of one rank's training job
+// (trainer.hpp's Trainer::Impl), split over three files by lifecycle phase:
+// trainer_open.cpp (open), trainer_step.cpp (step, step_boundary, status),
+// trainer_close.cpp (close, run, failures).
+//
+// It holds one object per seam (source_, runner_, reducer_, optimizer_) and
+// never the engines themselves: each seam's object comes from its engine's
+// factory (adfe::make_source, dmf::make_step_runner,
+// gcts::make_gradient_path), which returns the plain implementation when the
+// engine is off, so no code here branches on an engine.
+#pragma once
+
+#include <chrono>     // std::chrono::steady_clock
+#include <cstdint>    // int64_t
+#include <exception>  // std::exception_ptr
+#include <memory>     // std::unique_ptr
+#include <string>     // std::string
+#include <thread>     // std::thread
+#include <vector>     // std::vector
+
+#include <c10/core/Device.h>  // c10::Device
+
+#include "loongforge/checkpoint/checkpoint.hpp"
+#include "loongforge/comm/reducer.hpp"
+#include "loongforge/comm/world.hpp"
+#include "loongforge/common/engine.hpp"
+#include "loongforge/common/error.hpp"
+#include "loongforge/config/config.hpp"
+#include "loongforge/data/dataset.hpp"
+#include "loongforge/data/source.hpp"
+#include "loongforge/fusion/step_runner.hpp"
+#include "loongforge/model/model.hpp"
+#include "loongforge/optim/optimizer.hpp"
+#include "loongforge/optim/optimizer_graph.hpp"
+#include "loongforge/trainer/progress.hpp"
+#include "loongforge/trainer/readback.hpp"
+#include "loongforge/trainer/state.hpp"
+#include "loongforge/trainer/trainer.hpp"
+
+namespace loongforge::trainer {
+
+class ControlPlane;
+
+struct Trainer::Impl {
+  using Clock = std::chrono::steady_clock;
+
+  Impl(config::Config cfg, comm::WorldInfo world);
+  ~Impl();
+
+  // ---- open (trainer_open.cpp)
+  void open();
+  void resolve_device();
+  void open_control();
+  void prepare_process();
+  std::string choose_resume_dir();
+  void adopt_checkpoint_batch(const std::string& resume_dir);
+  void open_model();
+  void open_data();
+  void open_fast_path(const fusion::StepMode& mode, bool made_gradients);
+  void open_run_dir(const std::string& resume_dir);
+  void resume(const std::string& resume_dir);
+  void log_run_line() const;
+  void open_outputs();
+  std::string agree(const std::string& key, const std::string& value);
+
+  // ---- steps (trainer_step.cpp)
+  bool more() const;
+  void step();
+  void step_boundary();
+  double save(int64_t steps_done);
+  void collect_writes();
+  void publish(const char* phase, const StepRecord* r);
+  nlohmann::json data_status(const StepRecord* r) const;
+  void check_finite(int64_t step, double loss, double norm, bool read_late);
+  StepRecord complete(Readback::Held held, Clock::time_point next_start);
+  void device_exposed_comm(StepRecord& r);
+  void set_step_time(StepRecord& r, double step_ms) const;
+
+  // ---- close and failures (trainer_close.cpp)
+  int run();
+  int close();
+  [[noreturn]] void fail_in_step(const std::exception& e, bool out_of_memory);
+  [[noreturn]] void fail_on_data(const DataError& e);
+  std::string save_after_failure(bool intact);
+
+  config::Config cfg_;
+  comm::WorldInfo world_info_;
+  bool leader_ = true;  // rank 0 owns the run directory, metrics and checkpoints
+  c10::Device device_ = c10::kCPU;
+  bool bf16_ = false;
+  Clock::time_point t_start_;
+
+  std::vector<Engine> engines_;
+  std::unique_ptr<comm::World> world_;
+  std::unique_ptr<ControlPlane> control_;
+  std::unique_ptr<model::Model> net_;
+  std::unique_ptr<data::Dataset> dataset_;
+  // The seams.
+  std::unique_ptr<data::BatchSource> source_;
+  std::unique_ptr<fusion::StepRunner> runner_;
+  std::unique_ptr<comm::GradientReducer> reducer_;
+  // Work the reducer captures into the runner's graph (gcts::GradientPath); outlives the runner's use.
+  std::unique_ptr<fusion::GraphReduction> graph_reduction_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  optim::Schedule schedule_;
+
+  std::string run_dir_, ckpt_dir_, last_ckpt_;
+  TrainerPosition pos_;
+  std::unique_ptr<Progress> progress_;
+  std::unique_ptr<checkpoint::Writer> writer_;
+  SnapshotBuffers snapshot_buffers_;
+  std::thread reserver_;  // reserves snapshot_buffers_ while training starts
+  std::exception_ptr reserve_error_;
+  Clock::time_point last_ckpt_time_;
+  int64_t failed_writes_ = 0;
+  int64_t last_saved_step_ = -1;
+
+  int64_t steps_done_ = 0, last_step_ = 0;  // this process trains steps (steps_done_, last_step_]
+  bool control_stop_ = false;
+  bool requeue_stop_ = false;  // the stop came from SIGUSR1 (on any rank): close() returns kExitRequeue
+  double flops_per_sample_ = 0;
+  int64_t tokens_per_view_ = 0;
+  StepRecord record_;  // the step just taken, reported at its boundary
+  // Set on the fast path (CUDA, an optimizer that skips non-finite updates on
+  // the device): the step reads nothing back; records go out one boundary late.
+  std::unique_ptr<Readback> readback_;
+  std::unique_ptr<CommTimer> comm_timer_;  // GPUs with communication: exposed_comm_ms timed on the device
+  std::unique_ptr<optim::OptimizerGraph> optimizer_graph_;  // fast path with CUDA graphs (optimizer_graph.hpp)
+  Clock::time_point step_started_;  // start of the step just taken
+  int64_t frames_counted_ = 0;        // source frames_decoded at frames_counted_at_ (decoded_frames_per_s)
+  int64_t bytes_counted_ = 0;         // source video_bytes_read then (read_mb_per_s)
+  int64_t h2d_counted_ = 0;           // source h2d_bytes then (h2d_mb_per_s)
+  int64_t readahead_counted_ = 0;     // source readahead_bytes then (readahead_mb_per_s)
+  Clock::time_point frames_counted_at_ = Clock::now();
+};
+
+}  // namespace loongforge::trainer
