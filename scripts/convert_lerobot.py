@@ -40,7 +40,7 @@ if str(kScriptsDir) not in sys.path:
 
 from lerobot_convert import ConvertError, fail  # noqa: E402
 from lerobot_convert import shard as sh  # noqa: E402
-from lerobot_convert import source, video  # noqa: E402
+from lerobot_convert import aspect, source, video  # noqa: E402
 
 kDatasetFormat = "loongforge-dataset"
 kDatasetFormatVersion = 1
@@ -152,7 +152,7 @@ def copy_stats(meta, columns):
     for key, st in meta.stats.items():
         entry = {k: st[k] for k in source.kStatKeys if k in st}
         if key in meta.state_keys or key in meta.action_keys:
-            missing = [k for k in source.kStatKeys if k not in st]
+            missing = [k for k in source.kRequiredStatKeys if k not in st]
             if missing:
                 fail(str(path), f"'{key}' lacks the statistics {missing}", "regenerate stats.json")
             for k, v in entry.items():
@@ -293,6 +293,10 @@ def convert(args, con):
                  f"{', '.join(f'{v:+.6f} s' for v in vals[:8])}{' ...' if len(vals) > 8 else ''}")
     for k, (a, r) in f32_error.items():
         con.info(f"float64 -> float32 '{k}': max abs error {a:.3g}, max rel error {r:.3g} (bound 2^-24 = 5.96e-08)")
+    for cam in doc["cameras"]:  # what the model's resize will do with each camera's aspect (aspect.py)
+        vids = [v for e in ep_entries for v in e["videos"] if v["camera_id"] == cam["camera_id"]]
+        con.info(aspect.camera_line(cam["key"], cam["width"], cam["height"], sum(v["frame_count"] for v in vids),
+                                    len(vids)))
     return doc
 
 

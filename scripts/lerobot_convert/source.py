@@ -12,13 +12,15 @@ v2.x layout read here (paths relative to the dataset root):
 v3.0 layout (Note [LeRobot v3.0]):
     meta/info.json        fps, features, data_path and video_path templates
                           ({chunk_index}, {file_index}, {video_key})
-    meta/tasks.parquet    columns task_index, task
+    meta/tasks.parquet    column task_index, indexed by the task text (Note [LeRobot
+                          tasks.parquet])
     meta/episodes/chunk-XXX/file-XXX.parquet   one row per episode: length,
                           tasks, data/chunk_index, data/file_index,
                           dataset_from_index, dataset_to_index and per camera
                           videos/<key>/chunk_index, file_index, from_timestamp,
                           to_timestamp (plus per-episode stats, not read)
-    meta/stats.json       aggregated stats
+    meta/stats.json       aggregated stats (LeRobot 0.6.1 adds quantiles q01..q99;
+                          older writers have mean, std, min, max, count only)
     meta/modality.json    optional (GR00T flavour); without it a default is used
     data/chunk-XXX/file-XXX.parquet            rows of several episodes
     videos/<key>/chunk-XXX/file-XXX.mp4        frames of several episodes, one
@@ -46,7 +48,9 @@ from .shard import (Column, kDtypeCodes, kDtypeFloat32, kDtypeFloat64, kDtypeInt
                     kDtypeUint8, kFlagLossyFloat32, kFlagSynthesized, kRowsPerVideoFrame)
 
 kV2VideoPath = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
-kStatKeys = ("mean", "std", "min", "max", "q01", "q99")
+kStatKeys = ("mean", "std", "min", "max", "q01", "q99")  # copied when present
+# needed for state and action (the trainer's normalizations); LeRobot before its quantiles wrote only these
+kRequiredStatKeys = ("mean", "std", "min", "max")
 kMetaFiles = ("meta/info.json", "meta/modality.json", "meta/tasks.jsonl", "meta/episodes.jsonl",
               "meta/stats.json")
 kMetaFilesV3 = ("meta/info.json", "meta/tasks.parquet", "meta/episodes", "meta/stats.json")
@@ -70,6 +74,22 @@ kV3VideoColumns = ("chunk_index", "file_index", "from_timestamp", "to_timestamp"
 # (videos/chunk-XXX/<key>/episode_XXXXXX.mp4), so v2.x and v3.0 copies of one
 # dataset convert to the same folder layout. Without meta/modality.json (plain
 # LeRobot datasets have none) the default modality of default_modality() is used.
+
+# Note [LeRobot tasks.parquet]
+# LeRobot writes meta/tasks.parquet with pandas from a frame whose only column
+# is task_index and whose index is the task text (DataFrame.to_parquet keeps
+# the index): LeRobot 0.6.1 names that index "task", so the file has a column
+# "task"; other writers of v3.0 (e.g. the pollen-robotics/apple_storage files)
+# left it unnamed, stored as the column "__index_level_0__". The b"pandas"
+# schema metadata lists which stored column is the index. LeRobot reads the
+# file back with pd.read_parquet, names the index "task" whatever it was
+# (io_utils.load_tasks), and gives sample i the text of row task_index
+# (tasks.iloc[task_index].name in dataset_reader.get_item): a row position,
+# not a lookup of the task_index column. The converter reads the same way: the
+# text is the one string index column the pandas metadata names (or a plain
+# "task" column in a file without an index), and row r must have task_index
+# r, which LeRobot's writers always give (anything else is refused rather than
+# guessed).
 
 
 # ---------------------------------------------------------------------------
@@ -291,16 +311,46 @@ def _read_parquet(path, columns=None):
         fail(str(path), f"cannot read the parquet file ({e})", "re-copy the file or regenerate it with LeRobot")
 
 
+def _pandas_index_columns(table):
+    """The stored index columns of a parquet file pandas wrote (its b"pandas" schema metadata):
+    [(field name, index name)] for each index kept as a column; a RangeIndex is kept as metadata
+    only and is not listed. [] when the file has no pandas metadata."""
+    raw = (table.schema.metadata or {}).get(b"pandas")
+    if not raw:
+        return []
+    try:
+        meta = json.loads(raw)
+    except json.JSONDecodeError:
+        return []
+    names = {c.get("field_name"): c.get("name") for c in meta.get("columns") or []}
+    return [(f, names.get(f)) for f in meta.get("index_columns") or [] if isinstance(f, str)]
+
+
 def _read_tasks_v3(path):
+    """meta/tasks.parquet -> {task_index: text}, as LeRobot 0.6.1 reads it (Note [LeRobot tasks.parquet])."""
     table = _read_parquet(path)
-    for col in ("task_index", "task"):
-        if col not in table.column_names:
-            fail(str(path), f"has no '{col}' column (columns: {table.column_names})",
-                 "regenerate meta/tasks.parquet with LeRobot (columns task_index and task)")
+    index = _pandas_index_columns(table)
+    fix = ("regenerate meta/tasks.parquet with LeRobot (a pandas frame with a task_index column, indexed by "
+           "the task text)")
+    if "task_index" not in table.column_names:
+        fail(str(path), f"has no 'task_index' column (columns: {table.column_names})", fix)
+    text_col = None
+    t = table.schema.field(index[0][0]).type if len(index) == 1 else None
+    if t is not None and (pa.types.is_string(t) or pa.types.is_large_string(t)):
+        text_col = index[0][0]  # "task" (a named index) or "__index_level_0__" (an unnamed one)
+    elif "task" in table.column_names and not index:
+        text_col = "task"  # written without pandas' index metadata: the text as a plain column
+    if text_col is None:
+        shown = [f"{f} (index {n!r})" for f, n in index] or "none"
+        fail(str(path), f"holds no task text: LeRobot keeps it as the frame's one string index (pandas index "
+             f"columns: {shown}; columns: {table.column_names})", fix)
     tasks = {}
-    for i, text in zip(table.column("task_index").to_pylist(), table.column("task").to_pylist()):
-        if i in tasks:
-            fail(str(path), f"task_index {i} appears twice", "give each task one row")
+    for row, (i, text) in enumerate(zip(table.column("task_index").to_pylist(), table.column(text_col).to_pylist())):
+        if i is None or text is None:
+            fail(str(path), f"row {row} has a missing task_index or text", fix)
+        if int(i) != row:
+            fail(str(path), f"row {row} has task_index {i}; LeRobot looks a task up by its row "
+                 "(tasks.iloc[task_index]), so row r must have task_index r", fix)
         tasks[int(i)] = str(text)
     return tasks
 
@@ -363,10 +413,16 @@ def resolve_cameras(meta, episode_indices, warn):
         missing = [ep for ep in episode_indices if ep not in present]
         if key in referenced and missing:
             ep = missing[0]
+            if meta.modality_source == "meta/modality.json":
+                used = f"which meta/modality.json uses as video.{referenced[key]}"
+                fix = f"copy the videos of '{key}', or remove video.{referenced[key]} from meta/modality.json"
+            else:
+                used = "which the default modality uses as a camera (the dataset has no meta/modality.json)"
+                fix = (f"copy the videos of '{key}', or add a meta/modality.json whose video group leaves "
+                       f"'{key}' out")
             fail(meta.where(ep, meta.video_path(ep, key)),
-                 f"video file is missing for feature '{key}', which meta/modality.json uses as "
-                 f"video.{referenced[key]} ({len(missing)} of {len(episode_indices)} episodes lack it)",
-                 f"copy the videos of '{key}', or remove video.{referenced[key]} from meta/modality.json")
+                 f"video file is missing for feature '{key}', {used} ({len(missing)} of {len(episode_indices)} "
+                 "episodes lack it)", fix)
         if key not in referenced and not present:
             reason = "no video files; not referenced by meta/modality.json"
             warn(f"feature '{key}' in meta/info.json has no video files and meta/modality.json does not use "
