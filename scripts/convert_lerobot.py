@@ -146,7 +146,7 @@ def tokenize_tasks(meta, max_len, con, tokenizer_path=None, formalize=None):
 
 
 def copy_stats(meta, columns):
-    path = meta.root / "meta/stats.json"
+    path = meta.root / meta.stats_source.split(",")[0]
     width = {c.name: c.width for c in columns}
     out = {}
     for key, st in meta.stats.items():
@@ -313,7 +313,8 @@ def _dataset_doc(meta, args, columns, stats, tok_info, tasks, result):
         "created_by": "scripts/convert_lerobot.py",
         "source": {"path": str(meta.root.resolve()), "codebase_version": meta.info.get("codebase_version"),
                    "modality": meta.modality_source,
-                   "robot_type": meta.info.get("robot_type"), "episodes_in_source": len(meta.episodes)},
+                   "robot_type": meta.info.get("robot_type"), "episodes_in_source": len(meta.episodes),
+                   "stats": meta.stats_source},
         "fps": meta.fps,
         "embodiment_tag": emb,
         "embodiment_tag_source": emb_source,

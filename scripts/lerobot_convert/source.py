@@ -2,10 +2,12 @@
 
 v2.x layout read here (paths relative to the dataset root):
     meta/info.json        fps, features (dtype, shape), data_path, video_path
-    meta/modality.json    state/action slices, video and annotation keys
+    meta/modality.json    state/action slices, video and annotation keys (GR00T's; optional:
+                          without it a default is used, Note [LeRobot v3.0])
     meta/tasks.jsonl      task_index -> text
     meta/episodes.jsonl   episode_index, tasks (texts), length
-    meta/stats.json       per-key mean/std/min/max/q01/q99
+    meta/stats.json       per-key mean/std/min/max/q01/q99 (v2.1 without it:
+                          meta/episodes_stats.jsonl, Note [LeRobot v2.x stats])
     data/chunk-XXX/episode_XXXXXX.parquet     one row per frame
     videos/chunk-XXX/<video_key>/episode_XXXXXX.mp4
 
@@ -51,8 +53,7 @@ kV2VideoPath = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_in
 kStatKeys = ("mean", "std", "min", "max", "q01", "q99")  # copied when present
 # needed for state and action (the trainer's normalizations); LeRobot before its quantiles wrote only these
 kRequiredStatKeys = ("mean", "std", "min", "max")
-kMetaFiles = ("meta/info.json", "meta/modality.json", "meta/tasks.jsonl", "meta/episodes.jsonl",
-              "meta/stats.json")
+kMetaFiles = ("meta/info.json", "meta/tasks.jsonl", "meta/episodes.jsonl")  # + stats (Note [LeRobot v2.x stats])
 kMetaFilesV3 = ("meta/info.json", "meta/tasks.parquet", "meta/episodes", "meta/stats.json")
 kV3EpisodeColumns = ("episode_index", "length", "tasks", "data/chunk_index", "data/file_index",
                      "dataset_from_index", "dataset_to_index")
@@ -91,6 +92,20 @@ kV3VideoColumns = ("chunk_index", "file_index", "from_timestamp", "to_timestamp"
 # r, which LeRobot's writers always give (anything else is refused rather than
 # guessed).
 
+# Note [LeRobot v2.x stats]
+# LeRobot v2.0 keeps the dataset's statistics in meta/stats.json. v2.1
+# (LeRobot 0.1 to 0.3) writes per-episode statistics to
+# meta/episodes_stats.jsonl instead and its reader aggregates them
+# (LeRobotDatasetMetadata.load_metadata: min of the minima, max of the maxima,
+# count-weighted mean, pooled std); Isaac-GR00T's datasets of either version
+# carry a stats.json of their own, which GR00T's loader reads. The converter
+# takes meta/stats.json when it is there (GR00T's, or v2.0's), else, for
+# v2.1, the aggregate LeRobot's reader computes (aggregate_episode_stats, the
+# same numpy operations, so the same float64 values); source.stats in
+# loongforge_dataset.json says which. A plain LeRobot v2.x dataset has no
+# meta/modality.json either: the default modality of default_modality() is
+# used, as for v3.0.
+
 
 # ---------------------------------------------------------------------------
 # Meta data
@@ -125,6 +140,7 @@ class Meta:
     version: int = 2  # LeRobot codebase major version: 2 or 3
     v3_episodes: dict = field(default_factory=dict)  # v3.0: episode_index -> meta/episodes row
     modality_source: str = "meta/modality.json"
+    stats_source: str = "meta/stats.json"
     _table_cache: tuple = (None, None)  # v3.0: (path, table) of the last data file read
 
     def where(self, ep=None, path=None):
@@ -235,10 +251,15 @@ def load_meta(root):
              "convert the dataset to LeRobot v3.0 (or v2.1) with LeRobot's tools")
     for rel in needed:
         if not (root / rel).exists():
-            kind = "LeRobot v2.x dataset for GR00T" if major == 2 else "LeRobot v3.0 dataset"
+            kind = "LeRobot v2.x dataset" if major == 2 else "LeRobot v3.0 dataset"
             fail(str(root / rel), f"is missing; a {kind} needs " + ", ".join(needed),
                  "copy the complete dataset (meta/ included); stats.json can be regenerated with "
                  "LeRobot's or GR00T's stats tools")
+    if major == 2 and not (root / "meta/stats.json").is_file() and not (
+            version != "v2.0" and (root / "meta/episodes_stats.jsonl").is_file()):
+        fail(str(root / "meta/stats.json"), "is missing; a LeRobot v2.0 dataset needs it (v2.1: it or "
+             "meta/episodes_stats.jsonl)", "copy the complete dataset (meta/ included); stats.json can be "
+             "regenerated with LeRobot's or GR00T's stats tools")
     for k in ("fps", "features", "data_path", "video_path"):
         if k not in info:
             fail(str(info_path), f"has no '{k}' entry", "regenerate info.json with LeRobot")
@@ -249,7 +270,7 @@ def load_meta(root):
     modality_path = root / "meta/modality.json"
     if modality_path.is_file():
         modality, modality_source = _read_json(modality_path), "meta/modality.json"
-    else:  # v3.0 only (v2.x requires it, checked above)
+    else:  # plain LeRobot datasets have none (GR00T's add it)
         modality = default_modality(info)
         modality_source = ("default: no meta/modality.json; state = observation.state, action = action, "
                            "every video feature a camera")
@@ -298,10 +319,45 @@ def load_meta(root):
     else:
         tasks = _read_tasks_v3(root / "meta/tasks.parquet")
         episodes, v3_episodes = _read_episodes_v3(root, info)
-    stats = _read_json(root / "meta/stats.json")
+    if (root / "meta/stats.json").is_file():
+        stats, stats_source = _read_json(root / "meta/stats.json"), "meta/stats.json"
+    else:  # v2.1 without stats.json (checked above): Note [LeRobot v2.x stats]
+        stats = aggregate_episode_stats(_read_jsonl(root / "meta/episodes_stats.jsonl"),
+                                        root / "meta/episodes_stats.jsonl")
+        stats_source = "meta/episodes_stats.jsonl, aggregated as LeRobot 0.3 (v2.1) does"
     meta = Meta(root, info, modality, tasks, episodes, stats, fps, state_keys, action_keys, annotation_keys,
-                video_refs, version=major, v3_episodes=v3_episodes, modality_source=modality_source)
+                video_refs, version=major, v3_episodes=v3_episodes, modality_source=modality_source,
+                stats_source=stats_source)
     return meta
+
+
+def aggregate_episode_stats(rows, path):
+    """The dataset stats LeRobot's v2.1 reader computes from meta/episodes_stats.jsonl (LeRobot 0.3.x
+    compute_stats.aggregate_stats, Note [LeRobot v2.x stats]): per key, the min of the minima, the max of
+    the maxima, the count-weighted mean, the pooled std; numpy float64, in LeRobot's order of operations."""
+    per_key = {}
+    for row in sorted(rows, key=lambda r: r["episode_index"]):
+        for key, st in (row.get("stats") or {}).items():
+            per_key.setdefault(key, []).append(st)
+    out = {}
+    for key, sts in per_key.items():
+        try:
+            means = np.stack([np.array(s["mean"], dtype=np.float64) for s in sts])
+            variances = np.stack([np.array(s["std"], dtype=np.float64) ** 2 for s in sts])
+            counts = np.stack([np.array(s["count"]) for s in sts])
+            mins = np.stack([np.array(s["min"], dtype=np.float64) for s in sts])
+            maxs = np.stack([np.array(s["max"], dtype=np.float64) for s in sts])
+        except (KeyError, ValueError) as e:
+            fail(str(path), f"the statistics of '{key}' are incomplete or of different shapes ({e})",
+                 "regenerate meta/episodes_stats.jsonl with LeRobot")
+        total = counts.sum(axis=0)
+        while counts.ndim < means.ndim:
+            counts = np.expand_dims(counts, axis=-1)
+        mean = (means * counts).sum(axis=0) / total
+        variance = ((variances + (means - mean) ** 2) * counts).sum(axis=0) / total
+        out[key] = {"min": np.min(mins, axis=0).tolist(), "max": np.max(maxs, axis=0).tolist(), "mean": mean.tolist(),
+                    "std": np.sqrt(variance).tolist(), "count": np.asarray(total).tolist()}
+    return out
 
 
 def _read_parquet(path, columns=None):

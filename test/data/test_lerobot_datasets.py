@@ -13,9 +13,11 @@
 #     wheel: test/lerobot_oracle.py write_lerobot_dataset): one camera with
 #     every episode in one shared video and data file, and two cameras (one
 #     4:3) whose episodes LeRobot spreads over chunked files (chunk-000/file-000,
-#     file-001, chunk-001/file-000) with several episodes per file; both convert
+#     file-001, chunk-001/file-000) with several episodes per file; and a v2.1
+#     dataset written by LeRobot 0.3.3's writer (a file per episode,
+#     episodes_stats.jsonl but no stats.json, no modality.json). Each converts
 #     with LeRobot's task texts, lengths and stats, and every stored value equals
-#     the parquet LeRobot wrote. (Frames and values against LeRobot's own
+#     what LeRobot's writer was given. (Frames and values against LeRobot's own
 #     reader: test_lerobot_reader_oracle.py.)
 #   - a 4:3 camera (320x240, made with ffmpeg from a bundled video) gets the
 #     aspect line at conversion, saying what each resize mode does with it
@@ -56,6 +58,9 @@ ONE_CAMERA = {"fps": 15, "robot_type": "synthetic", "state_dim": 7, "action_dim"
               "cameras": {"observation.images.top": [64, 64]},
               "episodes": [{"length": 14, "task": "pick the cube"}, {"length": 11, "task": "place the cube"},
                            {"length": 17, "task": "pick the cube"}]}
+V21 = {"version": "v2.1", "fps": 10, "robot_type": "synthetic", "state_dim": 6, "action_dim": 5, "seed": 3,
+       "cameras": {"observation.images.front": [48, 64], "observation.images.wrist": [32, 32]},
+       "episodes": [{"length": 12, "task": "open"}, {"length": 9, "task": "close"}, {"length": 15, "task": "open"}]}
 TWO_CAMERAS = {"fps": 10, "robot_type": "synthetic", "state_dim": 6, "action_dim": 5, "seed": 2, "chunks_size": 2,
                "cameras": {"observation.images.front": [48, 64], "observation.images.wrist": [32, 32]},
                "episodes": [{"length": 12, "task": "open", "new_data_file": False, "new_video_file": False},
@@ -158,7 +163,7 @@ def written(tmp_path_factory):
     """{name: (LeRobot's v3.0 dataset, its conversion, the converter's output)}."""
     work = tmp_path_factory.mktemp("lerobot_written")
     out = {}
-    for name, spec in (("one_camera", ONE_CAMERA), ("two_cameras", TWO_CAMERAS)):
+    for name, spec in (("one_camera", ONE_CAMERA), ("two_cameras", TWO_CAMERAS), ("v21", V21)):
         root = lerobot_oracle.write_lerobot_dataset(work / name, spec)
         rc, stdout, err = run_convert(root, work / f"{name}.lf")
         assert rc == 0, err
@@ -166,12 +171,18 @@ def written(tmp_path_factory):
     return out
 
 
-def test_lerobot_wrote_shared_and_chunked_files_with_several_episodes_each(written):
+def test_lerobot_wrote_v21_files_and_v30_shared_and_chunked_files_with_several_episodes_each(written):
     one = written["one_camera"][0]
     assert [p.relative_to(one).as_posix() for p in sorted(one.glob("**/*.mp4"))] == \
         ["videos/observation.images.top/chunk-000/file-000.mp4"]
     assert [p.relative_to(one).as_posix() for p in sorted(one.glob("data/**/*.parquet"))] == \
         ["data/chunk-000/file-000.parquet"]
+    v21 = written["v21"][0]  # LeRobot 0.3.3's v2.1: a file per episode, per-episode stats, no stats.json
+    assert json.loads((v21 / "meta/info.json").read_text())["codebase_version"] == "v2.1"
+    assert sorted(p.relative_to(v21).as_posix() for p in v21.rglob("*") if p.is_file()) == [
+        *(f"data/chunk-000/episode_{e:06d}.parquet" for e in range(3)),
+        "meta/episodes.jsonl", "meta/episodes_stats.jsonl", "meta/info.json", "meta/tasks.jsonl",
+        *(f"videos/chunk-000/{k}/episode_{e:06d}.mp4" for k in V21["cameras"] for e in range(3))]
     two = written["two_cameras"][0]
     for key in TWO_CAMERAS["cameras"]:
         assert [p.relative_to(two / "videos" / key).as_posix() for p in sorted((two / "videos" / key).glob("*/*.mp4"))] \
@@ -183,7 +194,7 @@ def test_lerobot_wrote_shared_and_chunked_files_with_several_episodes_each(writt
     assert json.loads((two / "meta/info.json").read_text())["codebase_version"] == "v3.0"
 
 
-@pytest.mark.parametrize("name,spec", [("one_camera", ONE_CAMERA), ("two_cameras", TWO_CAMERAS)])
+@pytest.mark.parametrize("name,spec", [("one_camera", ONE_CAMERA), ("two_cameras", TWO_CAMERAS), ("v21", V21)])
 def test_each_lerobot_written_dataset_converts_with_its_tasks_lengths_stats_and_values(written, name, spec):
     root, dst, _ = written[name]
     doc = load(dst)
@@ -193,9 +204,14 @@ def test_each_lerobot_written_dataset_converts_with_its_tasks_lengths_stats_and_
         [(i, e["length"]) for i, e in enumerate(spec["episodes"])]
     assert [c["key"] for c in doc["cameras"]] == list(spec["cameras"])
     assert all(v["codec"] == "av1" for e in doc["episodes"] for v in e["videos"])  # LeRobot's default encoder
-    stats = json.loads((root / "meta/stats.json").read_text())
-    assert doc["stats"]["action"]["q99"] == stats["action"]["q99"]
-    assert doc["stats"]["observation.state"]["mean"] == stats["observation.state"]["mean"]
+    if name != "v21":
+        stats = json.loads((root / "meta/stats.json").read_text())
+        assert doc["stats"]["action"]["q99"] == stats["action"]["q99"]
+        assert doc["stats"]["observation.state"]["mean"] == stats["observation.state"]["mean"]
+    else:  # LeRobot's v2.1 keeps per-episode stats only (equal to its reader's aggregate: the oracle test)
+        assert not (root / "meta/stats.json").exists() and (root / "meta/episodes_stats.jsonl").is_file()
+        assert doc["source"]["stats"] == "meta/episodes_stats.jsonl, aggregated as LeRobot 0.3 (v2.1) does"
+        assert set(doc["stats"]["action"]) == {"mean", "std", "min", "max"}
     data = pq.read_table(sorted(root.glob("data/*/*.parquet"))[0]).to_pydict()
     first = spec["episodes"][0]["length"]
     np.testing.assert_array_equal(shard_column(dst, doc, 0, "action"), np.array(data["action"][:first], np.float32))
