@@ -32,6 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 
 kScriptsDir = Path(__file__).resolve().parent
@@ -150,13 +151,17 @@ def copy_stats(meta, columns):
     width = {c.name: c.width for c in columns}
     out = {}
     for key, st in meta.stats.items():
-        entry = {k: st[k] for k in source.kStatKeys if k in st}
+        # flat lists (docs/shard-format.md s2): LeRobot's per-channel image stats are (3, 1, 1) nested lists
+        try:
+            entry = {k: np.ravel(np.asarray(st[k], dtype=np.float64)).tolist() for k in source.kStatKeys if k in st}
+        except (TypeError, ValueError) as e:
+            fail(str(path), f"the statistics of '{key}' are not lists of numbers ({e})", "regenerate stats.json")
         if key in meta.state_keys or key in meta.action_keys:
             missing = [k for k in source.kRequiredStatKeys if k not in st]
             if missing:
                 fail(str(path), f"'{key}' lacks the statistics {missing}", "regenerate stats.json")
             for k, v in entry.items():
-                n = len(v) if isinstance(v, list) else 1
+                n = len(v)
                 if n != width.get(key, n):
                     fail(str(path), f"'{key}'.{k} has {n} values but the data has {width[key]} per row",
                          "regenerate stats.json for this dataset")
