@@ -133,11 +133,17 @@ def bpe_from_ranks(ranks):
 
 
 def build_tokenizer(tiktoken_file: Path):
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
     ranks = load_ranks(tiktoken_file)
     if len(ranks) != FIRST_SPECIAL or sorted(ranks.values()) != list(range(FIRST_SPECIAL)):
         raise SystemExit(f"{tiktoken_file}: expected Qwen's {FIRST_SPECIAL} ranks 0..{FIRST_SPECIAL - 1}, "
                          f"got {len(ranks)}")
+    return tokenizer_from_ranks(ranks)
+
+
+def tokenizer_from_ranks(ranks):
+    """A tokenizers.Tokenizer: the byte-level BPE of `ranks` (bytes -> rank 0..n-1), Qwen2's NFC and
+    pre-tokenizer, and SPECIALS at ids n, n+1, ..."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
     vocab, merges = bpe_from_ranks(ranks)
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False,
                                ignore_merges=False))
@@ -148,7 +154,7 @@ def build_tokenizer(tiktoken_file: Path):
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in SPECIALS])
     for i, s in enumerate(SPECIALS):
-        assert tok.token_to_id(s) == FIRST_SPECIAL + i, (s, tok.token_to_id(s))
+        assert tok.token_to_id(s) == len(ranks) + i, (s, tok.token_to_id(s))
     return tok
 
 
