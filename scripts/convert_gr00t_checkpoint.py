@@ -461,7 +461,7 @@ def import_checkpoint(src: Path, out: Path, strict: bool = False, overrides=(), 
                                        read_backbone_config, read_processor_kwargs)
     from model import tokenizer as tokenizers_
     from model.export import save_model
-    from model.n16 import build_model
+    from model.registry import build_model
     if not (src / "config.json").is_file():
         raise SystemExit(f"convert_gr00t_checkpoint: {src}/config.json not found; importing needs the checkpoint "
                          "folder (safetensors + config.json), or pass --model for a bare tensor file")
