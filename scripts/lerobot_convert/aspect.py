@@ -16,9 +16,9 @@ converter cannot know which applies; it says what each mode does
                              frame cannot enter the square input and the run
                              stops, unless image_letterbox pads it first
 
-The trainer's start line says which one applies to the run
-(data::camera_aspect_line, include/loongforge/data/aspect.hpp); both use the
-words kept / squashed / padded / refused.
+data::camera_aspect_line (include/loongforge/data/aspect.hpp) says which one
+applies for a model's settings, with the same words: kept / squashed / padded
+/ refused.
 """
 
 from math import gcd
