@@ -24,9 +24,12 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 prefix=${1:-$HOME/.cache/loongforge/ffmpeg7-shared}
 cache=$HOME/.cache/loongforge
-if [ -f "$prefix/lib/libavcodec.so.61" ] && ls "$prefix"/wheels/av-15.1.0-*.whl >/dev/null 2>&1; then
+if [ -f "$prefix/lib/libavcodec.so.61" ] && [ -f "$prefix/wheels/.stripped" ]; then
   echo "ffmpeg7-shared: present at $prefix"; exit 0
 fi
+py312=${PY312:-$cache/py312/bin/python}
+[ -x "$py312" ] || { echo "no Python 3.12 at $py312 (scripts/bench/setup_py312.sh makes it)" >&2; exit 1; }
+if [ ! -f "$prefix/lib/libavcodec.so.61" ]; then
 # dav1d (static, PIC, 8-bit) comes from the static FFmpeg prefix of the trainer's build.
 bash "$repo/scripts/dev/gpu/build_ffmpeg_static.sh" >/dev/null
 static=$cache/ffmpeg-static
@@ -73,11 +76,24 @@ command -v patchelf >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install
 for f in "$prefix"/lib/lib*.so.*.*; do patchelf --set-rpath '$ORIGIN' "$f"; done
 patchelf --set-rpath '$ORIGIN/../lib' "$prefix/bin/ffprobe"
 "$prefix/bin/ffprobe" -hide_banner -decoders 2>/dev/null | grep -E "h264|dav1d" | head -3
+fi
 
-# PyAV 15.1.0 from its sdist, against this FFmpeg (cp312, the GPU machine's Python).
-py312=${PY312:-$cache/py312/bin/python}
-[ -x "$py312" ] || { echo "no Python 3.12 at $py312 (scripts/bench/setup_py312.sh makes it)" >&2; exit 1; }
+# PyAV 15.1.0 from its sdist, against this FFmpeg (cp312, the GPU machine's Python); its extension
+# modules are then stripped and their rpath removed (users set LD_LIBRARY_PATH to the libraries, on
+# the CPU machine as on the GPU one) and the wheel repacked with `wheel pack` (RECORD rewritten).
 mkdir -p "$prefix/wheels"
-PKG_CONFIG_PATH="$prefix/lib/pkgconfig" LDFLAGS="-Wl,-rpath,$prefix/lib" \
-  "$py312" -m pip wheel -q --no-deps --no-binary=:all: av==15.1.0 -w "$prefix/wheels"
+if ! ls "$prefix"/wheels/av-15.1.0-*.whl >/dev/null 2>&1; then
+  PKG_CONFIG_PATH="$prefix/lib/pkgconfig" "$py312" -m pip wheel -q --no-deps --no-binary=:all: av==15.1.0 \
+    -w "$prefix/wheels"
+fi
+"$py312" -m pip install -q wheel
+command -v patchelf >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq patchelf >/dev/null
+tmp=$(mktemp -d)
+whl=$(ls "$prefix"/wheels/av-15.1.0-*.whl | head -1)
+"$py312" -m wheel unpack "$whl" -d "$tmp" >/dev/null
+find "$tmp" -name "*.so" -exec strip --strip-unneeded {} \; -exec patchelf --remove-rpath {} \;
+rm "$whl"
+"$py312" -m wheel pack "$tmp"/av-15.1.0 -d "$prefix/wheels" >/dev/null
+rm -rf "$tmp"
+touch "$prefix/wheels/.stripped"
 du -sh "$prefix/lib" "$prefix/bin" "$prefix"/wheels/*.whl

@@ -6,12 +6,12 @@ episodes with varied task texts and crops, in the LeRobot format each trainer re
         tasks.jsonl, episodes_stats.jsonl from LeRobot's own statistics functions (the camera's from
         its sampled, decoded frames, as compute_episode_stats computes them), plus
         Isaac-GR00T's modality.json and stats.json, which scripts/convert_lerobot.py reads).
-        Episode i is the carried source episode i % S (S = 5) with crop variant (i // S) % K of
-        that codec (prepare_carry.sh encoded them on the CPU machine; the GPU machine has no
-        encoder): its mp4 is a real copy of the variant's file (not a link, so that every
+        Episode i is the carried source episode e = i % S (S = 5) in that codec's variant number
+        (i // S) % K_e of the K_e carried for e (prepare_carry.sh encoded them on the CPU machine;
+        the GPU machine has no encoder): its mp4 is a real copy of the variant's file (not a link, so that every
         episode is its own file on disk and is read cold after the page cache is dropped), its
         parquet the source rows with episode_index, index and task ids renumbered, and its task
-        text one of TASK_FORMS filled with the source episode's object (lengths 5 to 21 words).
+        text one of TASK_FORMS filled with the source episode's object (4 to 19 words).
         Needs lerobot on the path (compute_episode_stats).
 
     make_dataset.py v30 --root DIR
@@ -53,10 +53,11 @@ def replicate(src: Path, codec: str, n: int, out: Path) -> None:
     from lerobot.datasets.compute_stats import compute_episode_stats
 
     manifest = json.loads((src / "variants.json").read_text())
-    variants = sorted({v["variant"] for v in manifest["videos"] if v["codec"] == codec})
-    if not variants:
-        raise SystemExit(f"{src}/variants.json: no {codec} videos; run scripts/bench/prepare_carry.sh")
     files = {(v["variant"], v["episode"]): src / v["file"] for v in manifest["videos"] if v["codec"] == codec}
+    if not files:
+        raise SystemExit(f"{src}/variants.json: no {codec} videos; run scripts/bench/prepare_carry.sh")
+    variants = sorted({k for k, _ in files})
+    of_episode = {e: sorted(k for k, f in files if f == e) for e in {f for _, f in files}}
     info = json.loads((src / "meta/info.json").read_text())
     sources = sorted(p for p in (src / "data").glob("episode_*.parquet"))
     S = len(sources)
@@ -90,7 +91,10 @@ def replicate(src: Path, codec: str, n: int, out: Path) -> None:
     t0, index, episodes, stats_lines, total = time.perf_counter(), 0, [], [], 0
     chunk_size = int(info.get("chunks_size", 1000))
     for i in range(n):
-        e, k = i % S, variants[(i // S) % len(variants)]
+        e = i % S
+        if e not in of_episode:
+            raise SystemExit(f"{src}/variants.json: no {codec} video of source episode {e}")
+        k = of_episode[e][(i // S) % len(of_episode[e])]
         t = tables[e]
         L = t.num_rows
         cols = {name: t.column(name) for name in t.column_names}
@@ -137,7 +141,7 @@ def replicate(src: Path, codec: str, n: int, out: Path) -> None:
         shutil.copyfile(src / "meta" / name, out / "meta" / name)
     words = [len(s.split()) for s in tasks[1:]]
     print(f"replicate: {n} episodes ({total} frames, {len(tasks) - 1} task texts of {min(words)}-{max(words)} words, "
-          f"{len(variants)} {codec} crop variants x {S} source episodes) -> {out} in {time.perf_counter() - t0:.1f} s")
+          f"{codec} variants {variants} over {S} source episodes) -> {out} in {time.perf_counter() - t0:.1f} s")
 
 
 def v30(root: Path) -> None:

@@ -2,9 +2,10 @@
 # A Python 3.12 on the CPU machine that stands for the GPU machine's /opt/torch/.venv (Python 3.12.3),
 # so that part (a) of scripts/bench/headline.sh (LeRobot 0.6.1 needs Python >= 3.12) runs here first:
 # ~/.cache/loongforge/py312, a venv of pyenv's 3.12 with the packages the GPU image already has, at the
-# versions docs/.../KINDS.md lists for it where it lists one (torch 2.11.0, torchvision 0.26.0, numpy
-# 2.5.2, huggingface_hub 1.33.0, accelerate 1.15.0, safetensors 0.8.0, tokenizers 0.23.2, transformers
-# 5.17.0) and PyPI's current release of the others it has (pandas, pyarrow, peft, timm, regex, ...).
+# versions known for it (torch 2.11.0, torchvision 0.26.0, numpy 2.5.2, huggingface_hub 1.33.0, accelerate
+# 1.15.0, safetensors 0.8.0, tokenizers 0.23.2, transformers 5.17.0, as a GPU session's pip list showed
+# them) and PyPI's current release of the others it has whose versions are not known here (pandas,
+# pyarrow, peft, timm, regex, ...).
 # The carried wheels (scripts/bench/prepare_carry.sh) are then installed over it exactly as on the GPU
 # machine, into a --target folder put first on PYTHONPATH (headline.sh's lerobot_env).
 # PyPI's torch 2.11.0 for Linux is its CUDA build (with the nvidia-* wheels, several GB); it runs on the CPU.
