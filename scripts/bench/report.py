@@ -14,9 +14,10 @@ less any steps a profile window slowed):
   set; MFU = samples/s x FLOPs/sample / the GPU's dense bf16 peak;
 - step split: data wait (loongforge-train and the reference: waiting for the batch; LeRobot: its
   `dataloading_s`, the DataLoader wait plus its processor pipeline on the main process),
-  forward+backward, optimizer (clipping + update), other = the step's wall time less the three
-  (medians each, so the parts need not add up exactly); loongforge-train's forward+backward and
-  optimizer come from one `loongforge profile-step` window (its phases are synchronised there);
+  forward+backward, optimizer (clipping + update), other = the step's wall time less the three (the
+  median of each step's remainder where every step has its split, LeRobot's and the reference's, else
+  the step's median less the parts' medians); loongforge-train's forward+backward and optimizer come
+  from one `loongforge profile-step` window (its phases are synchronised there);
 - peak GPU memory: NVML's memory of the run's processes (or the device's used memory less its idle
   value), and the trainer's own allocator peak; peak host memory: the process tree's PSS;
 - launch -> first step: from the launch to the first metrics record (the monitor's clock);
@@ -74,6 +75,13 @@ def summarize(run: Path):
     phases = {p["step"]: p for p in load_jsonl(run / "phases.jsonl")}
     warm = int(launch.get("warm", 0))
     skip = launch.get("skip_steps", [])
+    prof = run / "profile.json"
+    if prof.exists():   # the steps a `loongforge profile-step` window synchronised are left out
+        try:
+            p = json.loads(prof.read_text())
+            skip = [int(p["first_step"]), int(p["last_step"])]
+        except (ValueError, KeyError):
+            pass
     steady = [r for r in recs if r["step"] > warm and not (skip and skip[0] <= r["step"] <= skip[1])]
     s = {"name": run.name, **{k: launch.get(k) for k in ("trainer", "label", "model", "ft", "codec", "batch",
                                                           "exit", "cache_drop", "gpu", "model_config")},
@@ -94,7 +102,6 @@ def summarize(run: Path):
         if phases:
             s["fwd_bwd_ms"] = med(phases[r["step"]]["fwd_bwd_ms"] for r in steady if r["step"] in phases)
             s["optimizer_ms"] = med(phases[r["step"]]["optimizer_ms"] for r in steady if r["step"] in phases)
-        prof = run / "profile.json"
         if prof.exists():
             try:
                 ph = json.loads(prof.read_text())["phases"]
@@ -106,6 +113,20 @@ def summarize(run: Path):
                 pass
     parts = [s.get(k) for k in ("data_ms", "fwd_bwd_ms", "optimizer_ms")]
     s["other_ms"] = s["step_ms"] - sum(p for p in parts if p is not None) if None not in parts else None
+    # where every step has its own split (LeRobot's shim, the reference's phases), "other" is the median of
+    # each step's remainder instead of the difference of medians
+    per_step = []
+    for r in steady:
+        if launch["trainer"] == "lerobot":
+            got = [r["data_wait_ms"] + r["preprocess_ms"], r.get("fwd_bwd_ms"), r.get("optimizer_ms")]
+        elif r["step"] in phases:
+            got = [r.get("data_wait_ms"), phases[r["step"]].get("fwd_bwd_ms"), phases[r["step"]].get("optimizer_ms")]
+        else:
+            got = [None]
+        if None not in got:
+            per_step.append(r["step_ms"] - sum(got))
+    if len(per_step) == len(steady):
+        s["other_ms"] = med(per_step)
     s["trainer_peak_mem_mb"] = max((r.get("peak_mem_mb") or 0.0) for r in recs)
     gm = [m for m in mon if m.get("gpu_proc_mem_mb") is not None]
     if gm:
@@ -132,8 +153,8 @@ def summarize(run: Path):
     return s
 
 
-def fmt(v, spec=".1f", none="-"):
-    return none if v is None else format(v, spec)
+def fmt(v, spec=".1f", none="-", unit=""):
+    return none if v is None else format(v, spec) + unit
 
 
 def main(argv=None) -> int:
@@ -173,10 +194,10 @@ def main(argv=None) -> int:
             lines.append(f"| {r['name']} | {r.get('error', 'no steps')} |" + " |" * (head.count("|") - 3))
             continue
         lines.append(
-            f"| {r['name']} | {fmt(r['samples_per_s'])} | {fmt(r.get('vs_lerobot'), '.2f')}x | "
-            f"{fmt(r.get('vs_ref_opt'), '.2f')}x | {fmt((r.get('flops_per_sample') or 0) / 1e9 or None)} | "
-            f"{fmt(r.get('vs_lerobot_per_flop'), '.2f')}x | {fmt(r.get('vs_ref_opt_per_flop'), '.2f')}x | "
-            f"{fmt(r.get('mfu') and 100 * r['mfu'], '.1f')}% | {fmt(r['step_ms'])} | {fmt(r.get('data_ms'))} | "
+            f"| {r['name']} | {fmt(r['samples_per_s'])} | {fmt(r.get('vs_lerobot'), '.2f', unit='x')} | "
+            f"{fmt(r.get('vs_ref_opt'), '.2f', unit='x')} | {fmt((r.get('flops_per_sample') or 0) / 1e9 or None)} | "
+            f"{fmt(r.get('vs_lerobot_per_flop'), '.2f', unit='x')} | {fmt(r.get('vs_ref_opt_per_flop'), '.2f', unit='x')} | "
+            f"{fmt(r.get('mfu') and 100 * r['mfu'], '.1f', unit='%')} | {fmt(r['step_ms'])} | {fmt(r.get('data_ms'))} | "
             f"{fmt(r.get('fwd_bwd_ms'))} | {fmt(r.get('optimizer_ms'))} | {fmt(r.get('other_ms'))} | "
             f"{fmt(r.get('gpu_peak_mb'), '.0f')} / {fmt(r.get('trainer_peak_mem_mb'), '.0f')} | "
             f"{fmt(r.get('host_peak_mb'), '.0f')} | {fmt(r.get('first_step_s'))} | {fmt(r.get('gpu_util'), '.0f')} | "
@@ -212,8 +233,10 @@ def main(argv=None) -> int:
             fig.savefig(args.out / "throughput.png", dpi=120)
             fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(ok)), 4))
             bottom = [0.0] * len(ok)
+            for r in ok:   # a run without a split shows the rest of its step as one "not split" part
+                r["_unsplit"] = (r["step_ms"] - (r.get("data_ms") or 0.0)) if r.get("fwd_bwd_ms") is None else 0.0
             for key, label in (("data_ms", "data wait"), ("fwd_bwd_ms", "forward+backward"),
-                               ("optimizer_ms", "optimizer"), ("other_ms", "other")):
+                               ("optimizer_ms", "optimizer"), ("other_ms", "other"), ("_unsplit", "not split")):
                 vals = [max(0.0, r.get(key) or 0.0) for r in ok]
                 ax.bar(range(len(ok)), vals, bottom=bottom, label=label)
                 bottom = [b + v for b, v in zip(bottom, vals)]
