@@ -16,20 +16,23 @@
 # scripts/bench/report.py (table, charts); how to run it: docs/bench-harness-draft.md.
 #
 #   [PART="prep lerobot ref lf report"] [MODELS=gr00t-n1.7-3b] [FTS=default] [CODECS=h264]
-#   [RUNS="lerobot ref-base ref-opt lf lf-adfe lf-gcts lf-nographs"] [STEPS=100] [WARM=40]
-#   [EPISODES=600] [LR_WORKERS=] [DRY=1] bash scripts/bench/headline.sh
+#   [RUNS="lerobot ref-opt lf"] [STEPS=100] [WARM=40] [EPISODES=600] [LR_WORKERS=] [DRY=1]
+#   bash scripts/bench/headline.sh
 #
-# Defaults are the headline rows: gr00t-n1.7-3b, default fine-tuning, h264, every run above.
+# Defaults are the headline rows: gr00t-n1.7-3b, default fine-tuning, h264, LeRobot's trainer
+# against ref-opt and lf. The other runs are RUNS="ref-base lf-adfe lf-gcts lf-nographs" (one more call
+# of PART="ref lf report", ~6 min), the other rows FTS=full, CODECS=av1, MODELS=gr00t-n1.6-3b / n16-1b.
 # Estimated GPU time (H100, from docs/benchmarks.md figures; each PART is one device call of <= 10 min):
 #   PART=prep     ~5 min  (wheels into a --target folder, build loongforge-train, 600 episodes x codec:
 #                          replicate, LeRobot's v3.0 conversion, our shards)
-#   PART=lerobot  ~3 min per (fine-tuning mode, codec) (init + load of the 3B base checkpoint ~1.5 min, 100 steps)
-#   PART=ref      ~6 min per (model, mode, codec): export ~1 min, ref-base ~1.5, ref-opt ~4 (torch.compile ~164 s)
-#   PART=lf       ~4 min per (model, mode, codec): four runs, first step ~22 s each, a final checkpoint each
-#   PART=report   seconds
-# so the default matrix is ~18 min; FTS="default full", CODECS="h264 av1" or more MODELS multiply the
-# lerobot/ref/lf parts: run them as separate calls (MODELS=gr00t-n1.6-3b PART=ref ...). LeRobot's trainer
-# runs only for gr00t-n1.7-* models (it has no N1.6 or n16 policy).
+#   PART=lerobot  ~3-4 min per (fine-tuning mode, codec): the 3B base checkpoint's init and save, its
+#                          cold load, 100 steps
+#   PART=ref      ~6 min per (model, mode, codec): export ~1.5 min, ref-opt ~4 (torch.compile ~164 s);
+#                          ref-base ~1.5 more
+#   PART=lf       ~1.5 min per run (first step ~22 s, a final checkpoint); PART=report seconds
+# so the default matrix is ~16-17 min in four calls; FTS="default full", CODECS="h264 av1" or more
+# MODELS multiply the lerobot/ref/lf parts: run them as separate calls (MODELS=gr00t-n1.6-3b PART=ref
+# ...). LeRobot's trainer runs only for gr00t-n1.7-* models (it has no N1.6 or n16 policy).
 # Every part writes its runs under $BENCH_WORK/results (kept on the machine between calls while it is
 # warm) and leaves in $OUT at most 8 files: <part>.log, results.tar.gz (every run's metrics, monitor
 # samples, launch record and log tail) and, for PART=report, headline.md/.json and two PNGs. A part
@@ -65,7 +68,8 @@ die() { echo "headline.sh: $*" >&2; finish; exit 1; }
 MODELS=${MODELS:-gr00t-n1.7-3b}
 FTS=${FTS:-default}
 CODECS=${CODECS:-h264}
-RUNS=${RUNS:-lerobot ref-base ref-opt lf lf-adfe lf-gcts lf-nographs}
+# every run on the CPU dry run; on the GPU the headline rows (the others by RUNS=..., see above)
+RUNS=${RUNS:-$([ "$DRY" = 1 ] && echo "lerobot ref-base ref-opt lf lf-adfe lf-gcts lf-nographs" || echo "lerobot ref-opt lf")}
 EPISODES=${EPISODES:-600}
 STEPS=${STEPS:-100}
 WARM=${WARM:-40}

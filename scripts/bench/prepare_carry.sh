@@ -113,10 +113,12 @@ printf "%8.1f MiB  tracked tree\n%8.1f MiB  in all (limit 64)\n" "$(echo "$tree 
 [ "$total" -le $((63 * 1048576)) ] || echo "warning: less than 1 MiB left under the 64 MiB carry" >&2
 cat <<EOF
 
-The device call (one part per call; each prints its time and leaves <part>.log and results.tar.gz in \$OUT):
-  carry: [".bench-carry", ".gpu-carry/ffmpeg"]
-  command: OUT=\$OUT PART=prep bash scripts/bench/headline.sh            (~5 min)
-           OUT=\$OUT PART=lerobot bash scripts/bench/headline.sh         (~3 min)
-           OUT=\$OUT PART=ref bash scripts/bench/headline.sh             (~6 min)
-           OUT=\$OUT PART="lf report" bash scripts/bench/headline.sh     (~4 min)
+The device calls (one part each, in this order; each leaves <part>.log and results.tar.gz in \$OUT,
+the last one the table and charts too). carry: [".bench-carry", ".gpu-carry/ffmpeg"]
+  PART=prep bash scripts/bench/headline.sh              (~5 min: wheels, build, 600 episodes, v3.0, shards)
+  PART=lerobot bash scripts/bench/headline.sh           (~3-4 min: LeRobot's GR00T trainer, 100 steps)
+  PART=ref bash scripts/bench/headline.sh               (~6 min: export, ref-opt)
+  PART="lf report" bash scripts/bench/headline.sh       (~2 min: loongforge-train, the table)
+The other runs of the same rows, one more call on the warm machine:
+  RUNS="ref-base lf-adfe lf-gcts lf-nographs" PART="ref lf report" bash scripts/bench/headline.sh   (~6 min)
 EOF
