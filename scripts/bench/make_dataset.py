@@ -11,7 +11,7 @@ episodes with varied task texts and crops, in the LeRobot format each trainer re
         the GPU machine has no encoder): its mp4 is a real copy of the variant's file (not a link, so that every
         episode is its own file on disk and is read cold after the page cache is dropped), its
         parquet the source rows with episode_index, index and task ids renumbered, and its task
-        text one of TASK_FORMS filled with the source episode's object (4 to 19 words).
+        text one of TASK_FORMS filled with the source episode's object (4 to 20 words).
         Needs lerobot on the path (compute_episode_stats).
 
     make_dataset.py v30 --root DIR
