@@ -16,6 +16,7 @@ const std::vector<Verb>& verbs() {
       ROW("checkpoint-now", checkpoint_now, "Write a checkpoint on every rank at the next common step boundary"),
       ROW("stop", stop, "Checkpoint, then stop the trainer cleanly (exit 0) on every rank"),
       ROW("validate-checkpoint", validate_checkpoint, "Check a checkpoint's integrity and compatibility with a model file (offline)"),
+      ROW("validate-dataset", validate_dataset, "Check a converted dataset before a run: index, shards, videos, frames, timestamps (offline)"),
   };
 #undef ROW
   return table;

@@ -41,6 +41,7 @@ LOONGFORGE_VERB(debug_dmf)
 LOONGFORGE_VERB(checkpoint_now)
 LOONGFORGE_VERB(stop)
 LOONGFORGE_VERB(validate_checkpoint)
+LOONGFORGE_VERB(validate_dataset)
 #undef LOONGFORGE_VERB
 
 }  // namespace loongforge::cli

@@ -43,7 +43,7 @@ from model import ops  # noqa: E402
 from model.batch import example_batch  # noqa: E402
 from model.config import ModelConfig  # noqa: E402
 from model.export import model_code_hash  # noqa: E402
-from model.n16 import build_model  # noqa: E402
+from model.registry import build_model  # noqa: E402
 
 FORMAT = 1
 

@@ -51,16 +51,16 @@ model.safetensors of a LoongForge checkpoint. A SRC folder holding a
 tokenizer.json must match the tokenizer MODEL.pt was exported for (else an
 error saying how to re-export).
 
-The mapping (upstream name -> LoongForge name) is the table LAYOUT_MAPPING
-below, one row per module kind and backbone layout, `{i}` a layer index and
+The mapping (upstream name -> LoongForge name) is the table LAYOUT_MAPPING of
+scripts/gr00t_checkpoint_names.py, one row per module kind and backbone layout, `{i}` a layer index and
 `{p}` weight/bias; it is the single source of names and shapes (no tensor needs
 a transpose: each LoongForge parameter has its upstream tensor's shape).
 Layouts: "n1.7" (GR00T N1.7: `backbone.model.model.visual.*` Qwen3-VL ViT with
 its merger and deepstack mergers, `backbone.model.model.language_model.*`),
 "n1.6" (GR00T N1.6: `backbone.model.vision_model.vision_model.*` SigLIP-2,
 `backbone.model.mlp1.*`, `backbone.model.language_model.model.*` Qwen3), and
-"n16" (N1.5-style `backbone.eagle_model.*` names onto scripts/model/n16.py's
-backbone, never checked against upstream code). The layout is read from the
+"n16" (N1.5-style `backbone.eagle_model.*` names onto the n16 backbone,
+scripts/model/layers.py, never checked against upstream code). The layout is read from the
 target model's parameter names (`layout_of_model`). Tensors upstream's forward
 never reads (the LM head, N1.7's final text norm, SigLIP's pooling head:
 KNOWN_UNUSED) are reported as unused_known and never fail --strict.
@@ -82,233 +82,16 @@ layout) import whole checkpoints and train them with loongforge-train.
 """
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import model` (scripts/model)
+from gr00t_checkpoint_names import ConversionError, convert_tensors  # noqa: E402
 
-VIS = "backbone.eagle_model.vision_model.vision_model"
-LM = "backbone.eagle_model.language_model.model"
-DIT = "action_head.model"
-VLSA = "action_head.vl_self_attention"
-N16_VIS = "backbone.model.vision_model.vision_model"   # GR00T N1.6: EagleBackbone.model = Eagle3_VL
-N16_LM = "backbone.model.language_model.model"
-N17_VIS = "backbone.model.model.visual"                 # GR00T N1.7: Qwen3Backbone.model = Qwen3VLForConditionalGeneration
-N17_LM = "backbone.model.model.language_model"
-
-# Backbone layouts. "n16": Eagle-style (N1.5) names onto scripts/model/n16.py's backbone (gr00t-tiny,
-# n16-*), never checked against upstream code. "n1.6": GR00T N1.6 (Eagle-Block2A-2B-v2) onto
-# model/backbones.py's "eagle" backbone. "n1.7": GR00T N1.7 (Cosmos-Reason2-2B / Qwen3-VL) onto its
-# "qwen3vl" backbone. The head rows are common to all. No backbone tensor needs a transpose: every
-# LoongForge parameter has its upstream tensor's shape (Conv3d, Linear and Embedding layouts kept).
-LAYOUTS = ("n16", "n1.6", "n1.7")
-
-_QWEN3_LM_ROWS = [  # (upstream suffix, LoongForge suffix) of a Qwen3 decoder layer
-    ("input_layernorm.weight", "input_norm.weight"), ("post_attention_layernorm.weight", "post_attn_norm.weight"),
-    ("self_attn.q_proj.weight", "attn.q_proj.weight"), ("self_attn.k_proj.weight", "attn.k_proj.weight"),
-    ("self_attn.v_proj.weight", "attn.v_proj.weight"), ("self_attn.o_proj.weight", "attn.o_proj.weight"),
-    ("self_attn.q_norm.weight", "attn.q_norm.weight"), ("self_attn.k_norm.weight", "attn.k_norm.weight"),
-    ("mlp.gate_proj.weight", "mlp.gate_proj.weight"), ("mlp.up_proj.weight", "mlp.up_proj.weight"),
-    ("mlp.down_proj.weight", "mlp.down_proj.weight"),
-]
-_SIGLIP_LAYER_ROWS = [  # (upstream suffix, LoongForge suffix) of a SigLIP encoder layer
-    ("layer_norm1.{p}", "ln1.{p}"), ("layer_norm2.{p}", "ln2.{p}"), ("self_attn.q_proj.{p}", "attn.q.{p}"),
-    ("self_attn.k_proj.{p}", "attn.k.{p}"), ("self_attn.v_proj.{p}", "attn.v.{p}"),
-    ("self_attn.out_proj.{p}", "attn.o.{p}"), ("mlp.fc1.{p}", "mlp.fc1.{p}"), ("mlp.fc2.{p}", "mlp.fc2.{p}"),
-]
-
-# (layout or None for the head, upstream template, LoongForge template)
-LAYOUT_MAPPING: List[Tuple[str, str, str]] = [
-    ("n16", f"{VIS}.embeddings.patch_embedding.{{p}}", "vision.patch_embed.{p}"),
-    ("n16", f"{VIS}.embeddings.position_embedding.weight", "vision.pos_embed"),
-] + [("n16", f"{VIS}.encoder.layers.{{i}}.{u}", f"vision.blocks.{{i}}.{o}") for u, o in _SIGLIP_LAYER_ROWS] + [
-    ("n16", f"{VIS}.post_layernorm.{{p}}", "vision.post_norm.{p}"),
-    ("n16", "backbone.eagle_model.mlp1.0.{p}", "connector.norm.{p}"),
-    ("n16", "backbone.eagle_model.mlp1.1.{p}", "connector.fc1.{p}"),
-    ("n16", "backbone.eagle_model.mlp1.3.{p}", "connector.fc2.{p}"),
-    ("n16", f"{LM}.embed_tokens.weight", "llm.embed_tokens.weight"),
-] + [("n16", f"{LM}.layers.{{i}}.{u}", f"llm.layers.{{i}}.{o}") for u, o in _QWEN3_LM_ROWS] + [
-    ("n16", f"{LM}.norm.weight", "llm.norm.weight"),
-] + [
-    # GR00T N1.6: SigLIP-2 (Linear patch embedding, 256-row position table), mlp1, Qwen3 with its norm.
-    ("n1.6", f"{N16_VIS}.embeddings.patch_embedding.{{p}}", "vision.patch_embed.{p}"),
-    ("n1.6", f"{N16_VIS}.embeddings.position_embedding.weight", "vision.pos_embed"),
-] + [("n1.6", f"{N16_VIS}.encoder.layers.{{i}}.{u}", f"vision.blocks.{{i}}.{o}") for u, o in _SIGLIP_LAYER_ROWS] + [
-    ("n1.6", f"{N16_VIS}.post_layernorm.{{p}}", "vision.post_norm.{p}"),
-    ("n1.6", "backbone.model.mlp1.0.{p}", "vision.mlp1.norm.{p}"),
-    ("n1.6", "backbone.model.mlp1.1.{p}", "vision.mlp1.fc1.{p}"),
-    ("n1.6", "backbone.model.mlp1.3.{p}", "vision.mlp1.fc2.{p}"),
-    ("n1.6", f"{N16_LM}.embed_tokens.weight", "llm.embed_tokens.weight"),
-] + [("n1.6", f"{N16_LM}.layers.{{i}}.{u}", f"llm.layers.{{i}}.{o}") for u, o in _QWEN3_LM_ROWS] + [
-    ("n1.6", f"{N16_LM}.norm.weight", "llm.norm.weight"),
-] + [
-    # GR00T N1.7: Qwen3-VL ViT (Conv3d patch embedding, 2304-row position table, fused qkv, mergers) and
-    # text decoder (no final norm: upstream's features are taken before it, see KNOWN_UNUSED).
-    ("n1.7", f"{N17_VIS}.patch_embed.proj.{{p}}", "vision.patch_embed.{p}"),
-    ("n1.7", f"{N17_VIS}.pos_embed.weight", "vision.pos_embed"),
-] + [("n1.7", f"{N17_VIS}.blocks.{{i}}.{u}.{{p}}", f"vision.blocks.{{i}}.{o}.{{p}}")
-     for u, o in (("norm1", "norm1"), ("norm2", "norm2"), ("attn.qkv", "qkv"), ("attn.proj", "proj"),
-                  ("mlp.linear_fc1", "fc1"), ("mlp.linear_fc2", "fc2"))] + [
-    ("n1.7", f"{N17_VIS}.{up}.{u}.{{p}}", f"vision.{ours}.{o}.{{p}}")
-    for up, ours in (("merger", "merger"), ("deepstack_merger_list.{i}", "deepstack_mergers.{i}"))
-    for u, o in (("norm", "norm"), ("linear_fc1", "fc1"), ("linear_fc2", "fc2"))
-] + [
-    ("n1.7", f"{N17_LM}.embed_tokens.weight", "llm.embed_tokens.weight"),
-] + [("n1.7", f"{N17_LM}.layers.{{i}}.{u}", f"llm.layers.{{i}}.{o}") for u, o in _QWEN3_LM_ROWS] + [
-    (None, "action_head.position_embedding.weight", "action_head.pos_embed"),
-    (None, "action_head.mask_token", "action_head.state_mask_token"),     # N1.6 with state dropout
-    (None, "action_head.vlln.{p}", "action_head.vl_norm.{p}"),
-    (None, f"{DIT}.timestep_encoder.timestep_embedder.linear_1.{{p}}", "action_head.timestep_encoder.fc1.{p}"),
-    (None, f"{DIT}.timestep_encoder.timestep_embedder.linear_2.{{p}}", "action_head.timestep_encoder.fc2.{p}"),
-    (None, f"{DIT}.transformer_blocks.{{i}}.norm1.linear.{{p}}", "action_head.blocks.{i}.norm1.linear.{p}"),
-    (None, f"{DIT}.transformer_blocks.{{i}}.attn1.to_q.{{p}}", "action_head.blocks.{i}.attn.q.{p}"),
-    (None, f"{DIT}.transformer_blocks.{{i}}.attn1.to_k.{{p}}", "action_head.blocks.{i}.attn.k.{p}"),
-    (None, f"{DIT}.transformer_blocks.{{i}}.attn1.to_v.{{p}}", "action_head.blocks.{i}.attn.v.{p}"),
-    (None, f"{DIT}.transformer_blocks.{{i}}.attn1.to_out.0.{{p}}", "action_head.blocks.{i}.attn.o.{p}"),
-    (None, f"{DIT}.transformer_blocks.{{i}}.ff.net.0.proj.{{p}}", "action_head.blocks.{i}.ff.fc1.{p}"),
-    (None, f"{DIT}.transformer_blocks.{{i}}.ff.net.2.{{p}}", "action_head.blocks.{i}.ff.fc2.{p}"),
-    (None, f"{DIT}.proj_out_1.{{p}}", "action_head.proj_out_1.{p}"),
-    (None, f"{DIT}.proj_out_2.{{p}}", "action_head.proj_out_2.{p}"),
-] + [
-    # N1.6/N1.7 vl_self_attention (SelfAttentionTransformer of diffusers-style blocks with affine
-    # LayerNorms norm1/norm3) -> scripts/model/gr00t_head.py VLSelfAttentionBlock (norm1/norm2).
-    (None, f"{VLSA}.transformer_blocks.{{i}}.{up}.{{p}}", f"action_head.vl_self_attention.{{i}}.{ours}.{{p}}")
-    for up, ours in (("norm1", "norm1"), ("norm3", "norm2"), ("attn1.to_q", "attn.q"), ("attn1.to_k", "attn.k"),
-                     ("attn1.to_v", "attn.v"), ("attn1.to_out.0", "attn.o"), ("ff.net.0.proj", "ff.fc1"),
-                     ("ff.net.2", "ff.fc2"))
-] + [
-    # CategorySpecificLinear banks: upstream W/b, LoongForge weight/bias, same (32, in, out) layout.
-    (None, f"action_head.{mlp}.{up}.{w}", f"embodiment.{mlp}.{ours}.{p}")
-    for mlp, layers in (("state_encoder", ("layer1", "layer2")), ("action_decoder", ("layer1", "layer2")),
-                        ("action_encoder", ("W1", "W2", "W3")))
-    for up, ours in ((l, l if l.startswith("layer") else "w" + l[1:]) for l in layers)
-    for w, p in (("W", "weight"), ("b", "bias"))
-]
-
-# (upstream template, LoongForge template) of every layout: the table the n16 tools have always used.
-MAPPING: List[Tuple[str, str]] = [(u, o) for layout, u, o in LAYOUT_MAPPING if layout in (None, "n16")]
-
-# Upstream tensors that exist in released checkpoints but that GR00T's forward never reads: listed as
-# unused (report "unused_known"), never an error, also under --strict.
-KNOWN_UNUSED: List[Tuple[str, str]] = [
-    ("n1.6", "backbone.model.language_model.lm_head.weight"),      # LM head (features are hidden states)
-    ("n1.6", f"{N16_VIS}.head.{{any}}"),                          # SigLIP pooling head (features are patches)
-    ("n1.7", "backbone.model.lm_head.weight"),                     # tied LM head
-    ("n1.7", f"{N17_LM}.norm.weight"),                             # features are taken before the final norm
-]
-
-
-def _regex(template: str) -> "re.Pattern":
-    out = re.escape(template).replace(r"\{i\}", r"(?P<i>\d+)").replace(r"\{p\}", r"(?P<p>weight|bias)")
-    return re.compile(out + "$")
-
-
-def _table(layout: str):
-    rows = [(u, o) for lay, u, o in LAYOUT_MAPPING if lay in (None, layout)]
-    return [(_regex(u), o) for u, o in rows], [(_regex(o), u) for u, o in rows]
-
-
-_TABLES = {layout: _table(layout) for layout in LAYOUTS}
-_KNOWN_UNUSED = [(lay, re.compile(re.escape(t).replace(r"\{any\}", r".+") + "$")) for lay, t in KNOWN_UNUSED]
-
-
-def _apply(name: str, table) -> str:
-    for rx, template in table:
-        m = rx.match(name)
-        if m:
-            return template.format(**m.groupdict())
-    return ""
-
-
-def to_loongforge(upstream: str, layout: str = "") -> str:
-    """LoongForge name of an upstream tensor, or '' when it has none. Without a layout every layout's
-    rows are tried (upstream names of the three layouts are disjoint)."""
-    for lay in ([layout] if layout else LAYOUTS):
-        name = _apply(upstream, _TABLES[lay][0])
-        if name:
-            return name
-    return ""
-
-
-def to_upstream(ours: str, layout: str = "n16") -> str:
-    """Upstream name of a LoongForge parameter in the given backbone layout, or '' when it has none."""
-    return _apply(ours, _TABLES[layout][1])
-
-
-def layout_of_model(names) -> str:
-    """The backbone layout of a LoongForge parameter set: "n1.7" when it has the Qwen3-VL merger,
-    "n1.6" when it has Eagle's mlp1 under vision, else "n16"."""
-    names = list(names)
-    if any(n.startswith("vision.merger.") for n in names):
-        return "n1.7"
-    if any(n.startswith("vision.mlp1.") for n in names):
-        return "n1.6"
-    return "n16"
-
-
-def known_unused(upstream: str, layout: str) -> bool:
-    return any(lay == layout and rx.match(upstream) for lay, rx in _KNOWN_UNUSED)
-
-
-def head_config_from_upstream(config: Dict, name: str = "from-upstream"):
-    """The scripts/model/gr00t_head.py Gr00tHeadConfig of an upstream GR00T N1.6/N1.7 config.json
-    (GR00TN17Config / Gr00tN1d6Config fields). Raises ConversionError naming the field for any
-    setting the upstream-exact head does not implement (the plain DiT, no vlln, a state history,
-    a Beta beta other than 1, different dropouts in the DiT and vl_self_attention). model_type
-    Gr00tN1d6 gives N1.6's state mask token (used when state_dropout_prob > 0); its
-    state_additive_noise_scale becomes the head's state_noise_scale."""
-    from model.gr00t_head import Gr00tHeadConfig
-
-    def need(cond: bool, field: str, what: str):
-        if not cond:
-            raise ConversionError(f"convert_gr00t_checkpoint: upstream config {field}={get(field)!r}: {what}")
-
-    def get(field: str, default=None):
-        node = config
-        for part in field.split("."):
-            if not isinstance(node, dict) or part not in node:
-                return default
-            node = node[part]
-        return node
-
-    dit = get("diffusion_model_cfg", {}) or {}
-    vl = get("vl_self_attention_cfg", {}) or {}
-    need(get("use_alternate_vl_dit", False) is True, "use_alternate_vl_dit", "only AlternateVLDiT is implemented")
-    need(dit.get("interleave_self_attention", False) is True, "diffusion_model_cfg.interleave_self_attention",
-         "must be true (AlternateVLDiT)")
-    need(dit.get("norm_type", "ada_norm") == "ada_norm", "diffusion_model_cfg.norm_type", "must be ada_norm")
-    need(dit.get("positional_embeddings") is None, "diffusion_model_cfg.positional_embeddings", "must be null")
-    need(dit.get("output_dim") == get("hidden_size"), "diffusion_model_cfg.output_dim", "must equal hidden_size")
-    need(get("use_vlln", True) is True, "use_vlln", "must be true")
-    need(get("add_pos_embed", True) is True, "add_pos_embed", "must be true")
-    need(get("state_history_length", 1) == 1, "state_history_length", "must be 1")
-    need(float(get("noise_beta_beta", 1.0)) == 1.0, "noise_beta_beta", "must be 1.0")
-    vl_layers = int(vl.get("num_layers", 0))
-    if vl_layers > 0:
-        need(vl.get("positional_embeddings") is None, "vl_self_attention_cfg.positional_embeddings", "must be null")
-        need(float(vl.get("dropout", 0.0)) == float(dit.get("dropout", 0.0)), "vl_self_attention_cfg.dropout",
-             "must equal diffusion_model_cfg.dropout (the head has one dropout)")
-    state_dropout = float(get("state_dropout_prob", 0.0))
-    cfg = Gr00tHeadConfig(
-        name=name, backbone_width=int(get("backbone_embedding_dim")), hidden_size=int(get("hidden_size")),
-        input_embedding_dim=int(get("input_embedding_dim")), dit_layers=int(dit["num_layers"]),
-        dit_heads=int(dit["num_attention_heads"]), dit_head_dim=int(dit["attention_head_dim"]),
-        vl_layers=vl_layers, vl_heads=int(vl.get("num_attention_heads", 1)),
-        vl_head_dim=int(vl.get("attention_head_dim", 1)),
-        attend_text_every_n_blocks=int(get("attend_text_every_n_blocks", 2)),
-        num_timestep_buckets=int(get("num_timestep_buckets", 1000)), max_seq_len=int(get("max_seq_len", 1024)),
-        num_embodiments=int(get("max_num_embodiments", 32)), max_state_dim=int(get("max_state_dim")),
-        max_action_dim=int(get("max_action_dim")), action_horizon=int(get("action_horizon")),
-        dropout=float(dit.get("dropout", 0.0)), state_dropout=state_dropout,
-        state_noise_scale=float(get("state_additive_noise_scale", 0.0) or 0.0),
-        noise_s=float(get("noise_s", 0.999)), beta_alpha=float(get("noise_beta_alpha", 1.5)),
-        state_mask_token=get("model_type") == "Gr00tN1d6")
-    try:
-        return cfg.validate()
-    except ValueError as e:
-        raise ConversionError(f"convert_gr00t_checkpoint: upstream config: {e}") from None
+# torch, safetensors, scripts/model and the modules that import it (gr00t_upstream_config,
+# chat_template, gr00t_processor) are imported in the functions that use them, so that --help
+# answers without loading torch.
 
 
 def load_source(src: Path) -> Dict:
@@ -320,48 +103,6 @@ def load_source(src: Path) -> Dict:
     for f in files:
         tensors.update(load_file(str(f)))
     return tensors
-
-
-class ConversionError(ValueError):
-    """An upstream checkpoint that does not fit the target model (shapes, or --strict)."""
-
-
-def convert_tensors(upstream: Dict, ours: Dict, strict: bool = False, layout: str = "") -> Tuple[Dict, Dict]:
-    """Maps upstream tensors onto our parameter names through LAYOUT_MAPPING.
-
-    upstream: {upstream name: tensor}; ours: {our name: tensor} (the target
-    model's parameters: shapes, dtypes, and the values kept where upstream has
-    no counterpart); layout: the backbone layout ("" = layout_of_model(ours)).
-    Returns (converted {our name: tensor}, report) with report keys mapped
-    (count), unmapped_upstream (no LoongForge counterpart), unused_known
-    (tensors upstream's forward never reads: KNOWN_UNUSED), kept_from_model.
-    Raises ConversionError naming each tensor whose shape differs (upstream
-    name and shape -> our name and expected shape), and under strict any
-    unmapped tensor or parameter left without a value from upstream."""
-    layout = layout or layout_of_model(ours)
-    out = dict(ours)
-    report = {"layout": layout, "mapped": 0, "unmapped_upstream": [], "unused_known": [], "kept_from_model": [],
-              "shape_errors": []}
-    taken = set()
-    for name, t in upstream.items():
-        target = to_loongforge(name, layout)
-        if not target or target not in ours:
-            report["unused_known" if known_unused(name, layout) else "unmapped_upstream"].append(name)
-            continue
-        if tuple(t.shape) != tuple(ours[target].shape):
-            report["shape_errors"].append(f"{name} {tuple(t.shape)} -> {target} {tuple(ours[target].shape)}")
-            continue
-        out[target] = t.to(ours[target].dtype).contiguous()
-        taken.add(target)
-        report["mapped"] += 1
-    report["kept_from_model"] = sorted(set(ours) - taken)
-    if report["shape_errors"]:
-        raise ConversionError("convert_gr00t_checkpoint: shape mismatch (upstream name (found) -> LoongForge name "
-                              "(expected); is --model the right config?):\n  " + "\n  ".join(report["shape_errors"]))
-    if strict and (report["unmapped_upstream"] or report["kept_from_model"]):
-        raise ConversionError("convert_gr00t_checkpoint: --strict and some tensors are unmapped:\n" +
-                              json.dumps({k: report[k] for k in ("unmapped_upstream", "kept_from_model")}, indent=1))
-    return out, report
 
 
 def checkpoint_tokenizer(src: Path):
@@ -461,7 +202,7 @@ def import_checkpoint(src: Path, out: Path, strict: bool = False, overrides=(), 
                                        read_backbone_config, read_processor_kwargs)
     from model import tokenizer as tokenizers_
     from model.export import save_model
-    from model.n16 import build_model
+    from model.registry import build_model
     if not (src / "config.json").is_file():
         raise SystemExit(f"convert_gr00t_checkpoint: {src}/config.json not found; importing needs the checkpoint "
                          "folder (safetensors + config.json), or pass --model for a bare tensor file")

@@ -32,6 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 
 kScriptsDir = Path(__file__).resolve().parent
@@ -40,7 +41,7 @@ if str(kScriptsDir) not in sys.path:
 
 from lerobot_convert import ConvertError, fail  # noqa: E402
 from lerobot_convert import shard as sh  # noqa: E402
-from lerobot_convert import source, video  # noqa: E402
+from lerobot_convert import aspect, source, video  # noqa: E402
 
 kDatasetFormat = "loongforge-dataset"
 kDatasetFormatVersion = 1
@@ -146,17 +147,21 @@ def tokenize_tasks(meta, max_len, con, tokenizer_path=None, formalize=None):
 
 
 def copy_stats(meta, columns):
-    path = meta.root / "meta/stats.json"
+    path = meta.root / meta.stats_source.split(",")[0]
     width = {c.name: c.width for c in columns}
     out = {}
     for key, st in meta.stats.items():
-        entry = {k: st[k] for k in source.kStatKeys if k in st}
+        # flat lists (docs/shard-format.md s2): LeRobot's per-channel image stats are (3, 1, 1) nested lists
+        try:
+            entry = {k: np.ravel(np.asarray(st[k], dtype=np.float64)).tolist() for k in source.kStatKeys if k in st}
+        except (TypeError, ValueError) as e:
+            fail(str(path), f"the statistics of '{key}' are not lists of numbers ({e})", "regenerate stats.json")
         if key in meta.state_keys or key in meta.action_keys:
-            missing = [k for k in source.kStatKeys if k not in st]
+            missing = [k for k in source.kRequiredStatKeys if k not in st]
             if missing:
                 fail(str(path), f"'{key}' lacks the statistics {missing}", "regenerate stats.json")
             for k, v in entry.items():
-                n = len(v) if isinstance(v, list) else 1
+                n = len(v)
                 if n != width.get(key, n):
                     fail(str(path), f"'{key}'.{k} has {n} values but the data has {width[key]} per row",
                          "regenerate stats.json for this dataset")
@@ -293,6 +298,10 @@ def convert(args, con):
                  f"{', '.join(f'{v:+.6f} s' for v in vals[:8])}{' ...' if len(vals) > 8 else ''}")
     for k, (a, r) in f32_error.items():
         con.info(f"float64 -> float32 '{k}': max abs error {a:.3g}, max rel error {r:.3g} (bound 2^-24 = 5.96e-08)")
+    for cam in doc["cameras"]:  # what the model's resize will do with each camera's aspect (aspect.py)
+        vids = [v for e in ep_entries for v in e["videos"] if v["camera_id"] == cam["camera_id"]]
+        con.info(aspect.camera_line(cam["key"], cam["width"], cam["height"], sum(v["frame_count"] for v in vids),
+                                    len(vids)))
     return doc
 
 
@@ -309,7 +318,8 @@ def _dataset_doc(meta, args, columns, stats, tok_info, tasks, result):
         "created_by": "scripts/convert_lerobot.py",
         "source": {"path": str(meta.root.resolve()), "codebase_version": meta.info.get("codebase_version"),
                    "modality": meta.modality_source,
-                   "robot_type": meta.info.get("robot_type"), "episodes_in_source": len(meta.episodes)},
+                   "robot_type": meta.info.get("robot_type"), "episodes_in_source": len(meta.episodes),
+                   "stats": meta.stats_source},
         "fps": meta.fps,
         "embodiment_tag": emb,
         "embodiment_tag_source": emb_source,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Write LoongForge weights back under upstream GR00T names (the inverse of
-scripts/convert_gr00t_checkpoint.py, through the same MAPPING table).
+scripts/convert_gr00t_checkpoint.py, through the same table: scripts/gr00t_checkpoint_names.py).
 
     python3 scripts/export_gr00t_checkpoint.py SRC --out OUT.safetensors [--strict]
 
@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Dict, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from convert_gr00t_checkpoint import ConversionError, layout_of_model, to_upstream  # noqa: E402
+from gr00t_checkpoint_names import ConversionError, layout_of_model, to_upstream  # noqa: E402
 
 
 def export_tensors(ours: Dict, strict: bool = False, layout: str = "") -> Tuple[Dict, Dict]:
     """{our name: tensor} -> ({upstream name: tensor}, report {layout, exported, no_upstream_name});
-    layout "" = read from the names (convert_gr00t_checkpoint.layout_of_model)."""
+    layout "" = read from the names (gr00t_checkpoint_names.layout_of_model)."""
     layout = layout or layout_of_model(ours)
     out, missing = {}, []
     for name, t in ours.items():

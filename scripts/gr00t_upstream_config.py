@@ -12,9 +12,9 @@ GR00T config.json. scripts/convert_gr00t_checkpoint.py uses this to import a
 checkpoint folder without --model.
 
 How each part is chosen
-- The head: convert_gr00t_checkpoint.head_config_from_upstream (refuses what the
-  head does not implement), then the gr00t_head.HEAD_CONFIGS preset with the
-  same shapes (HEAD_SHAPE_FIELDS); no preset -> ConversionError listing the
+- The head: head_config_from_upstream (refuses what the head does not
+  implement, ConversionError), then the gr00t_head.HEAD_CONFIGS preset with the
+  same shapes (HEAD_SHAPE_FIELDS); no preset -> UpstreamConfigError listing the
   fields that differ from the nearest one. The fields a ModelConfig owns (state /
   action dims, horizon, embodiment slots, timestep buckets, noise_s, Beta alpha,
   dropouts, N1.6's state mask token) come from config.json.
@@ -63,8 +63,9 @@ import math
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from gr00t_checkpoint_names import ConversionError
 from model.config import ModelConfig, apply_overrides, get_config
-from model.gr00t_head import HEAD_CONFIGS
+from model.gr00t_head import HEAD_CONFIGS, Gr00tHeadConfig, head_config_for
 
 RELEASED = {  # model_type -> (our config of the released model, layout, upstream's released backbone name)
     "Gr00tN1d7": ("gr00t-n1.7-3b", "n1.7", "nvidia/Cosmos-Reason2-2B"),
@@ -103,6 +104,63 @@ def qwen3vl_processor_side(side: int, factor: int, min_pixels: int = QWEN3VL_MIN
 def _need(cond: bool, field: str, value, what: str):
     if not cond:
         raise UpstreamConfigError(f"upstream config {field}={value!r}: {what}")
+
+
+def head_config_from_upstream(config: Dict, name: str = "from-upstream") -> Gr00tHeadConfig:
+    """The scripts/model/gr00t_head.py Gr00tHeadConfig of an upstream GR00T N1.6/N1.7 config.json
+    (GR00TN17Config / Gr00tN1d6Config fields). Raises ConversionError naming the field for any
+    setting the upstream-exact head does not implement (the plain DiT, no vlln, a state history,
+    a Beta beta other than 1, different dropouts in the DiT and vl_self_attention). model_type
+    Gr00tN1d6 gives N1.6's state mask token (used when state_dropout_prob > 0); its
+    state_additive_noise_scale becomes the head's state_noise_scale."""
+    def need(cond: bool, field: str, what: str):
+        if not cond:
+            raise ConversionError(f"convert_gr00t_checkpoint: upstream config {field}={get(field)!r}: {what}")
+
+    def get(field: str, default=None):
+        node = config
+        for part in field.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return default
+            node = node[part]
+        return node
+
+    dit = get("diffusion_model_cfg", {}) or {}
+    vl = get("vl_self_attention_cfg", {}) or {}
+    need(get("use_alternate_vl_dit", False) is True, "use_alternate_vl_dit", "only AlternateVLDiT is implemented")
+    need(dit.get("interleave_self_attention", False) is True, "diffusion_model_cfg.interleave_self_attention",
+         "must be true (AlternateVLDiT)")
+    need(dit.get("norm_type", "ada_norm") == "ada_norm", "diffusion_model_cfg.norm_type", "must be ada_norm")
+    need(dit.get("positional_embeddings") is None, "diffusion_model_cfg.positional_embeddings", "must be null")
+    need(dit.get("output_dim") == get("hidden_size"), "diffusion_model_cfg.output_dim", "must equal hidden_size")
+    need(get("use_vlln", True) is True, "use_vlln", "must be true")
+    need(get("add_pos_embed", True) is True, "add_pos_embed", "must be true")
+    need(get("state_history_length", 1) == 1, "state_history_length", "must be 1")
+    need(float(get("noise_beta_beta", 1.0)) == 1.0, "noise_beta_beta", "must be 1.0")
+    vl_layers = int(vl.get("num_layers", 0))
+    if vl_layers > 0:
+        need(vl.get("positional_embeddings") is None, "vl_self_attention_cfg.positional_embeddings", "must be null")
+        need(float(vl.get("dropout", 0.0)) == float(dit.get("dropout", 0.0)), "vl_self_attention_cfg.dropout",
+             "must equal diffusion_model_cfg.dropout (the head has one dropout)")
+    state_dropout = float(get("state_dropout_prob", 0.0))
+    cfg = Gr00tHeadConfig(
+        name=name, backbone_width=int(get("backbone_embedding_dim")), hidden_size=int(get("hidden_size")),
+        input_embedding_dim=int(get("input_embedding_dim")), dit_layers=int(dit["num_layers"]),
+        dit_heads=int(dit["num_attention_heads"]), dit_head_dim=int(dit["attention_head_dim"]),
+        vl_layers=vl_layers, vl_heads=int(vl.get("num_attention_heads", 1)),
+        vl_head_dim=int(vl.get("attention_head_dim", 1)),
+        attend_text_every_n_blocks=int(get("attend_text_every_n_blocks", 2)),
+        num_timestep_buckets=int(get("num_timestep_buckets", 1000)), max_seq_len=int(get("max_seq_len", 1024)),
+        num_embodiments=int(get("max_num_embodiments", 32)), max_state_dim=int(get("max_state_dim")),
+        max_action_dim=int(get("max_action_dim")), action_horizon=int(get("action_horizon")),
+        dropout=float(dit.get("dropout", 0.0)), state_dropout=state_dropout,
+        state_noise_scale=float(get("state_additive_noise_scale", 0.0) or 0.0),
+        noise_s=float(get("noise_s", 0.999)), beta_alpha=float(get("noise_beta_alpha", 1.5)),
+        state_mask_token=get("model_type") == "Gr00tN1d6")
+    try:
+        return cfg.validate()
+    except ValueError as e:
+        raise ConversionError(f"convert_gr00t_checkpoint: upstream config: {e}") from None
 
 
 def head_preset_of(head) -> str:
@@ -315,8 +373,6 @@ def read_backbone_config(config: Dict, given: Optional[Path] = None) -> Optional
 def model_config_from_upstream(config: Dict, backbone_config: Optional[Dict] = None,
                                overrides: List[str] = (), name: str = "",
                                processor_kwargs: Optional[Dict] = None) -> ModelConfig:
-    from convert_gr00t_checkpoint import ConversionError, head_config_from_upstream
-
     model_type = config.get("model_type")
     _need(model_type in RELEASED, "model_type", model_type, f"must be one of {sorted(RELEASED)}")
     base_name, layout, _ = RELEASED[model_type]
@@ -373,7 +429,6 @@ def model_config_from_upstream(config: Dict, backbone_config: Optional[Dict] = N
         cfg = apply_overrides(cfg, list(overrides))
     except ValueError as e:
         raise UpstreamConfigError(f"the imported config is invalid: {e}") from None
-    from model.gr00t_head import head_config_for
     got = head_config_for(cfg)
     want = dataclasses.replace(head, name=got.name)
     if want.vl_layers == 0:   # no vl_self_attention: its head counts are unused
@@ -382,5 +437,5 @@ def model_config_from_upstream(config: Dict, backbone_config: Optional[Dict] = N
     return cfg
 
 
-__all__ = ["model_config_from_upstream", "read_backbone_config", "read_processor_kwargs", "n17_image_settings",
-           "n16_image_settings", "head_preset_of", "qwen3vl_fields", "eagle_fields", "UpstreamConfigError", "RELEASED"]
+__all__ = ["model_config_from_upstream", "head_config_from_upstream", "read_backbone_config", "read_processor_kwargs",
+           "n17_image_settings", "n16_image_settings", "head_preset_of", "qwen3vl_fields", "eagle_fields", "UpstreamConfigError", "RELEASED"]

@@ -2,23 +2,27 @@
 
 v2.x layout read here (paths relative to the dataset root):
     meta/info.json        fps, features (dtype, shape), data_path, video_path
-    meta/modality.json    state/action slices, video and annotation keys
+    meta/modality.json    state/action slices, video and annotation keys (GR00T's; optional:
+                          without it a default is used, Note [LeRobot v3.0])
     meta/tasks.jsonl      task_index -> text
     meta/episodes.jsonl   episode_index, tasks (texts), length
-    meta/stats.json       per-key mean/std/min/max/q01/q99
+    meta/stats.json       per-key mean/std/min/max/q01/q99 (v2.1 without it:
+                          meta/episodes_stats.jsonl, Note [LeRobot v2.x stats])
     data/chunk-XXX/episode_XXXXXX.parquet     one row per frame
     videos/chunk-XXX/<video_key>/episode_XXXXXX.mp4
 
 v3.0 layout (Note [LeRobot v3.0]):
     meta/info.json        fps, features, data_path and video_path templates
                           ({chunk_index}, {file_index}, {video_key})
-    meta/tasks.parquet    columns task_index, task
+    meta/tasks.parquet    column task_index, indexed by the task text (Note [LeRobot
+                          tasks.parquet])
     meta/episodes/chunk-XXX/file-XXX.parquet   one row per episode: length,
                           tasks, data/chunk_index, data/file_index,
                           dataset_from_index, dataset_to_index and per camera
                           videos/<key>/chunk_index, file_index, from_timestamp,
                           to_timestamp (plus per-episode stats, not read)
-    meta/stats.json       aggregated stats
+    meta/stats.json       aggregated stats (LeRobot 0.6.1 adds quantiles q01..q99;
+                          older writers have mean, std, min, max, count only)
     meta/modality.json    optional (GR00T flavour); without it a default is used
     data/chunk-XXX/file-XXX.parquet            rows of several episodes
     videos/<key>/chunk-XXX/file-XXX.mp4        frames of several episodes, one
@@ -46,9 +50,10 @@ from .shard import (Column, kDtypeCodes, kDtypeFloat32, kDtypeFloat64, kDtypeInt
                     kDtypeUint8, kFlagLossyFloat32, kFlagSynthesized, kRowsPerVideoFrame)
 
 kV2VideoPath = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
-kStatKeys = ("mean", "std", "min", "max", "q01", "q99")
-kMetaFiles = ("meta/info.json", "meta/modality.json", "meta/tasks.jsonl", "meta/episodes.jsonl",
-              "meta/stats.json")
+kStatKeys = ("mean", "std", "min", "max", "q01", "q99")  # copied when present
+# needed for state and action (the trainer's normalizations); LeRobot before its quantiles wrote only these
+kRequiredStatKeys = ("mean", "std", "min", "max")
+kMetaFiles = ("meta/info.json", "meta/tasks.jsonl", "meta/episodes.jsonl")  # + stats (Note [LeRobot v2.x stats])
 kMetaFilesV3 = ("meta/info.json", "meta/tasks.parquet", "meta/episodes", "meta/stats.json")
 kV3EpisodeColumns = ("episode_index", "length", "tasks", "data/chunk_index", "data/file_index",
                      "dataset_from_index", "dataset_to_index")
@@ -70,6 +75,36 @@ kV3VideoColumns = ("chunk_index", "file_index", "from_timestamp", "to_timestamp"
 # (videos/chunk-XXX/<key>/episode_XXXXXX.mp4), so v2.x and v3.0 copies of one
 # dataset convert to the same folder layout. Without meta/modality.json (plain
 # LeRobot datasets have none) the default modality of default_modality() is used.
+
+# Note [LeRobot tasks.parquet]
+# LeRobot writes meta/tasks.parquet with pandas from a frame whose only column
+# is task_index and whose index is the task text (DataFrame.to_parquet keeps
+# the index): LeRobot 0.6.1 names that index "task", so the file has a column
+# "task"; other writers of v3.0 (e.g. the pollen-robotics/apple_storage files)
+# left it unnamed, stored as the column "__index_level_0__". The b"pandas"
+# schema metadata lists which stored column is the index. LeRobot reads the
+# file back with pd.read_parquet, names the index "task" whatever it was
+# (io_utils.load_tasks), and gives sample i the text of row task_index
+# (tasks.iloc[task_index].name in dataset_reader.get_item): a row position,
+# not a lookup of the task_index column. The converter reads the same way: the
+# text is the one string index column the pandas metadata names (or a plain
+# "task" column in a file without an index), and row r must have task_index
+# r, which LeRobot's writers always give (anything else is refused rather than
+# guessed).
+
+# Note [LeRobot v2.x stats]
+# LeRobot v2.0 keeps the dataset's statistics in meta/stats.json. v2.1
+# (LeRobot 0.1 to 0.3) writes per-episode statistics to
+# meta/episodes_stats.jsonl instead and its reader aggregates them
+# (LeRobotDatasetMetadata.load_metadata: min of the minima, max of the maxima,
+# count-weighted mean, pooled std); Isaac-GR00T's datasets of either version
+# carry a stats.json of their own, which GR00T's loader reads. The converter
+# takes meta/stats.json when it is there (GR00T's, or v2.0's), else, for
+# v2.1, the aggregate LeRobot's reader computes (aggregate_episode_stats, the
+# same numpy operations, so the same float64 values); source.stats in
+# loongforge_dataset.json says which. A plain LeRobot v2.x dataset has no
+# meta/modality.json either: the default modality of default_modality() is
+# used, as for v3.0.
 
 
 # ---------------------------------------------------------------------------
@@ -105,6 +140,7 @@ class Meta:
     version: int = 2  # LeRobot codebase major version: 2 or 3
     v3_episodes: dict = field(default_factory=dict)  # v3.0: episode_index -> meta/episodes row
     modality_source: str = "meta/modality.json"
+    stats_source: str = "meta/stats.json"
     _table_cache: tuple = (None, None)  # v3.0: (path, table) of the last data file read
 
     def where(self, ep=None, path=None):
@@ -215,10 +251,15 @@ def load_meta(root):
              "convert the dataset to LeRobot v3.0 (or v2.1) with LeRobot's tools")
     for rel in needed:
         if not (root / rel).exists():
-            kind = "LeRobot v2.x dataset for GR00T" if major == 2 else "LeRobot v3.0 dataset"
+            kind = "LeRobot v2.x dataset" if major == 2 else "LeRobot v3.0 dataset"
             fail(str(root / rel), f"is missing; a {kind} needs " + ", ".join(needed),
                  "copy the complete dataset (meta/ included); stats.json can be regenerated with "
                  "LeRobot's or GR00T's stats tools")
+    if major == 2 and not (root / "meta/stats.json").is_file() and not (
+            version != "v2.0" and (root / "meta/episodes_stats.jsonl").is_file()):
+        fail(str(root / "meta/stats.json"), "is missing; a LeRobot v2.0 dataset needs it (v2.1: it or "
+             "meta/episodes_stats.jsonl)", "copy the complete dataset (meta/ included); stats.json can be "
+             "regenerated with LeRobot's or GR00T's stats tools")
     for k in ("fps", "features", "data_path", "video_path"):
         if k not in info:
             fail(str(info_path), f"has no '{k}' entry", "regenerate info.json with LeRobot")
@@ -229,7 +270,7 @@ def load_meta(root):
     modality_path = root / "meta/modality.json"
     if modality_path.is_file():
         modality, modality_source = _read_json(modality_path), "meta/modality.json"
-    else:  # v3.0 only (v2.x requires it, checked above)
+    else:  # plain LeRobot datasets have none (GR00T's add it)
         modality = default_modality(info)
         modality_source = ("default: no meta/modality.json; state = observation.state, action = action, "
                            "every video feature a camera")
@@ -278,10 +319,45 @@ def load_meta(root):
     else:
         tasks = _read_tasks_v3(root / "meta/tasks.parquet")
         episodes, v3_episodes = _read_episodes_v3(root, info)
-    stats = _read_json(root / "meta/stats.json")
+    if (root / "meta/stats.json").is_file():
+        stats, stats_source = _read_json(root / "meta/stats.json"), "meta/stats.json"
+    else:  # v2.1 without stats.json (checked above): Note [LeRobot v2.x stats]
+        stats = aggregate_episode_stats(_read_jsonl(root / "meta/episodes_stats.jsonl"),
+                                        root / "meta/episodes_stats.jsonl")
+        stats_source = "meta/episodes_stats.jsonl, aggregated as LeRobot 0.3 (v2.1) does"
     meta = Meta(root, info, modality, tasks, episodes, stats, fps, state_keys, action_keys, annotation_keys,
-                video_refs, version=major, v3_episodes=v3_episodes, modality_source=modality_source)
+                video_refs, version=major, v3_episodes=v3_episodes, modality_source=modality_source,
+                stats_source=stats_source)
     return meta
+
+
+def aggregate_episode_stats(rows, path):
+    """The dataset stats LeRobot's v2.1 reader computes from meta/episodes_stats.jsonl (LeRobot 0.3.x
+    compute_stats.aggregate_stats, Note [LeRobot v2.x stats]): per key, the min of the minima, the max of
+    the maxima, the count-weighted mean, the pooled std; numpy float64, in LeRobot's order of operations."""
+    per_key = {}
+    for row in sorted(rows, key=lambda r: r["episode_index"]):
+        for key, st in (row.get("stats") or {}).items():
+            per_key.setdefault(key, []).append(st)
+    out = {}
+    for key, sts in per_key.items():
+        try:
+            means = np.stack([np.array(s["mean"], dtype=np.float64) for s in sts])
+            variances = np.stack([np.array(s["std"], dtype=np.float64) ** 2 for s in sts])
+            counts = np.stack([np.array(s["count"]) for s in sts])
+            mins = np.stack([np.array(s["min"], dtype=np.float64) for s in sts])
+            maxs = np.stack([np.array(s["max"], dtype=np.float64) for s in sts])
+        except (KeyError, ValueError) as e:
+            fail(str(path), f"the statistics of '{key}' are incomplete or of different shapes ({e})",
+                 "regenerate meta/episodes_stats.jsonl with LeRobot")
+        total = counts.sum(axis=0)
+        while counts.ndim < means.ndim:
+            counts = np.expand_dims(counts, axis=-1)
+        mean = (means * counts).sum(axis=0) / total
+        variance = ((variances + (means - mean) ** 2) * counts).sum(axis=0) / total
+        out[key] = {"min": np.min(mins, axis=0).tolist(), "max": np.max(maxs, axis=0).tolist(), "mean": mean.tolist(),
+                    "std": np.sqrt(variance).tolist(), "count": np.asarray(total).tolist()}
+    return out
 
 
 def _read_parquet(path, columns=None):
@@ -291,16 +367,46 @@ def _read_parquet(path, columns=None):
         fail(str(path), f"cannot read the parquet file ({e})", "re-copy the file or regenerate it with LeRobot")
 
 
+def _pandas_index_columns(table):
+    """The stored index columns of a parquet file pandas wrote (its b"pandas" schema metadata):
+    [(field name, index name)] for each index kept as a column; a RangeIndex is kept as metadata
+    only and is not listed. [] when the file has no pandas metadata."""
+    raw = (table.schema.metadata or {}).get(b"pandas")
+    if not raw:
+        return []
+    try:
+        meta = json.loads(raw)
+    except json.JSONDecodeError:
+        return []
+    names = {c.get("field_name"): c.get("name") for c in meta.get("columns") or []}
+    return [(f, names.get(f)) for f in meta.get("index_columns") or [] if isinstance(f, str)]
+
+
 def _read_tasks_v3(path):
+    """meta/tasks.parquet -> {task_index: text}, as LeRobot 0.6.1 reads it (Note [LeRobot tasks.parquet])."""
     table = _read_parquet(path)
-    for col in ("task_index", "task"):
-        if col not in table.column_names:
-            fail(str(path), f"has no '{col}' column (columns: {table.column_names})",
-                 "regenerate meta/tasks.parquet with LeRobot (columns task_index and task)")
+    index = _pandas_index_columns(table)
+    fix = ("regenerate meta/tasks.parquet with LeRobot (a pandas frame with a task_index column, indexed by "
+           "the task text)")
+    if "task_index" not in table.column_names:
+        fail(str(path), f"has no 'task_index' column (columns: {table.column_names})", fix)
+    text_col = None
+    t = table.schema.field(index[0][0]).type if len(index) == 1 else None
+    if t is not None and (pa.types.is_string(t) or pa.types.is_large_string(t)):
+        text_col = index[0][0]  # "task" (a named index) or "__index_level_0__" (an unnamed one)
+    elif "task" in table.column_names and not index:
+        text_col = "task"  # written without pandas' index metadata: the text as a plain column
+    if text_col is None:
+        shown = [f"{f} (index {n!r})" for f, n in index] or "none"
+        fail(str(path), f"holds no task text: LeRobot keeps it as the frame's one string index (pandas index "
+             f"columns: {shown}; columns: {table.column_names})", fix)
     tasks = {}
-    for i, text in zip(table.column("task_index").to_pylist(), table.column("task").to_pylist()):
-        if i in tasks:
-            fail(str(path), f"task_index {i} appears twice", "give each task one row")
+    for row, (i, text) in enumerate(zip(table.column("task_index").to_pylist(), table.column(text_col).to_pylist())):
+        if i is None or text is None:
+            fail(str(path), f"row {row} has a missing task_index or text", fix)
+        if int(i) != row:
+            fail(str(path), f"row {row} has task_index {i}; LeRobot looks a task up by its row "
+                 "(tasks.iloc[task_index]), so row r must have task_index r", fix)
         tasks[int(i)] = str(text)
     return tasks
 
@@ -363,10 +469,16 @@ def resolve_cameras(meta, episode_indices, warn):
         missing = [ep for ep in episode_indices if ep not in present]
         if key in referenced and missing:
             ep = missing[0]
+            if meta.modality_source == "meta/modality.json":
+                used = f"which meta/modality.json uses as video.{referenced[key]}"
+                fix = f"copy the videos of '{key}', or remove video.{referenced[key]} from meta/modality.json"
+            else:
+                used = "which the default modality uses as a camera (the dataset has no meta/modality.json)"
+                fix = (f"copy the videos of '{key}', or add a meta/modality.json whose video group leaves "
+                       f"'{key}' out")
             fail(meta.where(ep, meta.video_path(ep, key)),
-                 f"video file is missing for feature '{key}', which meta/modality.json uses as "
-                 f"video.{referenced[key]} ({len(missing)} of {len(episode_indices)} episodes lack it)",
-                 f"copy the videos of '{key}', or remove video.{referenced[key]} from meta/modality.json")
+                 f"video file is missing for feature '{key}', {used} ({len(missing)} of {len(episode_indices)} "
+                 "episodes lack it)", fix)
         if key not in referenced and not present:
             reason = "no video files; not referenced by meta/modality.json"
             warn(f"feature '{key}' in meta/info.json has no video files and meta/modality.json does not use "

@@ -7,7 +7,7 @@ Written from a reading of the upstream code; none of it is copied:
   Eagle's pixel unshuffle (`F.pixel_unshuffle`, channel-major) and its `mlp1` projector
   (LayerNorm, Linear, exact GELU, Linear), then a Qwen3 LM truncated to `select_layer` layers
   whose features are `hidden_states[-1]` (after the final RMSNorm in the transformers 4.x
-  Isaac-GR00T runs on): n16.py's LanguageModel, which is Qwen3's decoder.
+  Isaac-GR00T runs on): layers.py's LanguageModel, which is Qwen3's decoder.
 - N1.7 (lerobot 0.6.1 `Qwen3Backbone` on Cosmos-Reason2-2B = Qwen3-VL-2B; transformers
   `Qwen3VLModel`): the Qwen3-VL ViT (Conv3d patch embedding over 2 identical frames, learned
   48 x 48 position grid bilinearly interpolated to the patch grid, 2-D rotary attention, 2 x 2
@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import ModelConfig
-from .n16 import LLMBlock, VisionBlock, prompt_attention_mask
+from .layers import LLMBlock, VisionBlock, prompt_attention_mask
 
 
 def int_list(text: str) -> List[int]:
@@ -405,7 +405,7 @@ def mrope_positions(num_views: int, grid: int, n_extra: int, text_mask: Tensor) 
 
 def init_backbone(module: nn.Module) -> None:
     """Normal(0, 0.02) for the position tables and the 3-D patch weight (the Linear, Conv and
-    Embedding layers get n16.init_weights)."""
+    Embedding layers get layers.init_weights)."""
     for m in module.modules():
         if isinstance(m, (EagleVision, Qwen3VLVision)):
             nn.init.normal_(m.pos_embed, std=0.02)

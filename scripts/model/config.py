@@ -98,7 +98,7 @@ class ModelConfig:
     vit_heads: int = 4
     vit_ffn: int = 512
     pixel_shuffle: int = 2        # merge pixel_shuffle^2 neighbouring patches into one token
-    # "n16": the model/n16.py backbone (ViT, connector, LM); "eagle": GR00T N1.6's exact backbone
+    # "n16": N16Model's backbone (model/layers.py: ViT, connector, LM); "eagle": GR00T N1.6's exact backbone
     # (SigLIP-2 + Eagle pixel unshuffle and mlp1 + Qwen3 LM); "qwen3vl": GR00T N1.7's exact backbone
     # (Qwen3-VL ViT with deepstack + Qwen3-VL text with multimodal RoPE). The exact ones need a
     # gr00t_head (model/backbones.py, model/gr00t.py).

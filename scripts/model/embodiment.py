@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import ops
+
 
 class CategoryLinear(nn.Module):
     """One linear layer per embodiment: weight (E, in, out), bias (E, out).
@@ -37,7 +39,6 @@ class GroupedCategoryLinear(CategoryLinear):
     @classmethod
     def sharing(cls, linear: CategoryLinear) -> "GroupedCategoryLinear":
         """A GroupedCategoryLinear holding linear's parameter tensors themselves (no copy)."""
-        from . import ops
         ops.load()
         grouped = cls.__new__(cls)
         nn.Module.__init__(grouped)

@@ -11,8 +11,8 @@ Contract
   these TorchScript extra files (JSON):
     loongforge/config.json      the ModelConfig (its "name" included)
     loongforge/params.json      [{name, shape, numel, role, trainable, decay}] in
-                                named_parameters() order (roles: n16.param_role,
-                                weight decay: n16.decay_flags)
+                                named_parameters() order (roles: registry.param_role,
+                                weight decay: registry.decay_flags)
     loongforge/flops.json       {forward_per_sample, backward_per_sample,
                                  batch_shape, by_role} (flops.py)
     loongforge/counts.json      {total, trainable, by_role: {role: {total, trainable}}}
@@ -56,7 +56,7 @@ if __package__ in (None, ""):  # run as a file: make `import model` work
 from model.batch import batch_spec  # noqa: E402
 from model.config import CONFIGS, apply_overrides, get_config  # noqa: E402
 from model.flops import flops_per_sample  # noqa: E402
-from model.n16 import build_model, decay_flags, param_role  # noqa: E402
+from model.registry import build_model, decay_flags, param_role  # noqa: E402
 from model import tokenizer as tokenizers_  # noqa: E402
 
 EXTRA_PREFIX = "loongforge/"

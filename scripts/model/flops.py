@@ -41,7 +41,7 @@ from typing import Dict, List
 
 from .config import ModelConfig
 from .gr00t_head import head_config_for
-from .n16 import is_trainable
+from .registry import is_trainable
 
 
 @dataclass

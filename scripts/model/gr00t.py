@@ -2,15 +2,15 @@
 (TorchScript-able).
 
 Contract
-- Built by n16.build_model when `ModelConfig.gr00t_head` names a
+- Built by registry.build_model when `ModelConfig.gr00t_head` names a
   gr00t_head.HEAD_CONFIGS entry; `gr00t_model_class(cfg)` picks the class by
   `cfg.backbone`:
-    "n16"     Gr00tModel         n16.py's backbone (gr00t-tiny; not upstream's)
+    "n16"     Gr00tModel         N16Model's backbone (model/layers.py; gr00t-tiny; not upstream's)
     "eagle"   Gr00tEagleModel    GR00T N1.6's exact backbone (model/backbones.py)
     "qwen3vl" Gr00tQwen3VLModel  GR00T N1.7's exact backbone (model/backbones.py)
   Same batch keys and result as N16Model (model/batch.py, "loss", "num_valid",
   "pred_velocity"); children vision, [connector,] imu_encoder, audio_encoder,
-  llm, action_head, embodiment, so n16.param_role, is_trainable,
+  llm, action_head, embodiment, so registry.param_role, is_trainable,
   apply_freezing and decay_flags apply unchanged. The exact backbones keep
   upstream's projector inside `vision` (N1.6 `vision.mlp1`, N1.7
   `vision.merger` and `vision.deepstack_mergers`), so tune_visual freezes it
@@ -46,7 +46,7 @@ from torch import Tensor
 from .backbones import EagleVision, Qwen3VLText, Qwen3VLVision, init_backbone, mrope_positions
 from .config import ModelConfig
 from .gr00t_head import Gr00tHead, Gr00tHeadConfig, head_config_for
-from .n16 import Connector, LanguageModel, SeriesEncoder, VisionEncoder, init_weights, pixel_shuffle
+from .layers import Connector, LanguageModel, SeriesEncoder, VisionEncoder, init_weights, pixel_shuffle
 from .prompt import PromptLayout, parse_ids
 
 
@@ -66,7 +66,7 @@ class Gr00tModel(Gr00tHead):
         self.audio_encoder = (SeriesEncoder(cfg.audio_features, cfg.series_hidden, cfg.audio_tokens, cfg.llm_width)
                               if cfg.use_audio else None)
         self.llm = LanguageModel(cfg)
-        # The backbone gets n16's init; the head keeps upstream's (PyTorch defaults, 0.02-normal
+        # The backbone gets layers.init_weights; the head keeps upstream's (PyTorch defaults, 0.02-normal
         # category weights and position embedding).
         for child in (self.vision, self.connector, self.imu_encoder, self.audio_encoder, self.llm):
             if child is not None:
@@ -285,9 +285,4 @@ def gr00t_model_class(cfg: ModelConfig):
     return {"n16": Gr00tModel, "eagle": Gr00tEagleModel, "qwen3vl": Gr00tQwen3VLModel}[cfg.backbone]
 
 
-def build_gr00t(cfg: ModelConfig) -> Gr00tModel:
-    return gr00t_model_class(cfg)(cfg)
-
-
-__all__ = ["Gr00tModel", "Gr00tEagleModel", "Gr00tQwen3VLModel", "gr00t_model_class", "build_gr00t",
-           "Gr00tHeadConfig"]
+__all__ = ["Gr00tModel", "Gr00tEagleModel", "Gr00tQwen3VLModel", "gr00t_model_class", "Gr00tHeadConfig"]

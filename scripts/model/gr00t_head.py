@@ -7,7 +7,7 @@ CategorySpecificMLP / MultiEmbodimentActionEncoder;
 SelfAttentionTransformer on diffusers' Attention / FeedForward / Timesteps).
 This file is written from a reading of that code; none of it is copied.
 test/model/test_gr00t_head.py loads upstream's random-initialised modules, maps
-their state dict onto these modules (scripts/convert_gr00t_checkpoint.py's table)
+their state dict onto these modules (scripts/gr00t_checkpoint_names.py's table)
 and checks forward, loss and gradients against them.
 
 Contract
@@ -15,7 +15,7 @@ Contract
   holds "gr00t-n1.7-3b" (lerobot's GR00T_N1_7_DEFAULTS), "gr00t-n1.6-3b", "gr00t-tiny" and
   "gr00t-probe" (2 DiT blocks, no vl_self_attention: for backbone tests at any width).
 - `Gr00tHead(cfg)` has two children whose names are the parameter prefixes used
-  by n16.param_role: `action_head` (vl_norm, vl_self_attention, timestep
+  by registry.param_role: `action_head` (vl_norm, vl_self_attention, timestep
   encoder, position embedding, DiT blocks, output projections) and
   `embodiment` (per-embodiment state encoder, action encoder, action decoder).
 - `Gr00tHead.head_loss(vl, vl_mask, image_mask, state, actions, action_mask,

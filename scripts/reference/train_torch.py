@@ -13,7 +13,7 @@ Contract
   (defaults are defined once, in C++). Relative paths in it are taken from the
   current directory, as loongforge-train takes them.
 - The model is the exported TorchScript file `model.path`: its
-  loongforge/config.json builds the EAGER model (`model.n16.build_model`:
+  loongforge/config.json builds the EAGER model (`model.registry.build_model`:
   N16Model, or Gr00tModel for gr00t-* configs), the scripted module's
   state_dict is loaded into it (names must match exactly) and requires_grad
   comes from loongforge/params.json `trainable`. n16-* models have no dropout;
@@ -28,7 +28,7 @@ Contract
   num_valid_i * W / V as Python floats, backward in order, step loss summed in
   double, clipping by hand, HF-style schedule,
   torch.optim.AdamW(foreach=False, fused=False) with the two groups of
-  model.n16.decay_flags, set_to_none). A NaN/Inf loss or gradient norm stops the run naming the step
+  model.registry.decay_flags, set_to_none). A NaN/Inf loss or gradient norm stops the run naming the step
   (exit status 3); parameters are not updated. Measured: with one intra-op
   thread, losses and gradient norms are bit-identical to loongforge-train's
   (n16-tiny, 40 steps, K=2); with more threads both trainers differ run to run
@@ -81,7 +81,7 @@ from lf_dataset import (DataError, LFDataset, MicroBatchSampler, SampleBuilder, 
                         collate_samples)
 from model import ops  # noqa: E402
 from model.config import ModelConfig  # noqa: E402
-from model.n16 import build_model, decay_flags  # noqa: E402
+from model.registry import build_model, decay_flags  # noqa: E402
 
 warnings.filterwarnings("ignore", message=r".*torch\.jit\.\w+` is deprecated", category=DeprecationWarning)
 
@@ -154,7 +154,7 @@ def load_model(path: str) -> Tuple[torch.nn.Module, ModelConfig, Dict]:
     derived = {f"{m}.{b}" if m else b for m, mod in model.named_modules() for b in mod._non_persistent_buffers_set}
     want, have = set(model.state_dict().keys()) | derived, set(sd.keys())
     if want != have:
-        raise ValueError(f"model.path '{path}': state_dict names differ from model.n16 "
+        raise ValueError(f"model.path '{path}': state_dict names differ from model.registry.build_model's "
                          f"(missing {sorted(want - have)[:5]}, unexpected {sorted(have - want)[:5]}); "
                          "re-export with the current scripts/model")
     model.load_state_dict({k: v for k, v in sd.items() if k not in derived}, strict=True, assign=True)
@@ -169,7 +169,7 @@ def load_model(path: str) -> Tuple[torch.nn.Module, ModelConfig, Dict]:
     for p in params:
         if p.get("decay") != decay[p["name"]]:
             raise ValueError(f"model.path '{path}': params.json gives {p['name']} decay {p.get('decay')}, "
-                             f"model.n16.decay_flags says {decay[p['name']]}; re-export with scripts/model/export.py")
+                             f"model.registry.decay_flags says {decay[p['name']]}; re-export with scripts/model/export.py")
     for p in params:
         if list(named[p["name"]].shape) != p["shape"]:
             raise ValueError(f"model.path '{path}': {p['name']} has shape {list(named[p['name']].shape)}, "
@@ -207,7 +207,7 @@ def lr_at(s: int, cfg: Dict) -> float:
 
 
 def make_optimizer(model: torch.nn.Module, cfg: Dict, fused: bool) -> torch.optim.Optimizer:
-    """AdamW, two groups from model.n16.decay_flags (dim >= 2, not a bias, not a norm weight:
+    """AdamW, two groups from model.registry.decay_flags (dim >= 2, not a bias, not a norm weight:
     decay; the rest not), trainable parameters in named_parameters order."""
     flags = decay_flags(model)
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]

@@ -2,7 +2,9 @@
 #include <dirent.h>  // opendir, readdir
 
 #include <algorithm>  // std::sort
+#include <cstdio>     // std::snprintf
 #include <fstream>    // std::ifstream
+#include <iterator>   // std::istreambuf_iterator
 
 #include "io.hpp"  // kReplacedSuffix
 #include "loongforge/checkpoint/checkpoint.hpp"
@@ -33,23 +35,61 @@ std::string shape_text(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
+// Note [Manifest messages]
+// A damaged MANIFEST.json holds arbitrary bytes, and nlohmann's parse errors
+// quote the bytes they stopped at ("last read: '...'"): put in a log line or
+// a terminal, they are binary garbage (escape sequences included). Every
+// message about a manifest therefore quotes it only through printable():
+// printable ASCII kept, anything else as \xNN, at most kExcerptBytes.
+constexpr size_t kExcerptBytes = 48;
+
+std::string printable(const std::string& bytes, size_t max = std::string::npos) {
+  std::string out;
+  for (size_t i = 0; i < bytes.size() && i < max; ++i) {
+    const auto c = static_cast<unsigned char>(bytes[i]);
+    if (c >= 0x20 && c < 0x7F && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02X", c);
+      out += hex;
+    }
+  }
+  if (bytes.size() > max) out += "...";
+  return out;
+}
+
 }  // namespace
+
+Manifest read_manifest(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError(path + ": missing (an incomplete or foreign directory; never loaded)");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {  // Note [Manifest messages]: never e.what()
+    throw CheckpointError(path + ": corrupt (not valid JSON: " + std::to_string(text.size()) +
+                          " bytes, the parse fails at byte " + std::to_string(e.byte) + "; they begin \"" +
+                          printable(text, kExcerptBytes) + "\"); a checkpoint without a valid manifest is never "
+                          "loaded: pick another checkpoint");
+  }
+  try {
+    return Manifest::from_json(j);
+  } catch (const std::exception& e) {
+    throw CheckpointError(path + ": unreadable (" + printable(e.what(), 200) +
+                          "); a checkpoint without a valid manifest is never loaded: pick another checkpoint");
+  }
+}
 
 Report validate_checkpoint(const std::string& dir) {
   Report r;
   r.dir = dir;
   const std::string manifest_path = dir + "/" + kManifest;
-  std::ifstream in(manifest_path);
-  if (!in) {
-    r.problems.push_back(manifest_path + ": missing (an incomplete or foreign directory; never loaded)");
-    return r;
-  }
   try {
-    nlohmann::json j;
-    in >> j;
-    r.manifest = Manifest::from_json(j);
-  } catch (const std::exception& e) {
-    r.problems.push_back(manifest_path + ": unreadable (" + std::string(e.what()) + ")");
+    r.manifest = read_manifest(manifest_path);
+  } catch (const CheckpointError& e) {
+    r.problems.push_back(e.what());
     return r;
   }
   if (r.manifest.format_version != kFormatVersion)

@@ -1,5 +1,7 @@
-// The control thread (server.hpp): a poll() loop over the listening socket,
-// a wake pipe and the clients.
+// The control server's lifecycle (server.hpp): registration, the socket
+// (created, listening, removed), drain() on the trainer thread and stop(). The
+// control thread itself, a poll() loop over the listening socket, a wake pipe
+// and the clients, each a small state machine, is in server_client.cpp.
 //
 // Note [Control thread ownership]
 // Everything about clients (buffers, timers, streams) belongs to the control
@@ -11,64 +13,25 @@
 #include "loongforge/control/server.hpp"
 
 #include <dirent.h>      // opendir, readdir
-#include <fcntl.h>       // fcntl, O_NONBLOCK
-#include <poll.h>        // poll
-#include <sys/socket.h>  // socket, bind, listen, accept4, getsockopt
-#include <sys/stat.h>    // chmod, umask
+#include <fcntl.h>       // O_NONBLOCK, O_CLOEXEC
+#include <sys/socket.h>  // socket, bind, listen, connect
+#include <sys/stat.h>    // chmod, umask, lstat
 #include <sys/un.h>      // sockaddr_un
-#include <unistd.h>      // close, unlink, pipe2, getpid, getuid
+#include <unistd.h>      // close, unlink, link, pipe2, getpid, write
 
 #include <cerrno>   // errno
-#include <chrono>   // std::chrono::steady_clock
 #include <cstring>  // std::strerror, std::memcpy
-#include <deque>    // std::deque
 
 #include "loongforge/common/error.hpp"
-#include "loongforge/common/log.hpp"
-#include "loongforge/common/version.hpp"
 #include "loongforge/control/protocol.hpp"
+#include "server_common.hpp"  // Outbox, Reply::State, Server::Handler, Server::Task
 
 namespace loongforge::control {
 
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
 // ---------------------------------------------------------------------------
-// Replies from the trainer thread
-
-struct Outbox {
-  struct Item {
-    uint64_t client;
-    std::string line;
-    bool is_error;
-  };
-  std::mutex mu;
-  std::deque<Item> items;  // guarded by mu
-  int wake_fd = -1;        // write end of the wake pipe; -1 once the server stopped
-  void post(uint64_t client, std::string line, bool is_error) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (wake_fd < 0) return;  // the server is gone: drop
-    items.push_back({client, std::move(line), is_error});
-    const char b = 1;
-    [[maybe_unused]] auto n = ::write(wake_fd, &b, 1);  // a full pipe already means "wake up"
-  }
-};
-
-struct Reply::State {
-  std::shared_ptr<Outbox> outbox;
-  uint64_t client = 0, id = 0;
-  std::mutex mu;
-  bool sent = false;
-  bool claim() {
-    std::lock_guard<std::mutex> lock(mu);
-    if (sent) return false;
-    sent = true;
-    return true;
-  }
-  ~State() {
-    if (!sent) outbox->post(client, reply_error(id, code::kInternal, "the trainer dropped this request unanswered"), true);
-  }
-};
+// Answers to tasks (Outbox and Reply::State: server_common.hpp)
 
 void Reply::ok(const json& result) const {
   if (s_->claim()) s_->outbox->post(s_->client, reply_ok(s_->id, result), false);
@@ -83,19 +46,6 @@ bool Reply::answered() const {
 
 // ---------------------------------------------------------------------------
 // Registration
-
-struct Server::Handler {
-  enum class Kind { Query, Task, Stream } kind;
-  QueryFn query;
-  TaskFn task;
-  StreamFn stream;
-};
-
-struct Server::Task {
-  std::shared_ptr<Handler> handler;
-  json args;
-  Reply reply;
-};
 
 Server::Server(ServerOptions options) : opt_(std::move(options)), outbox_(std::make_shared<Outbox>()) {}
 Server::~Server() { stop(); }
@@ -116,7 +66,7 @@ ServerStats Server::stats() const {
 }
 
 // ---------------------------------------------------------------------------
-// Socket creation
+// The socket: created by start(), removed by stop()
 
 namespace {
 
@@ -263,6 +213,9 @@ void Server::stop() {
   ::unlink(path_.c_str());
 }
 
+// ---------------------------------------------------------------------------
+// The trainer thread's side
+
 int Server::drain() {
   std::vector<Task> tasks;
   {
@@ -279,363 +232,6 @@ int Server::drain() {
     }
   }
   return static_cast<int>(tasks.size());
-}
-
-// ---------------------------------------------------------------------------
-// The control thread
-
-namespace {
-
-struct Stream {
-  uint64_t id;
-  json args;
-  Server::StreamFn fn;
-  double interval_s;
-  int64_t count;  // lines to send; <= 0 = until the client goes away
-  int64_t tick = 0;
-  Clock::time_point next;
-};
-
-struct Client {
-  int fd = -1;
-  uid_t uid = 0;
-  bool greeted = false;
-  bool read_closed = false;
-  bool close_after_flush = false;
-  std::string in, out;
-  Clock::time_point line_started, last_activity;
-  int in_flight = 0;  // tasks not yet answered
-  std::vector<Stream> streams;
-};
-
-int64_t ms_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(b - a).count();
-}
-
-}  // namespace
-
-void Server::serve() {
-  const auto& log = logger("control");
-  std::map<uint64_t, Client> clients;
-  uint64_t next_client = 1;
-  std::vector<pollfd> fds;
-  std::vector<uint64_t> fd_owner;
-  auto count = [this](auto member) {
-    std::lock_guard<std::mutex> lock(stats_mu_);
-    ++(stats_.*member);
-  };
-  auto send_error = [&](Client& c, uint64_t id, const char* code_name, const std::string& msg) {
-    c.out += reply_error(id, code_name, msg);
-    count(&ServerStats::error_replies);
-  };
-
-  // One complete line from a client.
-  auto handle_line = [&](uint64_t cid, Client& c, const std::string& line) {
-    count(&ServerStats::requests);
-    Request req;
-    try {
-      req = parse_request(line);
-    } catch (const ProtocolError& e) {
-      send_error(c, e.id, e.code.c_str(), e.message);
-      if (!c.greeted) c.close_after_flush = true;
-      return;
-    }
-    if (!c.greeted) {
-      if (req.verb != "hello") {
-        send_error(c, req.id, code::kHandshakeRequired,
-                   "the first line must be the handshake {\"v\":" + std::to_string(kProtocolVersion) +
-                       ",\"id\":0,\"verb\":\"hello\"}");
-        c.close_after_flush = true;
-        return;
-      }
-      json who = opt_.identity;
-      who["server"] = "loongforge-train";
-      who["version"] = version_string();
-      who["protocol"] = kProtocolVersion;
-      who["pid"] = static_cast<int64_t>(::getpid());
-      json verbs = json::array();
-      for (const auto& kv : handlers_) verbs.push_back(kv.first);
-      who["verbs"] = verbs;
-      c.out += reply_ok(req.id, who);
-      c.greeted = true;
-      return;
-    }
-    auto h = handlers_.find(req.verb);
-    if (h == handlers_.end()) {
-      send_error(c, req.id, code::kUnknownVerb, "unknown verb '" + req.verb.substr(0, 64) + "'");
-      return;
-    }
-    const auto& handler = h->second;
-    try {
-      switch (handler->kind) {
-        case Handler::Kind::Query:
-          c.out += reply_ok(req.id, handler->query(req.args));
-          break;
-        case Handler::Kind::Task: {
-          std::lock_guard<std::mutex> lock(tasks_mu_);
-          if (static_cast<int>(tasks_.size()) >= opt_.max_pending || c.in_flight >= opt_.max_pending_per_client) {
-            send_error(c, req.id, code::kBusy,
-                       "trainer busy: " + std::to_string(tasks_.size()) +
-                           " requests wait for the next step boundary; retry shortly");
-            break;
-          }
-          auto st = std::make_shared<Reply::State>();
-          st->outbox = outbox_, st->client = cid, st->id = req.id;
-          tasks_.push_back(Task{handler, std::move(req.args), Reply(st)});
-          ++c.in_flight;
-          break;
-        }
-        case Handler::Kind::Stream: {
-          double interval = 1.0;
-          int64_t n = 0;
-          if (auto it = req.args.find("interval_s"); it != req.args.end()) {
-            if (!it->is_number() || it->get<double>() < 0.05 || it->get<double>() > 3600)
-              throw VerbError(code::kBadArgs, "interval_s must be a number of seconds in [0.05, 3600]");
-            interval = it->get<double>();
-          }
-          if (auto it = req.args.find("count"); it != req.args.end()) {
-            if (!it->is_number_integer()) throw VerbError(code::kBadArgs, "count must be an integer");
-            n = it->get<int64_t>();
-          }
-          if (c.streams.size() >= 4) throw VerbError(code::kBusy, "at most 4 streams per connection");
-          handler->stream(req.args, -1);  // validates the arguments; throws VerbError
-          c.streams.push_back(Stream{req.id, std::move(req.args), handler->stream, interval, n, 0, Clock::now()});
-          break;
-        }
-      }
-    } catch (const VerbError& e) {
-      send_error(c, req.id, e.code.c_str(), e.what());
-    } catch (const std::exception& e) {
-      send_error(c, req.id, code::kInternal, e.what());
-    }
-  };
-
-  auto refuse_long_line = [&](Client& c) {
-    send_error(c, 0, code::kLineTooLong, "line longer than " + std::to_string(kMaxLineBytes) + " bytes");
-    c.close_after_flush = true;
-    count(&ServerStats::closed_for_line_length);
-  };
-
-  auto close_client = [&](std::map<uint64_t, Client>::iterator it) {
-    ::close(it->second.fd);
-    return clients.erase(it);
-  };
-
-  while (!stopping_) {
-    // Timers: the earliest stream tick or client deadline bounds the wait.
-    const auto now = Clock::now();
-    int64_t wait_ms = 1000;
-    for (auto& kv : clients) {
-      for (const auto& s : kv.second.streams) wait_ms = std::min(wait_ms, std::max<int64_t>(0, ms_between(now, s.next)));
-      if (!kv.second.in.empty()) wait_ms = std::min(wait_ms, std::max<int64_t>(0, opt_.line_timeout_ms - ms_between(kv.second.line_started, now)));
-    }
-    fds.clear();
-    fd_owner.clear();
-    fds.push_back({listen_fd_, POLLIN, 0});
-    fds.push_back({wake_fd_[0], POLLIN, 0});
-    fd_owner.push_back(0), fd_owner.push_back(0);
-    for (auto& kv : clients) {
-      short ev = 0;
-      if (!kv.second.read_closed && !kv.second.close_after_flush) ev |= POLLIN;
-      if (!kv.second.out.empty()) ev |= POLLOUT;
-      // Nothing to wait for on this fd (the peer closed while a task is in flight): leave it out, since poll()
-      // reports POLLHUP whatever `events` asks and would spin this thread until the task is answered.
-      fds.push_back({ev != 0 ? kv.second.fd : -1, ev, 0});
-      fd_owner.push_back(kv.first);
-    }
-    const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(wait_ms));
-    if (ready < 0 && errno != EINTR) {
-      LF_LOG(log, error) << "control socket poll() failed: " << std::strerror(errno) << "; control plane stops";
-      break;
-    }
-    if (stopping_) break;
-
-    // Replies from the trainer thread.
-    if (fds[1].revents & POLLIN) {
-      char buf[256];
-      while (::read(wake_fd_[0], buf, sizeof buf) > 0) {
-      }
-      std::deque<Outbox::Item> items;
-      {
-        std::lock_guard<std::mutex> lock(outbox_->mu);
-        items.swap(outbox_->items);
-      }
-      for (auto& item : items) {
-        auto it = clients.find(item.client);
-        if (it == clients.end()) continue;
-        it->second.out += item.line;
-        --it->second.in_flight;
-        if (item.is_error) count(&ServerStats::error_replies);
-      }
-    }
-
-    // New clients.
-    if (fds[0].revents & POLLIN) {
-      for (;;) {
-        const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) break;
-        ucred cred{};
-        socklen_t len = sizeof cred;
-        std::string refuse_code, refuse;
-        if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-          refuse_code = code::kPermissionDenied, refuse = "cannot read the peer's credentials";
-        } else if (cred.uid != ::getuid() && !(cred.uid == 0 && opt_.allow_root)) {
-          refuse_code = code::kPermissionDenied;
-          refuse = "permission denied: this trainer belongs to uid " + std::to_string(::getuid()) +
-                   " and accepts only that user" + (cred.uid == 0 ? " (root needs control.allow_root=true)" : "");
-        } else if (static_cast<int>(clients.size()) >= opt_.max_clients) {
-          refuse_code = code::kBusy;
-          refuse = "trainer busy: " + std::to_string(clients.size()) + " control clients are connected; retry shortly";
-        }
-        count(&ServerStats::connections);
-        if (!refuse.empty()) {
-          const std::string line = reply_error(0, refuse_code, refuse);
-          [[maybe_unused]] auto n = ::send(fd, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-          ::close(fd);
-          count(&ServerStats::rejected_connections);
-          count(&ServerStats::error_replies);
-          if (refuse_code == code::kPermissionDenied)
-            LF_LOG(log, warn) << "refused a control client of uid " << cred.uid << " (pid " << cred.pid << ")";
-          continue;
-        }
-        Client c;
-        c.fd = fd;
-        c.uid = cred.uid;
-        c.last_activity = Clock::now();
-        clients.emplace(next_client++, std::move(c));
-      }
-    }
-
-    // Client traffic.
-    for (size_t i = 2; i < fds.size(); ++i) {
-      auto it = clients.find(fd_owner[i]);
-      if (it == clients.end()) continue;
-      Client& c = it->second;
-      const uint64_t cid = it->first;
-      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
-        char buf[16384];
-        size_t read_now = 0;
-        for (;;) {
-          const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
-          if (n > 0) {
-            read_now += static_cast<size_t>(n);
-            c.last_activity = Clock::now();
-            if (c.in.empty()) c.line_started = c.last_activity;  // a line's first byte
-            c.in.append(buf, static_cast<size_t>(n));
-            // Complete lines.
-            size_t start = 0;
-            for (size_t nl; !c.close_after_flush && (nl = c.in.find('\n', start)) != std::string::npos; start = nl + 1) {
-              std::string line = c.in.substr(start, nl - start);
-              if (!line.empty() && line.back() == '\r') line.pop_back();
-              if (line.size() + 1 > kMaxLineBytes) {
-                refuse_long_line(c);
-              } else if (!line.empty()) {
-                handle_line(cid, c, line);
-              }
-            }
-            c.in.erase(0, start);
-            if (start > 0 && !c.in.empty()) c.line_started = c.last_activity;  // a new partial line began now
-            if (c.in.size() >= kMaxLineBytes) refuse_long_line(c);  // no newline can come in time
-            if (c.close_after_flush) c.in.clear();
-            if (c.close_after_flush) break;
-            // Bounded work per round: a client that pipelines faster than it reads must not grow its replies
-            // past max_outbox_bytes (it is closed below as a slow reader) nor starve the other clients.
-            if (c.out.size() > opt_.max_outbox_bytes || read_now >= 4 * kMaxLineBytes) break;
-            continue;
-          }
-          if (n == 0) {
-            c.read_closed = true;
-            c.streams.clear();  // nobody listens any more
-          } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-            c.read_closed = true;
-            c.streams.clear();
-            c.out.clear();
-          }
-          break;
-        }
-      }
-      if (!c.out.empty() && (fds[i].revents & POLLOUT)) {
-        const ssize_t n = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n > 0) {
-          c.out.erase(0, static_cast<size_t>(n));
-          c.last_activity = Clock::now();
-        } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-          c.out.clear();  // the peer is gone
-          c.read_closed = true;
-          c.streams.clear();
-        }
-      }
-    }
-
-    // Streams, timeouts, closing.
-    const auto t = Clock::now();
-    for (auto it = clients.begin(); it != clients.end();) {
-      Client& c = it->second;
-      for (auto s = c.streams.begin(); s != c.streams.end();) {
-        if (t < s->next) {
-          ++s;
-          continue;
-        }
-        bool last = s->count > 0 && s->tick + 1 >= s->count;
-        try {
-          c.out += reply_ok(s->id, s->fn(s->args, s->tick), /*stream=*/!last);
-        } catch (const VerbError& e) {
-          send_error(c, s->id, e.code.c_str(), e.what());
-          last = true;
-        } catch (const std::exception& e) {
-          send_error(c, s->id, code::kInternal, e.what());
-          last = true;
-        }
-        ++s->tick;
-        s->next = t + std::chrono::milliseconds(static_cast<int64_t>(s->interval_s * 1000));
-        s = last ? c.streams.erase(s) : s + 1;
-      }
-      if (!c.in.empty() && ms_between(c.line_started, t) > opt_.line_timeout_ms && !c.close_after_flush) {
-        send_error(c, 0, code::kTimeout,
-                   "no newline within " + std::to_string(opt_.line_timeout_ms) + " ms of the line's first byte");
-        c.in.clear();
-        c.close_after_flush = true;
-        count(&ServerStats::closed_for_timeout);
-      }
-      const bool idle = c.in_flight == 0 && c.streams.empty() && c.out.empty();
-      if (idle && !c.read_closed && !c.close_after_flush && ms_between(c.last_activity, t) > opt_.idle_timeout_ms) {
-        send_error(c, 0, code::kTimeout, "idle for " + std::to_string(opt_.idle_timeout_ms / 1000) + " s; closing");
-        c.close_after_flush = true;
-        count(&ServerStats::closed_for_timeout);
-      }
-      if (c.out.size() > opt_.max_outbox_bytes) {
-        count(&ServerStats::closed_for_slow_reader);
-        it = close_client(it);
-        continue;
-      }
-      const bool finished = c.out.empty() && ((c.close_after_flush) || (c.read_closed && c.in_flight == 0));
-      it = finished ? close_client(it) : std::next(it);
-    }
-  }
-  // Shutting down: deliver replies already produced (a `stop` reply is
-  // posted just before stop()), tell everyone, flush for at most 1 s.
-  {
-    std::lock_guard<std::mutex> lock(outbox_->mu);
-    for (auto& item : outbox_->items)
-      if (auto it = clients.find(item.client); it != clients.end()) it->second.out += item.line;
-    outbox_->items.clear();
-  }
-  for (auto& kv : clients) kv.second.out += reply_error(0, code::kShuttingDown, "the trainer is exiting");
-  const auto deadline = Clock::now() + std::chrono::seconds(1);
-  while (!clients.empty() && Clock::now() < deadline) {
-    fds.clear();
-    fd_owner.clear();
-    for (auto& kv : clients) fds.push_back({kv.second.fd, POLLOUT, 0}), fd_owner.push_back(kv.first);
-    if (::poll(fds.data(), fds.size(), 50) < 0 && errno != EINTR) break;
-    for (size_t i = 0; i < fds.size(); ++i) {
-      auto it = clients.find(fd_owner[i]);
-      Client& c = it->second;
-      const ssize_t n = (fds[i].revents & POLLOUT) ? ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT) : 0;
-      if (n > 0) c.out.erase(0, static_cast<size_t>(n));
-      if (c.out.empty() || n < 0 || (fds[i].revents & (POLLERR | POLLHUP))) close_client(it);
-    }
-  }
-  for (auto& kv : clients) ::close(kv.second.fd);
 }
 
 }  // namespace loongforge::control

@@ -18,6 +18,7 @@
 #include <ATen/ATen.h>  // at::adaptive_avg_pool2d, at::rand, at::randn
 
 #include "loongforge/common/log.hpp"
+#include "loongforge/data/check.hpp"  // dataset_video_check
 #include "loongforge/data/frames.hpp"
 #include "loongforge/data/video.hpp"
 
@@ -465,24 +466,11 @@ int64_t BatchBuilder::Entry::bytes() const {
 VideoCheck BatchBuilder::video_check(size_t episode, int camera) const {
   const EpisodeInfo& ep = ds_.episodes()[episode];
   const VideoInfo& info = ep.videos.at(camera);
-  const CameraInfo& cam = ds_.cameras().at(camera);
-  VideoCheck check;
-  check.bytes = info.bytes;
-  check.sha256 = info.sha256;
-  check.frame_count = info.frame_count;
-  check.width = cam.width;
-  check.height = cam.height;
-  const size_t v = static_cast<size_t>(std::find(cameras_.begin(), cameras_.end(), camera) - cameras_.begin());
-  const ArrayView pts = ds_.array(episode, pts_cols_.at(v));
-  if (pts.rows != info.frame_count)
-    throw DataError(ds_.dir() + "/" + ep.shard_file + ": episode " + std::to_string(ep.index) + ": video_pts:" +
-                    cam.key + " has " + std::to_string(pts.rows) + " rows but loongforge_dataset.json records " +
-                    std::to_string(info.frame_count) + " frames; re-run scripts/convert_lerobot.py");
+  VideoCheck check = dataset_video_check(ds_, episode, camera);  // check.hpp: the index's facts and video_pts
   if (spans_ && info.frame_count >= kFileKey)  // the frame is part of a span's key
     throw DataError(ep.video_paths.at(camera) + ": " + std::to_string(info.frame_count) + " frames; " +
                     "data.video_decode=span supports videos of up to " + std::to_string(kFileKey - 1) +
                     " frames (use data.video_decode=whole)");
-  check.pts_s = pts.as<double>();
   return check;
 }
 

@@ -1,6 +1,7 @@
 // Proves that a damaged checkpoint is never taken for a good one:
 // validate_checkpoint names every file whose SHA-256 or size differs from the
-// manifest, every missing file and a missing or unreadable manifest;
+// manifest, every missing file and a missing, corrupt (quoted only as a printable
+// excerpt) or unreadable manifest;
 // find_latest returns the newest checkpoint that validates and reports each
 // newer one it skipped; compare_parameters lists name and shape differences.
 #include <fstream>  // std::ofstream, std::fstream
@@ -9,6 +10,7 @@
 
 #include "catch_compat.hpp"
 #include "loongforge/checkpoint/checkpoint.hpp"
+#include "loongforge/common/error.hpp"
 #include "loongforge/common/files.hpp"
 #include "snapshots.hpp"
 
@@ -78,7 +80,14 @@ TEST_CASE("checkpoint: validate_checkpoint refuses a directory whose manifest is
   std::ofstream(manifest) << "{\"format\": \"loongforge-checkpoint\", truncated";
   Report r = validate_checkpoint(dir);
   REQUIRE(r.problems.size() == 1);
-  REQUIRE_THAT(r.problems[0], Contains(manifest + ": unreadable"));
+  REQUIRE(r.problems[0] == manifest + ": corrupt (not valid JSON: 45 bytes, the parse fails at byte 40; they begin "
+                           "\"{\"format\": \"loongforge-checkpoint\", truncated\"); a checkpoint without a valid "
+                           "manifest is never loaded: pick another checkpoint");
+
+  std::ofstream(manifest) << nlohmann::json{{"format", "loongforge-checkpoint"}, {"format_version", "one"}}.dump();
+  r = validate_checkpoint(dir);
+  REQUIRE(r.problems.size() == 1);
+  REQUIRE_THAT(r.problems[0], Contains(manifest + ": unreadable ("));
 
   nlohmann::json j = lf_test::make_snapshot(2).manifest.to_json();  // lists no files
   std::ofstream(manifest) << j.dump();
@@ -133,4 +142,25 @@ TEST_CASE("checkpoint: compare_parameters lists missing, extra and reshaped para
   REQUIRE(diffs == std::vector<std::string>{"parameter 'layer.weight': checkpoint [4, 3], model [4, 5]",
                                             "parameter 'head.weight' is in the model but not in the checkpoint",
                                             "parameter 'layer.bias' is in the checkpoint but not in the model"});
+}
+
+TEST_CASE("checkpoint: a manifest of binary bytes is reported as corrupt with a printable excerpt only") {
+  lf_test::ScratchDir parent;
+  const std::string dir = write(parent.path, 3);
+  const std::string manifest = dir + "/MANIFEST.json";
+  const char raw[] = "\x1b[2J\x00\xff\xfe{\"step\"";  // an escape sequence, NUL, invalid UTF-8
+  std::string garbage(raw, sizeof raw - 1);
+  garbage.resize(64, '\x07');  // then BEL bytes: 64 in all
+  std::ofstream(manifest, std::ios::binary) << garbage;
+
+  const Report r = validate_checkpoint(dir);
+  REQUIRE(r.problems.size() == 1);
+  std::string excerpt = "\\x1B[2J\\x00\\xFF\\xFE{\"step\"";  // the first 48 bytes: 14, then 34 BELs
+  for (int i = 0; i < 34; ++i) excerpt += "\\x07";
+  excerpt += "...";
+  REQUIRE(r.problems[0] == manifest + ": corrupt (not valid JSON: 64 bytes, the parse fails at byte 1; they begin \"" +
+                           excerpt + "\"); a checkpoint without a valid manifest is never loaded: pick another "
+                           "checkpoint");
+  for (const char c : r.problems[0]) REQUIRE((c >= 0x20 && c < 0x7F));  // nothing a terminal would act on
+  REQUIRE_THROWS_AS(read_manifest(manifest), loongforge::CheckpointError);
 }

@@ -346,9 +346,22 @@ def test_a_missing_parquet_file_is_an_error(tmp_path):
 
 def test_a_missing_meta_file_is_an_error(tmp_path):
     src = copy_fixture(tmp_path / "src")
-    (src / "meta/modality.json").unlink()
+    (src / "meta/tasks.jsonl").unlink()
     rc, _, err = run_convert(src, tmp_path / "out")
-    assert rc == 1 and f"error: {src / 'meta/modality.json'}: is missing" in err
+    assert rc == 1 and (f"error: {src / 'meta/tasks.jsonl'}: is missing; a LeRobot v2.x dataset needs "
+                        "meta/info.json, meta/tasks.jsonl, meta/episodes.jsonl") in err
+
+
+def test_without_modality_json_a_v2_dataset_converts_with_the_default_modality(tmp_path):
+    src = copy_fixture(tmp_path / "src")
+    (src / "meta/modality.json").unlink()  # plain LeRobot datasets have none (GR00T's add it)
+    edit_json(src / "meta/info.json", lambda d: d["features"].pop("observation.images.egoview"))  # no files
+    rc, _, err = run_convert(src, tmp_path / "out", "--episodes", "0")
+    assert rc == 0, err
+    assert f"warning: {src / 'meta/modality.json'} is missing; using the default" in err
+    doc = json.loads((tmp_path / "out/loongforge_dataset.json").read_text())
+    assert doc["modality"]["state"] == {"state": {"start": 0, "end": 44, "original_key": "observation.state"}}
+    assert [c["key"] for c in doc["cameras"]] == [CAM] and doc["cameras"][0]["modality_name"] == "ego_view"
 
 
 def test_dropped_parquet_rows_are_a_row_count_versus_frame_count_mismatch(tmp_path):

@@ -63,8 +63,8 @@ FIXTURE = Path(os.environ.get("LOONGFORGE_PICKNPLACE",
                               REPO.parent / "shared" / "datasets" / "robot_sim.PickNPlace")).resolve()
 for p in (REPO / "scripts", REPO / "scripts" / "reference", REPO / "test", REPO / "test" / "data"):
     sys.path.insert(0, str(p))
-import convert_gr00t_checkpoint as conv  # noqa: E402
 import export_gr00t_checkpoint as export_back  # noqa: E402
+import gr00t_checkpoint_names as ckpt_names  # noqa: E402
 import chat_prompt  # noqa: E402
 import lerobot_oracle  # noqa: E402
 
@@ -176,7 +176,8 @@ def test_import_then_export_back_gives_the_upstream_tensors_bit_for_bit(upstream
     _, _, ckpt = upstream
     scripted = torch.jit.load(str(imported[0]), map_location="cpu")
     back, report = export_back.export_tensors({n: p.detach() for n, p in scripted.named_parameters()}, strict=True)
-    src = {k: v for k, v in load_file(str(ckpt / "model.safetensors")).items() if not conv.known_unused(k, "n1.7")}
+    src = {k: v for k, v in load_file(str(ckpt / "model.safetensors")).items()
+           if not ckpt_names.known_unused(k, "n1.7")}
     assert report["layout"] == "n1.7" and set(back) == set(src)
     for k, v in src.items():
         assert torch.equal(back[k], v), k

@@ -1,7 +1,7 @@
 # Proves export.py writes a TorchScript file the native trainer can use on its
 # own: torch.jit.load with the loongforge/* extra files gives back the config,
 # a parameter table that matches the loaded module's named_parameters (names,
-# shapes, trainability, weight decay as model.n16.decay_flags decides it), counts that add up, positive FLOPs and a batch spec
+# shapes, trainability, weight decay as model.registry.decay_flags decides it), counts that add up, positive FLOPs and a batch spec
 # from which a batch can be built that the loaded module accepts.
 import json
 import subprocess

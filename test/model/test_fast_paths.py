@@ -10,7 +10,7 @@ import torch
 
 import model
 from model.batch import example_batch
-from model.n16 import RMSNorm, apply_rope, rope_cos_sin
+from model.layers import RMSNorm, apply_rope, rope_cos_sin
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:

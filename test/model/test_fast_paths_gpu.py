@@ -4,7 +4,7 @@
 # RMSNorm kernel equals the written-out one.
 import torch
 
-from model.n16 import RMSNorm
+from model.layers import RMSNorm
 from test_fast_paths import lm_with_and_without_key_mask, rel
 
 # Registered only with label gpu (ctest -L gpu): without a GPU it fails, it does not skip.

@@ -1,7 +1,7 @@
 """The upstream-exact GR00T action head (scripts/model/gr00t_head.py) against
 NVIDIA's own modules from the lerobot 0.6.1 wheel (test/lerobot_oracle.py):
 random-initialised upstream GR00TN17ActionHead, its state dict converted by
-scripts/convert_gr00t_checkpoint.py's table (strict: every tensor maps, none is
+scripts/gr00t_checkpoint_names.py's table (strict: every tensor maps, none is
 left over), our head loaded with it; then, for the same backbone features,
 masks, state, actions, noise and time, the predicted velocity and the loss
 agree within 1e-5 relative and every parameter's gradient within 1e-4 relative
@@ -20,7 +20,7 @@ import torch
 TEST_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, TEST_DIR)
 sys.path.insert(0, os.path.join(TEST_DIR, "..", "scripts"))
-import convert_gr00t_checkpoint as conv  # noqa: E402
+import gr00t_checkpoint_names as ckpt_names  # noqa: E402
 import lerobot_oracle  # noqa: E402
 from model.gr00t_head import Gr00tHeadConfig, build_head, get_head_config, param_count  # noqa: E402
 
@@ -59,11 +59,11 @@ def make_pair(oracle, cfg, seed=0, std=0.1, constant_only=False):
     if constant_only:
         ours = build_head(cfg, torch.device("meta"))
         shapes = {n: torch.empty(p.shape) for n, p in ours.state_dict().items()}
-        converted, report = conv.convert_tensors(upstream_tensors(up), shapes, strict=True)
+        converted, report = ckpt_names.convert_tensors(upstream_tensors(up), shapes, strict=True)
         ours.load_state_dict({n: t.clone() for n, t in converted.items()}, strict=True, assign=True)
     else:
         ours = build_head(cfg)
-        converted, report = conv.convert_tensors(upstream_tensors(up), dict(ours.state_dict()), strict=True)
+        converted, report = ckpt_names.convert_tensors(upstream_tensors(up), dict(ours.state_dict()), strict=True)
         ours.load_state_dict(converted, strict=True)
     return up, ours, report
 
@@ -152,7 +152,7 @@ def worst_grad(up, ours):
     ours_params = dict(ours.named_parameters())
     worst = (0.0, "")
     for name, p in up.named_parameters():
-        mine = ours_params[conv.to_loongforge("action_head." + name)]
+        mine = ours_params[ckpt_names.to_loongforge("action_head." + name)]
         assert p.grad is not None and mine.grad is not None, name
         worst = max(worst, (rel(mine.grad, p.grad), name))
     return worst
@@ -163,8 +163,8 @@ def test_the_converted_upstream_head_maps_every_tensor_both_ways(oracle):
     assert report["mapped"] == len(up.state_dict()) == len(ours.state_dict())
     assert report["unmapped_upstream"] == [] and report["kept_from_model"] == []
     for name, t in upstream_tensors(up).items():
-        assert torch.equal(ours.state_dict()[conv.to_loongforge(name)], t), name
-        assert conv.to_upstream(conv.to_loongforge(name)) == name
+        assert torch.equal(ours.state_dict()[ckpt_names.to_loongforge(name)], t), name
+        assert ckpt_names.to_upstream(ckpt_names.to_loongforge(name)) == name
 
 
 @pytest.mark.parametrize("train", [False, True], ids=["eval", "train_dropout_seeded"])
@@ -225,7 +225,7 @@ def make_n16_mask_token_pair(oracle, cfg, seed=0):
         for p in up.parameters():
             p.copy_(torch.randn_like(p) * 0.1)
     ours = build_head(cfg)
-    converted, report = conv.convert_tensors(upstream_tensors(up), dict(ours.state_dict()), strict=True)
+    converted, report = ckpt_names.convert_tensors(upstream_tensors(up), dict(ours.state_dict()), strict=True)
     ours.load_state_dict(converted, strict=True)
     return up, ours, drawn
 
@@ -342,7 +342,7 @@ def test_full_size_tensors_match_upstream_exactly(oracle, name):
     ours = build_head(cfg, torch.device("meta"))
     up_t = upstream_tensors(up)
     ours_shapes = {n: p.shape for n, p in ours.state_dict().items()}
-    mapped = {conv.to_loongforge(n): tuple(t.shape) for n, t in up_t.items()}
+    mapped = {ckpt_names.to_loongforge(n): tuple(t.shape) for n, t in up_t.items()}
     assert "" not in mapped
     assert mapped == {n: tuple(s) for n, s in ours_shapes.items()}
     assert param_count(ours) == param_count(up)

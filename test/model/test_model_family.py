@@ -12,7 +12,7 @@ import torch
 
 import model
 from model.batch import example_batch
-from model.n16 import is_trainable
+from model.registry import is_trainable
 
 PARAM_RANGES = {  # name -> (min, max) parameters
     "n16-tiny": (2e6, 10e6),

@@ -378,7 +378,7 @@ def assert_grads_match(grads, model):
 
 def test_accumulation_weights_give_the_loss_and_gradients_of_the_union(builder):
     torch.manual_seed(0)
-    from model.n16 import build_model
+    from model.registry import build_model
     model = build_model(get_config("n16-tiny")).double()
     b0, b1 = float64(builder.micro_batch(0, 0)), float64(builder.micro_batch(1, 0))
     b1["action_mask"][:, 8:] = 0                   # unequal num_valid so the weights matter
@@ -395,7 +395,7 @@ def test_accumulation_weights_give_the_loss_and_gradients_of_the_union(builder):
 
 def test_two_ranks_weighted_by_v_ri_times_w_over_v_give_the_gradient_of_the_union(builder):
     torch.manual_seed(0)
-    from model.n16 import build_model
+    from model.registry import build_model
     model = build_model(get_config("n16-tiny")).double()
     parts = [float64(builder.micro_batch(b, 0)) for b in range(3)]
     parts[1]["action_mask"][:, 5:] = 0                 # unequal num_valid across "ranks"
@@ -425,7 +425,7 @@ def test_two_ranks_weighted_by_v_ri_times_w_over_v_give_the_gradient_of_the_unio
 
 
 def test_the_optimizer_decays_weights_but_not_biases_2d_ones_included():
-    from model.n16 import build_model
+    from model.registry import build_model
     model = build_model(get_config("n16-tiny"))
     cfg = {"optimizer": {"weight_decay": 0.1, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}}
     opt = train_torch.make_optimizer(model, cfg, fused=False)

@@ -32,7 +32,7 @@ for p in (REPO / "scripts", REPO / "test", REPO / "test" / "data"):
 import chat_prompt as cp  # noqa: E402
 from chat_prompt import dataset_text  # noqa: E402
 import chat_template as chat  # noqa: E402
-import convert_gr00t_checkpoint as conv  # noqa: E402
+import gr00t_checkpoint_names as ckpt_names  # noqa: E402
 import lerobot_oracle  # noqa: E402
 import model  # noqa: E402
 from gr00t_upstream_config import model_config_from_upstream  # noqa: E402
@@ -112,7 +112,7 @@ def pair(tmp_path_factory):
     cfg.tune_visual = cfg.tune_llm = True
     torch.manual_seed(1)
     ours = model.build_model(cfg)
-    converted, report = conv.convert_tensors(dict(up.state_dict()), dict(ours.state_dict()), strict=True,
+    converted, report = ckpt_names.convert_tensors(dict(up.state_dict()), dict(ours.state_dict()), strict=True,
                                              layout="n1.7")
     ours.load_state_dict(converted)
     for p in ours.parameters():
@@ -182,9 +182,9 @@ def test_templated_model_loss_and_gradients_equal_upstream_gr00t_n17(pair):
     scale = max(float(p.grad.abs().max()) for p in up.parameters() if p.grad is not None)
     worst, worst_name, checked, zero = 0.0, "", 0, []
     for name, p in up.named_parameters():
-        ours_name = conv.to_loongforge(name, "n1.7")
+        ours_name = ckpt_names.to_loongforge(name, "n1.7")
         if not ours_name:
-            assert conv.known_unused(name, "n1.7"), name
+            assert ckpt_names.known_unused(name, "n1.7"), name
             continue
         if p.grad is None:     # upstream's forward never reaches it (e.g. a deepstack after the last kept layer)
             assert mine[ours_name].grad is None or float(mine[ours_name].grad.abs().max()) == 0, name

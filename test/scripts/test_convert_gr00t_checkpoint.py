@@ -15,6 +15,7 @@ from safetensors.torch import load_file, save_file
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 import convert_gr00t_checkpoint as conv  # noqa: E402
+import gr00t_checkpoint_names as ckpt_names  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -25,15 +26,15 @@ def tiny(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("layout", conv.LAYOUTS)
+@pytest.mark.parametrize("layout", ckpt_names.LAYOUTS)
 def test_the_name_table_round_trips_in_every_layout(layout):
-    rows = [(u, o) for lay, u, o in conv.LAYOUT_MAPPING if lay in (None, layout)]
+    rows = [(u, o) for lay, u, o in ckpt_names.LAYOUT_MAPPING if lay in (None, layout)]
     assert len({o for _, o in rows}) == len(rows)  # one upstream name per LoongForge name in a layout
     for upstream, ours in rows:
         u = upstream.replace("{i}", "3").replace("{p}", "weight")
         o = ours.replace("{i}", "3").replace("{p}", "weight")
-        assert conv.to_loongforge(u) == o and conv.to_upstream(o, layout) == u
-        assert conv.to_loongforge(u, layout) == o
+        assert ckpt_names.to_loongforge(u) == o and ckpt_names.to_upstream(o, layout) == u
+        assert ckpt_names.to_loongforge(u, layout) == o
 
 
 def test_a_synthetic_upstream_checkpoint_converts_exactly(tiny, tmp_path):
@@ -41,7 +42,7 @@ def test_a_synthetic_upstream_checkpoint_converts_exactly(tiny, tmp_path):
     gen = torch.Generator().manual_seed(0)
     upstream, expected = {}, {}
     for name, p in params.items():
-        up = conv.to_upstream(name)
+        up = ckpt_names.to_upstream(name)
         if up:
             upstream[up] = torch.randn(p.shape, generator=gen)
             expected[name] = upstream[up]

@@ -20,6 +20,8 @@ sys.path.insert(0, str(REPO / "scripts"))
 sys.path.insert(0, str(REPO / "test"))
 import convert_gr00t_checkpoint as conv  # noqa: E402
 import export_gr00t_checkpoint as export_back  # noqa: E402
+import gr00t_checkpoint_names as ckpt_names  # noqa: E402
+import gr00t_upstream_config as guc  # noqa: E402
 import lerobot_oracle  # noqa: E402
 from model.gr00t_head import HEAD_CONFIGS, Gr00tHeadConfig, build_head  # noqa: E402
 
@@ -61,7 +63,7 @@ def test_an_upstream_written_checkpoint_converts_strictly_and_computes_upstreams
     out = load_file(str(tmp_path / "out.safetensors"))
     assert report["mapped"] == len(tensors) == len(out)
     for name, t in tensors.items():
-        assert torch.equal(out[conv.to_loongforge(name)], t), name
+        assert torch.equal(out[ckpt_names.to_loongforge(name)], t), name
 
     ours = build_head(CFG).eval()
     ours.load_state_dict(out, strict=True)
@@ -137,18 +139,18 @@ def test_the_head_config_is_read_back_from_upstreams_config_json(upstream, cfg):
     oracle = upstream[0]
     up_cfg = lerobot_oracle.upstream_head_config(oracle, cfg)
     data = json.loads(up_cfg.to_json_string(use_diff=False))
-    got = conv.head_config_from_upstream(data, name=cfg.name)
+    got = guc.head_config_from_upstream(data, name=cfg.name)
     assert got == cfg
     # and lerobot's own untouched defaults are the gr00t-n1.7-3b preset
     defaults = json.loads(oracle.n17.GR00TN17Config().to_json_string(use_diff=False))
-    assert conv.head_config_from_upstream(defaults, name="gr00t-n1.7-3b") == HEAD_CONFIGS["gr00t-n1.7-3b"]
+    assert guc.head_config_from_upstream(defaults, name="gr00t-n1.7-3b") == HEAD_CONFIGS["gr00t-n1.7-3b"]
 
 
 def test_an_unsupported_upstream_setting_is_refused_naming_the_field(upstream):
     oracle = upstream[0]
     data = json.loads(oracle.n17.GR00TN17Config(use_alternate_vl_dit=False).to_json_string(use_diff=False))
-    with pytest.raises(conv.ConversionError, match="use_alternate_vl_dit=False"):
-        conv.head_config_from_upstream(data)
+    with pytest.raises(ckpt_names.ConversionError, match="use_alternate_vl_dit=False"):
+        guc.head_config_from_upstream(data)
 
 
 def test_an_n16_config_with_state_dropout_gives_the_state_mask_token(upstream):
@@ -158,13 +160,13 @@ def test_an_n16_config_with_state_dropout_gives_the_state_mask_token(upstream):
     oracle = upstream[0]
     data = json.loads(lerobot_oracle.upstream_head_config(oracle, CFG).to_json_string(use_diff=False))
     data.update(model_type="Gr00tN1d6", state_dropout_prob=0.3)
-    got = conv.head_config_from_upstream(data, name="n16")
+    got = guc.head_config_from_upstream(data, name="n16")
     assert got.state_mask_token and got.state_dropout == 0.3
-    assert conv.to_loongforge("action_head.mask_token") == "action_head.state_mask_token"
+    assert ckpt_names.to_loongforge("action_head.mask_token") == "action_head.state_mask_token"
     head = build_head(got)
     assert tuple(head.action_head.state_mask_token.shape) == (1, 1, CFG.input_embedding_dim)
     assert got.state_noise_scale == 0.0
-    assert conv.head_config_from_upstream(dict(data, state_additive_noise_scale=0.1)).state_noise_scale == 0.1
+    assert guc.head_config_from_upstream(dict(data, state_additive_noise_scale=0.1)).state_noise_scale == 0.1
 
 
 BACKBONE_FIELDS = ("backbone", "image_size", "patch_size", "vit_layers", "vit_width", "vit_heads", "vit_ffn",
@@ -176,7 +178,6 @@ BACKBONE_FIELDS = ("backbone", "image_size", "patch_size", "vit_layers", "vit_wi
 def test_lerobots_default_n17_config_json_imports_as_gr00t_n17_3b_with_its_crop(upstream):
     """The released N1.7 config (lerobot's defaults, serialised) picks gr00t-n1.7-3b: the same head,
     backbone and freezing, the image crop 230 / 256 of its image_crop_size / image_target_size."""
-    import gr00t_upstream_config as guc
     from model.config import get_config
     from model.gr00t_head import head_config_for
     oracle = upstream[0]
@@ -199,7 +200,6 @@ def test_n17_image_settings_come_from_processor_config_as_upstreams_processor_ta
     checkpoint's image geometry from processor_config.json's processor_kwargs when they name an
     image_target_size, else its defaults (256, crop 230), and never from config.json; likewise
     use_albumentations and letter_box_transform (false unless booleans)."""
-    import gr00t_upstream_config as guc
     oracle = upstream[0]
     data = json.loads(oracle.n17.GR00TN17Config().to_json_string(use_diff=False))
     bb = guc.read_backbone_config(data)
@@ -239,7 +239,6 @@ def test_n17_image_settings_come_from_processor_config_as_upstreams_processor_ta
 
 def test_the_import_reads_processor_config_and_says_which_image_fields_upstream_ignores(tmp_path):
     import convert_gr00t_checkpoint as conv
-    import gr00t_upstream_config as guc
     assert guc.read_processor_kwargs(tmp_path) is None
     (tmp_path / "processor_config.json").write_text(json.dumps({"processor_kwargs": {
         "image_target_size": [224, 224], "image_crop_size": [202, 202], "letter_box_transform": True,
@@ -283,7 +282,6 @@ def n16_config_json():
 def test_an_n16_config_json_imports_as_gr00t_n16_3b_with_the_mask_token_and_crop_095():
     """Isaac-GR00T's Gr00tN1d6Config defaults with state dropout on pick gr00t-n1.6-3b's backbone and
     head, the learned state mask token, the top 4 LM layers trainable and the 0.95 center crop."""
-    import gr00t_upstream_config as guc
     from model.config import get_config
     from model.gr00t_head import head_config_for
     data = n16_config_json()
@@ -302,7 +300,6 @@ def test_an_eagle_backbone_config_gives_its_windows_and_rotary_and_another_selec
     """Eagle-Block2A-2B-v2's SigLIP-2 fields (Isaac-GR00T modeling_siglip2.py Siglip2VisionConfig: window_size
     14, full_attention_indexes [7, 14, 21, 26], use_rope and use_windows_attn true by default; the rotary
     base is window_size, as upstream passes it) and Eagle3_VL's select_layer (-4 by default: not reproduced)."""
-    import gr00t_upstream_config as guc
     vision = {"patch_size": 14, "num_hidden_layers": 27, "hidden_size": 1152, "num_attention_heads": 16,
               "intermediate_size": 4304, "num_patches": 256}
     text = {"hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 8, "intermediate_size": 6144,
@@ -330,7 +327,6 @@ def test_n16_image_transform_comes_from_processor_config_as_isaac_gr00ts_process
     trained with a random window). Eagle's processor does not resize, so the ViT sees the transform's
     size. Keys absent from the file take the constructor's defaults (shortest_image_edge 512)."""
     import convert_gr00t_checkpoint as conv
-    import gr00t_upstream_config as guc
     data = n16_config_json()
     bb = guc.read_backbone_config(data)
 

@@ -25,8 +25,8 @@ REPO = Path(__file__).resolve().parents[2]
 for p in (REPO / "scripts", REPO / "test", REPO / "test" / "scripts"):
     sys.path.insert(0, str(p))
 import chat_template as chat  # noqa: E402
-import convert_gr00t_checkpoint as conv  # noqa: E402
 import eagle_prompt as ep  # noqa: E402
+import gr00t_checkpoint_names as ckpt_names  # noqa: E402
 from chat_prompt import dataset_text  # noqa: E402
 import model  # noqa: E402
 from model.batch import example_batch  # noqa: E402
@@ -115,7 +115,8 @@ def test_templated_backbone_features_and_gradients_are_upstreams_at_every_real_t
         assert torch.equal(image_mask[b][key_mask[b]], ids[b][up_mask[b]] == up.image_token)
     pad = max(rel(vl[b][~key_mask[b]][0].detach(), up_feats[b][~up_mask[b]][0].detach())
               for b in range(3) if not bool(up_mask[b].all()))
-    up_params = {n: p for n, p in up.named_parameters(prefix="backbone.model") if not conv.known_unused(n, "n1.6")}
+    up_params = {n: p for n, p in up.named_parameters(prefix="backbone.model")
+                 if not ckpt_names.known_unused(n, "n1.6")}
     fwd, _ = compare(torch.cat([vl[b][key_mask[b]] for b in range(3)]),
                      torch.cat([up_feats[b][up_mask[b]] for b in range(3)]), ours, up_params, "n1.6",
                      "templated N1.6 backbone (real tokens)", rounding_zero=1e-5)

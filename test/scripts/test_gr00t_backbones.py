@@ -35,8 +35,8 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 sys.path.insert(0, str(REPO / "test"))
-import convert_gr00t_checkpoint as conv  # noqa: E402
 import export_gr00t_checkpoint as export_back  # noqa: E402
+import gr00t_checkpoint_names as ckpt_names  # noqa: E402
 import lerobot_oracle  # noqa: E402
 import model  # noqa: E402
 from model.batch import example_batch  # noqa: E402
@@ -69,7 +69,7 @@ def our_model(cfg: model.ModelConfig, upstream: dict, layout: str):
     torch.manual_seed(1)
     m = model.build_model(cfg)
     backbone = {n: p.detach().clone() for n, p in m.named_parameters() if n.split(".")[0] in ("vision", "llm")}
-    converted, report = conv.convert_tensors(upstream, backbone, strict=True, layout=layout)
+    converted, report = ckpt_names.convert_tensors(upstream, backbone, strict=True, layout=layout)
     missing, unexpected = m.load_state_dict(converted, strict=False)
     assert not unexpected and all(n.split(".")[0] in ("action_head", "embodiment") for n in missing)
     for n, p in m.named_parameters():
@@ -91,9 +91,9 @@ def compare(ours_feats, up_feats, ours_model, up_params: dict, layout: str, labe
     scale = max(float(p.grad.abs().max()) for p in up_params.values() if p.grad is not None)
     worst, worst_name, n_checked = 0.0, "", 0
     for up_name, p in up_params.items():
-        mine = conv.to_loongforge(up_name, layout)
+        mine = ckpt_names.to_loongforge(up_name, layout)
         if not mine:
-            assert conv.known_unused(up_name, layout), up_name
+            assert ckpt_names.known_unused(up_name, layout), up_name
             continue
         assert p.grad is not None and ours_params[mine].grad is not None, up_name
         if float(p.grad.abs().max()) <= rounding_zero * scale:
@@ -198,7 +198,7 @@ def test_n17_converted_checkpoint_exports_back_bit_for_bit(oracle, tmp_path):
     mine = {n: p.detach() for n, p in ours.named_parameters() if n.split(".")[0] in ("vision", "llm")}
     back, report = export_back.export_tensors(mine, strict=True)
     assert report["layout"] == "n1.7"
-    expected = {k: v for k, v in tensors.items() if not conv.known_unused(k, "n1.7")}
+    expected = {k: v for k, v in tensors.items() if not ckpt_names.known_unused(k, "n1.7")}
     assert set(back) == set(expected)
     for k, v in expected.items():
         assert torch.equal(back[k], v), k
@@ -210,12 +210,12 @@ def test_n17_a_transposed_or_missing_tensor_is_refused_by_name(oracle, tmp_path)
     bad = dict(tensors)
     name = "backbone.model.model.visual.deepstack_merger_list.1.linear_fc2.weight"   # (128, 256)
     bad[name] = bad[name].t()
-    with pytest.raises(conv.ConversionError, match=rf"{name} \(256, 128\) -> "
+    with pytest.raises(ckpt_names.ConversionError, match=rf"{name} \(256, 128\) -> "
                                                    r"vision\.deepstack_mergers\.1\.fc2\.weight \(128, 256\)"):
-        conv.convert_tensors(bad, mine, layout="n1.7")
+        ckpt_names.convert_tensors(bad, mine, layout="n1.7")
     partial = {k: v for k, v in tensors.items() if "blocks.2.attn.qkv.bias" not in k}
-    with pytest.raises(conv.ConversionError, match=r"vision\.blocks\.2\.qkv\.bias"):
-        conv.convert_tensors(partial, mine, strict=True)
+    with pytest.raises(ckpt_names.ConversionError, match=r"vision\.blocks\.2\.qkv\.bias"):
+        ckpt_names.convert_tensors(partial, mine, strict=True)
 
 
 # ---------------------------------------------------------------------------- N1.6 (Eagle)
@@ -375,7 +375,7 @@ def test_n16_backbone_equals_siglip2_eagle_glue_and_qwen3(case):
     vl, key_mask, _ = ours.encode_vl(batch)
     assert torch.equal(key_mask, mask.bool())
     up_params = {n: p for n, p in up.named_parameters(prefix="backbone.model")
-                 if not conv.known_unused(n, "n1.6")}   # the SigLIP pooling head has no gradient here
+                 if not ckpt_names.known_unused(n, "n1.6")}   # the SigLIP pooling head has no gradient here
     compare(vl, up_feats, ours, up_params, "n1.6", f"N1.6 backbone ({case})")
 
 
@@ -384,7 +384,7 @@ def test_n16_converted_checkpoint_exports_back_bit_for_bit():
     mine = {n: p.detach() for n, p in ours.named_parameters() if n.split(".")[0] in ("vision", "llm")}
     back, report = export_back.export_tensors(mine, strict=True)
     assert report["layout"] == "n1.6"
-    expected = {k: v for k, v in tensors.items() if not conv.known_unused(k, "n1.6")}
+    expected = {k: v for k, v in tensors.items() if not ckpt_names.known_unused(k, "n1.6")}
     assert set(back) == set(expected)
     for k, v in expected.items():
         assert torch.equal(back[k], v), k

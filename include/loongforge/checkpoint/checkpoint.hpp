@@ -159,6 +159,12 @@ struct Report {
   bool ok() const { return problems.empty(); }
 };
 
+// Reads and parses `path` (a MANIFEST.json). Throws CheckpointError naming the file: "missing",
+// "corrupt" (not JSON: the byte offset and a printable excerpt of its start, non-printable
+// bytes as \xNN, never the raw bytes) or "unreadable" (JSON, not a manifest; the message made
+// printable the same way).
+Manifest read_manifest(const std::string& path);
+
 // Integrity and completeness: the manifest parses, every listed file exists
 // with its size and SHA-256, nothing required is missing.
 Report validate_checkpoint(const std::string& dir);

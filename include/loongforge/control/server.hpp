@@ -128,7 +128,8 @@ class Server {
  private:
   struct Handler;
   struct Task;
-  void serve();  // the control thread
+  class ControlLoop;  // the control thread's clients and poll set (server_client.cpp)
+  void serve();       // the control thread
 
   ServerOptions opt_;
   std::string path_;

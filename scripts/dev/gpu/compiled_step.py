@@ -40,7 +40,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from model.batch import example_batch  # noqa: E402
 from model.config import get_config  # noqa: E402
-from model.n16 import build_model  # noqa: E402
+from model.registry import build_model  # noqa: E402
 from cuda_timing import median_ms  # noqa: E402 -- scripts/dev/gpu/ is the script's own folder
 
 

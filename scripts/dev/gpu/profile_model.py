@@ -36,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from model import ops  # noqa: E402
 from model.batch import example_batch  # noqa: E402
 from model.config import ModelConfig  # noqa: E402
-from model.n16 import N16Model, build_model  # noqa: E402
+from model.n16 import N16Model  # noqa: E402
+from model.registry import build_model  # noqa: E402
 from cuda_timing import median_ms  # noqa: E402 -- scripts/dev/gpu/ is the script's own folder
 
 

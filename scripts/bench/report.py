@@ -1,0 +1,255 @@
+"""The headline benchmark's table and charts (issue #41), from the run folders scripts/bench/headline.sh
+leaves under RESULTS (each: launch.json, metrics.jsonl, monitor.jsonl, and phases.jsonl or profile.json).
+
+    PYTHONPATH=scripts python3 scripts/bench/report.py RESULTS --out DIR
+
+Writes DIR/headline.md (the table and its notes), DIR/headline.json (every number of the table) and
+DIR/throughput.png, DIR/step_split.png. Per run, over the steady-state steps (step > launch.json "warm",
+less any steps a profile window slowed):
+- samples/s: the median of the per-step samples/s (batch / step wall time);
+- FLOPs/sample: analytic forward+backward FLOPs per sample of the model as that run trains it
+  (scripts/model/flops.py, matmul-like work only); for LeRobot's trainer the gr00t-n1.7 config
+  with its measured VL sequence length (LeRobot pads the Qwen3-VL chat prompt to the batch's longest;
+  our trainers run 64 image tokens + max_text_len 32 text slots), the same horizon, dims and trainable
+  set; MFU = samples/s x FLOPs/sample / the GPU's dense bf16 peak;
+- step split: data wait (loongforge-train and the reference: waiting for the batch; LeRobot: its
+  `dataloading_s`, the DataLoader wait plus its processor pipeline on the main process),
+  forward+backward, optimizer (clipping + update), other = the step's wall time less the three (the
+  median of each step's remainder where every step has its split, LeRobot's and the reference's, else
+  the step's median less the parts' medians); loongforge-train's forward+backward and optimizer come
+  from one `loongforge profile-step` window (its phases are synchronised there);
+- peak GPU memory: NVML's memory of the run's processes (or the device's used memory less its idle
+  value), and the trainer's own allocator peak; peak host memory: the process tree's PSS;
+- launch -> first step: from the launch to the first metrics record (the monitor's clock);
+- GPU utilisation: NVML's mean over the steady-state window;
+- ratios against LeRobot's trainer (a) and the reference's optimized mode (b-opt) of the same model,
+  fine-tuning mode and codec, per sample and per FLOP.
+"""
+import argparse
+import json
+import statistics as st
+import sys
+from pathlib import Path
+
+PEAKS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12}   # dense bf16, NVIDIA's data sheets
+
+
+def peak_flops(gpu: str):
+    for k in ("H100 PCIe", "H100", "H200"):
+        if k in gpu and (k != "H100" or "PCIe" not in gpu):
+            return PEAKS[k], f"{k} dense bf16 {PEAKS[k] / 1e12:.0f} TFLOP/s"
+    return None, "no GPU (CPU dry run): no MFU"
+
+
+def flops_per_sample(config: str, sets, text_len=None) -> float:
+    from model.config import apply_overrides, get_config
+    from model.flops import flops_per_sample as fps
+    cfg = apply_overrides(get_config(config), list(sets))
+    if text_len is not None:
+        cfg = apply_overrides(cfg, [f"max_text_len={max(2, int(round(text_len)))}"])
+    f = fps(cfg)
+    return float(f["forward_per_sample"]) + float(f["backward_per_sample"])
+
+
+def load_jsonl(path: Path):
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass   # a line cut by the end of a call
+    return out
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return st.median(xs) if xs else None
+
+
+def summarize(run: Path):
+    launch = json.loads((run / "launch.json").read_text())
+    recs = load_jsonl(run / "metrics.jsonl")
+    mon = load_jsonl(run / "monitor.jsonl")
+    phases = {p["step"]: p for p in load_jsonl(run / "phases.jsonl")}
+    warm = int(launch.get("warm", 0))
+    skip = launch.get("skip_steps", [])
+    prof = run / "profile.json"
+    if prof.exists():   # the steps a `loongforge profile-step` window synchronised are left out
+        try:
+            p = json.loads(prof.read_text())
+            skip = [int(p["first_step"]), int(p["last_step"])]
+        except (ValueError, KeyError):
+            pass
+    steady = [r for r in recs if r["step"] > warm and not (skip and skip[0] <= r["step"] <= skip[1])]
+    s = {"name": run.name, **{k: launch.get(k) for k in ("trainer", "label", "model", "ft", "codec", "batch",
+                                                          "exit", "cache_drop", "gpu", "model_config")},
+         "steps": len(recs), "steady_steps": len(steady)}
+    if not steady:
+        s["error"] = f"{len(recs)} steps recorded, none after warm-up step {warm} (exit {launch.get('exit')})"
+        return s
+    s["samples_per_s"] = med(r["samples_per_s"] for r in steady)
+    s["step_ms"] = med(r["step_ms"] for r in steady)
+    if launch["trainer"] == "lerobot":
+        s["data_ms"] = med(r["data_wait_ms"] + r["preprocess_ms"] for r in steady)
+        s["data_loader_ms"] = med(r["data_wait_ms"] for r in steady)
+        s["fwd_bwd_ms"] = med(r.get("fwd_bwd_ms") for r in steady)
+        s["optimizer_ms"] = med(r.get("optimizer_ms") for r in steady)
+        s["seq_len"] = st.mean(r["seq_len"] for r in steady)
+    else:
+        s["data_ms"] = med(r.get("data_wait_ms") for r in steady)
+        if phases:
+            s["fwd_bwd_ms"] = med(phases[r["step"]]["fwd_bwd_ms"] for r in steady if r["step"] in phases)
+            s["optimizer_ms"] = med(phases[r["step"]]["optimizer_ms"] for r in steady if r["step"] in phases)
+        if prof.exists():
+            try:
+                ph = json.loads(prof.read_text())["phases"]
+                per = {k: v["mean_ms_per_step"] for k, v in ph.items()}
+                s["profile_phases_ms"] = per
+                s["fwd_bwd_ms"] = sum(v for k, v in per.items() if "forward" in k or "backward" in k)
+                s["optimizer_ms"] = sum(v for k, v in per.items() if "optimizer" in k)
+            except (ValueError, KeyError):
+                pass
+    parts = [s.get(k) for k in ("data_ms", "fwd_bwd_ms", "optimizer_ms")]
+    s["other_ms"] = s["step_ms"] - sum(p for p in parts if p is not None) if None not in parts else None
+    # where every step has its own split (LeRobot's shim, the reference's phases), "other" is the median of
+    # each step's remainder instead of the difference of medians
+    per_step = []
+    for r in steady:
+        if launch["trainer"] == "lerobot":
+            got = [r["data_wait_ms"] + r["preprocess_ms"], r.get("fwd_bwd_ms"), r.get("optimizer_ms")]
+        elif r["step"] in phases:
+            got = [r.get("data_wait_ms"), phases[r["step"]].get("fwd_bwd_ms"), phases[r["step"]].get("optimizer_ms")]
+        else:
+            got = [None]
+        if None not in got:
+            per_step.append(r["step_ms"] - sum(got))
+    if len(per_step) == len(steady):
+        s["other_ms"] = med(per_step)
+    s["trainer_peak_mem_mb"] = max((r.get("peak_mem_mb") or 0.0) for r in recs)
+    gm = [m for m in mon if m.get("gpu_proc_mem_mb") is not None]
+    if gm:
+        s["gpu_peak_mb"] = max(m["gpu_proc_mem_mb"] for m in gm)
+    elif any(m.get("gpu_mem_mb") is not None for m in mon):
+        s["gpu_peak_mb"] = max(m["gpu_mem_mb"] for m in mon if m.get("gpu_mem_mb") is not None) - \
+            float(launch.get("idle_gpu_mem_mb") or 0.0)
+    host = [m["host_pss_mb"] for m in mon if m.get("host_pss_mb") is not None]
+    s["host_peak_mb"] = max(host) if host else None
+    first = next((m["t"] for m in mon if m.get("lines", 0) >= 1), None)
+    s["first_step_s"] = first - launch["launch_t"] if first else None
+    t0 = next((m["t"] for m in mon if m.get("lines", 0) > warm), None)
+    t1 = next((m["t"] for m in mon if m.get("lines", 0) >= len(recs)), None)
+    util = [m["gpu_util"] for m in mon if m.get("gpu_util") is not None and t0 and t1 and t0 <= m["t"] <= t1]
+    s["gpu_util"] = st.mean(util) if util else None
+    # FLOPs per sample of what this run trains
+    if launch.get("model_config"):
+        text = None
+        if launch["trainer"] == "lerobot":
+            text = s["seq_len"] - launch.get("image_tokens", 64)
+            s["flops_note"] = (f"LeRobot's sequence: {s['seq_len']:.1f} tokens (64 image + chat template + task "
+                               f"text, padded to the batch's longest) against our {launch.get('our_seq_len', 96)}")
+        s["flops_per_sample"] = flops_per_sample(launch["model_config"], launch.get("model_sets", []), text)
+    return s
+
+
+def fmt(v, spec=".1f", none="-", unit=""):
+    return none if v is None else format(v, spec) + unit
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("results", type=Path)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    runs = sorted(p for p in args.results.iterdir() if (p / "launch.json").exists())
+    rows = [summarize(r) for r in runs]
+    gpu = next((r["gpu"] for r in rows if r.get("gpu")), "") or ""
+    peak, peak_name = peak_flops(gpu)
+    order = {"lerobot": 0, "ref-base": 1, "ref-opt": 2}
+    rows.sort(key=lambda r: (r.get("model") or "", r.get("ft") or "", r.get("codec") or "",
+                             order.get(r.get("trainer"), 3), r["name"]))
+    for r in rows:
+        if r.get("samples_per_s") and r.get("flops_per_sample") and peak:
+            r["mfu"] = r["samples_per_s"] * r["flops_per_sample"] / peak
+        same = [o for o in rows if (o.get("model"), o.get("ft"), o.get("codec")) ==
+                (r.get("model"), r.get("ft"), r.get("codec")) and o.get("samples_per_s")]
+        for key, base in (("vs_lerobot", "lerobot"), ("vs_ref_opt", "ref-opt")):
+            b = next((o for o in same if o.get("trainer") == base), None)
+            if b and r.get("samples_per_s"):
+                r[key] = r["samples_per_s"] / b["samples_per_s"]
+                if r.get("flops_per_sample") and b.get("flops_per_sample"):
+                    r[key + "_per_flop"] = (r["samples_per_s"] * r["flops_per_sample"]) / \
+                        (b["samples_per_s"] * b["flops_per_sample"])
+    (args.out / "headline.json").write_text(json.dumps({"gpu": gpu, "peak": peak_name, "rows": rows}, indent=1))
+
+    head = ("| run | samples/s | vs (a) | vs (b)-opt | GFLOP/sample | vs (a) per FLOP | vs (b)-opt per FLOP | MFU | "
+            "step ms | data ms | fwd+bwd ms | optimizer ms | other ms | peak GPU MB (NVML / allocator) | "
+            "peak host MB | launch -> 1st step s | GPU util % | steady steps |")
+    lines = [f"# Headline benchmark ({gpu or 'CPU dry run'}; MFU against {peak_name})", "", head,
+             "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        if "error" in r or not r.get("samples_per_s"):
+            lines.append(f"| {r['name']} | {r.get('error', 'no steps')} |" + " |" * (head.count("|") - 3))
+            continue
+        lines.append(
+            f"| {r['name']} | {fmt(r['samples_per_s'])} | {fmt(r.get('vs_lerobot'), '.2f', unit='x')} | "
+            f"{fmt(r.get('vs_ref_opt'), '.2f', unit='x')} | {fmt((r.get('flops_per_sample') or 0) / 1e9 or None)} | "
+            f"{fmt(r.get('vs_lerobot_per_flop'), '.2f', unit='x')} | {fmt(r.get('vs_ref_opt_per_flop'), '.2f', unit='x')} | "
+            f"{fmt(r.get('mfu') and 100 * r['mfu'], '.1f', unit='%')} | {fmt(r['step_ms'])} | {fmt(r.get('data_ms'))} | "
+            f"{fmt(r.get('fwd_bwd_ms'))} | {fmt(r.get('optimizer_ms'))} | {fmt(r.get('other_ms'))} | "
+            f"{fmt(r.get('gpu_peak_mb'), '.0f')} / {fmt(r.get('trainer_peak_mem_mb'), '.0f')} | "
+            f"{fmt(r.get('host_peak_mb'), '.0f')} | {fmt(r.get('first_step_s'))} | {fmt(r.get('gpu_util'), '.0f')} | "
+            f"{r['steady_steps']} |")
+    notes = ["", "Notes:"]
+    unbuilt = args.results / "unbuilt_engines.txt"
+    if unbuilt.exists() and unbuilt.read_text().strip():
+        notes.append("- Engines not in this build (loongforge-train's answer to --set <engine>.enable=true): "
+                     + " / ".join(x.strip() for x in unbuilt.read_text().splitlines() if x.strip()))
+    for r in rows:
+        if r.get("flops_note"):
+            notes.append(f"- {r['name']}: {r['flops_note']}; FLOPs/sample computed at that length.")
+        if r.get("cache_drop"):
+            notes.append(f"- {r['name']}: page cache before the run: {r['cache_drop']}.")
+        if r.get("exit") not in (0, None):
+            notes.append(f"- {r['name']}: exit status {r['exit']}.")
+    (args.out / "headline.md").write_text("\n".join(lines + notes) + "\n")
+    print("\n".join(lines + notes))
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        ok = [r for r in rows if r.get("samples_per_s")]
+        if ok:
+            fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(ok)), 4))
+            ax.bar(range(len(ok)), [r["samples_per_s"] for r in ok], color=["C1" if r["trainer"] == "lerobot" else
+                                                                              "C0" if r["trainer"].startswith("ref")
+                                                                              else "C2" for r in ok])
+            ax.set_xticks(range(len(ok)), [r["name"] for r in ok], rotation=60, ha="right", fontsize=7)
+            ax.set_ylabel("samples/s per GPU")
+            ax.set_title(f"Throughput ({gpu or 'CPU dry run'})")
+            fig.tight_layout()
+            fig.savefig(args.out / "throughput.png", dpi=120)
+            fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(ok)), 4))
+            bottom = [0.0] * len(ok)
+            for r in ok:   # a run without a split shows the rest of its step as one "not split" part
+                r["_unsplit"] = (r["step_ms"] - (r.get("data_ms") or 0.0)) if r.get("fwd_bwd_ms") is None else 0.0
+            for key, label in (("data_ms", "data wait"), ("fwd_bwd_ms", "forward+backward"),
+                               ("optimizer_ms", "optimizer"), ("other_ms", "other"), ("_unsplit", "not split")):
+                vals = [max(0.0, r.get(key) or 0.0) for r in ok]
+                ax.bar(range(len(ok)), vals, bottom=bottom, label=label)
+                bottom = [b + v for b, v in zip(bottom, vals)]
+            ax.set_xticks(range(len(ok)), [r["name"] for r in ok], rotation=60, ha="right", fontsize=7)
+            ax.set_ylabel("ms per step (medians)")
+            ax.legend(fontsize=7)
+            ax.set_title("Step-time split")
+            fig.tight_layout()
+            fig.savefig(args.out / "step_split.png", dpi=120)
+    except ImportError as e:
+        print(f"report: no charts ({e})", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
