@@ -3,6 +3,8 @@
 
 #include <unistd.h>  // isatty
 
+#include <algorithm>  // std::nth_element, std::min, std::max
+#include <cmath>      // std::ceil
 #include <cstdio>    // std::printf, std::fflush
 #include <iomanip>   // std::setprecision
 #include <fstream>   // std::ifstream
@@ -25,6 +27,57 @@ std::string format_duration(double seconds) {
   else
     std::snprintf(buf, sizeof(buf), "%lld:%02lld", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
   return buf;
+}
+
+// Note [Steady state]
+// The first steps of a run pay once for what later steps do not: the model's
+// first kernels and autotuning, CUDA-graph capture (after 3 eager calls), the
+// compiled package's load, the first decode of every video with cold caches.
+// A mean over the whole run counts them with the rest (a 3B run's 24 s first
+// step made a 127 samples/s run report 29.7), so every speed LoongForge prints
+// is the steady state's: the records after a warm-up of 10% of them, at least
+// the first one and at most 50, and the median of those (robust to a
+// checkpoint or an evaluation stall). The data-wait share is the window's
+// summed wait over its summed step time. The whole-run mean is still given,
+// labelled as such, and the time to the first step separately.
+namespace {
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+  double m = v[mid];
+  if (v.size() % 2 == 0) m = (m + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid))) / 2;
+  return m;
+}
+}  // namespace
+
+SteadyState steady_state(const std::vector<StepRecord>& history) {
+  SteadyState s;
+  const auto n = static_cast<int64_t>(history.size());
+  if (n == 0) return s;
+  s.warmup_steps = n == 1 ? 0 : std::min<int64_t>({50, std::max<int64_t>(1, static_cast<int64_t>(std::ceil(0.1 * n))), n - 1});
+  std::vector<double> sps, ms, mfu;
+  double wait = 0, total = 0;
+  for (int64_t i = s.warmup_steps; i < n; ++i) {
+    const StepRecord& r = history[static_cast<size_t>(i)];
+    sps.push_back(r.samples_per_s), ms.push_back(r.step_ms), mfu.push_back(r.mfu);
+    wait += r.data_wait_ms, total += r.step_ms;
+  }
+  s.from_step = history[static_cast<size_t>(s.warmup_steps)].step;
+  s.steps = n - s.warmup_steps;
+  s.samples_per_s = median(sps), s.step_ms = median(ms), s.mfu = median(mfu);
+  s.data_wait_fraction = total > 0 ? wait / total : 0;
+  return s;
+}
+
+WholeRunMean whole_run_mean(const std::vector<StepRecord>& history, int64_t samples_per_step) {
+  WholeRunMean m;
+  double wait = 0, total = 0;
+  for (const auto& r : history) wait += r.data_wait_ms, total += r.step_ms;
+  if (total <= 0) return m;
+  m.samples_per_s = static_cast<double>(history.size()) * static_cast<double>(samples_per_step) / (total / 1000.0);
+  m.data_wait_fraction = wait / total;
+  return m;
 }
 
 std::vector<std::pair<std::string, double>> scalars_of(const StepRecord& r) {
@@ -106,13 +159,20 @@ void Progress::record(const StepRecord& r) {
     }
   }
   if (off_) return;
+  const bool shown = bar_ || r.step % interval_ == 0 || r.step == total_ || r.step == start_ + 1;
+  if (!shown) return;
   const double elapsed = elapsed_s();
-  const int64_t done = r.step - start_;
-  const double eta = done > 0 ? elapsed / static_cast<double>(done) * static_cast<double>(total_ - r.step) : 0;
+  // The steady pace (Note [Steady state]) over the last records, for the display and the ETA.
+  const size_t recent = std::min<size_t>(history_.size(), 200);
+  const SteadyState steady =
+      steady_state(std::vector<StepRecord>(history_.end() - static_cast<std::ptrdiff_t>(recent), history_.end()));
+  const double eta = steady.step_ms / 1000.0 * static_cast<double>(total_ - r.step);
   std::ostringstream line;
   line << "step " << r.step << "/" << total_ << "  loss " << std::setprecision(5) << r.loss << "  lr "
        << std::setprecision(3) << r.lr << "  " << std::fixed << std::setprecision(1) << r.samples_per_s
-       << " samples/s  data " << r.data_wait_ms << " ms  elapsed " << format_duration(elapsed) << "  ETA "
+       << " samples/s";
+  if (steady.steps > 1) line << " (median " << steady.samples_per_s << ")";
+  line << "  data " << r.data_wait_ms << " ms  elapsed " << format_duration(elapsed) << "  ETA "
        << format_duration(eta);
   if (bar_) {
     const int width = 24;
@@ -120,7 +180,7 @@ void Progress::record(const StepRecord& r) {
     std::printf("\r[%s%s] %s\033[K", std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
                 line.str().c_str());
     std::fflush(stdout);
-  } else if (r.step % interval_ == 0 || r.step == total_ || r.step == start_ + 1) {
+  } else {
     std::printf("%s\n", line.str().c_str());
     std::fflush(stdout);
   }

@@ -68,33 +68,46 @@ int Trainer::Impl::close() {
   if (h.empty()) return status;  // nothing left to do (resumed at the end, or stopped before the first step)
   if (!leader_) return status;   // rank 0 reports for the job
 
-  // Summary.
+  // Summary: the steady state's speed (Note [Steady state] in progress.cpp), the time to the first step,
+  // and the whole-run mean labelled as such.
   const int64_t k = cfg_.trainer.gradient_accumulation_steps;
-  double tail_loss = 0, data_ms = 0, step_ms = 0;
+  double tail_loss = 0;
   const size_t tail = std::min<size_t>(10, h.size());
   for (size_t i = h.size() - tail; i < h.size(); ++i) tail_loss += h[i].loss / static_cast<double>(tail);
-  for (const auto& r : h) data_ms += r.data_wait_ms, step_ms += r.step_ms;
   const double wall_s = std::chrono::duration<double>(Clock::now() - t_start_).count();
-  const double mean_sps = static_cast<double>(h.size() * k * cfg_.trainer.micro_batch_size) / (step_ms / 1000.0);
+  const SteadyState steady = steady_state(h);
+  const WholeRunMean mean = whole_run_mean(h, k * cfg_.trainer.micro_batch_size);
   const memory::Stats mem = memory::stats(device_);
-  const nlohmann::json summary = {{"steps", h.size()},
-                                  {"first_loss", h.front().loss},
-                                  {"final_loss_mean_last_10", tail_loss},
-                                  {"samples_per_s", mean_sps},
-                                  {"data_wait_fraction", data_ms / step_ms},
-                                  {"videos_decoded", source_->stats().videos_decoded},
-                                  {"videos_bad", source_->stats().videos_bad},
-                                  {"samples_skipped", source_->stats().samples_skipped},
-                                  {"wall_s", wall_s},
-                                  {"peak_host_mb", mem.peak_host_mb},
-                                  {"peak_device_mb", mem.peak_device_mb},
-                                  {"optimizer_state_mb", static_cast<double>(optimizer_->state_bytes()) / (1024.0 * 1024.0)},
-                                  {"optimizer_buffers_mb", static_cast<double>(optimizer_->buffer_bytes()) / (1024.0 * 1024.0)},
-                                  {"run_dir", run_dir_},
-                                  {"checkpoint", last_ckpt_},
-                                  {"device", device_.str()},
-                                  {"precision", bf16_ ? "bf16" : "fp32"},
-                                  {"bf16_weights", optim::working_copies_json(optimizer_.get())}};
+  const data::DataStats ds = source_->stats();
+  const nlohmann::json summary = {
+      {"steps", h.size()},
+      {"first_loss", h.front().loss},
+      {"final_loss_mean_last_10", tail_loss},
+      {"samples_per_s", steady.samples_per_s},
+      {"data_wait_fraction", steady.data_wait_fraction},
+      {"steady_state",
+       {{"from_step", steady.from_step},
+        {"steps", steady.steps},
+        {"warmup_steps", steady.warmup_steps},
+        {"samples_per_s_median", steady.samples_per_s},
+        {"step_ms_median", steady.step_ms},
+        {"mfu_median", steady.mfu},
+        {"data_wait_fraction", steady.data_wait_fraction}}},
+      {"whole_run_mean", {{"samples_per_s", mean.samples_per_s}, {"data_wait_fraction", mean.data_wait_fraction}}},
+      {"time_to_first_step_s", first_step_s_},
+      {"videos_decoded", ds.videos_decoded},
+      {"videos_bad", ds.videos_bad},
+      {"samples_skipped", ds.samples_skipped},
+      {"wall_s", wall_s},
+      {"peak_host_mb", mem.peak_host_mb},
+      {"peak_device_mb", mem.peak_device_mb},
+      {"optimizer_state_mb", static_cast<double>(optimizer_->state_bytes()) / (1024.0 * 1024.0)},
+      {"optimizer_buffers_mb", static_cast<double>(optimizer_->buffer_bytes()) / (1024.0 * 1024.0)},
+      {"run_dir", run_dir_},
+      {"checkpoint", last_ckpt_},
+      {"device", device_.str()},
+      {"precision", bf16_ ? "bf16" : "fp32"},
+      {"bf16_weights", optim::working_copies_json(optimizer_.get())}};
   std::ofstream(run_dir_ + "/summary.json") << summary.dump(2) << "\n";
   if (failed_writes_ > 0)
     LF_LOG(log, warn) << failed_writes_ << " checkpoint write(s) failed during the run (see above); newest intact: "
@@ -103,12 +116,23 @@ int Trainer::Impl::close() {
       "\n== LoongForge run summary ==\n"
       "  model        %s (%s, %s)\n  steps        %zu in %s (%.2f steps/s)\n"
       "  loss         %.5f -> %.5f (mean of last %zu)\n"
-      "  throughput   %.1f samples/s, data wait %.1f%% of step time\n  peak memory  %.0f MB host, %.0f MB device\n"
-      "  checkpoint   %s\n  metrics      %s/metrics.jsonl\n  summary      %s/summary.json\n",
+      "  throughput   %.1f samples/s, data wait %.1f%% of step time (median of steps %lld-%lld, after %lld "
+      "warm-up step%s)\n"
+      "  first step   %.1f s after launch\n"
+      "  whole run    %.1f samples/s, data wait %.1f%% (mean over all %zu steps, warm-up included)\n",
       net_->info().name.c_str(), device_.str().c_str(), bf16_ ? "bf16" : "fp32", h.size(),
       format_duration(wall_s).c_str(), static_cast<double>(h.size()) / wall_s, h.front().loss, tail_loss, tail,
-      mean_sps, 100.0 * data_ms / step_ms, mem.peak_host_mb, mem.peak_device_mb, last_ckpt_.c_str(),
-      run_dir_.c_str(), run_dir_.c_str());
+      steady.samples_per_s, 100.0 * steady.data_wait_fraction, static_cast<long long>(steady.from_step),
+      static_cast<long long>(h.back().step), static_cast<long long>(steady.warmup_steps),
+      steady.warmup_steps == 1 ? "" : "s", first_step_s_, mean.samples_per_s, 100.0 * mean.data_wait_fraction,
+      h.size());
+  if (ds.samples_skipped > 0 || ds.videos_bad > 0)
+    std::printf("  skipped      %lld sample(s) of %lld bad video(s) (data.on_bad_video=%s; the log names them)\n",
+                static_cast<long long>(ds.samples_skipped), static_cast<long long>(ds.videos_bad),
+                cfg_.data.on_bad_video.c_str());
+  std::printf("  peak memory  %.0f MB host, %.0f MB device\n  checkpoint   %s\n  metrics      %s/metrics.jsonl\n"
+              "  summary      %s/summary.json\n",
+              mem.peak_host_mb, mem.peak_device_mb, last_ckpt_.c_str(), run_dir_.c_str(), run_dir_.c_str());
   if (status == kExitRequeue)
     std::printf("  stopped      by SIGUSR1 at step %lld of %lld: exit %d (requeue and --resume latest)\n",
                 static_cast<long long>(s), static_cast<long long>(cfg_.trainer.max_steps), kExitRequeue);
@@ -171,7 +195,7 @@ std::string Trainer::Impl::save_after_failure(bool intact) {
     try {
       if (auto held = readback_->take_current(); held && held->record.step == steps_done_) {
         held->values();
-        progress_->record(complete(std::move(*held), Clock::now()));
+        record_progress(complete(std::move(*held), Clock::now()));
       }
     } catch (const std::exception& ce) {
       LF_LOG(logger("trainer"), warn) << "step " << steps_done_ << "'s loss could not be read back: "

@@ -69,6 +69,7 @@ struct Trainer::Impl {
   void step_boundary();
   double save(int64_t steps_done);
   void collect_writes();
+  void record_progress(const StepRecord& r);
   void publish(const char* phase, const StepRecord* r);
   nlohmann::json data_status(const StepRecord* r) const;
   void check_finite(int64_t step, double loss, double norm, bool read_late);
@@ -121,6 +122,7 @@ struct Trainer::Impl {
   double flops_per_sample_ = 0;
   int64_t tokens_per_view_ = 0;
   StepRecord record_;  // the step just taken, reported at its boundary
+  double first_step_s_ = -1;  // seconds from the Trainer's construction to the first record of this process
   // Set on the fast path (CUDA, an optimizer that skips non-finite updates on
   // the device): the step reads nothing back; records go out one boundary late.
   std::unique_ptr<Readback> readback_;

@@ -179,16 +179,16 @@ void Trainer::Impl::step_boundary() {
   StepRecord late;
   if (!readback_) {
     device_exposed_comm(record_);
-    progress_->record(record_);
+    record_progress(record_);
   } else {
     newest = nullptr;
     if (auto prev = readback_->take_previous())
-      progress_->record(late = complete(std::move(*prev), step_started_)), newest = &late;
+      record_progress(late = complete(std::move(*prev), step_started_)), newest = &late;
     readback_->hold(record_, step_started_);
     if (!more() || stop_requested()) {
       auto cur = readback_->take_current();
       cur->values();  // the last step: its period ends when its work is done
-      progress_->record(late = complete(std::move(*cur), Clock::now())), newest = &late;
+      record_progress(late = complete(std::move(*cur), Clock::now())), newest = &late;
     }
   }
   collect_writes();
@@ -201,6 +201,13 @@ void Trainer::Impl::step_boundary() {
                        {"decode_jobs", record_.decode_jobs},
                        {"io_jobs", record_.io_jobs},
                        {"readahead_mb_per_s", record_.readahead_mb_per_s}});
+}
+
+// Hands a finished step's record to the progress output; the first one also
+// fixes the time from launch to the first step (summary, status).
+void Trainer::Impl::record_progress(const StepRecord& r) {
+  progress_->record(r);
+  if (first_step_s_ < 0) first_step_s_ = std::chrono::duration<double>(Clock::now() - t_start_).count();
 }
 
 // Step time and the rates derived from it.
@@ -329,9 +336,15 @@ void Trainer::Impl::publish(const char* phase, const StepRecord* r) {
                        {"data", data_status(r)},
                        {"elapsed_s", std::chrono::duration<double>(Clock::now() - t_start_).count()}};
   if (r) {
-    const double done = static_cast<double>(progress_->history().size());
-    const double eta =
-        done > 0 ? progress_->elapsed_s() / done * static_cast<double>(cfg_.trainer.max_steps - r->step) : 0;
+    // Note [Steady state] in progress.cpp: the speed and the ETA of the steps after warm-up.
+    const SteadyState steady = steady_state(progress_->history());
+    const double eta = steady.step_ms / 1000.0 * static_cast<double>(cfg_.trainer.max_steps - r->step);
+    st["steady_state"] = {{"from_step", steady.from_step},
+                          {"steps", steady.steps},
+                          {"samples_per_s", steady.samples_per_s},
+                          {"step_ms", steady.step_ms},
+                          {"data_wait_fraction", steady.data_wait_fraction}};
+    if (first_step_s_ >= 0) st["time_to_first_step_s"] = first_step_s_;
     st.update({{"loss", r->loss},
                {"lr", r->lr},
                {"grad_norm", r->grad_norm},

@@ -42,6 +42,16 @@ def test_a_short_run_shows_progress_writes_metrics_a_checkpoint_and_a_summary(tm
     assert records[0]["lr"] == 0.0  # HF warmup: step 0 has learning rate 0
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 20
+    # The speed is the steady state's (Note [Steady state]): the median of steps 3-20 (2 warm-up steps),
+    # the first step's time separately, the whole-run mean labelled as such.
+    steady = summary["steady_state"]
+    assert steady["from_step"] == 3 and steady["steps"] == 18 and steady["warmup_steps"] == 2
+    window = sorted(x["samples_per_s"] for x in records[2:])
+    assert abs(steady["samples_per_s_median"] - (window[8] + window[9]) / 2) <= 1e-6 * window[9]
+    assert summary["samples_per_s"] == steady["samples_per_s_median"]
+    assert summary["time_to_first_step_s"] > 0 and summary["whole_run_mean"]["samples_per_s"] > 0
+    assert "(median of steps 3-20, after 2 warm-up steps)" in r.stdout
+    assert "first step " in r.stdout and "(mean over all 20 steps, warm-up included)" in r.stdout
     ckpts = sorted(p.name for p in (run / "checkpoints").iterdir())
     assert ckpts == ["epoch_0_step_10", "epoch_0_step_20"]
     state = json.loads((run / "checkpoints/epoch_0_step_20/trainer_state.json").read_text())

@@ -4,7 +4,10 @@
 // end-of-run summary.
 //
 // Contract: owned by the trainer thread; every metrics line is flushed as
-// written so a crash loses nothing already reported.
+// written so a crash loses nothing already reported. The speed it reports
+// (progress line, ETA, the summary through steady_state()) is the steady
+// state's, never a mean that includes the first steps (Note [Steady state]
+// in progress.cpp).
 #pragma once
 
 #include <chrono>   // std::chrono::steady_clock
@@ -45,6 +48,25 @@ struct StepRecord {
 // The scalars of a record, by their TensorBoard tag (also the metrics.jsonl
 // key after the slash): one list so that the two outputs always agree.
 std::vector<std::pair<std::string, double>> scalars_of(const StepRecord& r);
+
+// The steady state of a run (Note [Steady state] in progress.cpp): the
+// records after the warm-up, with their medians and data-wait share.
+struct SteadyState {
+  int64_t from_step = 0;          // first step of the window (0: no record)
+  int64_t steps = 0;              // records in the window
+  int64_t warmup_steps = 0;       // records left out before it
+  double samples_per_s = 0;       // median over the window
+  double step_ms = 0;             // median over the window
+  double mfu = 0;                 // median over the window
+  double data_wait_fraction = 0;  // sum of data_wait_ms / sum of step_ms over the window
+};
+SteadyState steady_state(const std::vector<StepRecord>& history);
+
+// The mean over every record, warm-up included: samples / time, data wait / time.
+struct WholeRunMean {
+  double samples_per_s = 0, data_wait_fraction = 0;
+};
+WholeRunMean whole_run_mean(const std::vector<StepRecord>& history, int64_t samples_per_step);
 
 class Progress {
  public:
