@@ -293,10 +293,11 @@ int64_t check_resume(const std::string& dir, const config::Config& cfg, int64_t 
   // Only the manifest is read here; resume_from() verifies every file.
   checkpoint::Manifest manifest;
   try {
-    manifest = checkpoint::Manifest::from_json(read_json(dir + "/" + checkpoint::kManifest));
+    // read_manifest's message names the file and shows only a printable excerpt of a corrupt one.
+    manifest = checkpoint::read_manifest(dir + "/" + checkpoint::kManifest);
   } catch (const std::exception& e) {
-    throw CheckpointError("cannot resume from '" + dir + "': " + checkpoint::kManifest + " is unreadable (" +
-                          e.what() + "); pick another checkpoint, or use --resume latest");
+    throw CheckpointError("cannot resume from '" + dir + "': " + e.what() +
+                          "; pick another checkpoint, or use --resume latest");
   }
   const int64_t saved_world = manifest.world_size;
   const int64_t global = global_batch_of(manifest, dir);

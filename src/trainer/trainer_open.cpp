@@ -15,6 +15,7 @@
 #include "loongforge/common/files.hpp"
 #include "loongforge/common/log.hpp"
 #include "loongforge/common/sha256.hpp"
+#include "loongforge/data/aspect.hpp"
 #include "loongforge/engines/adfe/adfe.hpp"
 #include "loongforge/engines/dmf/dmf.hpp"
 #include "loongforge/engines/gcts/gcts.hpp"
@@ -209,6 +210,8 @@ void Trainer::Impl::open_data() {
   const int64_t side = so.image_size / mc.at("patch_size").get<int64_t>();
   const int64_t shuffle = mc.at("pixel_shuffle").get<int64_t>();
   tokens_per_view_ = side * side / (shuffle * shuffle);
+  // What the model's resize does with each camera's aspect (kept, squashed, padded), counted: said once per run.
+  if (leader_) LF_LOG(logger("data"), info) << data::camera_aspect_line(*dataset_, so);
   source_ = adfe::make_source(cfg_, *dataset_, so, device_, tokens_per_view_);  // the data seam
 }
 

@@ -43,7 +43,7 @@ def losses(tmp_path, data, model, name):
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-4000:]
     lines = (tmp_path / name / "n16-tiny-demo/metrics.jsonl").read_text().splitlines()
-    return [json.loads(line)["loss"] for line in lines]
+    return [json.loads(line)["loss"] for line in lines], r.stderr
 
 
 @pytest.fixture(scope="module")
@@ -64,5 +64,9 @@ def test_a_dataset_written_by_lerobot_converts_validates_and_trains(tmp_path, tw
     r = subprocess.run([CLI, "validate-dataset", str(data), "--full"], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.splitlines()[-1] == "VALID"
-    got = losses(tmp_path, data, MODEL if views == 1 else two_view_model, "run")
+    got, log = losses(tmp_path, data, MODEL if views == 1 else two_view_model, "run")
     assert len(got) == 3 and all(math.isfinite(x) and x > 0 for x in got), got
+    # The run's start line says what the model's resize does with each camera's aspect (issue #44).
+    if name == "two_cameras":
+        assert "'observation.images.front' 64x48 (4:3 = 1.333) squashed (width x0.750 relative to height)" in log
+        assert "'observation.images.wrist' 32x32 kept" in log

@@ -36,7 +36,7 @@ def test_a_key_of_a_built_engine_that_is_off_is_named_in_a_warning_and_the_run_g
                                                                                         value, effect):
     r = train(tmp_path, f"{engine}.enable=false", f"{key}={value}")
     assert r.returncode == 0, r.stderr[-2000:]
-    assert (f"[warn] --set: {key}={value} has no effect: {engine}.enable is false ({effect}); "
+    assert (f"[warning] --set: {key}={value} has no effect: {engine}.enable is false ({effect}); "
             f"set {engine}.enable=true or remove the key") in r.stderr
 
 
