@@ -8,7 +8,7 @@
 //  - Model contract (docs/architecture.md s1): forward(batch) returns at least "loss"
 //    (scalar mean over valid action elements) and "num_valid" (their count).
 //  - Weight decay comes from params.json too ("decay" per parameter, decided
-//    by scripts/model/n16.py); a file without it is refused (re-export).
+//    by scripts/model/registry.py); a file without it is refused (re-export).
 //  - Freezing comes from params.json: load() sets requires_grad on exactly the
 //    parameters marked trainable, so every trainer sees the export's freezing.
 //  - load() checks that params.json names, shapes and counts match the module
