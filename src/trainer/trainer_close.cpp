@@ -67,9 +67,16 @@ int Trainer::Impl::close() {
   const int status = failed_writes_ > 0 ? 4 : requeue_stop_ && s < cfg_.trainer.max_steps ? kExitRequeue : 0;
   if (h.empty()) return status;  // nothing left to do (resumed at the end, or stopped before the first step)
   if (!leader_) return status;   // rank 0 reports for the job
+  report_summary(status);
+  return status;
+}
 
-  // Summary: the steady state's speed (Note [Steady state] in progress.cpp), the time to the first step,
-  // and the whole-run mean labelled as such.
+// summary.json and the printed summary: the steady state's speed (Note [Steady state] in progress.cpp),
+// the time to the first step, and the whole-run mean labelled as such.
+void Trainer::Impl::report_summary(int status) const {
+  const auto& log = logger("trainer");
+  const auto& h = progress_->history();
+  const int64_t s = steps_done_;
   const int64_t k = cfg_.trainer.gradient_accumulation_steps;
   double tail_loss = 0;
   const size_t tail = std::min<size_t>(10, h.size());
@@ -136,7 +143,6 @@ int Trainer::Impl::close() {
   if (status == kExitRequeue)
     std::printf("  stopped      by SIGUSR1 at step %lld of %lld: exit %d (requeue and --resume latest)\n",
                 static_cast<long long>(s), static_cast<long long>(cfg_.trainer.max_steps), kExitRequeue);
-  return status;
 }
 
 // A libtorch error inside step `steps_done_ + 1`: name where it happened and

@@ -80,6 +80,7 @@ struct Trainer::Impl {
   // ---- close and failures (trainer_close.cpp)
   int run();
   int close();
+  void report_summary(int status) const;
   [[noreturn]] void fail_in_step(const std::exception& e, bool out_of_memory);
   [[noreturn]] void fail_on_data(const DataError& e);
   std::string save_after_failure(bool intact);
