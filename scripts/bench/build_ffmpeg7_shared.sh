@@ -2,7 +2,10 @@
 # Builds the decoding stack that LeRobot 0.6.1's dataset code needs on the GPU
 # machine (which has no FFmpeg): a minimal *shared* FFmpeg 7.1 from Debian 13's
 # source package, its `ffprobe` (scripts/convert_lerobot.py probes videos with
-# it), and a PyAV 15.1.0 wheel built from PyPI's sdist against it.
+# it) and `ffmpeg` (the reference trainer, scripts/reference/lf_dataset.py,
+# decodes each video with the ffmpeg CLI to raw yuv420p; without one it falls
+# back to OpenCV, whose PyPI wheels have no software AV1 decoder), and a PyAV
+# 15.1.0 wheel built from PyPI's sdist against it.
 #
 # Why not PyPI's PyAV wheel: it bundles a full FFmpeg and is 40 MB, more than
 # the GPU call's 64 MiB carry leaves (docs/bench-harness-draft.md). PyAV >= 15
@@ -19,17 +22,19 @@
 # torchcodec's and PyAV's filter graphs use. The source is fetched with apt-get
 # under a private apt configuration (a deb-src entry for trixie in
 # ~/.cache/loongforge/bench-apt), so the system's apt sources stay as they are.
-# Idempotent: does nothing when PREFIX already holds libavcodec.so.61 and the av wheel.
+# Idempotent: does nothing when PREFIX already holds libavcodec.so.61, bin/ffmpeg and the av wheel. A
+# prefix from before bin/ffmpeg was added gets its libraries rebuilt (the same FFmpeg 7.1.5 with a few
+# more components, the same ABI) and keeps its PyAV wheel.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 prefix=${1:-$HOME/.cache/loongforge/ffmpeg7-shared}
 cache=$HOME/.cache/loongforge
-if [ -f "$prefix/lib/libavcodec.so.61" ] && [ -f "$prefix/wheels/.stripped" ]; then
+if [ -f "$prefix/lib/libavcodec.so.61" ] && [ -x "$prefix/bin/ffmpeg" ] && [ -f "$prefix/wheels/.stripped" ]; then
   echo "ffmpeg7-shared: present at $prefix"; exit 0
 fi
 py312=${PY312:-$cache/py312/bin/python}
 [ -x "$py312" ] || { echo "no Python 3.12 at $py312 (scripts/bench/setup_py312.sh makes it)" >&2; exit 1; }
-if [ ! -f "$prefix/lib/libavcodec.so.61" ]; then
+if [ ! -f "$prefix/lib/libavcodec.so.61" ] || [ ! -x "$prefix/bin/ffmpeg" ]; then
 # dav1d (static, PIC, 8-bit) comes from the static FFmpeg prefix of the trainer's build.
 bash "$repo/scripts/dev/gpu/build_ffmpeg_static.sh" >/dev/null
 static=$cache/ffmpeg-static
@@ -54,14 +59,16 @@ fi
 work=$cache/bench-ffmpeg7-build
 rm -rf "$work" && mkdir -p "$work"
 dpkg-source -x --no-check "$(ls "$apt_dir"/src/ffmpeg_7.1.*.dsc | head -1)" "$work/src" >/dev/null
+keep=""
+if [ -d "$prefix/wheels" ]; then keep=$(mktemp -d) && mv "$prefix/wheels" "$keep/"; fi
 rm -rf "$prefix"
 cd "$work/src"
 PKG_CONFIG_PATH="$static/lib/pkgconfig" ./configure --prefix="$prefix" --pkg-config-flags=--static \
   --enable-shared --disable-static --enable-pic --disable-doc --disable-network --disable-autodetect \
-  --disable-everything --disable-ffmpeg --disable-ffplay --enable-ffprobe \
+  --disable-everything --enable-ffmpeg --disable-ffplay --enable-ffprobe \
   --enable-protocol=file,pipe \
-  --enable-demuxer=mov,matroska,image2,concat --enable-muxer=mp4,mov,matroska \
-  --enable-libdav1d --enable-decoder=h264,hevc,libdav1d,mjpeg,rawvideo \
+  --enable-demuxer=mov,matroska,image2,concat --enable-muxer=mp4,mov,matroska,rawvideo \
+  --enable-libdav1d --enable-decoder=h264,hevc,libdav1d,mjpeg,rawvideo --enable-encoder=rawvideo \
   --enable-parser=h264,hevc,av1,mjpeg \
   --enable-bsf=h264_mp4toannexb,hevc_mp4toannexb,extract_extradata,av1_frame_merge,av1_frame_split,null \
   --enable-filter=buffer,buffersink,abuffer,abuffersink,format,aformat,scale,null,anull,copy,crop,setpts,fps \
@@ -69,13 +76,15 @@ PKG_CONFIG_PATH="$static/lib/pkgconfig" ./configure --prefix="$prefix" --pkg-con
 make -j"$(nproc)" >/dev/null
 make install >/dev/null
 rm -rf "$prefix/share"
-strip --strip-unneeded "$prefix"/lib/*.so.* "$prefix/bin/ffprobe"
+if [ -n "$keep" ]; then mv "$keep/wheels" "$prefix/" && rmdir "$keep"; fi
+strip --strip-unneeded "$prefix"/lib/*.so.* "$prefix/bin/ffprobe" "$prefix/bin/ffmpeg"
 # Each library finds its siblings, and ffprobe the libraries, through a relative rpath, wherever
 # the prefix is copied to (the GPU machine's checkout); other users set LD_LIBRARY_PATH.
 command -v patchelf >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq patchelf >/dev/null
 for f in "$prefix"/lib/lib*.so.*.*; do patchelf --set-rpath '$ORIGIN' "$f"; done
-patchelf --set-rpath '$ORIGIN/../lib' "$prefix/bin/ffprobe"
+patchelf --set-rpath '$ORIGIN/../lib' "$prefix/bin/ffprobe" "$prefix/bin/ffmpeg"
 "$prefix/bin/ffprobe" -hide_banner -decoders 2>/dev/null | grep -E "h264|dav1d" | head -3
+"$prefix/bin/ffmpeg" -hide_banner -encoders 2>/dev/null | grep -E "rawvideo" | head -1
 fi
 
 # PyAV 15.1.0 from its sdist, against this FFmpeg (cp312, the GPU machine's Python); its extension

