@@ -10,15 +10,42 @@ episodes with varied task texts and crops, in the LeRobot format each trainer re
         (i // S) % K_e of the K_e carried for e (prepare_carry.sh encoded them on the CPU machine;
         the GPU machine has no encoder): its mp4 is a real copy of the variant's file (not a link, so that every
         episode is its own file on disk and is read cold after the page cache is dropped), its
-        parquet the source rows with episode_index, index and task ids renumbered, and its task
-        text one of TASK_FORMS filled with the source episode's object (4 to 20 words).
+        parquet the source rows with episode_index, index and task ids renumbered and timestamps
+        written as LeRobot's recorder writes them (frame_index / fps, the video's own frame times;
+        see below), and its task text one of TASK_FORMS filled with the source episode's object
+        (4 to 20 words).
+        Timestamps: the bundled Isaac-GR00T parquet files start at 1/fps (0.05 s) while their videos'
+        first frame is at 0. LeRobot's reader looks a row's frame up by its timestamp, so on those
+        rows it would read each row's next frame, and past an episode's end the next episode's first
+        frame (in a shared v3.0 file) or a frame that does not exist (IndexError at the end of a
+        file: check-v30 found it). scripts/convert_lerobot.py measures and removes such an offset
+        itself, so every trainer reads the same frame for each row either way.
         Needs lerobot on the path (compute_episode_stats).
 
-    make_dataset.py v30 --root DIR
+    make_dataset.py v30 --root DIR [--max-file-s 240]
         LeRobot 0.6.1's own v2.1 -> v3.0 conversion (lerobot/scripts/convert_dataset_v21_to_v30.py,
         convert_dataset, offline): DIR becomes the v3.0 dataset lerobot-train reads, DIR_old the
         v2.1 one that scripts/convert_lerobot.py converts for the other trainers (the same
-        episodes, rows and frames).
+        episodes, rows and frames). The converter concatenates episodes into shared mp4s until a
+        file would reach its video_file_size_in_mb (LeRobot's default 200 MB holds 3.5 hours of
+        these 256 x 256 h264 episodes); that argument is set here from the dataset's own bytes
+        per second of video so that a file holds about --max-file-s seconds, as a recording of
+        full-size frames does at LeRobot's default size. Why it matters: LeRobot's torchcodec
+        path compares query and decoded timestamps as float32 tensors against a 1e-4 s
+        tolerance, and float32 spacing passes 1e-4 s from 1024 s into a file (2048 s onwards:
+        2.4e-4), so long files fail with FrameTimestampError. Data files keep LeRobot's default
+        size (their timestamps restart with every episode). Prints each video file's length and
+        refuses a file longer than 512 s.
+
+    make_dataset.py check-v30 --root DIR [--per-file 3]
+        Reads, through LeRobot's own LeRobotDataset (its default decoder and 1e-4 s tolerance),
+        the first frame of each video file's last episode and the last --per-file - 1 frames of
+        the file: the latest timestamps of every file, where a float32 tolerance error would be.
+
+    make_dataset.py check-ref --lf DIR
+        Decodes the first episode's video with the reference trainer's own reader
+        (scripts/reference/lf_dataset.py decode_video: the ffmpeg CLI, else OpenCV, else PyAV)
+        and says which path it took (run with scripts/reference on PYTHONPATH).
 """
 import argparse
 import json
@@ -90,6 +117,7 @@ def replicate(src: Path, codec: str, n: int, out: Path) -> None:
         return vstats[path]
     t0, index, episodes, stats_lines, total = time.perf_counter(), 0, [], [], 0
     chunk_size = int(info.get("chunks_size", 1000))
+    fps = float(info["fps"])
     for i in range(n):
         e = i % S
         if e not in of_episode:
@@ -100,6 +128,7 @@ def replicate(src: Path, codec: str, n: int, out: Path) -> None:
         cols = {name: t.column(name) for name in t.column_names}
         cols["episode_index"] = pa.array(np.full(L, i, dtype=np.int64))
         cols["index"] = pa.array(np.arange(index, index + L, dtype=np.int64))
+        cols["timestamp"] = pa.array(np.arange(L, dtype=np.float64) / fps).cast(t.schema.field("timestamp").type)
         cols["task_index"] = pa.array(np.full(L, task_of[i], dtype=np.int64))
         if "annotation.human.action.task_description" in cols:
             cols["annotation.human.action.task_description"] = pa.array(np.full(L, task_of[i], dtype=np.int64))
@@ -144,17 +173,91 @@ def replicate(src: Path, codec: str, n: int, out: Path) -> None:
           f"{codec} variants {variants} over {S} source episodes) -> {out} in {time.perf_counter() - t0:.1f} s")
 
 
-def v30(root: Path) -> None:
+MAX_FILE_S_HARD = 512.0   # float32 spacing is 6.1e-5 s from 512 s, 1.2e-4 s (over the tolerance) from 1024 s
+
+
+def video_seconds(path: Path) -> float:
+    """A video's length from its stream header (PyAV), as LeRobot's get_video_duration_in_s reads it."""
+    import av
+    with av.open(str(path)) as c:
+        st = c.streams.video[0]
+        if st.duration is not None and st.time_base is not None:
+            return float(st.duration * st.time_base)
+        return float(c.duration) / 1e6
+
+
+def video_file_size_mb(root: Path, max_file_s: float) -> int:
+    """The converter's video_file_size_in_mb for files of about max_file_s seconds: the v2.1 videos'
+    bytes per second of video times max_file_s (whole MB, at least 1: the converter's argument is an int)."""
+    info = json.loads((root / "meta/info.json").read_text())
+    fps = float(info["fps"])
+    lengths = [json.loads(x)["length"] for x in (root / "meta/episodes.jsonl").read_text().splitlines() if x.strip()]
+    size = sum(p.stat().st_size for p in (root / "videos").glob("*/*/*.mp4"))
+    seconds = sum(lengths) / fps
+    return max(1, int(size / 2**20 / seconds * max_file_s))
+
+
+def v30(root: Path, max_file_s: float) -> None:
     from lerobot.scripts.convert_dataset_v21_to_v30 import convert_dataset
     t0 = time.perf_counter()
     old = root.parent / f"{root.name}_old"
     if old.exists():
         shutil.rmtree(old)
-    convert_dataset(repo_id="local/" + root.name, root=str(root), push_to_hub=False)
+    mb = video_file_size_mb(root, max_file_s)
+    convert_dataset(repo_id="local/" + root.name, root=str(root), push_to_hub=False, video_file_size_in_mb=mb)
     info = json.loads((root / "meta/info.json").read_text())
-    print(f"v30: LeRobot's convert_dataset -> {root} (codebase {info['codebase_version']}, "
+    files = sorted((root / "videos").glob("*/*/*.mp4"))
+    lengths = {f: video_seconds(f) for f in files}
+    longest = max(lengths, key=lengths.get)
+    data_files = sorted((root / "data").glob("*/*.parquet"))
+    print(f"v30: LeRobot's convert_dataset(video_file_size_in_mb={mb}) -> {root} (codebase {info['codebase_version']}, "
           f"{info['total_episodes']} episodes, {info['total_frames']} frames) in {time.perf_counter() - t0:.1f} s; "
-          f"v2.1 kept at {old}")
+          f"{len(files)} video files of {min(lengths.values()):.1f}-{lengths[longest]:.1f} s "
+          f"(longest {longest.relative_to(root)}), {len(data_files)} data file(s); v2.1 kept at {old}")
+    if lengths[longest] > MAX_FILE_S_HARD:
+        raise SystemExit(f"v30: {longest} runs {lengths[longest]:.1f} s, over {MAX_FILE_S_HARD:.0f} s: LeRobot's float32 "
+                         f"timestamp check fails past 1024 s; lower --max-file-s (now {max_file_s:g})")
+
+
+def check_v30(root: Path, per_file: int) -> None:
+    """LeRobotDataset reads the latest frames of every video file without a FrameTimestampError."""
+    import pandas as pd
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+    t0 = time.perf_counter()
+    ds = LeRobotDataset("local/" + root.name, root=root)
+    eps = pd.concat([pd.read_parquet(p) for p in sorted((root / "meta/episodes").glob("*/*.parquet"))])
+    cam = ds.meta.video_keys[0]
+    eps["file"] = list(zip(eps[f"videos/{cam}/chunk_index"], eps[f"videos/{cam}/file_index"]))
+    items, latest = 0, 0.0
+    for f, group in eps.groupby("file", sort=True):
+        last = group.sort_values("episode_index").iloc[-1]
+        lo, hi = int(last["dataset_from_index"]), int(last["dataset_to_index"])
+        idx = [lo] + list(range(max(lo + 1, hi - (per_file - 1)), hi))
+        for i in idx:
+            item = ds[i]   # raises FrameTimestampError where the tolerance check fails
+            assert item[cam].shape[0] == 3, item[cam].shape
+            items += 1
+        latest = max(latest, float(last[f"videos/{cam}/to_timestamp"]))
+    print(f"check-v30: LeRobotDataset ({ds.meta.info.get('codebase_version')}, decoder "
+          f"{getattr(ds, '_video_backend', '?')}, tolerance {getattr(ds, 'tolerance_s', '?')} s) "
+          f"read {items} items at the ends of {eps['file'].nunique()} video files (up to {latest:.1f} s into a file) "
+          f"without a timestamp error in {time.perf_counter() - t0:.1f} s")
+
+
+def check_ref(lf: Path) -> None:
+    """The reference trainer's reader decodes the first episode's video; which path it took."""
+    import warnings
+    import lf_dataset
+    m = json.loads((lf / "loongforge_dataset.json").read_text())
+    v = m["episodes"][0]["videos"][0]
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        video = lf_dataset.decode_video(lf / v["file"], int(v["frame_count"]))
+    how = "the ffmpeg CLI" if lf_dataset.have_ffmpeg_cli() else "its fallback (" + "; ".join(
+        str(x.message)[:80] for x in w) + ")"
+    print(f"check-ref: the reference's decode_video read {v['file']} ({v['codec']}, {v['frame_count']} frames, "
+          f"{video.pix_fmt}) with {how} in {time.perf_counter() - t0:.2f} s")
 
 
 def main(argv=None) -> int:
@@ -167,11 +270,21 @@ def main(argv=None) -> int:
     r.add_argument("--out", type=Path, required=True)
     v = sub.add_parser("v30")
     v.add_argument("--root", type=Path, required=True)
+    v.add_argument("--max-file-s", type=float, default=240.0)
+    c = sub.add_parser("check-v30")
+    c.add_argument("--root", type=Path, required=True)
+    c.add_argument("--per-file", type=int, default=3)
+    f = sub.add_parser("check-ref")
+    f.add_argument("--lf", type=Path, required=True)
     args = ap.parse_args(argv)
     if args.cmd == "replicate":
         replicate(args.src, args.codec, args.episodes, args.out)
+    elif args.cmd == "v30":
+        v30(args.root, args.max_file_s)
+    elif args.cmd == "check-v30":
+        check_v30(args.root, args.per_file)
     else:
-        v30(args.root)
+        check_ref(args.lf)
     return 0
 
 

