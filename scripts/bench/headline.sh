@@ -6,33 +6,49 @@
 #       (LeRobotDataset, v3.0 made by LeRobot's own converter), its decoder (torchcodec), DataLoader
 #       workers, bf16 autocast and AdamW/cosine presets; only the model is run (gr00t-n1.7-3b's architecture);
 #   (b) scripts/reference/train_torch.py --mode baseline (ref-base) and --mode optimized (ref-opt);
-#   (c) loongforge-train with its GPU defaults (lf), and with one engine changed each: adfe.enable=true
-#       (lf-adfe), gcts.enable=true at one GPU (lf-gcts), trainer.cuda_graphs=off (lf-nographs); MLA and
+#   (c) loongforge-train with its GPU defaults (lf); with the settings docs/operations.md's tuning section
+#       gives a user for short-GOP video (lf-tuned: data.video_decode=span, adfe.enable=true,
+#       adfe.decode_threads = the cores less two); and with one engine changed each: adfe.enable=true
+#       (lf-adfe), gcts.enable=true at one GPU (lf-gcts), trainer.cuda_graphs=off (lf-nographs). MLA and
 #       DMF are not built (the report records the trainer's own refusal of mla.enable / dmf.enable).
 #       Each lf run takes one `loongforge profile-step` window (PROF_STEPS steps from step PROF_AT) for its
-#       step split; those steps are left out of its medians.
+#       step split; those steps are left out of its window.
 # Equal global batch (default fine-tuning: backbone frozen, micro-batch 32; FTS=full: everything trains,
 # micro-batch 16), bf16 on the GPU, the trainable sets of upstream (docs/models.md). Report:
 # scripts/bench/report.py (table, charts); how to run it: docs/bench-harness-draft.md.
 #
-#   [PART="prep lerobot ref lf report"] [MODELS=gr00t-n1.7-3b] [FTS=default] [CODECS=h264]
-#   [RUNS="lerobot ref-opt lf"] [STEPS=100] [WARM=40] [EPISODES=600] [LR_WORKERS=] [DRY=1]
-#   bash scripts/bench/headline.sh
+#   [PART="prep lerobot ref lf report"] [MODELS=gr00t-n1.7-3b] [FTS=default] [CODECS=av1]
+#   [RUNS="lerobot ref-opt lf lf-tuned"] [WARM=5] [STEADY=30] [PART_BUDGET_S=540] [EPISODES=600]
+#   [LR_WORKERS=] [DRY=1] bash scripts/bench/headline.sh
 #
-# Defaults are the issue's headline rows: gr00t-n1.7-3b, default fine-tuning, h264, LeRobot's trainer
-# against ref-opt and lf. The other runs are RUNS="ref-base lf-adfe lf-gcts lf-nographs" (one more call
-# of PART="ref lf report", ~6 min), the other rows FTS=full, CODECS=av1, MODELS=gr00t-n1.6-3b / n16-1b.
-# Estimated GPU time (H100, from docs/benchmarks.md figures; each PART is one device call of <= 10 min):
-#   PART=prep     ~5 min  (wheels into a --target folder, build loongforge-train, 600 episodes x codec:
-#                          replicate, LeRobot's v3.0 conversion, our shards)
-#   PART=lerobot  ~3-4 min per (fine-tuning mode, codec): the 3B base checkpoint's init and save, its
-#                          cold load, 100 steps
-#   PART=ref      ~6 min per (model, mode, codec): export ~1.5 min, ref-opt ~4 (torch.compile ~164 s);
-#                          ref-base ~1.5 more
-#   PART=lf       ~1.5 min per run (first step ~22 s, a final checkpoint); PART=report seconds
-# so the default matrix is ~16-17 min in four calls; FTS="default full", CODECS="h264 av1" or more
-# MODELS multiply the lerobot/ref/lf parts: run them as separate calls (MODELS=gr00t-n1.6-3b PART=ref
-# ...). LeRobot's trainer runs only for gr00t-n1.7-* models (it has no N1.6 or n16 policy).
+# Defaults are the headline rows: gr00t-n1.7-3b, default fine-tuning, AV1 as LeRobot writes it
+# (libsvtav1, GOP 2), LeRobot's trainer against ref-opt, lf and lf-tuned. CODECS=h264 is the second row
+# (long-GOP h264 as the bundled Isaac-GR00T videos are). The other runs are RUNS="ref-base lf-adfe
+# lf-gcts lf-nographs"; the other rows FTS=full, MODELS=gr00t-n1.6-3b / n16-1b.
+#
+# Measurement window (measure-based, not a fixed step count): the first WARM steps are warm-up
+# (torch.compile's and CUDA-graph capture's steps, DataLoader start); once a run has STEADY steady
+# steps after them (an lf run's profile window left out) scripts/bench/monitor.py stops it (the Python
+# trainers with SIGTERM; loongforge-train with SIGKILL, which skips the final checkpoint it writes on
+# SIGTERM: over 30 s for gr00t-n1.7-3b on the first GPU run; every trainer writes its metrics per step). A run
+# also stops at its time budget: its cap (RUN_CAP_S) or what this call has left after the estimated
+# needs of the runs still to come in it, whichever is less; the table says which rule ended each run.
+# Each invocation (one device call) keeps within PART_BUDGET_S (540 s: device calls are at most 10 min),
+# and prints each part's elapsed time and the budget left, of this call and of the plan (PLAN_BUDGET_S,
+# 1200 s, summed over the calls made on this machine while it stays warm).
+#
+# Default plan (three device calls on one warm H100; estimated from the first GPU run, 2026-12-05):
+#   PART=prep                ~4.5 min wheels; in the background the build of loongforge-train and the
+#                                    gr00t-n1.7-3b export; the Qwen files, 600 AV1 episodes (replicate,
+#                                    LeRobot's v3.0 conversion into ~4-minute files and a LeRobotDataset
+#                                    read of every file's last frames, our shards, the reference's
+#                                    decoder on one video), LeRobot's random-init base checkpoint
+#   PART="lerobot lf"        ~7 min  LeRobot's trainer (~2.5), lf (data-bound on this data: its 180 s
+#                                    cap), lf-tuned (~1.5)
+#   PART="ref report"        ~8 min  ref-opt (torch.compile's first step took 283 s cold; 480 s cap), the table
+# so about 20 minutes; FTS="default full", CODECS="av1 h264" or more MODELS multiply the run parts: run
+# them as further calls (MODELS=gr00t-n1.6-3b PART="ref lf" ...). LeRobot's trainer runs only for
+# gr00t-n1.7-* models (it has no N1.6 or n16 policy).
 # Every part writes its runs under $BENCH_WORK/results (kept on the machine between calls while it is
 # warm) and leaves in $OUT at most 8 files: <part>.log, results.tar.gz (every run's metrics, monitor
 # samples, launch record and log tail) and, for PART=report, headline.md/.json and two PNGs. A part
@@ -41,11 +57,11 @@
 # that is refused, every file of the dataset is evicted with posix_fadvise(DONTNEED); launch.json and
 # the table say which happened.
 # DRY=1: the whole thing on this CPU machine with tiny sizes (gr00t-n1.7-tiny / gr00t-n1.6-tiny / n16-tiny
-# exports, a tiny GR00T N1.7 base checkpoint for lerobot-train, 12 episodes, 4 steps of batch 2), Python 3.12
-# from ~/.cache/loongforge/py312 (scripts/bench/setup_py312.sh), build/ for the trainer; the page cache is
-# only evicted per file (fadvise), never dropped, on the shared machine.
-# Carry (scripts/bench/prepare_carry.sh fills them): .bench-carry (wheels, FFmpeg 7 libraries + ffprobe,
-# the Qwen BPE ranks, the distinct videos and parquet files) and .gpu-carry/ffmpeg (the trainer's build).
+# exports, a tiny GR00T N1.7 base checkpoint for lerobot-train, 12 episodes, WARM=1 STEADY=4 of batch 2,
+# every run), Python 3.12 from ~/.cache/loongforge/py312 (scripts/bench/setup_py312.sh), build/ (LF_BUILD)
+# for the trainer; the page cache is only evicted per file (fadvise), never dropped, on the shared machine.
+# Carry (scripts/bench/prepare_carry.sh fills them): .bench-carry (wheels, FFmpeg 7 libraries, ffprobe and
+# ffmpeg, the Qwen BPE ranks, the distinct videos and parquet files) and .gpu-carry/ffmpeg (the trainer's build).
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$repo"
@@ -67,18 +83,23 @@ die() { echo "headline.sh: $*" >&2; finish; exit 1; }
 
 MODELS=${MODELS:-gr00t-n1.7-3b}
 FTS=${FTS:-default}
-CODECS=${CODECS:-h264}
+CODECS=${CODECS:-av1}
 # every run on the CPU dry run; on the GPU the headline rows (the others by RUNS=..., see above)
-RUNS=${RUNS:-$([ "$DRY" = 1 ] && echo "lerobot ref-base ref-opt lf lf-adfe lf-gcts lf-nographs" || echo "lerobot ref-opt lf")}
+RUNS=${RUNS:-$([ "$DRY" = 1 ] && echo "lerobot ref-base ref-opt lf lf-tuned lf-adfe lf-gcts lf-nographs" || echo "lerobot ref-opt lf lf-tuned")}
 EPISODES=${EPISODES:-600}
-STEPS=${STEPS:-100}
-WARM=${WARM:-40}
-PROF_AT=${PROF_AT:-60}        # lf: one `loongforge profile-step` window from this step (excluded from the medians)
-PROF_STEPS=${PROF_STEPS:-5}   # ... of at most this many steps (and at most 1 s)
+WARM=${WARM:-5}               # warm-up steps of every run (compile, graph capture, worker start)
+STEADY=${STEADY:-30}          # a run stops once it has this many steady-state steps after them
+PROF_STEPS=${PROF_STEPS:-5}   # lf: one `loongforge profile-step` window of at most this many steps (and 1 s) ...
+PROF_AT=${PROF_AT:-$((WARM + 3))}   # ... from this step (its steps are left out of the window)
 LR_WORKERS=${LR_WORKERS:-}    # empty: lerobot-train's default (--num_workers 4)
-RUN_TIMEOUT=${RUN_TIMEOUT:-480}   # seconds one run may take (a hung run must not eat the device call)
+V30_FILE_S=${V30_FILE_S:-240} # LeRobot's v3.0 files hold about this many seconds of video (make_dataset.py v30)
+PART_BUDGET_S=${PART_BUDGET_S:-540}   # this invocation (one device call) keeps within it
+PLAN_BUDGET_S=${PLAN_BUDGET_S:-1200}  # the plan's device time, summed over this machine's calls
+MIN_RUN_S=${MIN_RUN_S:-60}    # a run that would get less than this is skipped (the table says so)
 if [ "$DRY" = 1 ]; then
-  EPISODES=${DRY_EPISODES:-12}; STEPS=${DRY_STEPS:-6}; WARM=1; PROF_AT=2; PROF_STEPS=1
+  EPISODES=${DRY_EPISODES:-12}; WARM=1; STEADY=${DRY_STEADY:-4}; PROF_AT=2; PROF_STEPS=1
+  V30_FILE_S=${DRY_V30_FILE_S:-60}   # 12 episodes of ~21 s: several files here too
+  PART_BUDGET_S=${DRY_PART_BUDGET_S:-3600}; PLAN_BUDGET_S=${DRY_PLAN_BUDGET_S:-7200}; MIN_RUN_S=0
   PY=${PY:-$(cat build/python-path 2>/dev/null || echo "$HOME/.cache/loongforge/venv/bin/python")}
   LPY=${LPY:-$HOME/.cache/loongforge/py312/bin/python}
   LFBUILD=${LF_BUILD:-build}
@@ -86,6 +107,10 @@ if [ "$DRY" = 1 ]; then
 else
   PY=${PY:-python3}; LPY=${LPY:-python3}; LFBUILD=build-gpu; DEVICE=cuda
 fi
+MAX_STEPS=${MAX_STEPS:-$((WARM + STEADY + PROF_STEPS + 10))}   # the trainers' step limit; the stop rule ends runs sooner
+NPROC=$(nproc)
+DECODE_THREADS=${LF_DECODE_THREADS:-$(( NPROC > 4 ? NPROC - 2 : 2 ))}   # lf-tuned: the cores less the trainer's and the batch thread
+export PATH="$CARRY/ffmpeg7/bin:$PATH"   # ffprobe (convert_lerobot.py) and ffmpeg (the reference's decoder)
 LFBIN=$LFBUILD/src/daemon/loongforge-train
 LFCLI=$LFBUILD/cli/loongforge
 LSITE=$WORK/lerobot-site
@@ -95,11 +120,69 @@ CKPT=${CKPT_DIR:-$([ "$DRY" = 1 ] && echo "$WORK/ckpt" || echo /dev/shm/bench-ck
 MODELDIR=${MODEL_DIR:-$WORK/models}
 mkdir -p "$MODELDIR"
 
+# ------------------------------------------------------------------------------------------- budget
+# Estimated seconds of each run on an H100 (model load, warm-up, STEADY steps, exit), from the first GPU
+# run (2026-12-05), used to keep room for the runs still to come in this call; and each run's cap.
+est_s() { case $1 in lerobot) echo 150 ;; ref-opt) echo 450 ;; ref-base) echo 150 ;; lf) echo 180 ;;
+                     lf-tuned) echo 90 ;; *) echo 100 ;; esac; }
+RUN_CAP_S=${RUN_CAP_S:-}   # one cap for every run (seconds); empty: cap_s below
+cap_s() { [ -n "$RUN_CAP_S" ] && { echo "$RUN_CAP_S"; return; }
+          case $1 in lerobot) echo 240 ;; ref-opt) echo 480 ;; ref-base) echo 240 ;; lf) echo 180 ;;
+                     lf-tuned) echo 150 ;; *) echo 180 ;; esac; }
+stop_grace_s() { echo 15; }   # the monitor stops a run this long before its budget (the timeout's backstop)
+stop_signal() { case $1 in lf*) echo KILL ;; *) echo TERM ;; esac; }   # monitor.py says why
+FINISH_S=20   # the results tarball and the last lines
+
+# The runs this invocation will make, in order (the part functions below walk the same loops).
+planned_runs() {
+  local p model ft codec run
+  for p in $PARTS; do
+    for model in $MODELS; do for ft in $FTS; do for codec in $CODECS; do
+      case $p in
+        lerobot) [[ $model == gr00t-n1.7-* ]] && [[ " $RUNS " == *" lerobot "* ]] && echo lerobot ;;
+        ref) for run in $RUNS; do [[ $run == ref-* ]] && echo "$run"; done ;;
+        lf) for run in $RUNS; do [[ $run == lf || $run == lf-* ]] && echo "$run"; done ;;
+      esac
+    done; done; done
+  done
+}
+read -r -a PLANNED <<< "$(planned_runs | tr '\n' ' ')"
+RUN_I=0   # index into PLANNED of the run being started
+
+run_budget() {  # run_budget KIND: sets BUDGET (seconds this run may take; 0: skip it) and BUDGET_WHY
+  local kind=$1 left reserve=$FINISH_S i cap
+  left=$(( PART_BUDGET_S - ($(date +%s) - t_start) ))
+  for ((i = RUN_I + 1; i < ${#PLANNED[@]}; i++)); do reserve=$((reserve + $(est_s "${PLANNED[$i]}"))); done
+  [[ " $PARTS " == *" report "* ]] && reserve=$((reserve + 15))
+  cap=$(cap_s "$kind")
+  local b=$(( left - reserve < cap ? left - reserve : cap ))
+  BUDGET_WHY="cap ${cap}s; this call has ${left}s left of ${PART_BUDGET_S}s, ${reserve}s kept for what follows"
+  BUDGET=$b
+  if [ "$b" -lt "$MIN_RUN_S" ] || [ "$b" -le "$(stop_grace_s "$kind")" ]; then BUDGET=0; fi
+}
+
+part_done() {  # part_done NAME SECONDS: the part's time and what is left of the call and of the plan
+  local el=$2 call=$(( $(date +%s) - t_start ))
+  stamp "part $1: ${el}s; this call ${call}s of ${PART_BUDGET_S}s ($((PART_BUDGET_S - call))s left)"
+}
+
+# The default plan's calls, with their estimates (seconds), for the budget line at the end of a call
+DEFAULT_CALLS=("prep:270" "lerobot lf:430" "ref report:500")
 finish() {  # $OUT: the part's log (tee'd already) and every run so far, small files only
   tar -C "$WORK" -czf "$OUT/results.tar.gz" --exclude='*/out' --exclude='*/checkpoints' --exclude='*.pt' \
     --exclude='*.trace.json' \
     results 2>/dev/null
-  stamp "done: $PARTS ($(du -sh "$OUT/results.tar.gz" 2>/dev/null | cut -f1) of results in \$OUT)"
+  local call=$(( $(date +%s) - t_start ))
+  echo "$PARTS|$call" >> "$WORK/device_calls.log"
+  local used; used=$(awk -F'|' '{s += $2} END {print s + 0}' "$WORK/device_calls.log")
+  local todo=0 c parts est done_parts; done_parts=$(cut -d'|' -f1 "$WORK/device_calls.log" | tr '\n' ' ')
+  for c in "${DEFAULT_CALLS[@]}"; do
+    parts=${c%%:*}; est=${c##*:}
+    local all=1 q; for q in $parts; do [[ " $done_parts " == *" $q "* ]] || all=0; done
+    [ $all = 1 ] || todo=$((todo + est))
+  done
+  stamp "done: $PARTS in ${call}s ($(du -sh "$OUT/results.tar.gz" 2>/dev/null | cut -f1) of results in \$OUT)"
+  echo "budget: this call ${call}s of ${PART_BUDGET_S}s; this machine's calls so far $(wc -l < "$WORK/device_calls.log"), ${used}s of the plan's ${PLAN_BUDGET_S}s: $((PLAN_BUDGET_S - used))s left; the default plan's calls not yet made here are estimated at ${todo}s"
 }
 
 # ------------------------------------------------------------------------------------------- helpers
@@ -149,19 +232,37 @@ print(f"drop_caches refused or skipped (DRY); {n} files of the dataset and model
 PY
 }
 
-# run_measured NAME TRAINER MODEL FT CODEC BATCH METRICS_FILE DATA_DIR -- command...
-# Drops the cache, starts the command and scripts/bench/monitor.py beside it, writes launch.json.
+# run_measured NAME KIND MODEL FT CODEC BATCH METRICS_FILE DATA_DIR -- command...
+# Takes the run's budget (run_budget), drops the cache, starts the command under `timeout` and
+# scripts/bench/monitor.py beside it (which samples it and stops it at STEADY steady steps or at its
+# budget; MON_EXTRA adds monitor arguments), writes launch.json. KIND is the run (lerobot, ref-opt, lf-tuned...).
 run_measured() {
   local name=$1 trainer=$2 model=$3 ft=$4 codec=$5 batch=$6 metrics=$7 data=$8; shift 9
   local tmp=$RESULTS/.tmp-$name R=$RESULTS/$name
   rm -rf "$R" "$tmp"; mkdir -p "$tmp"
+  run_budget "$trainer"; local budget=$BUDGET why=$BUDGET_WHY
+  RUN_I=$((RUN_I + 1))
+  if [ "$budget" = 0 ]; then
+    stamp "$name: skipped: not enough time left in this call ($why); run it in a call of its own"
+    mkdir -p "$R" && rmdir "$tmp"
+    "$PY" - "$R/launch.json" <<PY
+import json, sys
+json.dump({"name": "$name", "trainer": "$trainer", "model": "$model", "ft": "$ft", "codec": "$codec",
+           "batch": $batch, "skipped": """not enough time left in this call ($why)"""}, open(sys.argv[1], "w"), indent=1)
+PY
+    return 0
+  fi
+  local grace; grace=$(stop_grace_s "$trainer")
   local cache; cache=$(drop_cache $data | tail -1)   # $data: the dataset and the model file(s), unquoted
-  stamp "$name: $cache"
+  stamp "$name: budget ${budget}s ($why); $cache"
   local idle; idle=$(idle_gpu_mb)
   local t0; t0=$(date +%s.%N)
-  timeout --signal=TERM --kill-after=30 "$RUN_TIMEOUT" "$@" > "$tmp/run.log" 2>&1 &
+  timeout --signal=TERM --kill-after=20 "$budget" "$@" > "$tmp/run.log" 2>&1 &
   local pid=$!
-  "$LPY" scripts/bench/monitor.py --pid $pid --metrics "$metrics" --out "$tmp/monitor.jsonl" &
+  # shellcheck disable=SC2086
+  "$LPY" scripts/bench/monitor.py --pid $pid --metrics "$metrics" --out "$tmp/monitor.jsonl" \
+    --warm "$WARM" --steady "$STEADY" --budget $((budget - grace)) --stop-signal "$(stop_signal "$trainer")" \
+    ${MON_EXTRA:-} &
   local mpid=$!
   [ -n "${AFTER_LAUNCH:-}" ] && $AFTER_LAUNCH $pid
   wait $pid; local rc=$?
@@ -170,10 +271,19 @@ run_measured() {
   mkdir -p "$R"
   [ "$metrics" != "$R/metrics.jsonl" ] && cp "$metrics" "$R/metrics.jsonl" 2>/dev/null
   mv "$tmp"/* "$R/" && rmdir "$tmp"
-  "$PY" - "$R/launch.json" <<PY
+  "$PY" - "$R/launch.json" "$R/monitor.jsonl" <<PY
 import json, sys
+stop = {}
+for line in open(sys.argv[2]):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    if r.get("stop"):
+        stop = {"stop": r["stop"], "stop_step": r.get("stop_step"), "stop_steady_steps": r.get("steady_steps")}
 json.dump({"name": "$name", "trainer": "$trainer", "model": "$model", "ft": "$ft", "codec": "$codec",
-           "batch": $batch, "exit": $rc, "launch_t": $t0, "end_t": $t1, "warm": $WARM,
+           "batch": $batch, "exit": $rc, "launch_t": $t0, "end_t": $t1, "warm": $WARM, "steady_target": $STEADY,
+           "budget_s": $budget, "budget_why": """$why""", **stop, "settings": "${RUN_SETTINGS:-}",
            "skip_steps": [int(x) for x in "${SKIP_STEPS:-}".split()] or [], "cache_drop": """$cache""",
            "gpu": """$(gpu_name)""", "idle_gpu_mem_mb": float("${idle:-0}" or 0),
            "model_config": "${MODEL_CONFIG:-}", "model_sets": "${MODEL_SETS:-}".split(),
@@ -181,7 +291,10 @@ json.dump({"name": "$name", "trainer": "$trainer", "model": "$model", "ft": "$ft
            "command": """$(printf '%q ' "$@" | cut -c1-3000)"""}, open(sys.argv[1], "w"), indent=1)
 PY
   tail -3 "$R/run.log" | cut -c1-300
-  stamp "$name: exit $rc, $(cat "$R/metrics.jsonl" 2>/dev/null | grep -c .) steps"
+  local by; by=$(grep -o '"stop": "[a-z]*"' "$R/launch.json" | cut -d'"' -f4)
+  case $by in steady) by="the stop rule ($STEADY steady steps)" ;; budget) by="its time budget" ;;
+              *) by="itself (its step limit, an error or the timeout)" ;; esac
+  stamp "$name: exit $rc, $(grep -c . "$R/metrics.jsonl" 2>/dev/null) steps; ended by $by"
   return 0
 }
 
@@ -203,27 +316,35 @@ lerobot_cmd() {  # the environment lerobot runs in
 }
 
 prep() {
-  stamp "prep: $([ "$DRY" = 1 ] && echo "DRY (CPU)" || gpu_name), $(nproc) cores, models $MODELS, codecs $CODECS"
+  local t_prep; t_prep=$(date +%s)
+  stamp "prep: $([ "$DRY" = 1 ] && echo "DRY (CPU)" || gpu_name), $(nproc) cores, models $MODELS, codecs $CODECS, runs $RUNS"
   [ -d "$CARRY" ] || die "no $CARRY: run scripts/bench/prepare_carry.sh on the CPU machine and carry it"
   lerobot_env
-  export PATH="$CARRY/ffmpeg7/bin:$PATH"   # ffprobe for scripts/convert_lerobot.py
+  [ -x "$CARRY/ffmpeg7/bin/ffmpeg" ] || die "no $CARRY/ffmpeg7/bin/ffmpeg (the reference's decoder): run scripts/bench/prepare_carry.sh again"
   ffprobe -version | head -1
+  command -v ffmpeg
   $(lerobot_cmd) -c "import lerobot, transformers, diffusers, torchcodec, av, torch; print('lerobot', lerobot.__version__ if hasattr(lerobot, '__version__') else '0.6.1', 'transformers', transformers.__version__, 'diffusers', diffusers.__version__, 'torchcodec', torchcodec.__version__, 'av', av.__version__, 'ffmpeg', av.ffmpeg_version_info, 'torch', torch.__version__)" \
     || die "the lerobot environment does not import"
+  # The build and the exports run in the background, beside the data (they need none of it)
+  local build_pid="" export_pid=""
   if [ "$DRY" != 1 ]; then
-    stamp "build loongforge-train"
-    bash scripts/dev/gpu/build.sh loongforge-train loongforge || die "build failed (\$OUT/build.log)"
+    stamp "build loongforge-train (in the background; \$OUT/build.log)"
+    bash scripts/dev/gpu/build.sh loongforge-train loongforge > "$WORK/build.out" 2>&1 &
+    build_pid=$!
   fi
-  [ -x "$LFBIN" ] || die "no $LFBIN"
-  for e in mla dmf; do "$LFBIN" --config configs/n16-tiny.yaml --set $e.enable=true --print-config 2>&1 |
-    grep -m1 "not in this build" ; done > "$RESULTS/unbuilt_engines.txt"
-  cat "$RESULTS/unbuilt_engines.txt"
+  if [[ " $RUNS " == *" ref-"* ]] || [[ " $RUNS " == *" lf"* ]]; then
+    stamp "exports of $MODELS ($FTS fine-tuning) for our trainers (in the background)"
+    ( for model in $MODELS; do for ft in $FTS; do export_file "$model" "$ft" || exit 1; done; done ) \
+      > "$WORK/export.log" 2>&1 &
+    export_pid=$!
+  fi
   if [[ " $RUNS " == *" lerobot "* ]]; then
     stamp "Qwen3-VL processor files for nvidia/Cosmos-Reason2-2B in an offline HF cache"
     "$PY" -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
       "$CARRY/qwen.tiktoken.xz" "$WORK/qwen.tiktoken"
     $(lerobot_cmd) scripts/bench/lerobot_side.py assets --tiktoken "$WORK/qwen.tiktoken" --hf-home "$WORK/hf-home" \
-      || die "assets failed"
+      2>&1 | grep -v "Flax classes"
+    [ "${PIPESTATUS[0]}" = 0 ] || die "assets failed (above)"
   fi
   for codec in $CODECS; do
     local d=$WORK/data/$codec
@@ -231,14 +352,47 @@ prep() {
     rm -rf "$d" && mkdir -p "$d"
     $(lerobot_cmd) scripts/bench/make_dataset.py replicate --src "$CARRY/data" --codec "$codec" \
       --episodes "$EPISODES" --out "$d/lerobot" || die "replicate failed"
-    $(lerobot_cmd) scripts/bench/make_dataset.py v30 --root "$d/lerobot" 2>&1 | grep -v "it/s\]$" | tail -3
-    [ -f "$d/lerobot/meta/info.json" ] && grep -q '"v3.0"' "$d/lerobot/meta/info.json" || die "v3.0 conversion failed"
-    PYTHONPATH=scripts "$PY" scripts/convert_lerobot.py --quiet --jobs "$(nproc)" "$d/lerobot_old" "$d/lf" | tail -2 \
-      || die "convert_lerobot failed"
+    # LeRobot's own converter, its video files sized to hold about V30_FILE_S seconds each (make_dataset.py
+    # says why: LeRobot's float32 timestamp check fails past 1024 s into a file); it prints the longest
+    $(lerobot_cmd) scripts/bench/make_dataset.py v30 --root "$d/lerobot" --max-file-s "$V30_FILE_S" 2>&1 |
+      grep -v "it/s\]$\|Flax classes" | tail -3
+    [ "${PIPESTATUS[0]}" = 0 ] || die "v3.0 conversion failed (above)"
+    grep -q '"v3.0"' "$d/lerobot/meta/info.json" || die "v3.0 conversion failed: $d/lerobot/meta/info.json"
+    # LeRobotDataset reads the last frames of every file, where a timestamp error would show
+    $(lerobot_cmd) scripts/bench/make_dataset.py check-v30 --root "$d/lerobot" 2>&1 | grep -v "Flax classes" | tail -3
+    [ "${PIPESTATUS[0]}" = 0 ] || die "LeRobotDataset cannot read the $codec v3.0 dataset (above)"
+    PYTHONPATH=scripts "$PY" scripts/convert_lerobot.py --quiet --jobs "$(nproc)" "$d/lerobot_old" "$d/lf" 2>&1 | tail -2
+    [ "${PIPESTATUS[0]}" = 0 ] || die "convert_lerobot failed (above)"
+    PYTHONPATH=scripts/reference "$PY" scripts/bench/make_dataset.py check-ref --lf "$d/lf" 2>&1 | tail -2
+    [ "${PIPESTATUS[0]}" = 0 ] || die "the reference trainer's decoder cannot read the $codec videos (above)"
     du -sh "$d/lerobot" "$d/lerobot_old" "$d/lf" | tr '\n' ' '; echo
   done
+  [[ " $RUNS " == *" lerobot "* ]] && lerobot_base
+  if [ -n "$export_pid" ]; then
+    wait "$export_pid"; local rc=$?
+    grep -v "^\s*$" "$WORK/export.log" | tail -4
+    [ $rc = 0 ] || die "export failed ($WORK/export.log, above)"
+  fi
+  if [ -n "$build_pid" ]; then
+    wait "$build_pid" || { cat "$WORK/build.out"; die "build failed (\$OUT/build.log)"; }
+    stamp "build done"
+  fi
+  [ -x "$LFBIN" ] || die "no $LFBIN"
+  for e in mla dmf; do "$LFBIN" --config configs/n16-tiny.yaml --set $e.enable=true --print-config 2>&1 |
+    grep -m1 "not in this build" ; done > "$RESULTS/unbuilt_engines.txt"
+  cat "$RESULTS/unbuilt_engines.txt"
   df -h "$WORK" | tail -1
   touch "$WORK/.prep-done"
+  part_done prep $(( $(date +%s) - t_prep ))
+}
+LEROBOT_BASE=$WORK/lerobot-base$([ "$DRY" = 1 ] && echo -tiny)
+lerobot_base() {  # LeRobot's random-init GR00T N1.7 base checkpoint, once per machine (GR00T N1.7 models only)
+  local model n17=0; for model in $MODELS; do [[ $model == gr00t-n1.7-* ]] && n17=1; done
+  [ $n17 = 1 ] && [ ! -f "$LEROBOT_BASE/config.json" ] || return 0
+  stamp "lerobot: random-init GR00T N1.7 base checkpoint (lerobot's GR00TN17) -> $LEROBOT_BASE"
+  $(lerobot_cmd) scripts/bench/lerobot_side.py init-model --out "$LEROBOT_BASE" $([ "$DRY" = 1 ] && echo --tiny) \
+    2>&1 | grep -v "Flax classes\|Writing model shards"
+  [ "${PIPESTATUS[0]}" = 0 ] && [ -f "$LEROBOT_BASE/config.json" ] || die "init-model failed (above)"
 }
 need_prep() {  # prep again on a cold machine, or when a codec (CODECS) or the Qwen files are missing
   local ok=1 c
@@ -250,15 +404,20 @@ need_prep() {  # prep again on a cold machine, or when a codec (CODECS) or the Q
   [ $ok = 1 ] || prep
 }
 
-export_model() {  # export_model MODEL FT -> sets MODEL_FILE, MODEL_CONFIG, MODEL_SETS
-  MODEL_CONFIG=$(our_config "$1"); MODEL_SETS=$(model_sets "$1" "$2")
-  MODEL_FILE=$MODELDIR/$1.$2.pt
-  [ "$DRY" = 1 ] && MODEL_FILE=$MODELDIR/$1.$2.tiny.pt
+model_file() { if [ "$DRY" = 1 ]; then echo "$MODELDIR/$1.$2.tiny.pt"; else echo "$MODELDIR/$1.$2.pt"; fi; }
+export_file() {  # export_file MODEL FT: the TorchScript export our trainers load, unless it exists (status 1 on failure)
+  local f cfg sets xs=() kv; f=$(model_file "$1" "$2"); cfg=$(our_config "$1"); sets=$(model_sets "$1" "$2")
+  [ -f "$f" ] && return 0
+  echo "== export $cfg ($2 fine-tuning; --set $sets) -> $f"
+  for kv in $sets; do xs+=(--set "$kv"); done
+  PYTHONPATH=scripts "$PY" scripts/model/export.py --config "$cfg" "${xs[@]}" --out "${f%.pt}.partial.pt" | tail -2
+  [ "${PIPESTATUS[0]}" = 0 ] && mv "${f%.pt}.partial.pt" "$f"
+}
+export_model() {  # export_model MODEL FT -> sets MODEL_FILE, MODEL_CONFIG, MODEL_SETS (exports it if missing)
+  MODEL_CONFIG=$(our_config "$1"); MODEL_SETS=$(model_sets "$1" "$2"); MODEL_FILE=$(model_file "$1" "$2")
   if [ ! -f "$MODEL_FILE" ]; then
-    stamp "export $MODEL_CONFIG ($2 fine-tuning; --set $MODEL_SETS)"
-    local xs=(); for kv in $MODEL_SETS; do xs+=(--set "$kv"); done
-    PYTHONPATH=scripts "$PY" scripts/model/export.py --config "$MODEL_CONFIG" "${xs[@]}" --out "$MODEL_FILE" | tail -2 \
-      || die "export failed"
+    stamp "export $MODEL_CONFIG"
+    export_file "$1" "$2" || die "export failed (above)"
   fi
   OUR_SEQ=$(PYTHONPATH=scripts "$PY" -c "from model.config import get_config, apply_overrides
 c = apply_overrides(get_config('$MODEL_CONFIG'), '$MODEL_SETS'.split()); print(c.vl_len())")
@@ -267,16 +426,14 @@ c = apply_overrides(get_config('$MODEL_CONFIG'), '$MODEL_SETS'.split()); print(c
 
 # ------------------------------------------------------------------------------------------- (a)
 part_lerobot() {
+  [[ " $RUNS " == *" lerobot "* ]] || { echo "lerobot: not in RUNS ($RUNS)"; return 0; }
+  local t_part; t_part=$(date +%s)
   need_prep
   lerobot_env
-  local base=$WORK/lerobot-base$([ "$DRY" = 1 ] && echo -tiny)
+  lerobot_base
+  local base=$LEROBOT_BASE
   for model in $MODELS; do
     [[ $model == gr00t-n1.7-* ]] || { echo "lerobot: no LeRobot policy for $model (GR00T N1.7 only)"; continue; }
-    if [ ! -f "$base/config.json" ]; then
-      stamp "lerobot: random-init GR00T N1.7 base checkpoint (lerobot's GR00TN17) -> $base"
-      $(lerobot_cmd) scripts/bench/lerobot_side.py init-model --out "$base" $([ "$DRY" = 1 ] && echo --tiny) \
-        || die "init-model failed"
-    fi
     for ft in $FTS; do
       for codec in $CODECS; do
         local name=$model.$ft.$codec.lerobot B; B=$(batch_of "$ft")
@@ -286,7 +443,7 @@ part_lerobot() {
         IMAGE_TOKENS=64   # LeRobot's 256 x 256 frames, patch 16, merge 2: 64 tokens per view
         local args=(--policy.type=groot "--policy.base_model_path=$base" --policy.push_to_hub=false
                     "--policy.device=$DEVICE" "--dataset.repo_id=local/picknplace-$codec"
-                    "--dataset.root=$WORK/data/$codec/lerobot" "--batch_size=$B" "--steps=$STEPS"
+                    "--dataset.root=$WORK/data/$codec/lerobot" "--batch_size=$B" "--steps=$MAX_STEPS"
                     --save_checkpoint=false "--output_dir=$RESULTS/.tmp-$name/out" --wandb.enable=false)
         [ "$ft" = full ] && args+=(--policy.tune_llm=true --policy.tune_visual=true)
         [ -n "$LR_WORKERS" ] && args+=("--num_workers=$LR_WORKERS")
@@ -297,6 +454,7 @@ part_lerobot() {
       done
     done
   done
+  part_done lerobot $(( $(date +%s) - t_part ))
 }
 
 # ------------------------------------------------------------------------------------------- (b), (c)
@@ -304,12 +462,13 @@ common_sets() {  # common_sets MODEL FT NAME -> the trainers' --set list (both r
   local B; B=$(batch_of "$2")
   local H; H=$(horizon "$(our_config "$1")")
   echo "--config configs/bench/headline.yaml --set model.path=$MODEL_FILE --set data.path=$WORK/data/$CODEC/lf
-        --set trainer.micro_batch_size=$B --set trainer.max_steps=$STEPS --set data.action_horizon=$H
+        --set trainer.micro_batch_size=$B --set trainer.max_steps=$MAX_STEPS --set data.action_horizon=$H
         --set run.device=$DEVICE --set run.output_dir=$RESULTS --set run.name=$3
         --set checkpoint.dir=$CKPT/$3"
 }
 
 part_ref() {
+  local t_part; t_part=$(date +%s)
   need_prep
   for model in $MODELS; do for ft in $FTS; do
     export_model "$model" "$ft"
@@ -329,6 +488,7 @@ part_ref() {
       done
     done
   done; done
+  part_done ref $(( $(date +%s) - t_part ))
 }
 
 lf_profile() {  # AFTER_LAUNCH hook of the lf run: one profile-step window from step PROF_AT
@@ -344,6 +504,7 @@ lf_profile() {  # AFTER_LAUNCH hook of the lf run: one profile-step window from 
 }
 
 part_lf() {
+  local t_part; t_part=$(date +%s)
   need_prep
   for model in $MODELS; do for ft in $FTS; do
     export_model "$model" "$ft"
@@ -353,18 +514,22 @@ part_lf() {
         local sets=()
         case $run in
           lf) sets=() ;;
+          lf-tuned) sets=(--set data.video_decode=span --set adfe.enable=true --set "adfe.decode_threads=$DECODE_THREADS") ;;
           lf-adfe) sets=(--set adfe.enable=true) ;;
           lf-gcts) sets=(--set gcts.enable=true) ;;
           lf-nographs) sets=(--set trainer.cuda_graphs=off) ;;
           *) continue ;;
         esac
-        local name=$model.$ft.$codec.$run
+        local name=$model.$ft.$codec.$run settings="${sets[*]}"
         # every lf run takes one profile-step window for its step split; report.py leaves its steps out
         LF_NAME=$name
         sets+=(--set "control.socket=/tmp/lf-bench/$name.sock")
         mkdir -p /tmp/lf-bench && chmod 700 /tmp/lf-bench   # the trainer refuses a socket folder others can reach
+        rm -f "/tmp/lf-bench/$name.sock"   # left by an earlier run of this name that was killed
         rm -rf "$RESULTS/$name"
         # shellcheck disable=SC2046
+        RUN_SETTINGS="$settings" \
+        MON_EXTRA="--exclude-json $RESULTS/.tmp-$name/profile.json --exclude-max $((PROF_STEPS + 2))" \
         AFTER_LAUNCH=lf_profile SKIP_STEPS="" run_measured "$name" "$run" "$model" "$ft" "$codec" "$(batch_of "$ft")" \
           "$RESULTS/$name/metrics.jsonl" "$WORK/data/$codec/lf $MODEL_FILE" -- \
           "$LFBIN" $(common_sets "$model" "$ft" "$name") "${sets[@]}"
@@ -372,11 +537,14 @@ part_lf() {
       done
     done
   done; done
+  part_done lf $(( $(date +%s) - t_part ))
 }
 
 part_report() {
+  local t_part; t_part=$(date +%s)
   stamp "report"
   PYTHONPATH=scripts "$PY" scripts/bench/report.py "$RESULTS" --out "$OUT" | tail -40
+  part_done report $(( $(date +%s) - t_part ))
 }
 
 for p in $PARTS; do
