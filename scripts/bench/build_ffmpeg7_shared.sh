@@ -8,7 +8,7 @@
 # 15.1.0 wheel built from PyPI's sdist against it.
 #
 # Why not PyPI's PyAV wheel: it bundles a full FFmpeg and is 40 MB, more than
-# the GPU call's 64 MiB carry leaves (docs/bench-harness-draft.md). PyAV >= 15
+# the GPU call's 64 MiB carry leaves (docs/benchmarks.md, the headline harness). PyAV >= 15
 # (lerobot 0.6.1 requires av >= 15, and imports it in lerobot.datasets.video_utils)
 # needs FFmpeg >= 7, so Debian 12's 5.1 will not do; torchcodec (LeRobot's default
 # decoder) loads FFmpeg 7's sonames through its libtorchcodec_core7.so.

@@ -15,7 +15,7 @@
 #       step split; those steps are left out of its window.
 # Equal global batch (default fine-tuning: backbone frozen, micro-batch 32; FTS=full: everything trains,
 # micro-batch 16), bf16 on the GPU, the trainable sets of upstream (docs/models.md). Report:
-# scripts/bench/report.py (table, charts); how to run it: docs/bench-harness-draft.md.
+# scripts/bench/report.py (table, charts); how to run it: docs/benchmarks.md, the headline harness.
 #
 #   [PART="prep lerobot ref lf report"] [MODELS=gr00t-n1.7-3b] [FTS=default] [CODECS=av1]
 #   [RUNS="lerobot ref-opt lf lf-tuned"] [WARM=5] [STEADY=30] [PART_BUDGET_S=540] [EPISODES=600]

