@@ -6,9 +6,10 @@
 #       (LeRobotDataset, v3.0 made by LeRobot's own converter), its decoder (torchcodec), DataLoader
 #       workers, bf16 autocast and AdamW/cosine presets; only the model is run (gr00t-n1.7-3b's architecture);
 #   (b) scripts/reference/train_torch.py --mode baseline (ref-base) and --mode optimized (ref-opt);
-#   (c) loongforge-train with its GPU defaults (lf); with the settings docs/operations.md's tuning section
-#       gives a user for short-GOP video (lf-tuned: data.video_decode=span, adfe.enable=true,
-#       adfe.decode_threads = the cores less two); and with one engine changed each: adfe.enable=true
+#   (c) loongforge-train with its GPU defaults (lf; since session 44 they decode keyframe spans with ADFE
+#       on the cores less two); with those settings spelled out (lf-tuned: data.video_decode=span,
+#       adfe.enable=true, adfe.decode_threads = the cores less two: the defaults of 5dccf7a and before
+#       were whole-video decoding without ADFE); and with one engine changed each: adfe.enable=true
 #       (lf-adfe), gcts.enable=true at one GPU (lf-gcts), trainer.cuda_graphs=off (lf-nographs). MLA and
 #       DMF are not built (the report records the trainer's own refusal of mla.enable / dmf.enable).
 #       Each lf run takes one `loongforge profile-step` window (PROF_STEPS steps from step PROF_AT) for its
@@ -18,11 +19,11 @@
 # scripts/bench/report.py (table, charts); how to run it: docs/benchmarks.md, the headline harness.
 #
 #   [PART="prep lerobot ref lf report"] [MODELS=gr00t-n1.7-3b] [FTS=default] [CODECS=av1]
-#   [RUNS="lerobot ref-opt lf lf-tuned"] [WARM=5] [STEADY=30] [PART_BUDGET_S=540] [EPISODES=600]
+#   [RUNS="lerobot ref-opt lf"] [WARM=5] [STEADY=30] [PART_BUDGET_S=540] [EPISODES=600]
 #   [LR_WORKERS=] [DRY=1] bash scripts/bench/headline.sh
 #
 # Defaults are the headline rows: gr00t-n1.7-3b, default fine-tuning, AV1 as LeRobot writes it
-# (libsvtav1, GOP 2), LeRobot's trainer against ref-opt, lf and lf-tuned. CODECS=h264 is the second row
+# (libsvtav1, GOP 2), LeRobot's trainer against ref-opt and lf. CODECS=h264 is the second row
 # (long-GOP h264 as the bundled Isaac-GR00T videos are). The other runs are RUNS="ref-base lf-adfe
 # lf-gcts lf-nographs"; the other rows FTS=full, MODELS=gr00t-n1.6-3b / n16-1b.
 #
@@ -43,10 +44,10 @@
 #                                    LeRobot's v3.0 conversion into ~4-minute files and a LeRobotDataset
 #                                    read of every file's last frames, our shards, the reference's
 #                                    decoder on one video), LeRobot's random-init base checkpoint
-#   PART="lerobot lf"        ~7 min  LeRobot's trainer (~2.5), lf (data-bound on this data: its 180 s
-#                                    cap), lf-tuned (~1.5)
-#   PART="ref report"        ~8 min  ref-opt (torch.compile's first step took 283 s cold; 480 s cap), the table
-# so about 20 minutes; FTS="default full", CODECS="av1 h264" or more MODELS multiply the run parts: run
+#   PART="lerobot lf"        ~3 min  LeRobot's trainer (~1), lf (~1.5; session 44's run of these settings as
+#                                    lf-tuned: 16 s to the first step, 30 steady steps in ~4 s)
+#   PART="ref report"        ~3 min  ref-opt (first step 118 s on session 44's run; 480 s cap), the table
+# so about 8 minutes (session 44: 9 min with lf-tuned); FTS="default full", CODECS="av1 h264" or more MODELS multiply the run parts: run
 # them as further calls (MODELS=gr00t-n1.6-3b PART="ref lf" ...). LeRobot's trainer runs only for
 # gr00t-n1.7-* models (it has no N1.6 or n16 policy).
 # Every part writes its runs under $BENCH_WORK/results (kept on the machine between calls while it is
@@ -74,7 +75,7 @@ RESULTS=$WORK/results
 mkdir -p "$WORK" "$RESULTS"
 PARTS=${PART:-prep lerobot ref lf report}
 [ "$PARTS" = all ] && PARTS="prep lerobot ref lf report"
-logname=$(echo "$PARTS" | tr ' ' '+')
+logname=$(echo "$PARTS" | tr ' ' '-')  # '+' does not come back from the device tool
 exec > >(tee -a "$OUT/$logname.log") 2>&1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 t_start=$(date +%s)
@@ -85,7 +86,7 @@ MODELS=${MODELS:-gr00t-n1.7-3b}
 FTS=${FTS:-default}
 CODECS=${CODECS:-av1}
 # every run on the CPU dry run; on the GPU the headline rows (the others by RUNS=..., see above)
-RUNS=${RUNS:-$([ "$DRY" = 1 ] && echo "lerobot ref-base ref-opt lf lf-tuned lf-adfe lf-gcts lf-nographs" || echo "lerobot ref-opt lf lf-tuned")}
+RUNS=${RUNS:-$([ "$DRY" = 1 ] && echo "lerobot ref-base ref-opt lf lf-tuned lf-adfe lf-gcts lf-nographs" || echo "lerobot ref-opt lf")}
 EPISODES=${EPISODES:-600}
 WARM=${WARM:-5}               # warm-up steps of every run (compile, graph capture, worker start)
 STEADY=${STEADY:-30}          # a run stops once it has this many steady-state steps after them
@@ -123,7 +124,7 @@ mkdir -p "$MODELDIR"
 # ------------------------------------------------------------------------------------------- budget
 # Estimated seconds of each run on an H100 (model load, warm-up, STEADY steps, exit), from the first GPU
 # run (2026-12-05), used to keep room for the runs still to come in this call; and each run's cap.
-est_s() { case $1 in lerobot) echo 150 ;; ref-opt) echo 450 ;; ref-base) echo 150 ;; lf) echo 180 ;;
+est_s() { case $1 in lerobot) echo 150 ;; ref-opt) echo 450 ;; ref-base) echo 150 ;; lf) echo 90 ;;
                      lf-tuned) echo 90 ;; *) echo 100 ;; esac; }
 RUN_CAP_S=${RUN_CAP_S:-}   # one cap for every run (seconds); empty: cap_s below
 cap_s() { [ -n "$RUN_CAP_S" ] && { echo "$RUN_CAP_S"; return; }

@@ -91,6 +91,16 @@ METRIC_KEYS = ["step", "loss", "lr", "grad_norm", "num_valid", "samples_per_s", 
                "data_wait_ms", "step_ms", "peak_mem_mb"]
 
 
+def decode_workers(cfg) -> int:
+    """DataLoader workers: adfe.decode_threads, whose 0 (the default) means what loongforge-train's ADFE takes
+    (adfe::default_decode_threads): this process's CPUs, divided by LOCAL_WORLD_SIZE when set, less two, at least 1."""
+    n = int(cfg_get(cfg, "adfe.decode_threads"))
+    if n > 0:
+        return n
+    cpus = len(os.sched_getaffinity(0)) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    return max(1, cpus - 2)
+
+
 class NonFiniteError(RuntimeError):
     """Loss or gradient norm is NaN/Inf (trainer.stop_on_nonfinite)."""
 
@@ -501,7 +511,7 @@ class Baseline:
         self.builder.sampler(self.rank, self.world)
         self.T = int(cfg_get(cfg, "trainer.max_steps"))
         self.K = int(cfg_get(cfg, "trainer.gradient_accumulation_steps"))
-        self.workers = int(cfg_get(cfg, "adfe.decode_threads"))
+        self.workers = decode_workers(cfg)
         self.loader = torch.utils.data.DataLoader(
             SampleDataset(self.builder),
             batch_sampler=MicroBatchSampler(self.builder, self.rank, self.world, 0, self.T),

@@ -59,10 +59,13 @@ std::string yaml_quote(const std::string& s) {
   return q + "\"";
 }
 
-// Every engine owns a section of its name with a boolean `enable`.
-#define LF_ENGINE_CHECK(s, display)                                               \
-  static_assert(std::is_same_v<decltype(Config::s##_section::enable), bool>,      \
-                "engine " display " needs a section '" #s "' with a BOOL enable key");
+// Every engine owns a section of its name with an `enable` key: a BOOL, or a
+// CHOICE of auto|true|false that the engine resolves for the run's device
+// (adfe.enable: adfe::resolve).
+#define LF_ENGINE_CHECK(s, display)                                                       \
+  static_assert(std::is_same_v<decltype(Config::s##_section::enable), bool> ||            \
+                    std::is_same_v<decltype(Config::s##_section::enable), std::string>,   \
+                "engine " display " needs a section '" #s "' with an enable key (BOOL, or CHOICE auto|true|false)");
 LF_ENGINES(LF_ENGINE_CHECK)
 #undef LF_ENGINE_CHECK
 

@@ -457,6 +457,15 @@ int64_t video_key(size_t episode, int camera) {
 }
 }  // namespace
 
+std::string resolve_video_decode(const std::string& mode, const Dataset& dataset) {
+  if (mode == "whole" || mode == "span") return mode;
+  if (mode != "auto") throw DataError("data.video_decode is '" + mode + "'; expected auto, whole or span");
+  for (const auto& ep : dataset.episodes())
+    for (const auto& v : ep.videos)
+      if (v.frame_count >= kFileKey) return "whole";
+  return "span";
+}
+
 int64_t BatchBuilder::Entry::bytes() const {
   if (frames.defined()) return static_cast<int64_t>(frames.nbytes());
   return file ? static_cast<int64_t>(file->bytes.size()) : 0;

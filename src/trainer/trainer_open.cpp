@@ -150,7 +150,7 @@ void Trainer::Impl::open_data() {
   so.open_episodes = cfg_.data.open_episodes;
   so.shuffle_buffer = cfg_.data.shuffle_buffer;
   so.frame_cache_mb = cfg_.data.frame_cache_mb;
-  so.video_decode = cfg_.data.video_decode;
+  cfg_.data.video_decode = so.video_decode = data::resolve_video_decode(cfg_.data.video_decode, *dataset_);
   if (so.sampler == "episode" && !so.shuffle)
     throw ConfigError("data.sampler=episode orders a shuffled epoch, but data.shuffle is false (unshuffled, the "
                       "order is already episode by episode): set data.shuffle=true or data.sampler=uniform");
@@ -379,6 +379,8 @@ void Trainer::Impl::open() {
   // early) is kept for the first step boundary instead of killing the process.
   install_stop_signals();
   mla::install(cfg_, device_);  // the memory seam, before the first CUDA allocation
+  if (const std::string chose = adfe::resolve(cfg_, device_); !chose.empty() && leader_)
+    LF_LOG(logger("trainer"), info) << chose;
   engines_ = engine_records(cfg_);
   world_ = comm::connect_for_training(world_info_, device_);  // nullptr at one rank
   open_control();

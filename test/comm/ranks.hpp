@@ -10,6 +10,8 @@
 #include <cstdlib>     // setenv
 #include <exception>   // std::exception_ptr
 #include <functional>  // std::function
+#include <random>      // std::mt19937, std::random_device
+#include <stdexcept>   // std::runtime_error
 #include <thread>      // std::thread
 #include <vector>      // std::vector
 
@@ -30,17 +32,26 @@ namespace loongforge::comm::test {
 // (TORCH_FR_BUFFER_SIZE=0, read when the recorder is first used) before main.
 inline const bool kFlightRecorderOff = [] { return ::setenv("TORCH_FR_BUFFER_SIZE", "0", 1) == 0; }();
 
-// A TCP port nobody listens on now (the kernel's choice for port 0).
+// A TCP port nobody listens on now and no connection holds: a port below the
+// kernel's ephemeral range (32768 up by default) that binds without
+// SO_REUSEADDR. The kernel's choice for port 0 is an ephemeral port, which a
+// closed client connection of an earlier test (in TIME_WAIT) may hold still,
+// and the TCPStore's listen on it then failed with EADDRINUSE (the GPU
+// machine, 2026-12-05).
 inline int64_t free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
+  static std::mt19937 pick(std::random_device{}());
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const uint16_t port = static_cast<uint16_t>(20000 + pick() % 12000);  // [20000, 32000)
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(port);
+    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(fd);
+    if (free) return port;
+  }
+  throw std::runtime_error("no free loopback port in [20000, 32000) after 1000 tries");
 }
 
 // Runs `body(world)` for ranks 0 and 1 on two threads; rethrows a rank's

@@ -413,14 +413,16 @@ TEST_CASE("config: paths are not checked when require_paths is off (--print-conf
 // ---------------------------------------------------------------------------
 // Engines not in this build, and removed keys
 
-TEST_CASE("config: the four engines default to off and none is built unless the binary says so") {
+TEST_CASE("config: GCTS, MLA and DMF default to off, ADFE to auto (on for CUDA runs), and none is built unless the "
+          "binary says so") {
   ValidationContext ctx;
   ctx.require_paths = false;
   REQUIRE(ctx.built_engines.empty());
   const Config cfg = default_config({}, ctx);
   REQUIRE_FALSE(cfg.gcts.enable);
   REQUIRE_FALSE(cfg.mla.enable);
-  REQUIRE_FALSE(cfg.adfe.enable);
+  REQUIRE(cfg.adfe.enable == "auto");
+  REQUIRE(cfg.adfe.decode_threads == 0);  // the process's CPUs less two, when ADFE runs
   REQUIRE_FALSE(cfg.dmf.enable);
   std::vector<std::string> engines;
   for (const auto& s : sections())
@@ -437,7 +439,7 @@ TEST_CASE("config: an engine key set in YAML for an engine not in this build nam
 TEST_CASE("config: an engine key set by --set for an engine not in this build names --set") {
   REQUIRE_THAT(error_of("", {"adfe.decode_threads=8"}),
                Contains("invalid configuration:\n  --set: adfe.decode_threads: the ADFE engine is not in this build "
-                        "yet; remove the key (its default, 2, is what this binary does)\n"));
+                        "yet; remove the key (its default, 0, is what this binary does)\n"));
 }
 
 TEST_CASE("config: the old n16.yaml with all four engines enabled is rejected, one line per engine") {
@@ -462,7 +464,7 @@ TEST_CASE("config: an engine's keys load when the binary reports the engine as b
 }
 
 TEST_CASE("config: an unbuilt engine's key written with its default value is accepted, as print-config writes it") {
-  REQUIRE(error_of("mla:\n  enable: false\n  global_pool_gb: 0.0\nadfe:\n  decode_threads: 2\n") == "");
+  REQUIRE(error_of("mla:\n  enable: false\n  global_pool_gb: 0.0\nadfe:\n  decode_threads: 0\n") == "");
 }
 
 TEST_CASE("config: an unknown engine reported as built is named") {

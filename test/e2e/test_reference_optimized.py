@@ -16,13 +16,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = os.environ.get("LOONGFORGE_TEST_DATASET", str(REPO / "build/test-data/robot_sim.PickNPlace.lf"))
+TRAIN = os.environ.get("LOONGFORGE_TRAIN", str(REPO / "build/src/daemon/loongforge-train"))  # ctest: the build's own
 STEPS = 6
 
 
 def reference_run(tmp_path: Path, model: Path, mode: str):
     out = tmp_path / mode
     cmd = [sys.executable, str(REPO / "scripts/reference/train_torch.py"), "--config", str(REPO / "configs/n16-tiny.yaml"),
-           "--mode", mode, "--out", str(out)]
+           "--mode", mode, "--out", str(out), "--loongforge-train", TRAIN]
     for kv in (f"model.path={model}", f"data.path={DATA}", "run.device=cuda", "precision.mode=bf16",
                "trainer.micro_batch_size=4", "trainer.gradient_accumulation_steps=2", f"trainer.max_steps={STEPS}",
                "logging.interval_steps=1"):

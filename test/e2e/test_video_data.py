@@ -67,10 +67,11 @@ def video(root, ep):
 
 
 def flip_4k_in_keyframe(path):
-    """XOR 4 KiB inside the largest packet (a keyframe's slice data), keeping NAL lengths intact."""
-    out = subprocess.run(["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries", "packet=size,pos",
+    """XOR 4 KiB inside the video's first keyframe (its slice data), keeping NAL lengths intact: the frames
+    step 1 needs lie in that keyframe's span, so span decoding (the default) meets it as whole decoding does."""
+    out = subprocess.run(["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries", "packet=size,pos,flags",
                           "-of", "csv=p=0", str(path)], check=True, capture_output=True, text=True).stdout
-    size, pos = max(tuple(int(x) for x in line.split(",")[:2]) for line in out.split())
+    size, pos = next((int(f[0]), int(f[1])) for f in (line.split(",") for line in out.split()) if "K" in f[2])
     data = bytearray(path.read_bytes())
     at = pos + size // 4
     for i in range(at, at + 4096):

@@ -87,6 +87,11 @@ constexpr uint64_t kEpisodeOrderSalt = 0x6570697365646573ull;  // "episodes"
 std::vector<int64_t> episode_order(const std::vector<int64_t>& lengths, uint64_t seed, int64_t epoch, int64_t open,
                                    int64_t buffer);
 
+// data.video_decode for `dataset`: "whole" or "span" as given; "auto" -> "span",
+// or "whole" when a video has more frames than span decoding addresses (2^20 - 1).
+// Throws DataError for any other value.
+std::string resolve_video_decode(const std::string& mode, const Dataset& dataset);
+
 // A frame side of n pixels after the center crop of SampleOptions::image_crop_fraction f:
 // max(1, int(n * f)), n itself when f = 1 (docs/training-semantics.md s3).
 int64_t cropped_size(int64_t n, double f);
@@ -188,7 +193,8 @@ struct SampleOptions {
   int64_t frame_height = 0, frame_width = 0;
   // data.on_bad_video (Note [Bad videos] in batch.cpp): "error" or "skip".
   std::string on_bad_video = "error";
-  // data.video_decode: "whole" (a video per decode) or "span" (a keyframe span per decode).
+  // data.video_decode: "whole" (a video per decode) or "span" (a keyframe span per decode); the
+  // trainer resolves the config's "auto" first (resolve_video_decode).
   std::string video_decode = "whole";
   // The model's processor record (batch_spec.json "processor"; processor.hpp): upstream GR00T
   // N1.7's state/action preparation, embodiment slot (it replaces embodiment_id) and state

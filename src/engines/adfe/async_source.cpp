@@ -1,9 +1,13 @@
 // ADFE, the asynchronous BatchSource: a producer thread, I/O threads, a
 // decode pool, a bounded queue and (CUDA) pinned slots with a copy stream
 // (source.hpp).
+#include <sched.h>  // sched_getaffinity, CPU_COUNT
+
+#include <algorithm>           // std::max
 #include <atomic>              // std::atomic
 #include <condition_variable>  // std::condition_variable
 #include <cstdio>              // std::snprintf
+#include <cstdlib>             // std::getenv, std::atoll
 #include <deque>               // std::deque
 #include <exception>           // std::exception_ptr, std::rethrow_exception
 #include <functional>          // std::function
@@ -412,9 +416,34 @@ std::unique_ptr<BatchSource> make_async_source(const Dataset& dataset, const Sam
   return std::make_unique<AsyncSource>(dataset, options, device, tokens_per_view, async);
 }
 
+int64_t default_decode_threads() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int64_t cpus = ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+  if (cpus <= 0) cpus = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  if (const char* local = std::getenv("LOCAL_WORLD_SIZE")) cpus /= std::max<int64_t>(1, std::atoll(local));
+  return std::max<int64_t>(1, cpus - 2);
+}
+
+bool enabled(const config::Config& cfg) { return cfg.adfe.enable == "true"; }
+
+std::string resolve(config::Config& cfg, c10::Device device) {
+  std::string chose;
+  if (cfg.adfe.enable == "auto") {
+    cfg.adfe.enable = device.is_cuda() ? "true" : "false";
+    chose = std::string("adfe.enable auto: ") + (device.is_cuda() ? "on (a CUDA run)" : "off (a CPU run)");
+  }
+  if (cfg.adfe.decode_threads == 0 && enabled(cfg)) {  // off: left at its default (no off-engine warning)
+    cfg.adfe.decode_threads = default_decode_threads();
+    chose += (chose.empty() ? "" : ", ") + std::string("adfe.decode_threads 0: ") +
+             std::to_string(cfg.adfe.decode_threads) + " (this process's CPUs less two)";
+  }
+  return chose;
+}
+
 std::unique_ptr<BatchSource> make_source(const config::Config& cfg, const Dataset& dataset, const SampleOptions& options,
                                          c10::Device device, int64_t tokens_per_view) {
-  if (!cfg.adfe.enable) {
+  if (!enabled(cfg)) {
     for (const auto& key : config::non_default_keys(cfg, "adfe"))
       LF_LOG(logger("data"), warn) << key << " has no effect: adfe.enable is false (the plain source decodes on the "
                                    << "trainer thread); set adfe.enable=true or remove the key";
@@ -431,7 +460,7 @@ Engine engine(const config::Config& cfg) {
   e.what = "asynchronous data flow engine";
   e.arrives_with = "the ADFE issue";
   e.built = kBuilt;
-  e.enabled = kBuilt && cfg.adfe.enable;
+  e.enabled = kBuilt && enabled(cfg);
   const nlohmann::json settings = {{"prefetch_factor", cfg.adfe.prefetch_factor},
                                    {"decode_threads", cfg.adfe.decode_threads},
                                    {"io_threads", cfg.adfe.io_threads},

@@ -11,7 +11,10 @@
 // What it needs: the dataset and the sample options the plain source takes;
 // on a CUDA device, pinned host memory (prefetch_factor slots of slot_mb).
 // Config: the `adfe` section of keys.def (enable, prefetch_factor,
-// decode_threads, io_threads, slot_mb). With adfe.enable=false make_source()
+// decode_threads, io_threads, slot_mb). resolve() turns enable=auto (the
+// default: true on CUDA runs) and decode_threads=0 (the default: the CPUs this
+// process may use, per local rank, less two) into what the run does, before
+// the engines are recorded. With adfe.enable=false make_source()
 // builds the plain source and warns about each of these keys set to a
 // non-default value (Note [Keys of an engine that is off] in
 // src/config/validate.cpp).
@@ -73,6 +76,20 @@ struct AsyncOptions {
   double slot_mb = 64.0;        // adfe.slot_mb: one pinned slot (CUDA devices)
   int64_t io_threads = 1;       // adfe.io_threads: readahead threads (level 0); 0 = none
 };
+
+// Resolves the section's automatic values in `cfg` for a run on `device`:
+// adfe.enable auto -> "true" on CUDA, "false" on the CPU; adfe.decode_threads
+// 0 -> default_decode_threads(). Returns what it chose, for the log ("" when
+// nothing was automatic).
+std::string resolve(config::Config& cfg, c10::Device device);
+
+// The CPUs this process may run on (sched_getaffinity), divided by
+// LOCAL_WORLD_SIZE when set (torchrun's ranks of a node share them), less two
+// (the trainer thread and the batch-building thread), at least one.
+int64_t default_decode_threads();
+
+// adfe.enable after resolve() ("true"; "auto" counts as off before it).
+bool enabled(const config::Config& cfg);
 
 // The data seam as the config says: ADFE's source when adfe.enable (its
 // options from the adfe section), else data::make_sync_source.
