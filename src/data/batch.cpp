@@ -278,6 +278,27 @@ std::vector<int64_t> sample_rows(const Dataset& ds, const ProcessorRecord& recor
 
 namespace {
 int64_t sum_of(const std::vector<int64_t>& v) { return std::accumulate(v.begin(), v.end(), int64_t{0}); }
+
+// data.image_aspect: squash, crop or pad, the last two for the box resize of a model without an upstream
+// processor record only (an import keeps upstream's transform, as its weights were trained).
+void check_image_aspect(const SampleOptions& o) {
+  if (o.image_aspect != "squash" && o.image_aspect != "crop" && o.image_aspect != "pad")
+    throw ConfigError("data.image_aspect is '" + o.image_aspect + "'; expected squash, crop or pad");
+  if (o.image_aspect == "squash") return;
+  if (o.processor.upstream())  // upstream's transform decides the aspect
+    throw ConfigError("data.image_aspect=" + o.image_aspect + ": the model " + o.model_path +
+                      " was imported from an upstream GR00T " + o.processor.upstream_name() +
+                      " checkpoint (batch_spec.json processor) and keeps upstream's image preprocessing "
+                      "(image_resample " + o.image_resample +
+                      (o.image_letterbox ? ", image_letterbox: a frame that is not square is padded"
+                                         : ": a frame that is not square is squashed") +
+                      "), as its weights were trained; remove data.image_aspect (or set it to squash)");
+  if (o.image_resample != "box")
+    throw ConfigError("data.image_aspect=" + o.image_aspect + " applies to the box resize of n16 exports, but "
+                      "the model " + o.model_path + " resizes by image_resample " + o.image_resample +
+                      " (an upstream transform, fixed at export or import; its config.json image_letterbox pads "
+                      "instead); remove data.image_aspect (or set it to squash)");
+}
 }  // namespace
 
 BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
@@ -358,21 +379,7 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
       opt_.image_resample != "cv2_area")
     throw DataError("model.path " + opt_.model_path + ": config.json image_resample='" + opt_.image_resample +
                     "' is none of box, bicubic_aa, bilinear_aa, cv2_area; re-export the model");
-  if (opt_.image_aspect != "squash" && opt_.image_aspect != "crop" && opt_.image_aspect != "pad")
-    throw ConfigError("data.image_aspect is '" + opt_.image_aspect + "'; expected squash, crop or pad");
-  if (opt_.image_aspect != "squash" && opt_.processor.upstream())  // upstream's transform decides the aspect
-    throw ConfigError("data.image_aspect=" + opt_.image_aspect + ": the model " + opt_.model_path +
-                      " was imported from an upstream GR00T " + opt_.processor.upstream_name() +
-                      " checkpoint (batch_spec.json processor) and keeps upstream's image preprocessing "
-                      "(image_resample " + opt_.image_resample +
-                      (opt_.image_letterbox ? ", image_letterbox: a frame that is not square is padded"
-                                            : ": a frame that is not square is squashed") +
-                      "), as its weights were trained; remove data.image_aspect (or set it to squash)");
-  if (opt_.image_aspect != "squash" && opt_.image_resample != "box")
-    throw ConfigError("data.image_aspect=" + opt_.image_aspect + " applies to the box resize of n16 exports, but "
-                      "the model " + opt_.model_path + " resizes by image_resample " + opt_.image_resample +
-                      " (an upstream transform, fixed at export or import; its config.json image_letterbox pads "
-                      "instead); remove data.image_aspect (or set it to squash)");
+  check_image_aspect(opt_);
   if (opt_.image_target_size < 0 ||
       (opt_.image_resample == "box" && opt_.image_target_size != 0 && opt_.image_target_size != opt_.image_size))
     throw DataError("model.path " + opt_.model_path + ": config.json image_target_size=" +
