@@ -12,8 +12,12 @@
 //    by the column count, as ATen's CPU kernel divides;
 //  - the normalisation in float, in that order, with IEEE division (nvcc's
 //    default -prec-div=true; the kernel must not be built with fast math).
-// test/data/test_frames.cpp checks the first two against ATen for several
-// sizes; test/data/test_frame_convert_gpu.cpp checks the kernel against it.
+// padded_resized_pixel() is the same for a frame first padded with zeros to a
+// square (data.image_aspect pad: the CPU path's constant_pad_nd before the
+// pool): the square's windows and counts, the pad's zeros left out of the sum
+// (adding them changes no bit of an exact sum), so the pad is never stored.
+// test/data/test_frames.cpp checks both against ATen for several sizes;
+// test/data/test_frame_convert_gpu.cpp checks the kernel against them.
 #pragma once
 
 #include <cstdint>  // uint8_t, int64_t
@@ -37,6 +41,23 @@ LF_HOST_DEVICE inline float resized_pixel(const uint8_t* frame, int64_t h, int64
   float sum = 0.0f;
   for (int64_t y = y0; y < y1; ++y)
     for (int64_t x = x0; x < x1; ++x) sum += static_cast<float>(frame[(y * w + x) * 3 + c]);
+  const float mean = sum / static_cast<float>(y1 - y0) / static_cast<float>(x1 - x0);
+  return ((mean / 255.0f) - 0.5f) / 0.5f;
+}
+
+// The same pixel of the (h, w, 3) frame centered on a black q x q square, q = max(h, w): (q - h) / 2
+// rows above it and (q - w) / 2 columns left of it (as image_letterbox places them), the rest below
+// and right. Windows over the square; only the frame's pixels inside a window are read.
+LF_HOST_DEVICE inline float padded_resized_pixel(const uint8_t* frame, int64_t h, int64_t w, int64_t S, int64_t oy,
+                                                 int64_t ox, int c) {
+  const int64_t q = h > w ? h : w, top = (q - h) / 2, left = (q - w) / 2;
+  const int64_t y0 = window_begin(oy, q, S), y1 = window_end(oy, q, S);
+  const int64_t x0 = window_begin(ox, q, S), x1 = window_end(ox, q, S);
+  const int64_t fy0 = y0 > top ? y0 : top, fy1 = y1 < top + h ? y1 : top + h;     // the frame's rows in it
+  const int64_t fx0 = x0 > left ? x0 : left, fx1 = x1 < left + w ? x1 : left + w;  // and columns
+  float sum = 0.0f;
+  for (int64_t y = fy0; y < fy1; ++y)
+    for (int64_t x = fx0; x < fx1; ++x) sum += static_cast<float>(frame[((y - top) * w + (x - left)) * 3 + c]);
   const float mean = sum / static_cast<float>(y1 - y0) / static_cast<float>(x1 - x0);
   return ((mean / 255.0f) - 0.5f) / 0.5f;
 }

@@ -678,6 +678,23 @@ def center_crop(frame: np.ndarray, fraction: float) -> np.ndarray:
     return frame[top:top + ch, left:left + cw]
 
 
+def aspect_step(frame: np.ndarray, aspect: str) -> np.ndarray:
+    """data.image_aspect on a (h, w, 3) uint8 frame, after its center_crop (training-semantics s3):
+    squash keeps it; crop keeps its center square, side = min(h, w), top (h - side) // 2, left
+    (w - side) // 2; pad centers it on a black q x q square, q = max(h, w), (q - w) // 2 columns on the
+    left and (q - h) // 2 rows on top, the rest right and below (as letterbox() places them)."""
+    h, w = frame.shape[:2]
+    if aspect == "squash" or h == w:
+        return frame
+    if aspect == "crop":
+        side = min(h, w)
+        top, left = (h - side) // 2, (w - side) // 2
+        return frame[top:top + side, left:left + side]
+    q = max(h, w)
+    left, top = (q - w) // 2, (q - h) // 2
+    return np.pad(frame, ((top, q - h - top), (left, q - w - left), (0, 0)))
+
+
 def letterbox(x: Tensor) -> Tensor:
     """(..., h, w) -> (..., q, q), q = max(h, w): zeros around x, (q - w) // 2 columns on the left and
     (q - h) // 2 rows on top, the rest right and below (image_letterbox)."""
@@ -812,10 +829,12 @@ def bilinear_aa_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction:
     return antialiased_to_model(frames_rgb, "bilinear", T, crop_fraction, T, size, letterboxed, offset)
 
 
-def image_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: float = 1.0) -> Tensor:
+def image_to_model(frames_rgb: List[np.ndarray], size: int, crop_fraction: float = 1.0,
+                   aspect: str = "squash") -> Tensor:
     """V RGB frames (h, w, 3) uint8 -> (V, 3, S, S) float32: center_crop(crop_fraction), then
-    adaptive_avg_pool2d of the 0..255 values, then ((v / 255) - 0.5) / 0.5."""
-    frames_rgb = [center_crop(f, crop_fraction) for f in frames_rgb]
+    aspect_step(aspect) (data.image_aspect), then adaptive_avg_pool2d of the 0..255 values, then
+    ((v / 255) - 0.5) / 0.5."""
+    frames_rgb = [aspect_step(center_crop(f, crop_fraction), aspect) for f in frames_rgb]
     shapes = {f.shape for f in frames_rgb}
     if len(shapes) == 1:
         x = torch.from_numpy(np.stack(frames_rgb).transpose(0, 3, 1, 2).astype(np.float32))  # (V, 3, h, w)
@@ -995,6 +1014,8 @@ class SampleBuilder:
         self.state_min, self.state_max = self._stats(self.state_col, keys)
         self.action_min, self.action_max = self._stats(self.action_col, keys)
         self._use_processor(processor or {}, mode, model_cfg)
+        self.aspect = str(_get_or(data_cfg, "data.image_aspect", "squash"))
+        self._check_aspect()
         # the sample space (section 1): every row, or with an N1.6 record counting V action rows the rows
         # whose whole chunk lies inside the episode (Isaac-GR00T's ShardedSingleStepDataset samples only those)
         v = self.valid_horizon if self.form == "gr00t_n16" else 0
@@ -1063,6 +1084,19 @@ class SampleBuilder:
                              "checkpoint's relative-action statistics (upstream refuses it too); lower it")
         index = np.asarray(ac["state_index"], dtype=np.int64)
         self.state_index = index if (index >= 0).any() else None
+
+    def _check_aspect(self) -> None:
+        """data.image_aspect: squash, crop or pad, the last two for the box resize of a model without an
+        upstream processor record only (an import keeps upstream's transform; loongforge-train refuses the same)."""
+        if self.aspect not in ("squash", "crop", "pad"):
+            raise ValueError(f"data.image_aspect={self.aspect!r}: use squash, crop or pad")
+        if self.aspect != "squash" and self.n17:
+            raise ValueError(f"data.image_aspect={self.aspect}: the model was imported from an upstream GR00T "
+                             f"checkpoint (batch_spec.json processor {self.form}) and keeps upstream's image "
+                             f"preprocessing (image_resample {self.resample}); remove data.image_aspect")
+        if self.aspect != "squash" and self.resample != "box":
+            raise ValueError(f"data.image_aspect={self.aspect} applies to the box resize of n16 exports, but the "
+                             f"model resizes by image_resample {self.resample}; remove data.image_aspect")
 
     def _numeric_column(self, group: str, default: str, max_dim: int) -> Tuple[str, int]:
         groups = self.ds.meta.get("modality", {}).get(group, {})
@@ -1196,7 +1230,7 @@ class SampleBuilder:
         if self.resample == "bilinear_aa":
             return bilinear_aa_to_model(frames, self.S, self.crop, self.target_size, self.letterbox,
                                         crop_positions)                                        # (V, 3, S, S)
-        return image_to_model(frames, self.S, self.crop)  # (V, 3, S, S)
+        return image_to_model(frames, self.S, self.crop, self.aspect)  # (V, 3, S, S)
 
     # -- batches
     def sample_draws(self, p: int) -> Tuple[Tensor, Tensor]:

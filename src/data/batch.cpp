@@ -170,6 +170,18 @@ int64_t cropped_size(int64_t n, double f) {
   return f < 1.0 ? std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(n) * f)) : n;
 }
 
+FrameWindow box_window(int64_t h, int64_t w, double f, const std::string& image_aspect) {
+  FrameWindow win;
+  win.height = cropped_size(h, f), win.width = cropped_size(w, f);
+  win.top = (h - win.height) / 2, win.left = (w - win.width) / 2;
+  if (image_aspect == "crop" && win.height != win.width) {
+    const int64_t side = std::min(win.height, win.width);
+    win.top += (win.height - side) / 2, win.left += (win.width - side) / 2;
+    win.height = win.width = side;
+  }
+  return win;
+}
+
 std::pair<int64_t, int64_t> common_cropped_size(const Dataset& ds, double f, std::string* why) {
   int64_t h = 0, w = 0;
   std::string first;
@@ -266,6 +278,27 @@ std::vector<int64_t> sample_rows(const Dataset& ds, const ProcessorRecord& recor
 
 namespace {
 int64_t sum_of(const std::vector<int64_t>& v) { return std::accumulate(v.begin(), v.end(), int64_t{0}); }
+
+// data.image_aspect: squash, crop or pad, the last two for the box resize of a model without an upstream
+// processor record only (an import keeps upstream's transform, as its weights were trained).
+void check_image_aspect(const SampleOptions& o) {
+  if (o.image_aspect != "squash" && o.image_aspect != "crop" && o.image_aspect != "pad")
+    throw ConfigError("data.image_aspect is '" + o.image_aspect + "'; expected squash, crop or pad");
+  if (o.image_aspect == "squash") return;
+  if (o.processor.upstream())  // upstream's transform decides the aspect
+    throw ConfigError("data.image_aspect=" + o.image_aspect + ": the model " + o.model_path +
+                      " was imported from an upstream GR00T " + o.processor.upstream_name() +
+                      " checkpoint (batch_spec.json processor) and keeps upstream's image preprocessing "
+                      "(image_resample " + o.image_resample +
+                      (o.image_letterbox ? ", image_letterbox: a frame that is not square is padded"
+                                         : ": a frame that is not square is squashed") +
+                      "), as its weights were trained; remove data.image_aspect (or set it to squash)");
+  if (o.image_resample != "box")
+    throw ConfigError("data.image_aspect=" + o.image_aspect + " applies to the box resize of n16 exports, but "
+                      "the model " + o.model_path + " resizes by image_resample " + o.image_resample +
+                      " (an upstream transform, fixed at export or import; its config.json image_letterbox pads "
+                      "instead); remove data.image_aspect (or set it to squash)");
+}
 }  // namespace
 
 BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
@@ -346,6 +379,7 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
       opt_.image_resample != "cv2_area")
     throw DataError("model.path " + opt_.model_path + ": config.json image_resample='" + opt_.image_resample +
                     "' is none of box, bicubic_aa, bilinear_aa, cv2_area; re-export the model");
+  check_image_aspect(opt_);
   if (opt_.image_target_size < 0 ||
       (opt_.image_resample == "box" && opt_.image_target_size != 0 && opt_.image_target_size != opt_.image_size))
     throw DataError("model.path " + opt_.model_path + ": config.json image_target_size=" +
@@ -517,8 +551,11 @@ BatchBuilder::Entry BatchBuilder::decode(int64_t key, const VideoFile* file) con
     // With frames_on_device the cropped uint8 frames are kept instead (the device resizes them).
     const int64_t S = opt_.image_size, h = cam.height, w = cam.width, frame_bytes = h * w * 3;
     const bool upstream = opt_.image_resample != "box";  // the upstream transforms crop after their first resize
-    const int64_t ch = upstream ? h : cropped_size(h, opt_.image_crop_fraction);
-    const int64_t cw = upstream ? w : cropped_size(w, opt_.image_crop_fraction);
+    // box: the crop of image_crop_fraction, then image_aspect's center square (box_window)
+    const FrameWindow win = upstream ? FrameWindow{0, 0, h, w}
+                                     : box_window(h, w, opt_.image_crop_fraction, opt_.image_aspect);
+    const int64_t ch = win.height, cw = win.width;
+    const bool pad = opt_.image_aspect == "pad";  // box only (the constructor refuses it elsewhere)
     const int64_t chunk = std::clamp<int64_t>(kStagingBytes / std::max<int64_t>(frame_bytes, 1), 1, 64);
     const int64_t T = opt_.image_target_size > 0 ? opt_.image_target_size : S;
     at::Tensor out = opt_.frames_on_device    ? at::empty({end - first, ch, cw, 3}, at::kByte)
@@ -528,7 +565,7 @@ BatchBuilder::Entry BatchBuilder::decode(int64_t key, const VideoFile* file) con
     int64_t done = 0, staged = 0;  // rows [done, done + staged) of `out` are in `staging`
     auto flush_staged = [&] {  // the staged frames, cropped, in the cache's form
       if (staged == 0) return;
-      const at::Tensor u8 = staging.narrow(0, 0, staged).narrow(1, (h - ch) / 2, ch).narrow(2, (w - cw) / 2, cw);
+      const at::Tensor u8 = staging.narrow(0, 0, staged).narrow(1, win.top, ch).narrow(2, win.left, cw);
       out.narrow(0, done, staged)
           .copy_(opt_.frames_on_device ? u8  // (n, ch, cw, 3)
                  : opt_.image_resample == "bicubic_aa"
@@ -543,7 +580,7 @@ BatchBuilder::Entry BatchBuilder::decode(int64_t key, const VideoFile* file) con
                  : opt_.image_resample == "cv2_area"
                      ? resize_frames_cv2_area(u8, opt_.image_target_size, opt_.image_crop_fraction, S,
                                               opt_.image_letterbox)
-                     : resize_frames(u8, S));  // (n, 3, S, S)
+                     : resize_frames(u8, S, pad));  // (n, 3, S, S)
       done += staged;
       staged = 0;
     };
@@ -873,8 +910,9 @@ void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb,
 
 std::vector<TensorSpec> micro_batch_spec(const SampleOptions& o) {
   const int64_t B = o.micro_batch_size, H = o.action_horizon, A = o.max_action_dim, L = o.max_text_len;
+  const FrameWindow win = box_window(o.frame_height, o.frame_width, 1.0, o.image_aspect);  // crop: its square
   const TensorSpec images = o.frames_on_device
-                                ? TensorSpec{"images", {B, o.num_views, o.frame_height, o.frame_width, 3}, at::kByte}
+                                ? TensorSpec{"images", {B, o.num_views, win.height, win.width, 3}, at::kByte}
                                 : TensorSpec{"images", {B, o.num_views, 3, o.image_size, o.image_size}, at::kFloat};
   return {images,                                                                   // (B, V, 3, S, S) or (B, V, h, w, 3)
           {"state", {B, o.max_state_dim}, at::kFloat},                              // (B, D)

@@ -18,7 +18,7 @@
 
 namespace loongforge::data {
 
-at::Tensor resize_frames(const at::Tensor& u8, int64_t S) {
+at::Tensor resize_frames(const at::Tensor& u8, int64_t S, bool pad_square) {
   if (u8.scalar_type() != at::kByte || u8.dim() < 3 || u8.size(-1) != 3)
     throw DataError("resize_frames: expected uint8 frames (..., h, w, 3), got " + std::string(u8.toString()) +
                     " of " + std::to_string(u8.dim()) + " dimensions");
@@ -32,8 +32,11 @@ at::Tensor resize_frames(const at::Tensor& u8, int64_t S) {
 #if LOONGFORGE_WITH_CUDA_KERNELS
     const at::Tensor src = u8.contiguous();
     at::Tensor out = at::empty(out_shape, u8.options().dtype(at::kFloat));
-    const cudaError_t rc = cuda::frames_resize_to_chw_launch(src.data_ptr<uint8_t>(), out.data_ptr<float>(), n, h, w,
-                                                            S, c10::cuda::getCurrentCUDAStream(u8.device().index()));
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(u8.device().index());
+    const cudaError_t rc =
+        pad_square && h != w
+            ? cuda::frames_pad_resize_to_chw_launch(src.data_ptr<uint8_t>(), out.data_ptr<float>(), n, h, w, S, stream)
+            : cuda::frames_resize_to_chw_launch(src.data_ptr<uint8_t>(), out.data_ptr<float>(), n, h, w, S, stream);
     if (rc != cudaSuccess)
       throw DataError(std::string("resizing frames on the device failed: ") + cudaGetErrorString(rc));
     return out;
@@ -41,8 +44,12 @@ at::Tensor resize_frames(const at::Tensor& u8, int64_t S) {
     throw DataError("resize_frames: frames on a CUDA device, but this build has no LoongForge CUDA kernels");
 #endif
   }
-  const at::Tensor f = u8.reshape({n, h, w, 3}).permute({0, 3, 1, 2}).to(at::kFloat).contiguous();  // (n, 3, h, w)
-  const at::Tensor pooled = at::adaptive_avg_pool2d(f, {S, S});                                   // (n, 3, S, S)
+  at::Tensor f = u8.reshape({n, h, w, 3}).permute({0, 3, 1, 2}).to(at::kFloat).contiguous();  // (n, 3, h, w)
+  if (pad_square && h != w) {  // (n, 3, q, q): black rows or columns around it (data.image_aspect pad)
+    const int64_t q = std::max(h, w), left = (q - w) / 2, top = (q - h) / 2;
+    f = at::constant_pad_nd(f, {left, q - w - left, top, q - h - top}, 0).contiguous();
+  }
+  const at::Tensor pooled = at::adaptive_avg_pool2d(f, {S, S});  // (n, 3, S, S)
   return (((pooled / 255.0) - 0.5) / 0.5).reshape(out_shape);
 }
 
@@ -182,8 +189,8 @@ std::vector<std::pair<double, double>> crop_positions(uint64_t seed, uint64_t p,
   return out;
 }
 
-at::Tensor model_images(const at::Tensor& u8, int64_t S, const std::vector<int64_t>& blank) {
-  at::Tensor out = resize_frames(u8, S);
+at::Tensor model_images(const at::Tensor& u8, int64_t S, const std::vector<int64_t>& blank, bool pad_square) {
+  at::Tensor out = resize_frames(u8, S, pad_square);
   for (const int64_t slot : blank) out[slot].zero_();
   return out;
 }

@@ -17,7 +17,8 @@ class SyncSource final : public BatchSource {
         device_(device),
         image_tokens_per_sample_(options.num_views * tokens_per_view + 1),  // + the state token
         batch_size_(options.micro_batch_size),
-        image_size_(options.image_size) {}
+        image_size_(options.image_size),
+        pad_square_(options.image_aspect == "pad") {}
 
   ReadyBatch next(int64_t step, int64_t micro, PhaseRecorder& phases) override {
     ReadyBatch r;
@@ -36,7 +37,7 @@ class SyncSource final : public BatchSource {
       r.tensors.emplace(key, device_.is_cuda() ? t.pin_memory().to(device_, /*non_blocking=*/true) : t);
       if (device_.is_cuda()) h2d_bytes_ += static_cast<int64_t>(t.nbytes());
     }
-    finish_images(r.tensors, image_size_, mb.blank_slots);
+    finish_images(r.tensors, image_size_, mb.blank_slots, pad_square_);
     return r;
   }
   const Sampler& sampler() const override { return builder_.sampler(); }
@@ -51,14 +52,15 @@ class SyncSource final : public BatchSource {
   std::atomic<int64_t> h2d_bytes_{0};  // next()'s thread adds, stats() reads from any
   c10::Device device_;
   int64_t image_tokens_per_sample_, batch_size_, image_size_;
+  bool pad_square_;  // data.image_aspect pad: the device resize pads each frame to a square
 };
 
 }  // namespace
 
-void finish_images(Batch& tensors, int64_t image_size, const std::vector<int64_t>& blank_slots) {
+void finish_images(Batch& tensors, int64_t image_size, const std::vector<int64_t>& blank_slots, bool pad_square) {
   const auto it = tensors.find("images");
   if (it != tensors.end() && it->second.scalar_type() == at::kByte)
-    it->second = model_images(it->second, image_size, blank_slots);
+    it->second = model_images(it->second, image_size, blank_slots, pad_square);
 }
 
 std::unique_ptr<BatchSource> make_sync_source(const Dataset& dataset, const SampleOptions& options,

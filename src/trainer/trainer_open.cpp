@@ -151,6 +151,7 @@ void Trainer::Impl::open_data() {
   so.shuffle_buffer = cfg_.data.shuffle_buffer;
   so.frame_cache_mb = cfg_.data.frame_cache_mb;
   cfg_.data.video_decode = so.video_decode = data::resolve_video_decode(cfg_.data.video_decode, *dataset_);
+  so.image_aspect = cfg_.data.image_aspect;  // checked against the model by BatchBuilder
   if (so.sampler == "episode" && !so.shuffle)
     throw ConfigError("data.sampler=episode orders a shuffled epoch, but data.shuffle is false (unshuffled, the "
                       "order is already episode by episode): set data.shuffle=true or data.sampler=uniform");
@@ -210,7 +211,7 @@ void Trainer::Impl::open_data() {
   const int64_t side = so.image_size / mc.at("patch_size").get<int64_t>();
   const int64_t shuffle = mc.at("pixel_shuffle").get<int64_t>();
   tokens_per_view_ = side * side / (shuffle * shuffle);
-  // What the model's resize does with each camera's aspect (kept, squashed, padded), counted: said once per run.
+  // What the model's resize does with each camera's aspect (kept, squashed, cropped, padded), counted: said once per run.
   if (leader_) LF_LOG(logger("data"), info) << data::camera_aspect_line(*dataset_, so);
   source_ = adfe::make_source(cfg_, *dataset_, so, device_, tokens_per_view_);  // the data seam
 }

@@ -3,7 +3,13 @@
 // equals ATen's adaptive_avg_pool2d and the normalisation bit for bit, and a
 // micro-batch built with frames_on_device (cropped uint8 frames in the cache
 // and the batch) and resized by resize_frames equals the CPU-resize batch bit
-// for bit, crop included. The device kernel itself is held to the same
+// for bit, crop included. Padded to a square first (data.image_aspect pad),
+// the kernel's arithmetic, which reads the pad as zeros without storing it,
+// equals ATen's zero pad and box resize bit for bit too; box_window keeps the
+// crop's center square (data.image_aspect crop), after image_crop_fraction's
+// crop; and crop or pad are refused, naming the key, the model and why, for
+// a model that keeps upstream's preprocessing (a processor record, or an
+// image_resample other than box). The device kernel itself is held to the same
 // arithmetic by test_frame_convert_gpu. The bicubic_aa path (GR00T N1.7)
 // normalises every uint8 value as upstream's Qwen3-VL processor does,
 // (v - 127.5) / 127.5 in float (test/reference/test_n17_pixel_values.py holds
@@ -14,6 +20,7 @@
 
 #include "catch_compat.hpp"
 #include "frame_math.hpp"
+#include "loongforge/common/error.hpp"
 #include "loongforge/data/batch.hpp"
 #include "loongforge/data/dataset.hpp"
 #include "loongforge/data/frames.hpp"
@@ -36,6 +43,20 @@ at::Tensor host_arithmetic(const at::Tensor& u8, int64_t S) {
       for (int64_t y = 0; y < S; ++y)
         for (int64_t x = 0; x < S; ++x)
           *o++ = loongforge::cuda::resized_pixel(src.data_ptr<uint8_t>() + i * h * w * 3, h, w, S, y, x, c);
+  return out;
+}
+
+// The same with each frame centered on a black square first (frame_math.hpp padded_resized_pixel).
+at::Tensor host_padded_arithmetic(const at::Tensor& u8, int64_t S) {
+  const int64_t n = u8.size(0), h = u8.size(1), w = u8.size(2);
+  const at::Tensor src = u8.contiguous();
+  at::Tensor out = at::empty({n, 3, S, S}, at::kFloat);
+  float* o = out.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i)
+    for (int c = 0; c < 3; ++c)
+      for (int64_t y = 0; y < S; ++y)
+        for (int64_t x = 0; x < S; ++x)
+          *o++ = loongforge::cuda::padded_resized_pixel(src.data_ptr<uint8_t>() + i * h * w * 3, h, w, S, y, x, c);
   return out;
 }
 
@@ -64,6 +85,49 @@ TEST_CASE("frames: the device kernel's arithmetic equals ATen's box resize and n
     INFO(z.h << "x" << z.w << " -> " << z.S);
     REQUIRE(at::equal(host_arithmetic(u8, z.S), resize_frames(u8, z.S)));
   }
+}
+
+TEST_CASE("frames: padded to a square, the device kernel's arithmetic equals ATen's zero pad and box resize bit "
+          "for bit") {
+  struct Size {
+    int64_t h, w, S;
+  };
+  for (const Size& z : {Size{240, 320, 64}, Size{320, 240, 64}, Size{31, 44, 16}, Size{100, 77, 64},
+                        Size{37, 53, 224}, Size{480, 640, 96}}) {
+    const at::Tensor u8 = at::randint(1, 256, {2, z.h, z.w, 3}, at::kByte);  // no black pixel of its own
+    INFO(z.h << "x" << z.w << " -> " << z.S);
+    const int64_t q = std::max(z.h, z.w), top = (q - z.h) / 2, left = (q - z.w) / 2;
+    const at::Tensor square = at::constant_pad_nd(u8, {0, 0, left, q - z.w - left, top, q - z.h - top}, 0);
+    const at::Tensor want = resize_frames(square, z.S);  // the zeros stored, then the box resize
+    REQUIRE(at::equal(host_padded_arithmetic(u8, z.S), want));
+    REQUIRE(at::equal(resize_frames(u8, z.S, /*pad_square=*/true), want));
+    REQUIRE_FALSE(at::equal(resize_frames(u8, z.S), want));  // squashed instead
+  }
+  // 31 x 44 to 44 x 44 unresized: 6 black rows on top, the frame, the odd 7 below
+  const at::Tensor u8 = at::randint(1, 256, {1, 31, 44, 3}, at::kByte);
+  const at::Tensor padded = resize_frames(u8, 44, true);
+  REQUIRE(padded.narrow(2, 0, 6).eq(-1.0f).all().item<bool>());
+  REQUIRE(at::equal(padded.narrow(2, 6, 31), ((u8.permute({0, 3, 1, 2}).to(at::kFloat) / 255.0) - 0.5) / 0.5));
+  REQUIRE(padded.narrow(2, 37, 7).eq(-1.0f).all().item<bool>());
+  // a square frame is left as it is
+  const at::Tensor square = at::randint(0, 256, {1, 40, 40, 3}, at::kByte);
+  REQUIRE(at::equal(resize_frames(square, 32, true), resize_frames(square, 32)));
+}
+
+TEST_CASE("frames: box_window keeps image_crop_fraction's center crop, and with image_aspect crop its center "
+          "square") {
+  const auto same = [](FrameWindow a, FrameWindow b) {
+    return a.top == b.top && a.left == b.left && a.height == b.height && a.width == b.width;
+  };
+  REQUIRE(same(box_window(240, 320, 1.0, "squash"), {0, 0, 240, 320}));
+  REQUIRE(same(box_window(240, 320, 1.0, "pad"), {0, 0, 240, 320}));   // pad adds its zeros at the resize
+  REQUIRE(same(box_window(240, 320, 1.0, "crop"), {0, 40, 240, 240}));  // columns 40..279
+  REQUIRE(same(box_window(320, 240, 1.0, "crop"), {40, 0, 240, 240}));  // upright: rows 40..279
+  // 95%: 228 x 304 from row 6, column 8; then its center 228 x 228, 38 columns further in
+  REQUIRE(same(box_window(240, 320, 0.95, "squash"), {6, 8, 228, 304}));
+  REQUIRE(same(box_window(240, 320, 0.95, "crop"), {6, 46, 228, 228}));
+  REQUIRE(same(box_window(33, 50, 1.0, "crop"), {0, 8, 33, 33}));  // (50 - 33) / 2 = 8, the odd column right
+  REQUIRE(same(box_window(256, 256, 1.0, "crop"), {0, 0, 256, 256}));
 }
 
 TEST_CASE(
@@ -159,6 +223,43 @@ TEST_CASE("frames: a random crop window needs cv2_area or bilinear_aa with a cro
   REQUIRE_NOTHROW(BatchBuilder(ds, o));
   o.image_crop_fraction = 1.0;
   REQUIRE_THROWS_WITH(BatchBuilder(ds, o), Contains("(they are cv2_area and 1.0"));
+}
+
+TEST_CASE("frames: data.image_aspect crop or pad is refused, naming the key, the model and why, for a model that "
+          "keeps upstream's preprocessing") {
+  const Dataset ds = Dataset::open(kData);
+  SampleOptions o = options(false, 1.0);
+  o.model_path = "m.pt";
+  o.processor.form = ProcessorForm::gr00t_n17;  // imported from an upstream N1.7 checkpoint
+  o.processor.clip = true;
+  for (const char* aspect : {"crop", "pad"}) {
+    o.image_aspect = aspect;
+    INFO("image_aspect " << aspect);
+    REQUIRE_THROWS_AS(BatchBuilder(ds, o), loongforge::ConfigError);
+    REQUIRE_THROWS_WITH(BatchBuilder(ds, o),
+                        Contains(std::string("data.image_aspect=") + aspect + ": the model m.pt was imported from an "
+                                 "upstream GR00T N1.7 checkpoint (batch_spec.json processor) and keeps upstream's "
+                                 "image preprocessing (image_resample box: a frame that is not square is squashed), "
+                                 "as its weights were trained; remove data.image_aspect"));
+  }
+  o.processor.form = ProcessorForm::gr00t_n16;
+  o.image_resample = "bilinear_aa", o.image_letterbox = true;
+  REQUIRE_THROWS_WITH(BatchBuilder(ds, o), Contains("upstream GR00T N1.6 checkpoint (batch_spec.json processor) and "
+                                                    "keeps upstream's image preprocessing (image_resample "
+                                                    "bilinear_aa, image_letterbox: a frame that is not square is "
+                                                    "padded)"));
+  o.image_aspect = "squash";  // the default is upstream's own
+  REQUIRE_NOTHROW(BatchBuilder(ds, o));
+  // no record, but an upstream transform all the same
+  o.processor = ProcessorRecord{};
+  o.image_resample = "bicubic_aa", o.image_letterbox = false, o.image_aspect = "pad";
+  REQUIRE_THROWS_AS(BatchBuilder(ds, o), loongforge::ConfigError);
+  REQUIRE_THROWS_WITH(BatchBuilder(ds, o), Contains("data.image_aspect=pad applies to the box resize of n16 exports, "
+                                                    "but the model m.pt resizes by image_resample bicubic_aa"));
+  o.image_resample = "box";
+  REQUIRE_NOTHROW(BatchBuilder(ds, o));
+  o.image_aspect = "stretch";
+  REQUIRE_THROWS_WITH(BatchBuilder(ds, o), Contains("data.image_aspect is 'stretch'; expected squash, crop or pad"));
 }
 
 TEST_CASE("frames: with a random crop window each sample is cropped where its drawn position says, the same "

@@ -21,7 +21,9 @@
 #     reader: test_lerobot_reader_oracle.py.)
 #   - a 4:3 camera (320x240, made with ffmpeg from a bundled video) gets the
 #     aspect line at conversion, saying what each resize mode does with it
-#     (lerobot_convert/aspect.py); a square one is "kept by every resize mode".
+#     (squashed, cropped or padded under data.image_aspect for box; what
+#     upstream's transforms do; lerobot_convert/aspect.py); a square one is
+#     "kept by every resize mode".
 #
 # Run: cd /work/main && PYTHONPATH=scripts python -m pytest test/data/test_lerobot_datasets.py -q
 
@@ -243,18 +245,23 @@ def test_a_4_by_3_camera_gets_the_aspect_line_for_every_resize_mode(tmp_path):
     assert rc == 0, err
     line = next(ln for ln in out.splitlines() if ln.startswith(f"camera '{cam}'"))
     assert line == (f"camera '{cam}': 320x240 (width x height), 416 frames in 1 episode(s), aspect 4:3 = 1.333, "
-                    "not square: image_resample box, bicubic_aa and bilinear_aa squash it to the model's square "
-                    "input (width x0.750 relative to height); with image_letterbox (bicubic_aa, bilinear_aa, "
-                    "cv2_area) it is padded to 320x320 first (80 zero rows, 25.0% of the square); cv2_area "
-                    "without image_letterbox refuses it (the run stops)")
+                    "not square: with image_resample box (n16 exports) it is squashed to the model's square input "
+                    "(width x0.750 relative to height) under data.image_aspect squash (the default), cropped to "
+                    "240x240 (80 columns cut, 25.0% of the width) under crop, padded to 320x320 (80 zero rows, "
+                    "25.0% of the square) under pad; upstream's transforms (imports of GR00T checkpoints, "
+                    "data.image_aspect squash only) squash it too (bicubic_aa, bilinear_aa), pad it to 320x320 "
+                    "first with image_letterbox (bicubic_aa, bilinear_aa, cv2_area), or refuse it (cv2_area "
+                    "without image_letterbox: the run stops)")
 
 
 def test_lerobots_4_by_3_and_square_cameras_get_their_aspect_lines(written):
     out = written["two_cameras"][2].splitlines()
     assert ("camera 'observation.images.front': 64x48 (width x height), 54 frames in 5 episode(s), aspect 4:3 = "
-            "1.333, not square: image_resample box, bicubic_aa and bilinear_aa squash it to the model's square input "
-            "(width x0.750 relative to height); with image_letterbox (bicubic_aa, bilinear_aa, cv2_area) it is padded "
-            "to 64x64 first (16 zero rows, 25.0% of the square); cv2_area without image_letterbox refuses it (the run "
-            "stops)") in out
+            "1.333, not square: with image_resample box (n16 exports) it is squashed to the model's square input "
+            "(width x0.750 relative to height) under data.image_aspect squash (the default), cropped to 48x48 "
+            "(16 columns cut, 25.0% of the width) under crop, padded to 64x64 (16 zero rows, 25.0% of the square) "
+            "under pad; upstream's transforms (imports of GR00T checkpoints, data.image_aspect squash only) squash "
+            "it too (bicubic_aa, bilinear_aa), pad it to 64x64 first with image_letterbox (bicubic_aa, bilinear_aa, "
+            "cv2_area), or refuse it (cv2_area without image_letterbox: the run stops)") in out
     assert ("camera 'observation.images.wrist': 32x32 (width x height), 54 frames in 5 episode(s), square: kept by "
             "every resize mode") in out

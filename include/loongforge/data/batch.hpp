@@ -96,6 +96,16 @@ std::string resolve_video_decode(const std::string& mode, const Dataset& dataset
 // max(1, int(n * f)), n itself when f = 1 (docs/training-semantics.md s3).
 int64_t cropped_size(int64_t n, double f);
 
+// The rows and columns of an h x w frame that the box resize reads (docs/training-semantics.md s3):
+// the center crop of image_crop_fraction f (cropped_size rows from (h - rows) / 2, likewise
+// columns), then, with image_aspect "crop", that region's center square (min(rows, cols) of each,
+// from (rows - side) / 2 and (cols - side) / 2 within it). "squash" and "pad" keep the first region
+// (pad adds its zeros at the resize: frames.hpp resize_frames).
+struct FrameWindow {
+  int64_t top = 0, left = 0, height = 0, width = 0;
+};
+FrameWindow box_window(int64_t h, int64_t w, double f, const std::string& image_aspect);
+
 // The (height, width) every camera the batches use (those with a modality name) has after the
 // crop of f: frames resized on the device need one size. {0, 0} with *why set when the cameras
 // differ (naming two) or there is none.
@@ -156,6 +166,12 @@ struct SampleOptions {
   // (h, w) keeps rows [(h - ch) / 2, + ch), ch = int(h * f), likewise columns
   // (docs/training-semantics.md s3; upstream GR00T's crop, taken from its checkpoint).
   double image_crop_fraction = 1.0;
+  // data.image_aspect: what the box resize does with a frame that is not square after that crop
+  // (docs/training-semantics.md s3): "squash" (resized whole, the aspect lost), "crop" (its center
+  // square: box_window) or "pad" (zeros to a square of its longer side, centered as image_letterbox
+  // places them: resize_frames' pad_square). Anything but squash is refused for a model whose
+  // processor record is upstream's or whose image_resample is not box (they keep upstream's transform).
+  std::string image_aspect = "squash";
   // config.json image_resample / image_resize_edge / image_target_size (frames.hpp): "box" (the
   // crop above, then resize_frames), "bicubic_aa" (resize_frames_bicubic_aa), "bilinear_aa"
   // (resize_frames_bilinear_aa) or "cv2_area" (resize_frames_cv2_area); image_resize_edge must be 0
@@ -188,7 +204,9 @@ struct SampleOptions {
   int64_t frame_cache_mb = 2048;
   // Frames resized on the device (data.frame_resize; frames.hpp): the cache keeps the cropped
   // uint8 frames and the micro-batch's "images" are uint8 (B, V, frame_height, frame_width, 3),
-  // which every used camera's cropped size must equal; the source resizes them after the copy.
+  // which every used camera's cropped size must equal (common_cropped_size; with image_aspect crop
+  // the images are box_window's square of that size instead); the source resizes them after the
+  // copy (finish_images, padding them to a square there with image_aspect pad).
   bool frames_on_device = false;
   int64_t frame_height = 0, frame_width = 0;
   // data.on_bad_video (Note [Bad videos] in batch.cpp): "error" or "skip".

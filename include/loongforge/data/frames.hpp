@@ -2,14 +2,18 @@
 // the CPU or on the device (issue #12 level 2).
 //
 // Contract:
-//  - resize_frames(u8, S): u8 is uint8 (..., h, w, 3), HWC frames with any
+//  - resize_frames(u8, S, pad_square): u8 is uint8 (..., h, w, 3), HWC frames with any
 //    leading dimensions; returns float32 (..., 3, S, S) on u8's device: each
 //    frame box-resized over ATen's adaptive-average windows and normalised as
-//    ((x / 255) - 0.5) / 0.5 (docs/training-semantics.md s3). On the CPU it is
-//    ATen's adaptive_avg_pool2d (the frame cache's path); on CUDA it is
-//    cuda/data's kernel on the current stream, bit for bit the same
+//    ((x / 255) - 0.5) / 0.5 (docs/training-semantics.md s3). With pad_square
+//    (data.image_aspect pad) a frame that is not square is first padded with
+//    zeros (black) to q x q, q = max(h, w), as image_letterbox places them:
+//    (q - w) / 2 columns on the left, (q - h) / 2 rows on top, the rest right
+//    and below. On the CPU it is ATen's constant_pad_nd and adaptive_avg_pool2d
+//    (the frame cache's path); on CUDA it is cuda/data's kernel on the current
+//    stream, the pad read as zeros in place, bit for bit the same
 //    (cuda/data/frame_math.hpp; test_frames, test_frame_convert_gpu).
-//  - model_images(u8, S, blank): resize_frames of a micro-batch's uint8
+//  - model_images(u8, S, blank, pad_square): resize_frames of a micro-batch's uint8
 //    images (B, V, h, w, 3), then the samples listed in `blank` (skipped for a
 //    bad video) set to zeros, as the CPU path leaves them.
 //  - resize_frames_bicubic_aa(u8, E, f, T, S, letterbox) (config.json image_resample
@@ -80,8 +84,8 @@
 
 namespace loongforge::data {
 
-at::Tensor resize_frames(const at::Tensor& u8, int64_t S);
-at::Tensor model_images(const at::Tensor& u8, int64_t S, const std::vector<int64_t>& blank);
+at::Tensor resize_frames(const at::Tensor& u8, int64_t S, bool pad_square = false);
+at::Tensor model_images(const at::Tensor& u8, int64_t S, const std::vector<int64_t>& blank, bool pad_square = false);
 at::Tensor resize_frames_bicubic_aa(const at::Tensor& u8, int64_t E, double f, int64_t T, int64_t S,
                                     bool letterbox = false);
 at::Tensor resize_frames_bilinear_aa(const at::Tensor& u8, int64_t T, double f, int64_t S, bool letterbox = false);

@@ -38,8 +38,10 @@ namespace loongforge::data {
 
 // Every source's last step before handing a micro-batch out: uint8 images (frames resized on
 // the device, SampleOptions::frames_on_device) become the model's float images where they are,
-// on the current stream (frames.hpp model_images); float images are left as they are.
-void finish_images(Batch& tensors, int64_t image_size, const std::vector<int64_t>& blank_slots);
+// on the current stream (frames.hpp model_images; pad_square: SampleOptions::image_aspect is pad);
+// float images are left as they are.
+void finish_images(Batch& tensors, int64_t image_size, const std::vector<int64_t>& blank_slots,
+                   bool pad_square = false);
 
 struct ReadyBatch {
   Batch tensors;              // the model's batch, on the device

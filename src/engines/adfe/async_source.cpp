@@ -168,7 +168,8 @@ class AsyncSource final : public BatchSource {
         accumulation_(options.accumulation),
         image_tokens_per_sample_(options.num_views * tokens_per_view + 1),  // + the state token
         batch_size_(options.micro_batch_size),
-        image_size_(options.image_size) {
+        image_size_(options.image_size),
+        pad_square_(options.image_aspect == "pad") {
     if (async_.prefetch_factor < 1 || async_.decode_threads < 1 || async_.io_threads < 0)
       throw ConfigError("adfe.prefetch_factor and adfe.decode_threads must be >= 1 and adfe.io_threads >= 0 (got " +
                         std::to_string(async_.prefetch_factor) + ", " + std::to_string(async_.decode_threads) + ", " +
@@ -306,7 +307,7 @@ class AsyncSource final : public BatchSource {
           stage(mb, item);
         } else {
           item.batch.tensors = std::move(mb.tensors);
-          finish_images(item.batch.tensors, image_size_, mb.blank_slots);
+          finish_images(item.batch.tensors, image_size_, mb.blank_slots, pad_square_);
         }
       } catch (...) {
         item = Item{};
@@ -356,7 +357,8 @@ class AsyncSource final : public BatchSource {
       offset += aligned(bytes);
       h2d_bytes_ += bytes;
     }
-    finish_images(item.batch.tensors, image_size_, mb.blank_slots);  // on the copy stream, before its event
+    // on the copy stream, before its event
+    finish_images(item.batch.tensors, image_size_, mb.blank_slots, pad_square_);
     item.copied = std::make_shared<at::cuda::CUDAEvent>();
     item.copied->record(*copy_stream_);
     slot.copied = item.copied;
@@ -370,6 +372,7 @@ class AsyncSource final : public BatchSource {
   c10::Device device_;
   AsyncOptions async_;
   int64_t accumulation_, image_tokens_per_sample_, batch_size_, image_size_;
+  bool pad_square_;  // data.image_aspect pad: the device resize pads each frame to a square
 
   std::atomic<int64_t> decode_jobs_{0};  // the pool's pending jobs (DataStats::decode_jobs); outlives pool_
   std::atomic<int64_t> io_jobs_{0};      // the I/O threads' pending jobs; outlives io_
