@@ -14,7 +14,7 @@
 // is checked against the model before the package's code is loaded.
 //
 // Note [Compiled step draws]
-// Every random number of a micro-step is an input of the package. The
+// Every random number of a micro-step (dropout 0) is a package input. The
 // trainer's batch carries fm_t and fm_noise (per-sample draws at the
 // sample's stream position, docs/training-semantics.md s4). What the model
 // would otherwise draw in its forward from torch's default generator of the
@@ -31,10 +31,11 @@
 // should be the float draw rounded: not yet checked on a GPU).
 //
 // Dropout masks are refused for now (scripts/compile_step.py names the key
-// and the fix). The chosen form, not yet built: Inductor generates dropout
-// masks in the graph from seeds it draws from the default generator when the
-// graph is called; before each package call or replay the trainer sets that
-// generator to a seed that is a pure function of (run seed, step,
+// and the fix). The chosen form, not yet built: the package draws the masks
+// in the graph from the default generator when it is called (on the CPU
+// ATen's bernoulli_, below; on a GPU, where Inductor may lower them to its
+// own seeded kernels, not tried); before each package call or replay the
+// trainer sets that generator to a seed that is a pure function of (run seed, step,
 // micro-batch, rank), offset 0. A CUDA graph replay reads the generator's
 // current seed and offset (PyTorch's graph-safe Philox state), so replays
 // draw as calls do, and a resume reproduces them with no generator state.
@@ -43,6 +44,14 @@
 // per-sample draws). The masks differ from the plain runner's (another
 // generator use), equal in distribution only; the plain runner would be
 // reseeded the same way, so both runners draw per (seed, step, micro, rank).
+// Tried on the CPU (2026-12-05, torch 2.11): a package of one F.dropout
+// (p 0.2) traced as compile_step.py traces calls ATen's bernoulli_ on the
+// default generator at each call (two calls differ; after the same
+// manual_seed it gives eager's mask bit for bit; keep rate 0.820 of 256); a
+// gr00t-n1.7-tiny package with dropout 0.2 (state draws inside, Inductor's
+// fallback_random) trained with losses 1e-4 from the plain runner's at step
+// 1: its masks are not the forward's, so reseeding, not equality with the
+// plain runner, is the form. Not tried on a GPU.
 #include <optional>  // std::optional
 #include <string>    // std::string
 #include <utility>   // std::move
