@@ -11,22 +11,30 @@ Contract
   parameter. Inputs, in this order: the trainable parameters, the frozen
   parameters (both in the model file's params.json order; bf16: trainable
   fp32, frozen bf16, the trainer's layout), the batch tensors in the order
-  of the manifest's "batch" (fm_t and fm_noise included: the trainer draws
-  them exactly as the model would, so the random stream is the plain
-  runner's), then w (a 0-dim float32 tensor). Outputs: loss, num_valid,
-  then one gradient per trainable parameter.
+  of the manifest's "batch", then w (a 0-dim float32 tensor). Outputs:
+  loss, num_valid, then one gradient per trainable parameter.
+- The batch includes every draw the model's forward could make itself, in
+  the forward's order: fm_t, fm_noise, and for a GR00T head its state_drop
+  (B,) when its state dropout is above 0 and state_noise (B, 1, w) when its
+  state noise scale is (model/batch.py head_draw_keys). The trainer's batch
+  carries fm_t and fm_noise; the compiled runner draws the others from the
+  generator the model would use, in that order, with the model's ops (the
+  manifest's "draws": fm_t's form, noise_s, beta_alpha, state_dropout,
+  state_noise_scale), so the random stream is the plain runner's
+  (src/fusion/compiled_runner.cpp, Note [Compiled step draws]).
 - The package's metadata "loongforge" holds the manifest (JSON): format,
   device, precision, the SHA-256 of the model file's config.json and
   params.json (the graph depends on the architecture, names, shapes and
   freezing, not on weight values: a package serves every checkpoint of the
   model), the hash of the model code the package was traced from (this
   checkout's scripts/model/, export.model_code_hash; a model file whose
-  loongforge/code.json names other code is refused here), the parameter names, the batch keys with dtype and shape, and
-  the torch version. loongforge-train refuses a package whose manifest does
+  loongforge/code.json names other code is refused here), the parameter names, the batch keys with dtype and shape,
+  the draws' forms and the torch version. loongforge-train refuses a package whose manifest does
   not match its model, device, precision or torch, naming the difference.
-- Models that draw random numbers inside the forward other than fm_t and
-  fm_noise (dropout in train mode) are refused: their draws would not
-  follow the plain runner's stream.
+- A model with dropout above 0 (a GR00T head's gr00t_dropout, the presets'
+  default 0.2; any other *dropout config key) is refused, naming the key and
+  `--set KEY=0` at export: its masks are drawn inside the forward and are not
+  inputs yet (the chosen form: Note [Compiled step draws]).
 - Compiling n16-1b at batch 32 for an H200 took 215 s there (docs/benchmarks.md).
 """
 import argparse
@@ -42,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from model import ops  # noqa: E402
 from model.batch import example_batch  # noqa: E402
 from model.config import ModelConfig  # noqa: E402
+from model.gr00t_head import head_config_for  # noqa: E402
 from model.export import model_code_hash  # noqa: E402
 from model.registry import build_model  # noqa: E402
 
@@ -55,6 +64,16 @@ def manifest_hash(config_text: str, params_text: str) -> str:
     h.update(b"\0")
     h.update(params_text.encode())
     return h.hexdigest()
+
+
+def draws(cfg: ModelConfig) -> dict:
+    """How the model's forward draws the batch keys it may be given (see the contract): the compiled runner
+    draws the absent ones so. fm_t: n16.py's (s - u^(1/alpha)) / s, gr00t.py's (1 - u^(1/alpha)) * s."""
+    out = {"fm_time": "upstream" if cfg.gr00t_head else "n16", "noise_s": cfg.noise_s, "beta_alpha": cfg.beta_alpha}
+    if cfg.gr00t_head:
+        head = head_config_for(cfg)
+        out.update(state_dropout=head.state_dropout, state_noise_scale=head.state_noise_scale)
+    return out
 
 
 def fail(msg: str) -> None:
@@ -76,6 +95,19 @@ def read_records(path: str):
     except (OSError, zipfile.BadZipFile) as e:
         fail(f"{path}: not a LoongForge model file ({e.__class__.__name__}: {e})")
     return text["loongforge/config.json"], text["loongforge/params.json"], text.get("loongforge/code.json", "")
+
+
+def refuse_dropout(path: str, cfg: ModelConfig) -> None:
+    """Fails on a model whose forward draws dropout masks (see the contract)."""
+    on = {k: f"{k}={v:g}" for k, v in cfg.to_dict().items()
+          if "dropout" in k and k not in ("gr00t_dropout", "gr00t_state_dropout") and isinstance(v, (int, float)) and v > 0}
+    if cfg.gr00t_head and head_config_for(cfg).dropout > 0:  # the state dropout is an input (state_drop)
+        preset = "" if cfg.gr00t_dropout >= 0 else f" (the '{cfg.gr00t_head}' head's default)"
+        on["gr00t_dropout"] = f"gr00t_dropout={head_config_for(cfg).dropout:g}{preset}"
+    if on:
+        fail(f"{path}: {', '.join(on.values())}: dropout masks are drawn inside the forward, which the compiled step "
+             f"does not take as inputs yet; export with {' '.join(f'--set {k}=0' for k in on)} "
+             "(scripts/model/export.py), or train with the plain runner (trainer.compiled_step unset)")
 
 
 def sample_stacks(every_s: float) -> None:
@@ -136,12 +168,7 @@ def main() -> int:
              "differs); re-export it with scripts/model/export.py here, or compile in the checkout that exported it")
     cfg = ModelConfig.from_json(config_text)
     params = json.loads(params_text)
-    dropouts = {k: v for k, v in cfg.to_dict().items() if "dropout" in k and isinstance(v, (int, float)) and v > 0}
-    if cfg.gr00t_head:
-        fail(f"{args.model}: model '{cfg.name}' has the GR00T head, which draws dropout masks and its flow-matching "
-             "time inside the forward; the compiled runner supports the n16 family only")
-    if dropouts:
-        fail(f"{args.model}: dropout {dropouts} draws inside the forward; export with it set to 0")
+    refuse_dropout(args.model, cfg)
 
     if cfg.category_linear == "grouped" and not have_ops:
         fail(f"{args.model} calls LoongForge's operators (category_linear=grouped), which are not built; build the "
@@ -201,6 +228,7 @@ def main() -> int:
         "trainable": trainable,
         "frozen": frozen,
         "batch": [[k, str(batch[k].dtype).replace("torch.", ""), list(batch[k].shape)] for k in keys],
+        "draws": draws(cfg),
         "torch": torch.__version__,
     }
     out = Path(args.out)

@@ -9,7 +9,13 @@ Contract
   The C++ trainer builds batches from it; `example_batch` below builds random
   ones from the same table, so the table cannot drift from what the model reads.
 - `example_batch(cfg, batch_size, seed, ...)` -> Dict[str, Tensor] of random
-  but valid inputs (CPU, fp32), for tests and smoke runs.
+  but valid inputs (CPU, fp32), for tests and smoke runs; with_fm=False
+  leaves out every draw the model can make itself (fm_t, fm_noise and
+  `head_draw_keys(cfg)`).
+- `head_draw_keys(cfg)`: the GR00T head's own draws that a batch may carry
+  instead (state_drop, state_noise), in the head's order; a trainer that
+  draws them outside the model (the compiled step) draws them in that order
+  from the generator the model would use.
 """
 
 from typing import Dict, List, Optional
@@ -18,6 +24,7 @@ import torch
 from torch import Tensor
 
 from .config import ModelConfig
+from .gr00t_head import head_config_for
 from .tokenizer import BOS, EOS, TOKENIZER_VOCAB
 
 # key, dtype, symbolic shape, required (None = iff the named config flag is on), note
@@ -33,22 +40,41 @@ _INPUTS = [
     ("embodiment_id", "int64", ["B"], True, "embodiment slot in [0, num_embodiments)"),
     ("fm_t", "float32", ["B"], False, "optional flow-matching time; sampled from (s - Beta(1.5,1))/s if absent"),
     ("fm_noise", "float32", ["B", "H", "A"], False, "optional flow-matching noise; randn if absent"),
+    ("state_drop", "float32", ["B"], False,
+     "optional GR00T head state dropout draw, 1 = drop (only when the head's state_dropout > 0); drawn if absent"),
+    ("state_noise", "float32", ["B", 1, "D_tok"], False,
+     "optional GR00T head state noise draw (only when its state_noise_scale > 0); randn if absent"),
     ("imu", "float32", ["B", "T_imu", "C_imu"], "use_imu", "IMU / proprioception time series"),
     ("audio", "float32", ["B", "T_audio", "F_audio"], "use_audio", "log-mel frames (or raw sample frames)"),
 ]
 
 
+def head_draw_keys(cfg: ModelConfig) -> List[str]:
+    """The draws of the GR00T head's forward that a batch may carry, in the order the head draws them:
+    state_drop when its state_dropout > 0, state_noise when its state_noise_scale > 0 (model/gr00t_head.py)."""
+    if not cfg.gr00t_head:
+        return []
+    head = head_config_for(cfg)
+    return [k for k, on in (("state_drop", head.state_dropout > 0), ("state_noise", head.state_noise_scale > 0)) if on]
+
+
 def dims(cfg: ModelConfig) -> Dict[str, int]:
-    return {"V": cfg.num_views, "IMG": cfg.image_size, "L": cfg.max_text_len,
-            "D_state": cfg.max_state_dim, "H": cfg.action_horizon, "A": cfg.max_action_dim,
-            "T_imu": cfg.imu_len, "C_imu": cfg.imu_channels,
-            "T_audio": cfg.audio_len, "F_audio": cfg.audio_features}
+    d = {"V": cfg.num_views, "IMG": cfg.image_size, "L": cfg.max_text_len,
+         "D_state": cfg.max_state_dim, "H": cfg.action_horizon, "A": cfg.max_action_dim,
+         "T_imu": cfg.imu_len, "C_imu": cfg.imu_channels,
+         "T_audio": cfg.audio_len, "F_audio": cfg.audio_features}
+    if cfg.gr00t_head:
+        d["D_tok"] = head_config_for(cfg).input_embedding_dim  # the head's state token width
+    return d
 
 
 def batch_spec(cfg: ModelConfig) -> Dict:
     d = dims(cfg)
+    draws = head_draw_keys(cfg)
     inputs: List[Dict] = []
     for key, dtype, shape, required, note in _INPUTS:
+        if key in ("state_drop", "state_noise") and key not in draws:
+            continue  # the model draws no such thing
         if isinstance(required, str):
             if not getattr(cfg, required):
                 continue  # the model has no encoder for it and ignores the key
@@ -88,7 +114,9 @@ def example_batch(cfg: ModelConfig, batch_size: int, seed: int = 0, with_fm: boo
     out["embodiment_id"] = torch.randint(0, cfg.num_embodiments, (B,), generator=g)
     if with_fm:
         out["fm_t"] = torch.rand(B, generator=g)
+        if "state_drop" in out:
+            out["state_drop"] = (torch.rand(B, generator=g) < 0.5).float()
     else:
-        out.pop("fm_t")
-        out.pop("fm_noise")
+        for key in ["fm_t", "fm_noise"] + head_draw_keys(cfg):
+            out.pop(key)
     return out

@@ -34,7 +34,10 @@ Contract
   (1 - Beta) * s; these models sample upstream's form only when the batch
   has no fm_t).
 - In training mode the head's dropout and state dropout draw from torch's
-  default generator (gr00t_head.py); eval mode is deterministic.
+  default generator (gr00t_head.py); eval mode is deterministic. The batch
+  may carry the state dropout and state noise draws (the optional keys
+  state_drop (B,) and state_noise (B, 1, w) of model/batch.py); the head then
+  uses them instead of drawing.
 """
 
 from typing import Dict, List, Tuple
@@ -45,7 +48,7 @@ from torch import Tensor
 
 from .backbones import EagleVision, Qwen3VLText, Qwen3VLVision, init_backbone, mrope_positions
 from .config import ModelConfig
-from .gr00t_head import Gr00tHead, Gr00tHeadConfig, head_config_for
+from .gr00t_head import Gr00tHead, Gr00tHeadConfig, head_config_for, head_draws
 from .layers import Connector, LanguageModel, SeriesEncoder, VisionEncoder, init_weights, pixel_shuffle
 from .prompt import PromptLayout, parse_ids
 
@@ -166,8 +169,9 @@ class Gr00tModel(Gr00tHead):
         else:
             noise = torch.randn_like(actions)
         vl, vl_mask, image_mask = self.encode_vl(batch)
+        state_drop, state_noise = head_draws(batch)
         return self.head_loss(vl, vl_mask, image_mask, batch["state"], actions, batch["action_mask"],
-                              batch["embodiment_id"], t, noise, None)
+                              batch["embodiment_id"], t, noise, state_drop, state_noise)
 
 
 class Gr00tEagleModel(Gr00tModel):

@@ -19,7 +19,7 @@ Contract
   encoder, position embedding, DiT blocks, output projections) and
   `embodiment` (per-embodiment state encoder, action encoder, action decoder).
 - `Gr00tHead.head_loss(vl, vl_mask, image_mask, state, actions, action_mask,
-  embodiment_id, t, noise, state_drop)` -> {"loss", "num_valid",
+  embodiment_id, t, noise, state_drop, state_noise)` -> {"loss", "num_valid",
   "pred_velocity"}:
     vl            float (B, S, C_backbone)  backbone features (before vlln)
     vl_mask       bool  (B, S)              True = real token (backbone attention mask)
@@ -41,6 +41,10 @@ Contract
                   state_additive_noise_scale), the state token gets
                   randn_like(state token) * state_noise_scale added (upstream's
                   draw, right after the dropout's, same order).
+    state_noise   optional float (B, 1, input_embedding_dim): that draw given
+                  (cast to the state token's dtype, used when state_noise_scale
+                  > 0, in any mode), so that a trainer can draw both outside a
+                  compiled step (scripts/compile_step.py).
   loss = sum(mask * (pred - (actions - noise))^2) / max(sum(mask), 1): the
   project's contract (upstream divides by sum(mask) + 1e-6; the two differ by
   1e-6 / sum(mask) relative).
@@ -79,7 +83,7 @@ Semantics (each line is an upstream behaviour the equivalence test pins):
 
 import math
 from dataclasses import dataclass, replace
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -437,7 +441,7 @@ class Gr00tHead(nn.Module):
 
     def head_loss(self, vl: Tensor, vl_mask: Tensor, image_mask: Tensor, state: Tensor, actions: Tensor,
                   action_mask: Tensor, embodiment_id: Tensor, t: Tensor, noise: Tensor,
-                  state_drop: Optional[Tensor]) -> Dict[str, Tensor]:
+                  state_drop: Optional[Tensor], state_noise: Optional[Tensor]) -> Dict[str, Tensor]:
         B, H = actions.shape[0], actions.shape[1]
         if H > self.max_seq_len:
             raise RuntimeError("actions horizon exceeds the head's max_seq_len (position embedding rows)")
@@ -461,8 +465,11 @@ class Gr00tHead(nn.Module):
                 state_tok = state_tok * (1 - d) + mask_token * d
             else:                        # N1.7: zeroed
                 state_tok = state_tok * (1 - d)
-        if self.training and self.state_noise_scale > 0:  # N1.6's additive state noise
-            state_tok = state_tok + torch.randn_like(state_tok) * self.state_noise_scale
+        noise_in: Optional[Tensor] = state_noise
+        if noise_in is None and self.training and self.state_noise_scale > 0:
+            noise_in = torch.randn_like(state_tok)
+        if noise_in is not None and self.state_noise_scale > 0:  # N1.6's additive state noise
+            state_tok = state_tok + noise_in.to(state_tok.dtype) * self.state_noise_scale
 
         t3 = t.to(actions.dtype)[:, None, None]                                # (B, 1, 1)
         noisy = (1 - t3) * noise + t3 * actions                                 # (B, H, A)
@@ -482,13 +489,22 @@ class Gr00tHead(nn.Module):
     def forward(self, batch: Dict[str, Tensor]) -> Dict[str, Tensor]:
         """The head alone on precomputed backbone features: batch keys vl, vl_mask,
         image_mask, state, actions, action_mask, embodiment_id, fm_t, fm_noise
-        [, state_drop]."""
-        state_drop: Optional[Tensor] = None
-        if "state_drop" in batch:
-            state_drop = batch["state_drop"]
+        [, state_drop, state_noise]."""
+        state_drop, state_noise = head_draws(batch)
         return self.head_loss(batch["vl"], batch["vl_mask"], batch["image_mask"], batch["state"],
                               batch["actions"], batch["action_mask"], batch["embodiment_id"],
-                              batch["fm_t"], batch["fm_noise"], state_drop)
+                              batch["fm_t"], batch["fm_noise"], state_drop, state_noise)
+
+
+def head_draws(batch: Dict[str, Tensor]) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+    """The batch's state_drop and state_noise (None where absent: the head then draws them)."""
+    state_drop: Optional[Tensor] = None
+    state_noise: Optional[Tensor] = None
+    if "state_drop" in batch:
+        state_drop = batch["state_drop"]
+    if "state_noise" in batch:
+        state_noise = batch["state_noise"]
+    return state_drop, state_noise
 
 
 def build_head(cfg: Gr00tHeadConfig, device: Optional[torch.device] = None) -> Gr00tHead:
@@ -505,5 +521,5 @@ def param_count(module: nn.Module) -> int:
 
 __all__: List[str] = [
     "Gr00tHeadConfig", "HEAD_CONFIGS", "get_head_config", "Gr00tHead", "Gr00tActionHead", "Gr00tEmbodiment",
-    "build_head", "head_config_for", "param_count", "diffusers_timestep_features", "action_time_features",
+    "build_head", "head_config_for", "head_draws", "param_count", "diffusers_timestep_features", "action_time_features",
 ]

@@ -10,11 +10,48 @@
 // 47 ms a graph-replayed n16-1b micro-step spends on the device). It takes
 // the parameters and the batch as inputs and returns the loss, the valid
 // count and the gradients, which are accumulated into .grad here in the
-// plain runner's order. The flow-matching time and noise are inputs too:
-// they are drawn here with the same ops, generator and order as the model's
-// forward draws them, so the random stream is the plain runner's. The
-// package's manifest (its "loongforge" metadata) is checked against the
-// model before the package's code is loaded.
+// plain runner's order. The package's manifest (its "loongforge" metadata)
+// is checked against the model before the package's code is loaded.
+//
+// Note [Compiled step draws]
+// Every random number of a micro-step (dropout 0) is a package input. The
+// trainer's batch carries fm_t and fm_noise (per-sample draws at the
+// sample's stream position, docs/training-semantics.md s4). What the model
+// would otherwise draw in its forward from torch's default generator of the
+// batch's device - fm_t / fm_noise when a batch lacks them, and the GR00T
+// head's state_drop (B,) and state_noise (B, 1, w) - is drawn here with the
+// same ops from that generator in the forward's order (the manifest's
+// "batch" lists them in it, its "draws" holds the forms), so the stream is
+// the plain runner's: the same draws, a checkpoint carries the generator's
+// state (resume continues it), and with graphs each replay draws anew from
+// the generator's graph-safe Philox offsets (the draws are captured). The
+// state noise is drawn in float32 and the model casts it to the state
+// token's dtype; under bf16 autocast the plain forward draws a bf16 randn
+// there (ATen's CUDA normal kernel draws in float and rounds, so the values
+// should be the float draw rounded: not yet checked on a GPU).
+//
+// Dropout masks are refused for now (scripts/compile_step.py names the key
+// and the fix). The chosen form, not yet built: the package draws the masks
+// in the graph from the default generator when it is called (on the CPU
+// ATen's bernoulli_, below; on a GPU, where Inductor may lower them to its
+// own seeded kernels, not tried); before each package call or replay the
+// trainer sets that generator to a seed that is a pure function of (run seed, step,
+// micro-batch, rank), offset 0. A CUDA graph replay reads the generator's
+// current seed and offset (PyTorch's graph-safe Philox state), so replays
+// draw as calls do, and a resume reproduces them with no generator state.
+// Another world size (or accumulation) gives other masks of the same
+// distribution: a mask covers a micro-batch, not a sample (unlike s4's
+// per-sample draws). The masks differ from the plain runner's (another
+// generator use), equal in distribution only; the plain runner would be
+// reseeded the same way, so both runners draw per (seed, step, micro, rank).
+// Tried on the CPU (2026-12-05, torch 2.11): a package of one F.dropout
+// (p 0.2) traced as compile_step.py traces calls ATen's bernoulli_ on the
+// default generator at each call (two calls differ; after the same
+// manual_seed it gives eager's mask bit for bit; keep rate 0.820 of 256); a
+// gr00t-n1.7-tiny package with dropout 0.2 (state draws inside, Inductor's
+// fallback_random) trained with losses 1e-4 from the plain runner's at step
+// 1: its masks are not the forward's, so reseeding, not equality with the
+// plain runner, is the form. Not tried on a GPU.
 #include <optional>  // std::optional
 #include <string>    // std::string
 #include <utility>   // std::move
@@ -130,8 +167,12 @@ class CompiledRunner final : public StepRunner {
     for (const auto& e : m.at("batch"))
       batch_.push_back({e.at(0).get<std::string>(), dtype_named(e.at(1).get<std::string>(), package),
                         e.at(2).get<std::vector<int64_t>>()});
-    noise_s_ = net.info().config.value("noise_s", 0.999);
-    beta_alpha_ = net.info().config.value("beta_alpha", 1.5);
+    // How the model's forward draws the keys it may be given (packages before "draws": n16.py's form).
+    const nlohmann::json draws = m.value("draws", nlohmann::json::object());
+    fm_time_upstream_ = draws.value("fm_time", std::string("n16")) == "upstream";
+    noise_s_ = draws.value("noise_s", net.info().config.value("noise_s", 0.999));
+    beta_alpha_ = draws.value("beta_alpha", net.info().config.value("beta_alpha", 1.5));
+    state_dropout_ = draws.value("state_dropout", 0.0);
     try {
       loader_ = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
           package, "model", /*run_single_threaded=*/graphs_, /*num_runners=*/1,
@@ -225,9 +266,9 @@ class CompiledRunner final : public StepRunner {
   }
 
 #if LOONGFORGE_WITH_CUDA_KERNELS
-  // Records one package call on static copies of the batch and of w (fm_t
-  // and fm_noise drawn inside, so each replay draws fresh ones from the
-  // generator's graph-safe Philox offsets) and loss * w. first: the
+  // Records one package call on static copies of the batch and of w (the
+  // draws the batch lacks drawn inside, so each replay draws fresh ones from
+  // the generator's graph-safe Philox offsets) and loss * w. first: the
   // package's gradient outputs stay the graph's static outputs, which
   // become .grad after each replay (nothing is added or zeroed); else they
   // are added into .grad, which then holds the first graph's outputs, in
@@ -268,9 +309,9 @@ class CompiledRunner final : public StepRunner {
       std::vector<int64_t> shape;
       if (auto it = batch.find(e.key); it != batch.end()) {
         dtype = it->second.scalar_type(), shape = it->second.sizes().vec();
-      } else if (e.key == "fm_t" || e.key == "fm_noise") {
-        dtype = actions.scalar_type();
-        shape = e.key == "fm_t" ? std::vector<int64_t>{actions.size(0)} : actions.sizes().vec();
+      } else if (drawn_here(e.key)) {  // drawn in the package's shape, its batch dimension the batch's
+        dtype = e.dtype, shape = e.shape;
+        shape[0] = actions.size(0);
       } else {
         throw DataError("trainer.compiled_step: the batch has no '" + e.key + "', which " + package_ +
                         " was compiled with");
@@ -288,32 +329,38 @@ class CompiledRunner final : public StepRunner {
     return true;
   }
 
+  // The keys the model's forward draws itself when the batch lacks them
+  // (model/batch.py: fm_t, fm_noise; the GR00T head's head_draw_keys).
+  static bool drawn_here(const std::string& key) {
+    return key == "fm_t" || key == "fm_noise" || key == "state_drop" || key == "state_noise";
+  }
+
   // The package's inputs for a matching batch: parameters, batch tensors, w.
-  // Draws fm_t and fm_noise when the batch lacks them, exactly as the
-  // model's forward would (model/n16.py).
+  // The drawn keys the batch lacks are drawn here as the model's forward
+  // would draw them: same ops, the default generator of the batch's device,
+  // the forward's order (the manifest lists them in it; model/n16.py,
+  // model/gr00t.py, model/gr00t_head.py). Only these draws happen in such a
+  // forward: the package has no dropout (scripts/compile_step.py).
   std::vector<at::Tensor> inputs(const model::Batch& batch, const at::Tensor& w32) {
     const at::Tensor& actions = batch.at("actions");
-    at::Tensor fm_t, fm_noise;
-    if (!batch.count("fm_t") || !batch.count("fm_noise")) {
-      // model/n16.py: u = rand([B]); t = (s - u^(1/alpha)) / s unless fm_t is given; then noise = randn_like(actions)
-      if (auto it = batch.find("fm_t"); it != batch.end()) {
-        fm_t = it->second;
-      } else {
-        const at::Tensor u = at::rand({actions.size(0)}, actions.options());
-        fm_t = at::rsub(u.pow(1.0 / beta_alpha_), noise_s_) / noise_s_;
-      }
-      auto it = batch.find("fm_noise");
-      fm_noise = it != batch.end() ? it->second : at::randn_like(actions);
-    }
+    const int64_t B = actions.size(0);
     std::vector<at::Tensor> in;
     in.reserve(trainable_.size() + frozen_.size() + batch_.size() + 1);
     for (const auto& t : trainable_) in.push_back(t);
     for (const auto& t : frozen_) in.push_back(t);
     for (const auto& e : batch_) {
-      if (auto it = batch.find(e.key); it != batch.end())
+      if (auto it = batch.find(e.key); it != batch.end()) {
         in.push_back(it->second);
-      else
-        in.push_back(e.key == "fm_t" ? fm_t : fm_noise);
+      } else if (e.key == "fm_t") {  // u = rand([B]); b = u^(1/alpha)
+        const at::Tensor b = at::rand({B}, actions.options()).pow(1.0 / beta_alpha_);
+        in.push_back(fm_time_upstream_ ? at::rsub(b, 1.0) * noise_s_ : at::rsub(b, noise_s_) / noise_s_);
+      } else if (e.key == "fm_noise") {
+        in.push_back(at::randn_like(actions));
+      } else if (e.key == "state_drop") {  // rand(B) < state_dropout, as 0/1
+        in.push_back(at::rand({B}, actions.options().dtype(at::kFloat)).lt(state_dropout_).to(at::kFloat));
+      } else {  // state_noise: randn_like(the state token (B, 1, w))
+        in.push_back(at::randn({B, e.shape[1], e.shape[2]}, actions.options().dtype(at::kFloat)));
+      }
     }
     in.push_back(w32);
     return in;
@@ -325,7 +372,8 @@ class CompiledRunner final : public StepRunner {
   Fault fault_;
   std::vector<BatchEntry> batch_;
   std::vector<at::Tensor> trainable_, frozen_;
-  double noise_s_ = 0.999, beta_alpha_ = 1.5;
+  double noise_s_ = 0.999, beta_alpha_ = 1.5, state_dropout_ = 0.0;
+  bool fm_time_upstream_ = false;
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader_;
   int64_t calls_ = 0, fallbacks_ = 0, captures_ = 0, replays_ = 0, failures_ = 0;
   bool warned_ = false, graphs_ = false, required_ = false, capture_failed_ = false, first_replayed_ = false;

@@ -112,3 +112,37 @@ def test_dropout_overrides_reach_the_head_and_zero_makes_train_mode_deterministi
     torch.manual_seed(2)
     assert torch.equal(a, m(batch)["loss"])
     assert model.build_model(model.get_config("gr00t-tiny")).action_head.blocks[0].dropout == 0.2
+
+
+@pytest.mark.parametrize("name", ["gr00t-n1.6-tiny", "gr00t-n1.7-tiny"])
+def test_state_dropout_and_noise_given_as_inputs_are_the_heads_own_draws_bit_for_bit(name):
+    """What the compiled step relies on (scripts/compile_step.py): a trainer that draws the head's
+    state dropout and state noise itself, from the same generator in the head's order
+    (model.batch.head_draw_keys), and passes them as state_drop / state_noise gets the loss and
+    gradients of the model drawing them in its forward, bit for bit; the draws matter (other drops,
+    other loss)."""
+    cfg = model.get_config(name, gr00t_dropout=0.0, gr00t_state_dropout=0.5, gr00t_state_noise_scale=0.1)
+    from model.batch import head_draw_keys
+    assert head_draw_keys(cfg) == ["state_drop", "state_noise"]
+    torch.manual_seed(0)
+    m = model.build_model(cfg).train()
+    batch = example_batch(cfg, 4, seed=2)                      # fm_t, fm_noise given, as the trainers do
+    own = {k: v for k, v in batch.items() if k not in ("state_drop", "state_noise")}
+
+    def loss_and_grads(b):
+        m.zero_grad()
+        loss = m(b)["loss"]
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in m.parameters() if p.grad is not None]
+
+    torch.manual_seed(11)
+    drawn_by_model = loss_and_grads(own)
+    torch.manual_seed(11)                                      # the trainer's draws, in the head's order
+    drop = (torch.rand(4) < 0.5).float()                       # (B,)
+    noise = torch.randn(4, 1, m.action_head.pos_embed.shape[1])  # (B, 1, w)
+    assert 0 < drop.sum() < 4                                  # seed 11 drops some samples, not all
+    given = loss_and_grads(dict(own, state_drop=drop, state_noise=noise))
+    assert torch.equal(drawn_by_model[0], given[0])
+    assert all(torch.equal(a, b) for a, b in zip(drawn_by_model[1], given[1]))
+    other = loss_and_grads(dict(own, state_drop=1 - drop, state_noise=noise))
+    assert not torch.equal(other[0], given[0])
