@@ -23,8 +23,10 @@ namespace loongforge::checkpoint::detail {
 // Note [Chunked writes]
 // A checkpoint's tensor files are most of its bytes (3B full fine-tuning:
 // 37.7 GB of fp32 weights and AdamW moments). One thread hashing and writing
-// each file front to back ran at 0.22 GB/s on the GPU host: SHA-256 on one
-// core (the built-in code: ~0.2-0.3 GB/s) was the limit, not the storage.
+// each file front to back ran at 0.22 GB/s on the GPU host, about what the
+// built-in SHA-256 hashes on one core (0.2 GB/s on the CPU development
+// machine, docs/benchmarks.md 2026-12-05): the hash, not the storage, was
+// the likely limit.
 // So every tensor file is cut into chunks of chunk_bytes (checkpoint.chunk_mb,
 // the last one shorter) and:
 //  1. the caller's thread copies chunk after chunk of the file's image (its
@@ -35,7 +37,7 @@ namespace loongforge::checkpoint::detail {
 //     are hashed in parallel) and writes it with pwrite at its offset,
 //     straight from the slot: with O_DIRECT (checkpoint.direct_io) a full
 //     chunk goes from the slot to the device with no copy through the page
-//     cache; without it (tmpfs refuses O_DIRECT; the last, shorter chunk of
+//     cache; without it (tmpfs before Linux 6.6 refuses O_DIRECT; the last, shorter chunk of
 //     a file) it is hashed and written 1 MiB at a time, so the write copies
 //     bytes the hash has just brought into the cache;
 //  3. the thread that finishes a file's last chunk fsyncs and closes it, then
@@ -296,7 +298,7 @@ void ChunkedFiles::open() {
     // Sized first, so that chunks may land in any order (a sparse file until they do).
     if (::ftruncate(f.fd, static_cast<off_t>(f.image.bytes)) != 0)
       throw CheckpointError("cannot size '" + f.path + "': " + std::strerror(errno));
-    // A second descriptor for whole chunks; tmpfs and some others refuse O_DIRECT (EINVAL).
+    // A second descriptor for whole chunks; some file systems (tmpfs before Linux 6.6) refuse O_DIRECT (EINVAL).
     if (direct_io_) f.fd_direct = ::open(f.path.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC);
   }
 }
@@ -364,7 +366,7 @@ void ChunkedFiles::write_chunk(size_t f, uint64_t k, char* slot, StagingRing& ri
         err = pwrite_all(file.fd_direct, slot, n, off);
         if (err == 0) written_ += n;
       }
-      // Buffered (tmpfs refuses O_DIRECT; a file's last, shorter chunk; EINVAL: the file system wants another
+      // Buffered (no O_DIRECT descriptor; a file's last, shorter chunk; EINVAL: the file system wants another
       // alignment): a piece at a time, so the write copies bytes the hash has just brought into the cache.
       for (uint64_t at = 0; err == EINVAL && at < n; at += kPiece) {
         const uint64_t m = std::min(kPiece, n - at);

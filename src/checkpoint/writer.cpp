@@ -172,20 +172,21 @@ void publish(const std::string& parent, const std::string& tmp, const std::strin
 //    staged, so submit() returns then; the writer thread finishes the rest.
 //  - State S no larger than the ring R: nothing waits for the storage. The
 //    training stall is the copy, S / B_copy (B_copy: device-to-host bandwidth
-//    on GPUs, some 20 GB/s into page-locked memory on an H100 host; memcpy on
-//    CPUs), and the write is asynchronous as before.
+//    on GPUs, some 20 GB/s into page-locked memory on an H100 host, not
+//    measured here; memcpy on CPUs), and the write is asynchronous as before.
 //  - S larger than R: once the ring is full, each further chunk waits until
 //    a writer frees a slot, so the stall is about R / B_copy + (S - R) / W,
 //    W being the write rate (hashing and storage). Such a checkpoint is NOT
 //    asynchronous: training waits until all but the last R bytes are on the
 //    storage. 3B full fine-tuning (S = 37.7 GB) with the default R = 4 GiB at
-//    W = 2 GB/s stalls about 17 s per checkpoint, instead of ~2 s with a
-//    38 GB slab (checkpoint.staging_mb=0 keeps that choice).
-//  - Throughput does not suffer from the bound while R holds a few chunks
+//    W = 2 GB/s would stall about 17 s per checkpoint, instead of ~2 s with
+//    a 38 GB slab (checkpoint.staging_mb=0 keeps that choice).
+//  - Throughput should not suffer from the bound while R holds a few chunks
 //    per writer thread: a slot is filled several times faster than it is
-//    written, so writers never wait for staging
-//    (scripts/bench/checkpoint.sh measures both the rate and submit()'s
-//    stall for bounds below and above the state).
+//    written, so writers do not wait for staging (on the 2-core CPU machine
+//    256 MB of staging for a 2.33 GB state lost nothing: docs/benchmarks.md,
+//    2026-12-05; scripts/bench/checkpoint.sh measures the rate and
+//    submit()'s stall for bounds below and above the state).
 // What would make large states asynchronous within the bound (not built; it
 // needs the GPU to measure): snapshot the state into spare GPU memory with a
 // device-to-device copy (HBM bandwidth: tens of milliseconds for 37.7 GB),
