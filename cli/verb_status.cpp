@@ -76,6 +76,13 @@ int status_run() {
     const std::string ckpt = s.value("last_checkpoint", std::string());
     std::printf("  checkpoint  %s", ckpt.empty() ? "(none yet)" : ckpt.c_str());
     if (s.value("checkpoint_writes_failed", 0LL) > 0) std::printf("  [%lld FAILED writes]", s.value("checkpoint_writes_failed", 0LL));
+    if (s.contains("checkpoint_write") && s["checkpoint_write"].value("active", false)) {
+      const auto& w = s["checkpoint_write"];
+      const double bytes = w.value("bytes", 0.0), done = w.value("bytes_written", 0.0), eta = w.value("eta_s", -1.0);
+      std::printf("\n  writing     %s: %.2f of %.2f GB (%.0f%%), %.2f GB/s, ETA %s",
+                  w.value("name", std::string("?")).c_str(), done / 1e9, bytes / 1e9, bytes > 0 ? 100 * done / bytes : 0.0,
+                  w.value("gb_per_s", 0.0), eta < 0 ? "unknown" : duration(eta).c_str());
+    }
     std::printf("\n  run dir     %s\n  socket      %s\n", s.value("run_dir", std::string("?")).c_str(),
                 s.value("socket", std::string("?")).c_str());
     return kExitOk;

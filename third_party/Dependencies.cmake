@@ -80,6 +80,19 @@ else()
   set(LOONGFORGE_CLI11_TARGET CLI11)
 endif()
 
+# --- OpenSSL (optional) -------------------------------------------------------
+# libcrypto's SHA-256 (SHA-NI/AVX2 code paths) hashes checkpoint chunks several
+# times faster than the built-in reference code (src/common/sha256.cpp), which
+# is used where libssl-dev is absent; both give the same digests.
+find_package(OpenSSL QUIET COMPONENTS Crypto)
+if(OpenSSL_FOUND AND TARGET OpenSSL::Crypto)
+  set(LOONGFORGE_WITH_OPENSSL ON)
+else()
+  set(LOONGFORGE_WITH_OPENSSL OFF)
+  message(STATUS "LoongForge: OpenSSL's libcrypto not found (Debian/Ubuntu: libssl-dev): SHA-256 uses the built-in "
+                 "code, which hashes checkpoints several times slower")
+endif()
+
 # --- FFmpeg -----------------------------------------------------------------
 # System FFmpeg through pkg-config, or a static prefix given as
 # LOONGFORGE_FFMPEG_ROOT (scripts/dev/gpu/build_ffmpeg_static.sh, for machines

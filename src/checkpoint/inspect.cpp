@@ -1,10 +1,18 @@
 // Finding, validating and comparing checkpoints (contract in checkpoint.hpp).
-#include <dirent.h>  // opendir, readdir
+#include <dirent.h>    // opendir, readdir
+#include <fcntl.h>     // open
+#include <sys/stat.h>  // stat
+#include <unistd.h>    // pread, close
 
-#include <algorithm>  // std::sort
+#include <algorithm>  // std::sort, std::min
+#include <atomic>     // std::atomic
+#include <cerrno>     // errno
 #include <cstdio>     // std::snprintf
+#include <cstring>    // std::strerror
 #include <fstream>    // std::ifstream
 #include <iterator>   // std::istreambuf_iterator
+#include <thread>     // std::thread
+#include <vector>     // std::vector
 
 #include "io.hpp"  // kReplacedSuffix
 #include "loongforge/checkpoint/checkpoint.hpp"
@@ -82,7 +90,61 @@ Manifest read_manifest(const std::string& path) {
   }
 }
 
-Report validate_checkpoint(const std::string& dir) {
+namespace {
+
+// One piece of hashing work: a whole file (version 1 entries, text files) or one chunk.
+struct HashTask {
+  std::string path;
+  uint64_t offset = 0, bytes = 0;
+  std::string sha256, error;  // results
+};
+
+// SHA-256 of `bytes` bytes of `path` at `offset`, read with pread 4 MiB at a time.
+std::string hash_range(const std::string& path, uint64_t offset, uint64_t bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw CheckpointError(std::string("cannot read: ") + std::strerror(errno));
+  static thread_local std::vector<char> buf(4u << 20);
+  Sha256 sha;
+  uint64_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = ::pread(fd, buf.data(), std::min<uint64_t>(buf.size(), bytes - done),
+                              static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : 0;
+      ::close(fd);
+      throw CheckpointError(err ? std::string("read error: ") + std::strerror(err) : std::string("shorter than it was"));
+    }
+    sha.update(buf.data(), static_cast<size_t>(n));
+    done += static_cast<uint64_t>(n);
+  }
+  ::close(fd);
+  return sha.hex();
+}
+
+// Runs every task on up to `threads` threads.
+void run_hash_tasks(std::vector<HashTask>& tasks, int threads) {
+  if (threads <= 0) threads = static_cast<int>(std::min(16u, std::max(1u, std::thread::hardware_concurrency())));
+  threads = static_cast<int>(std::min<size_t>(static_cast<size_t>(threads), tasks.size()));
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next++) < tasks.size();) {
+      try {
+        tasks[i].sha256 = hash_range(tasks[i].path, tasks[i].offset, tasks[i].bytes);
+      } catch (const std::exception& e) {
+        tasks[i].error = e.what();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+}
+
+}  // namespace
+
+Report validate_checkpoint(const std::string& dir, int threads) {
   Report r;
   r.dir = dir;
   const std::string manifest_path = dir + "/" + kManifest;
@@ -92,30 +154,73 @@ Report validate_checkpoint(const std::string& dir) {
     r.problems.push_back(e.what());
     return r;
   }
-  if (r.manifest.format_version != kFormatVersion)
-    r.problems.push_back(manifest_path + ": format_version " + std::to_string(r.manifest.format_version) +
-                         " is not " + std::to_string(kFormatVersion) + " (written by another LoongForge version)");
+  const int version = r.manifest.format_version;
+  if (version < kOldestFormatVersion || version > kFormatVersion)
+    r.problems.push_back(manifest_path + ": format_version " + std::to_string(version) + " is not one this " +
+                         "LoongForge reads (" + std::to_string(kOldestFormatVersion) + " to " +
+                         std::to_string(kFormatVersion) + "; written by another LoongForge version)");
   for (const char* req : kRequired)
     if (!r.manifest.files.count(req)) r.problems.push_back(manifest_path + ": does not list " + std::string(req));
+
+  // Sizes first (in the manifest's order), then every hash at once, then the verdicts in that order.
+  struct Verdict {
+    std::string problem;          // missing or wrong size: no hashing
+    size_t first = 0, count = 0;  // its tasks
+  };
+  std::vector<HashTask> tasks;
+  std::vector<Verdict> verdicts;
   for (const auto& [rel, entry] : r.manifest.files) {
     const std::string path = dir + "/" + rel;
-    if (!path_exists(path)) {
-      r.problems.push_back(path + ": missing");
+    Verdict& v = verdicts.emplace_back();
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      v.problem = path + ": missing";
       continue;
     }
-    uint64_t bytes = 0;
-    std::string hash;
-    try {
-      hash = sha256_file(path, &bytes);
-    } catch (const std::exception& e) {
-      r.problems.push_back(path + ": " + e.what());
+    const auto bytes = static_cast<uint64_t>(st.st_size);
+    if (bytes != entry.bytes) {
+      v.problem = path + ": " + std::to_string(bytes) + " bytes, the manifest says " + std::to_string(entry.bytes) +
+                  " (truncated or replaced)";
       continue;
     }
-    if (bytes != entry.bytes)
-      r.problems.push_back(path + ": " + std::to_string(bytes) + " bytes, the manifest says " +
-                           std::to_string(entry.bytes) + " (truncated or replaced)");
-    else if (hash != entry.sha256)
+    v.first = tasks.size();
+    if (!entry.chunked()) {
+      tasks.push_back({path, 0, bytes, "", ""});
+    } else {
+      for (uint64_t off = 0; off < bytes; off += entry.chunk_bytes)
+        tasks.push_back({path, off, std::min(entry.chunk_bytes, bytes - off), "", ""});
+    }
+    v.count = tasks.size() - v.first;
+  }
+  run_hash_tasks(tasks, threads);
+
+  size_t k = 0;
+  for (const auto& [rel, entry] : r.manifest.files) {
+    const Verdict& v = verdicts[k++];
+    const std::string path = dir + "/" + rel;
+    if (!v.problem.empty()) {
+      r.problems.push_back(v.problem);
+      continue;
+    }
+    std::vector<size_t> bad;
+    std::string error;
+    for (size_t i = 0; i < v.count; ++i) {
+      const HashTask& t = tasks[v.first + i];
+      if (!t.error.empty() && error.empty()) error = t.error;
+      const std::string& want = entry.chunked() ? entry.chunk_sha256[i] : entry.sha256;
+      if (t.error.empty() && t.sha256 != want) bad.push_back(i);
+    }
+    if (!error.empty()) {
+      r.problems.push_back(path + ": " + error);
+    } else if (!bad.empty() && !entry.chunked()) {
       r.problems.push_back(path + ": SHA-256 differs from the manifest (corrupted, or the manifest is another run's)");
+    } else if (!bad.empty()) {
+      const uint64_t from = bad[0] * entry.chunk_bytes, to = std::min(from + entry.chunk_bytes, entry.bytes);
+      r.problems.push_back(path + ": SHA-256 differs from the manifest in chunk " + std::to_string(bad[0]) + " of " +
+                           std::to_string(v.count) + " (bytes " + std::to_string(from) + ".." + std::to_string(to) +
+                           ")" + (bad.size() > 1 ? " and " + std::to_string(bad.size() - 1) + " more" : "") +
+                           " (corrupted, or the manifest is another run's)");
+    }
   }
   return r;
 }

@@ -15,27 +15,14 @@
 #include <ATen/ATen.h>        // at::empty
 #include <nlohmann/json.hpp>  // nlohmann::ordered_json
 
-#include "loongforge/common/error.hpp"
+#include "chunks.hpp"
 #include "io.hpp"
+#include "loongforge/common/error.hpp"
 #include "loongforge/common/sha256.hpp"
 
 namespace loongforge::checkpoint {
 
 namespace {
-
-const char* st_dtype(at::ScalarType t, const std::string& name) {
-  switch (t) {
-    case at::kFloat: return "F32";
-    case at::kBFloat16: return "BF16";
-    case at::kHalf: return "F16";
-    case at::kDouble: return "F64";
-    case at::kLong: return "I64";
-    case at::kInt: return "I32";
-    case at::kByte: return "U8";
-    case at::kBool: return "BOOL";
-    default: throw CheckpointError("tensor '" + name + "' has a dtype safetensors cannot store");
-  }
-}
 
 at::ScalarType from_st_dtype(const std::string& s, const std::string& path) {
   if (s == "F32") return at::kFloat;
@@ -102,33 +89,21 @@ using detail::write_file_synced;
 
 std::string write_safetensors(const std::string& path, const NamedTensors& tensors,
                               const std::map<std::string, std::string>& metadata, uint64_t* bytes_out) {
-  nlohmann::ordered_json header;
-  if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::vector<at::Tensor> cpu;
-  uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    at::Tensor c = t.detach().to(at::kCPU).contiguous();
-    const uint64_t bytes = static_cast<uint64_t>(c.numel()) * c.element_size();
-    header[name] = {{"dtype", st_dtype(c.scalar_type(), name)},
-                    {"shape", c.sizes().vec()},
-                    {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
-    cpu.push_back(std::move(c));
-  }
+  // The same bytes Writer writes in chunks (chunks.cpp), front to back on this thread.
+  const detail::FileImage image = detail::safetensors_image(path, tensors, metadata);
   Sha256 sha;
-  std::string h = header.dump();
-  h.append((8 - h.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
   write_file_synced(path, [&](int fd) {
-    const uint64_t n = h.size();
     auto put = [&](const void* p, size_t len) {
       write_all(fd, p, len, path);
       sha.update(p, len);
     };
-    put(&n, 8);
-    put(h.data(), h.size());
-    for (const auto& c : cpu) put(c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size());
+    put(image.head.data(), image.head.size());
+    for (const auto& t : image.tensors) {
+      const at::Tensor c = t.to(at::kCPU);
+      put(c.data_ptr(), static_cast<size_t>(c.numel()) * c.element_size());
+    }
   });
-  if (bytes_out) *bytes_out = 8 + h.size() + offset;
+  if (bytes_out) *bytes_out = image.bytes;
   return sha.hex();
 }
 

@@ -1,5 +1,5 @@
-// Atomic checkpoint directories, the manifest, keep_last, and the background
-// writer thread (contract in checkpoint.hpp).
+// Atomic checkpoint directories, the manifest, keep_last, and the writer:
+// staging, its background thread and progress (contract in checkpoint.hpp).
 #include <dirent.h>   // opendir
 #include <signal.h>   // kill
 #include <unistd.h>   // getpid
@@ -7,24 +7,53 @@
 #include <cerrno>   // errno
 #include <cstdlib>  // std::atol
 
-#include <chrono>   // std::chrono::steady_clock
-#include <cstdio>   // std::snprintf
-#include <fstream>  // std::ifstream
+#include <chrono>      // std::chrono::steady_clock
+#include <cmath>       // std::ceil
+#include <cstdio>      // std::snprintf
+#include <fstream>     // std::ifstream
 #include <functional>  // std::function
-#include <thread>   // std::this_thread
+#include <set>         // std::set
+#include <thread>      // std::this_thread
 
+#include "chunks.hpp"
 #include "io.hpp"
 #include "loongforge/checkpoint/checkpoint.hpp"
 #include "loongforge/common/error.hpp"
 #include "loongforge/common/files.hpp"
+#include "loongforge/common/log.hpp"
 #include "loongforge/common/sha256.hpp"
 #include "loongforge/common/threads.hpp"
 
 namespace loongforge::checkpoint {
 
+using Clock = std::chrono::steady_clock;
+
+nlohmann::json FileEntry::to_json() const {
+  if (!chunked()) return {{"bytes", bytes}, {"sha256", sha256}};
+  return {{"bytes", bytes}, {"chunk_bytes", chunk_bytes}, {"chunk_sha256", chunk_sha256}};
+}
+
+FileEntry FileEntry::from_json(const nlohmann::json& j) {
+  FileEntry e;
+  e.bytes = j.at("bytes").get<uint64_t>();
+  if (!j.contains("chunk_sha256")) {
+    e.sha256 = j.at("sha256").get<std::string>();
+    return e;
+  }
+  e.chunk_bytes = j.at("chunk_bytes").get<uint64_t>();
+  e.chunk_sha256 = j.at("chunk_sha256").get<std::vector<std::string>>();
+  const uint64_t want = e.chunk_bytes == 0 ? 0 : (e.bytes + e.chunk_bytes - 1) / e.chunk_bytes;
+  if (e.chunk_bytes == 0 || e.chunk_sha256.size() != want)
+    throw nlohmann::json::other_error::create(
+        501, "a file of " + std::to_string(e.bytes) + " bytes in chunks of " + std::to_string(e.chunk_bytes) +
+                 " lists " + std::to_string(e.chunk_sha256.size()) + " chunk hashes, not " + std::to_string(want),
+        &j);
+  return e;
+}
+
 nlohmann::json Manifest::to_json() const {
   nlohmann::json files_json = nlohmann::json::object();
-  for (const auto& [path, f] : files) files_json[path] = {{"bytes", f.bytes}, {"sha256", f.sha256}};
+  for (const auto& [path, f] : files) files_json[path] = f.to_json();
   return {{"format", "loongforge-checkpoint"},
           {"format_version", format_version},
           {"run_id", run_id},
@@ -51,8 +80,7 @@ Manifest Manifest::from_json(const nlohmann::json& j) {
   m.model_hash = j.at("model_hash").get<std::string>();
   m.loongforge_version = j.value("loongforge_version", "");
   m.config = j.at("config");
-  for (const auto& [path, f] : j.at("files").items())
-    m.files[path] = FileEntry{f.at("bytes").get<uint64_t>(), f.at("sha256").get<std::string>()};
+  for (const auto& [path, f] : j.at("files").items()) m.files[path] = FileEntry::from_json(f);
   return m;
 }
 
@@ -119,7 +147,7 @@ void publish(const std::string& parent, const std::string& tmp, const std::strin
 // r > 0 writes its files into `<parent>/.<name>.peers/` (a name that
 // list_checkpoints never takes): each file to a temporary, fsynced, renamed
 // to `<rel with / as __>`, then a sidecar `<that>.json` with its size and
-// SHA-256 (or the error that stopped it) the same way, so a sidecar means a
+// SHA-256s (FileEntry's JSON; or the error that stopped it) the same way, so a sidecar means a
 // complete file. Rank 0's write, before its manifest, waits for every
 // sidecar it expects, renames the files into its temporary directory (same
 // file system) and lists them; then it publishes as usual and removes the
@@ -128,7 +156,86 @@ void publish(const std::string& parent, const std::string& tmp, const std::strin
 // earlier checkpoints stay). Staging directories left by a crash are removed
 // by recover_interrupted_writes() at the next start, before any rank writes.
 
+// Note [Bounded staging]
+// The state is copied to host memory before it is written, so that training
+// can go on changing it. Until issue #45 the trainer copied all of it into
+// one host slab as large as the state (page-locked on GPUs; 37.9 GB of host
+// memory at peak for 3B full fine-tuning) and the write ran from the slab in
+// the background. Now host staging is a ring of chunk-sized slots
+// (StagingRing) of at most checkpoint.staging_mb (default 4096 MiB; 0 = as
+// large as the state, the old behaviour), allocated once and reused:
+//  - submit() runs on the trainer thread. It copies chunk after chunk of the
+//    live state into free slots (on GPUs a device-to-host copy into a
+//    page-locked slot: the trainer passes that allocator) and posts each to
+//    the pool, which hashes and writes it and frees the slot (Note [Chunked
+//    writes] in chunks.cpp). The tensors may change once their last chunk is
+//    staged, so submit() returns then; the writer thread finishes the rest.
+//  - State S no larger than the ring R: nothing waits for the storage. The
+//    training stall is the copy, S / B_copy (B_copy: device-to-host bandwidth
+//    on GPUs, some 20 GB/s into page-locked memory on an H100 host, not
+//    measured here; memcpy on CPUs), and the write is asynchronous as before.
+//  - S larger than R: once the ring is full, each further chunk waits until
+//    a writer frees a slot, so the stall is about R / B_copy + (S - R) / W,
+//    W being the write rate (hashing and storage). Such a checkpoint is NOT
+//    asynchronous: training waits until all but the last R bytes are on the
+//    storage. 3B full fine-tuning (S = 37.7 GB) with the default R = 4 GiB at
+//    W = 2 GB/s would stall about 17 s per checkpoint, instead of ~2 s with
+//    a 38 GB slab (checkpoint.staging_mb=0 keeps that choice).
+//  - Throughput should not suffer from the bound while R holds a few chunks
+//    per writer thread: a slot is filled several times faster than it is
+//    written, so writers do not wait for staging (on the 2-core CPU machine
+//    256 MB of staging for a 2.33 GB state lost nothing: docs/benchmarks.md,
+//    2026-12-05; scripts/bench/checkpoint.sh measures the rate and
+//    submit()'s stall for bounds below and above the state).
+// What would make large states asynchronous within the bound (not built; it
+// needs the GPU to measure): snapshot the state into spare GPU memory with a
+// device-to-device copy (HBM bandwidth: tens of milliseconds for 37.7 GB),
+// then drain that copy through the ring on the writer thread. It costs S
+// bytes of GPU memory: n16-1b's 7.9 GB fits beside training, 3B full
+// fine-tuning (51.5 GB peak on an 80 GB H100, plus 37.7) does not, so it
+// would be chosen per run by the free GPU memory, falling back to the stall
+// above.
+
+namespace detail {
+
+// One write in flight: planned and staged by submit(), finished by Writer::complete().
+struct Job {
+  Snapshot snapshot;  // text files, manifest, peers; its tensor files live in `files` until staged
+  std::string dir;    // the temporary directory (peer: the staging directory)
+  std::shared_ptr<ChunkedFiles> files;
+  std::string error;  // planning failed: nothing is staged
+  Clock::time_point t0 = Clock::now();
+  std::atomic<double> stall_s{0};
+
+  WriteProgress progress() const {
+    WriteProgress p;
+    p.active = true;
+    p.name = snapshot.name;
+    p.step = snapshot.manifest.step;
+    if (files) p.bytes = files->bytes(), p.bytes_staged = files->bytes_staged(), p.bytes_written = files->bytes_written();
+    p.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    p.stall_s = stall_s.load();
+    return p;
+  }
+};
+
+// What progress() reads: the write in flight, else the last one.
+struct ProgressBoard {
+  mutable std::mutex mu;
+  std::shared_ptr<Job> current;
+  WriteProgress last;
+  WriteProgress read() const {
+    std::lock_guard<std::mutex> lock(mu);
+    return current ? current->progress() : last;
+  }
+};
+
+}  // namespace detail
+
 namespace {
+
+using detail::ChunkedFiles;
+using detail::Job;
 
 std::string peer_dir(const std::string& parent, const std::string& name) { return parent + "/." + name + ".peers"; }
 
@@ -138,42 +245,77 @@ std::string peer_name(const std::string& rel) {
   return s;
 }
 
-WriteResult write_peer_files(const std::string& parent, const Snapshot& snapshot) {
-  const auto t0 = std::chrono::steady_clock::now();
-  WriteResult r;
-  r.step = snapshot.manifest.step;
-  const std::string dir = peer_dir(parent, snapshot.name);
-  for (const auto& [rel, tensors] : snapshot.tensor_files) {
-    const std::string final_path = dir + "/" + peer_name(rel);
-    const std::string tmp = final_path + ".tmp-" + std::to_string(::getpid());
+std::string pid_suffix() { return ".tmp-" + std::to_string(::getpid()); }
+
+void make_parent_dirs(const std::string& root, const std::string& rel) {
+  const auto slash = rel.rfind('/');
+  if (slash != std::string::npos) make_dirs(root + "/" + rel.substr(0, slash));
+}
+
+// Creates the job's directory and files; the snapshot's tensors move into the images.
+void plan(Job& job, const std::string& parent, const WriterOptions& o) {
+  Snapshot& s = job.snapshot;
+  make_dirs(parent);
+  if (s.peer) {
+    job.dir = peer_dir(parent, s.name);
+    make_dirs(job.dir);
+  } else {
+    job.dir = parent + "/." + s.name + pid_suffix();
+    remove_tree(job.dir);
+    make_dirs(job.dir);
+  }
+  std::vector<detail::FileImage> images;
+  std::vector<std::string> paths;
+  for (const auto& [rel, tensors] : s.tensor_files) {
+    images.push_back(detail::safetensors_image(rel, tensors));
+    if (s.peer) {
+      paths.push_back(job.dir + "/" + peer_name(rel) + pid_suffix());
+    } else {
+      make_parent_dirs(job.dir, rel);
+      paths.push_back(job.dir + "/" + rel);
+    }
+  }
+  s.tensor_files.clear();
+  job.files = std::make_shared<ChunkedFiles>(std::move(images), std::move(paths), o.chunk_bytes, o.direct_io);
+  job.files->open();
+}
+
+// A peer's files: each renamed into place, then its sidecar (Note [Peer files]).
+void finish_peer_files(const Job& job, const std::string& failure, WriteResult& r) {
+  for (size_t i = 0; i < job.files->size(); ++i) {
+    const std::string final_path = job.dir + "/" + peer_name(job.files->rel(i));
     nlohmann::json side;
-    try {
-      make_dirs(dir);
-      uint64_t bytes = 0;
-      const std::string sha = write_safetensors(tmp, tensors, {}, &bytes);
-      rename_path(tmp, final_path);
-      side = {{"bytes", bytes}, {"sha256", sha}};
-      r.bytes += bytes;
-    } catch (const std::exception& e) {
-      side = {{"error", e.what()}};
-      r.error = e.what();
+    if (failure.empty()) {
+      try {
+        rename_path(final_path + pid_suffix(), final_path);
+        const FileEntry e = job.files->entry(i);
+        side = e.to_json();
+        r.bytes += e.bytes;
+      } catch (const std::exception& ex) {
+        side = {{"error", ex.what()}};
+        if (r.error.empty()) r.error = ex.what();
+      }
+    } else {
+      side = {{"error", failure}};
+      try {
+        remove_tree(final_path + pid_suffix());
+      } catch (const std::exception&) {
+        // best effort: removed at the next start
+      }
     }
     try {
       detail::write_text_synced(final_path + ".json.tmp", side.dump() + "\n");
       rename_path(final_path + ".json.tmp", final_path + ".json");
-      fsync_directory(dir);
-    } catch (const std::exception& e) {
-      if (r.error.empty()) r.error = e.what();
+      fsync_directory(job.dir);
+    } catch (const std::exception& ex) {
+      if (r.error.empty()) r.error = ex.what();
     }
   }
-  r.path = dir;
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
 }
 
 // Waits for the peers' files of `snapshot` and moves them into `tmp`.
 void collect_peer_files(const std::string& parent, const Snapshot& snapshot, const std::string& tmp,
-                        const std::function<void(const std::string&, uint64_t, std::string)>& record) {
+                        const std::function<void(const std::string&, FileEntry)>& record) {
   const std::string dir = peer_dir(parent, snapshot.name);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(snapshot.peer_timeout_s);
   for (const auto& rel : snapshot.peer_files) {
@@ -190,95 +332,117 @@ void collect_peer_files(const std::string& parent, const Snapshot& snapshot, con
     in >> side;
     if (side.contains("error"))
       throw CheckpointError(staged + ": the rank writing it failed: " + side.at("error").get<std::string>());
-    const auto slash = rel.rfind('/');
-    if (slash != std::string::npos) make_dirs(tmp + "/" + rel.substr(0, slash));
+    make_parent_dirs(tmp, rel);
     rename_path(staged, tmp + "/" + rel);
-    record(rel, side.at("bytes").get<uint64_t>(), side.at("sha256").get<std::string>());
+    record(rel, FileEntry::from_json(side));
   }
+}
+
+// The rest of a checkpoint once its tensor files are written: the text files,
+// the peers' files, the manifest last, then publishing.
+void finish_checkpoint_dir(const std::string& parent, const Job& job, WriteResult& r) {
+  const Snapshot& snapshot = job.snapshot;
+  const std::string& tmp = job.dir;
+  Manifest manifest = snapshot.manifest;
+  manifest.format_version = kFormatVersion;
+  std::set<std::string> subdirs;
+  auto record = [&](const std::string& rel, FileEntry e) {
+    r.bytes += e.bytes;
+    if (rel.find('/') != std::string::npos) subdirs.insert(tmp + "/" + rel.substr(0, rel.rfind('/')));
+    manifest.files[rel] = std::move(e);
+  };
+  for (size_t i = 0; i < job.files->size(); ++i) record(job.files->rel(i), job.files->entry(i));
+  for (const auto& [rel, text] : snapshot.text_files) {
+    detail::test_delay();
+    make_parent_dirs(tmp, rel);
+    FileEntry e;
+    e.bytes = text.size();
+    e.sha256 = detail::write_text_synced(tmp + "/" + rel, text);
+    record(rel, std::move(e));
+  }
+  if (!snapshot.peer_files.empty()) collect_peer_files(parent, snapshot, tmp, record);
+  // The manifest is written last: a directory with a valid manifest is complete.
+  detail::test_delay();
+  detail::write_text_synced(tmp + "/" + kManifest, manifest.to_json().dump(2) + "\n");
+  for (const auto& d : subdirs) fsync_directory(d);
+  fsync_directory(tmp);
+  publish(parent, tmp, r.path);
+  if (!snapshot.peer_files.empty()) {
+    try {
+      remove_tree(peer_dir(parent, snapshot.name));
+    } catch (const std::exception&) {
+      // best effort: removed at the next start
+    }
+  }
+}
+
+std::string size_text(uint64_t bytes, uint64_t scale_of) {
+  char b[32];
+  if (scale_of >= 1000000000ull)
+    std::snprintf(b, sizeof b, "%.2f", static_cast<double>(bytes) / 1e9);
+  else
+    std::snprintf(b, sizeof b, "%.1f", static_cast<double>(bytes) / 1e6);
+  return b;
 }
 
 }  // namespace
 
-WriteResult write_checkpoint_dir(const std::string& parent, const Snapshot& snapshot) {
-  if (snapshot.peer) return write_peer_files(parent, snapshot);
-  const auto t0 = std::chrono::steady_clock::now();
-  WriteResult r;
-  r.path = parent + "/" + snapshot.name;
-  r.step = snapshot.manifest.step;
-  const std::string tmp = parent + "/." + snapshot.name + ".tmp-" + std::to_string(::getpid());
-  try {
-    make_dirs(parent);
-    remove_tree(tmp);
-    make_dirs(tmp);
-    Manifest manifest = snapshot.manifest;
-    auto record = [&](const std::string& rel, uint64_t bytes, std::string sha) {
-      manifest.files[rel] = FileEntry{bytes, std::move(sha)};
-      r.bytes += bytes;
-    };
-    // Tensor files are written (and hashed) in parallel, one thread each.
-    struct Written {
-      std::string rel, sha, error;
-      uint64_t bytes = 0;
-    };
-    std::vector<Written> written(snapshot.tensor_files.size());
-    std::vector<std::thread> workers;
-    size_t k = 0;
-    for (const auto& [rel_, tensors_] : snapshot.tensor_files) {
-      Written& w = written[k++];
-      w.rel = rel_;
-      const NamedTensors* tensors = &tensors_;
-      workers.emplace_back([&w, tensors, &tmp] {
-        set_thread_name("lf-ckpt-file");
-        lower_thread_priority(kCheckpointThreadNice);  // below the data path (common/threads.hpp)
-        try {
-          detail::test_delay();
-          const auto slash = w.rel.rfind('/');
-          if (slash != std::string::npos) make_dirs(tmp + "/" + w.rel.substr(0, slash));
-          w.sha = write_safetensors(tmp + "/" + w.rel, *tensors, {}, &w.bytes);
-        } catch (const std::exception& e) {
-          w.error = e.what();
-        }
-      });
-    }
-    for (auto& t : workers) t.join();
-    for (auto& w : written) {
-      if (!w.error.empty()) throw CheckpointError(w.error);
-      record(w.rel, w.bytes, std::move(w.sha));
-    }
-    for (const auto& [rel, text] : snapshot.text_files) {
-      detail::test_delay();
-      const auto slash = rel.rfind('/');
-      if (slash != std::string::npos) make_dirs(tmp + "/" + rel.substr(0, slash));
-      record(rel, text.size(), detail::write_text_synced(tmp + "/" + rel, text));
-    }
-    if (!snapshot.peer_files.empty()) collect_peer_files(parent, snapshot, tmp, record);
-    // The manifest is written last: a directory with a valid manifest is complete.
-    detail::test_delay();
-    detail::write_text_synced(tmp + "/" + kManifest, manifest.to_json().dump(2) + "\n");
-    for (const auto& [rel, unused] : snapshot.tensor_files)
-      if (rel.find('/') != std::string::npos) fsync_directory(tmp + "/" + rel.substr(0, rel.rfind('/')));
-    fsync_directory(tmp);
-    publish(parent, tmp, r.path);
-    if (!snapshot.peer_files.empty()) {
-      try {
-        remove_tree(peer_dir(parent, snapshot.name));
-      } catch (const std::exception&) {
-        // best effort: removed at the next start
-      }
-    }
-  } catch (const std::exception& e) {
-    r.error = e.what();
-    try {
-      remove_tree(tmp);
-    } catch (...) {
-    }
-  }
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
+// ---------------------------------------------------------------------------
+// Progress
+
+double WriteProgress::eta_s() const {
+  const double rate = bytes_per_s();
+  if (!active) return 0.0;
+  if (rate <= 0) return -1.0;
+  return static_cast<double>(bytes - bytes_written) / rate;
 }
 
-Writer::Writer(std::string dir, int64_t keep_last, bool async, bool leader)
-    : dir_(std::move(dir)), keep_last_(keep_last), async_(async), leader_(leader) {
+std::string WriteProgress::line() const {
+  const char* unit = bytes >= 1000000000ull ? " GB" : " MB";
+  const double rate = bytes_per_s();
+  char b[160];
+  std::snprintf(b, sizeof b, "%s: %s of %s%s written (%.0f%%), %.*f %s", name.c_str(),
+                size_text(bytes_written, bytes).c_str(), size_text(bytes, bytes).c_str(), unit,
+                bytes ? 100.0 * static_cast<double>(bytes_written) / static_cast<double>(bytes) : 100.0,
+                rate >= 1e9 ? 2 : 0, rate >= 1e9 ? rate / 1e9 : rate / 1e6, rate >= 1e9 ? "GB/s" : "MB/s");
+  std::string out = b;
+  const double eta = eta_s();
+  if (active) out += eta < 0 ? ", ETA unknown" : ", ETA " + std::to_string(static_cast<int64_t>(std::ceil(eta))) + " s";
+  return out;
+}
+
+nlohmann::json WriteProgress::to_json() const {
+  nlohmann::json j = {{"active", active},
+                      {"name", name},
+                      {"step", step},
+                      {"bytes", bytes},
+                      {"bytes_staged", bytes_staged},
+                      {"bytes_written", bytes_written},
+                      {"seconds", seconds},
+                      {"gb_per_s", bytes_per_s() / 1e9},
+                      {"stall_s", stall_s}};
+  if (active) j["eta_s"] = eta_s();
+  if (!error.empty()) j["error"] = error;
+  return j;
+}
+
+// ---------------------------------------------------------------------------
+// Writer
+
+WriteResult write_checkpoint_dir(const std::string& parent, const Snapshot& snapshot, const WriterOptions& options) {
+  Writer w(parent, /*keep_last=*/1, /*async=*/false, /*leader=*/false, options);
+  w.submit(snapshot);
+  return w.take_results().front();
+}
+
+Writer::Writer(std::string dir, int64_t keep_last, bool async, bool leader, WriterOptions options)
+    : dir_(std::move(dir)), keep_last_(keep_last), async_(async), leader_(leader), options_(std::move(options)) {
+  if (options_.chunk_bytes == 0 || options_.chunk_bytes % 4096 != 0)
+    throw CheckpointError("checkpoint chunk size " + std::to_string(options_.chunk_bytes) +
+                          " bytes is not a positive multiple of 4096 (checkpoint.chunk_mb)");
+  ring_ = std::make_unique<detail::StagingRing>(options_.chunk_bytes, options_.staging_bytes, options_.allocate);
+  pool_ = std::make_unique<detail::WorkerPool>(options_.threads);
+  board_ = std::make_shared<detail::ProgressBoard>();
   if (leader_) recover_interrupted_writes(dir_);
   if (async_)
     thread_ = std::thread([this] {
@@ -344,6 +508,20 @@ Writer::~Writer() {
   if (thread_.joinable()) thread_.join();
 }
 
+void Writer::reserve_staging(uint64_t state_bytes) {
+  // A chunk never spans two files: a few more slots than the bytes alone need.
+  ring_->reserve((state_bytes + options_.chunk_bytes - 1) / options_.chunk_bytes + 2);
+}
+
+uint64_t Writer::staging_bytes_allocated() const { return ring_->allocated_bytes(); }
+
+WriteProgress Writer::progress() const { return board_->read(); }
+
+std::function<WriteProgress()> Writer::progress_source() const {
+  std::shared_ptr<const detail::ProgressBoard> board = board_;
+  return [board] { return board->read(); };
+}
+
 void Writer::finish(WriteResult r) {
   if (r.error.empty() && leader_) {
     // keep_last: drop the oldest complete checkpoints (never the new one).
@@ -361,29 +539,89 @@ void Writer::finish(WriteResult r) {
 }
 
 void Writer::submit(Snapshot snapshot) {
-  if (!async_) {
-    finish(write_checkpoint_dir(dir_, snapshot));
-    return;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return !pending_ && !busy_; });
+    busy_ = true;
   }
-  std::unique_lock<std::mutex> lock(mutex_);
-  cv_.wait(lock, [&] { return !pending_ && !busy_; });
-  pending_ = std::move(snapshot);
-  lock.unlock();
+  const auto t0 = Clock::now();
+  auto job = std::make_shared<Job>();
+  job->snapshot = std::move(snapshot);
+  try {
+    plan(*job, dir_, options_);
+  } catch (const std::exception& e) {
+    job->error = e.what();
+  }
+  {
+    std::lock_guard<std::mutex> lock(board_->mu);
+    board_->current = job;
+  }
+  if (async_) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_ = job;  // the writer thread watches it from now on
+  }
   cv_.notify_all();
+  // Note [Bounded staging]: returns once every chunk is in the ring.
+  if (job->error.empty()) job->files->stage(*ring_, *pool_);
+  job->stall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (async_) return;
+  complete(job);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    busy_ = false;
+  }
+  cv_.notify_all();
+}
+
+// Waits for the job's chunks (a progress line every progress_interval_s), then finishes the directory.
+void Writer::complete(const std::shared_ptr<Job>& job) {
+  WriteResult r;
+  r.step = job->snapshot.manifest.step;
+  r.path = job->snapshot.peer ? job->dir : dir_ + "/" + job->snapshot.name;
+  try {
+    if (!job->error.empty()) throw CheckpointError(job->error);
+    while (!job->files->wait_for(options_.progress_interval_s))
+      LF_LOG(logger("checkpoint"), info) << "checkpoint " << job->progress().line();
+    const std::string failure = job->files->error();
+    if (job->snapshot.peer) {
+      finish_peer_files(*job, failure, r);
+      if (r.error.empty()) r.error = failure;
+    } else {
+      if (!failure.empty()) throw CheckpointError(failure);
+      finish_checkpoint_dir(dir_, *job, r);
+    }
+  } catch (const std::exception& e) {
+    r.error = e.what();
+    if (!job->snapshot.peer && !job->dir.empty()) {
+      try {
+        remove_tree(job->dir);
+      } catch (...) {
+      }
+    }
+  }
+  r.seconds = std::chrono::duration<double>(Clock::now() - job->t0).count();
+  {
+    std::lock_guard<std::mutex> lock(board_->mu);
+    board_->last = job->progress();
+    board_->last.active = false;
+    board_->last.seconds = r.seconds;
+    board_->last.error = r.error;
+    board_->current.reset();
+  }
+  finish(std::move(r));
 }
 
 void Writer::loop() {
   for (;;) {
-    Snapshot job;
+    std::shared_ptr<Job> job;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [&] { return stop_ || pending_.has_value(); });
+      cv_.wait(lock, [&] { return stop_ || pending_ != nullptr; });
       if (stop_ && !pending_) return;
-      job = std::move(*pending_);
+      job = std::move(pending_);
       pending_.reset();
-      busy_ = true;
     }
-    finish(write_checkpoint_dir(dir_, job));
+    complete(job);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       busy_ = false;

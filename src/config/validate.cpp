@@ -174,6 +174,14 @@ void validate(const Config& cfg, const ValidationContext& ctx, std::vector<std::
                                      ") must be below trainer.max_steps (" + std::to_string(t.max_steps) + ")");
   }
 
+  const auto& ck = cfg.checkpoint;
+  if (ck.staging_mb != 0 && ck.staging_mb < ck.chunk_mb) {
+    add("checkpoint.staging_mb", "checkpoint.staging_mb (" + std::to_string(ck.staging_mb) +
+                                     ") is smaller than one chunk, checkpoint.chunk_mb (" + std::to_string(ck.chunk_mb) +
+                                     "): staging holds whole chunks; raise staging_mb, lower chunk_mb, or set "
+                                     "staging_mb to 0 (as large as the state)");
+  }
+
   if (runs("mla", cfg.mla.enable) && ctx.device_memory_gb && cfg.mla.global_pool_gb >= *ctx.device_memory_gb) {
     std::ostringstream mem;
     mem.precision(4);

@@ -140,6 +140,11 @@ void ControlPlane::publish_status(json status) {
   status_ = std::move(status);
 }
 
+void ControlPlane::set_live_status(std::string key, std::function<json()> read) {
+  std::lock_guard<std::mutex> lock(status_mu_);
+  live_status_.emplace_back(std::move(key), std::move(read));
+}
+
 namespace {
 // Checks an engine verb's arguments, then refuses it when the engine is off.
 void admit(const Engine& e, const EngineVerb& v, const json& args) {
@@ -164,6 +169,7 @@ void ControlPlane::register_verbs(const std::vector<Engine>& engines) {
   server_->on_query("status", [this](const json&) {
     std::lock_guard<std::mutex> lock(status_mu_);
     json s = status_;
+    for (const auto& [key, read] : live_status_) s[key] = read();
     s["pid"] = static_cast<int64_t>(::getpid());
     s["socket"] = server_->path();  // set before the server listens (socket_path_ is assigned after start())
     const control::ServerStats st = server_->stats();

@@ -32,11 +32,13 @@
 
 #include <chrono>      // std::chrono::steady_clock
 #include <cstdint>     // int64_t
+#include <functional>  // std::function
 #include <map>         // std::map
 #include <memory>      // std::unique_ptr
 #include <mutex>       // std::mutex
 #include <optional>    // std::optional
 #include <string>      // std::string
+#include <utility>     // std::pair
 #include <vector>      // std::vector
 
 #include <nlohmann/json.hpp>  // nlohmann::json
@@ -113,6 +115,9 @@ class ControlPlane final : public PhaseRecorder {
 
   // Replaces the snapshot `status` answers with.
   void publish_status(nlohmann::json status);
+  // `status` also holds key: read() at each request, on the control thread (for
+  // what changes between steps, such as a checkpoint write's progress).
+  void set_live_status(std::string key, std::function<nlohmann::json()> read);
 
   // At each step boundary (steps_done optimizer steps finished): runs queued
   // requests, reads the bus, returns what falls due now. stop_signal: a
@@ -153,6 +158,7 @@ class ControlPlane final : public PhaseRecorder {
   std::string socket_path_;
   std::mutex status_mu_;
   nlohmann::json status_;  // guarded by status_mu_
+  std::vector<std::pair<std::string, std::function<nlohmann::json()>>> live_status_;  // guarded by status_mu_
   // Trainer-thread state.
   int64_t steps_done_ = 0;
   bool stop_published_ = false;

@@ -2,7 +2,6 @@
 #include "loongforge/trainer/state.hpp"
 
 #include <cstdio>   // std::snprintf
-#include <cstdlib>  // std::malloc
 #include <fstream>  // std::ifstream
 #include <map>      // std::map
 #include <mutex>    // std::lock_guard
@@ -12,7 +11,6 @@
 #include <ATen/core/Generator.h>   // at::Generator
 #if LOONGFORGE_WITH_CUDA_KERNELS
 #include <cuda_runtime_api.h>  // cudaHostAlloc, cudaFreeHost
-#include <torch/cuda.h>        // torch::cuda::synchronize
 #endif
 
 #include "loongforge/common/error.hpp"
@@ -117,77 +115,48 @@ void seed_default_generators(const config::Config& cfg, int64_t rank) {
 // ---------------------------------------------------------------------------
 // Snapshots
 
-namespace {
-// `dst` (reused host buffer, allocated on first use) <- `src`, asynchronously
-// when `src` is on a GPU and `dst` is pinned.
-void copy_to_host(at::Tensor& dst, const at::Tensor& src) {
-  if (!dst.defined())
-    dst = at::empty(src.sizes(), src.options().device(at::kCPU).pinned_memory(src.is_cuda()));
-  dst.copy_(src.detach(), /*non_blocking=*/true);
+uint64_t snapshot_state_bytes(const model::Model& net, const optim::Optimizer& optimizer) {
+  uint64_t total = 0;
+  auto bytes_of = [](const at::Tensor& t) { return static_cast<uint64_t>(t.numel()) * t.element_size(); };
+  for (const auto& p : net.parameters()) total += bytes_of(optimizer.master_weight(p.tensor));
+  for (const auto& s : optimizer.state_tensors()) total += bytes_of(s.second);
+  return total;
 }
-}  // namespace
 
-void reserve_snapshot_buffers(SnapshotBuffers& buf, const model::Model& net, const optim::Optimizer& optimizer,
-                              bool pinned) {
-  const auto params = net.parameters();
-  const auto state = optimizer.state_tensors();
-  auto aligned = [](size_t n) { return (n + 255) / 256 * 256; };
-  auto bytes_of = [&](const at::Tensor& t) { return aligned(static_cast<size_t>(t.numel()) * t.element_size()); };
-  size_t total = 0;
-  std::vector<at::Tensor> weights;  // full precision: the masters of bf16 working copies
-  for (const auto& p : params) weights.push_back(optimizer.master_weight(p.tensor));
-  for (const auto& w : weights) total += bytes_of(w);
-  for (const auto& s : state) total += bytes_of(s.second);
-  void* base = nullptr;
+checkpoint::WriterOptions writer_options(const config::Config& cfg, bool pinned) {
+  checkpoint::WriterOptions o;
+  o.threads = static_cast<int>(cfg.checkpoint.write_threads);
+  o.chunk_bytes = static_cast<uint64_t>(cfg.checkpoint.chunk_mb) << 20;
+  o.staging_bytes = static_cast<uint64_t>(cfg.checkpoint.staging_mb) << 20;
+  o.direct_io = cfg.checkpoint.direct_io;
 #if LOONGFORGE_WITH_CUDA_KERNELS
-  if (pinned) {
-    if (cudaHostAlloc(&base, total, cudaHostAllocDefault) != cudaSuccess) base = nullptr;
-    if (base) buf.slab = std::shared_ptr<void>(base, [](void* p) { cudaFreeHost(p); });
-  }
+  // Page-locked slots: device-to-host copies run at full bandwidth (cudaHostAlloc returns page-aligned
+  // memory, which O_DIRECT needs).
+  if (pinned)
+    o.allocate = [](size_t bytes) -> std::shared_ptr<void> {
+      void* p = nullptr;
+      if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) return nullptr;
+      return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
+    };
 #endif
   (void)pinned;
-  if (!base) {
-    base = std::malloc(total);
-    if (!base) throw TrainingError("cannot allocate " + std::to_string(total >> 20) + " MB for checkpoint snapshots");
-    buf.slab = std::shared_ptr<void>(base, [](void* p) { std::free(p); });
-  }
-  char* cur = static_cast<char*>(base);
-  auto carve = [&](const at::Tensor& like) {
-    at::Tensor t = at::from_blob(cur, like.sizes(), like.options().device(at::kCPU));
-    cur += bytes_of(like);
-    return t;
-  };
-  buf.weights.clear(), buf.optimizer.clear();
-  for (const auto& w : weights) buf.weights.push_back(carve(w));
-  for (const auto& s : state) buf.optimizer.push_back(carve(s.second));
+  return o;
 }
 
 checkpoint::Snapshot make_snapshot(const config::Config& cfg, const model::Model& net, const optim::Optimizer& optimizer,
                                    const optim::Schedule& schedule, const TrainerPosition& pos, int64_t world_size,
-                                   const std::vector<Engine>& engines, SnapshotBuffers& buf) {
+                                   const std::vector<Engine>& engines) {
   at::NoGradGuard no_grad;
   checkpoint::Snapshot s;
   s.name = "epoch_" + std::to_string(pos.epoch) + "_step_" + std::to_string(pos.step);
-  const auto params = net.parameters();
-  const auto state = optimizer.state_tensors();
-  buf.weights.resize(params.size());
-  buf.optimizer.resize(state.size());
+  // The live tensors: Writer::submit() stages them before training goes on (Note [Bounded staging]).
   checkpoint::NamedTensors weights, opt_state;
   c10::Device device = c10::kCPU;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const auto& p = params[i];
+  for (const auto& p : net.parameters()) {
     if (p.tensor.is_cuda()) device = p.tensor.device();
-    if (p.info->trainable || !buf.frozen_copied) copy_to_host(buf.weights[i], optimizer.master_weight(p.tensor));
-    weights.emplace_back(p.info->name, buf.weights[i]);
+    weights.emplace_back(p.info->name, optimizer.master_weight(p.tensor).detach());
   }
-  for (size_t i = 0; i < state.size(); ++i) {
-    copy_to_host(buf.optimizer[i], state[i].second);
-    opt_state.emplace_back(state[i].first, buf.optimizer[i]);
-  }
-  buf.frozen_copied = true;
-#if LOONGFORGE_WITH_CUDA_KERNELS
-  if (device.is_cuda()) torch::cuda::synchronize();  // the copies above were asynchronous
-#endif
+  for (const auto& [name, t] : optimizer.state_tensors()) opt_state.emplace_back(name, t.detach());
   s.tensor_files["model.safetensors"] = std::move(weights);
   s.tensor_files[kOptimizerFile] = std::move(opt_state);
 
@@ -239,26 +208,14 @@ std::vector<std::string> peer_optimizer_files(int64_t world_size) {
   return out;
 }
 
-checkpoint::Snapshot make_peer_snapshot(const optim::Optimizer& optimizer, const TrainerPosition& pos, int64_t rank,
-                                        SnapshotBuffers& buf) {
+checkpoint::Snapshot make_peer_snapshot(const optim::Optimizer& optimizer, const TrainerPosition& pos, int64_t rank) {
   at::NoGradGuard no_grad;
   checkpoint::Snapshot s;
   s.name = "epoch_" + std::to_string(pos.epoch) + "_step_" + std::to_string(pos.step);
   s.peer = true;
   s.manifest.step = pos.step;
-  const auto state = optimizer.state_tensors();
-  buf.optimizer.resize(state.size());
   checkpoint::NamedTensors opt_state;
-  bool cuda = false;
-  for (size_t i = 0; i < state.size(); ++i) {
-    copy_to_host(buf.optimizer[i], state[i].second);
-    cuda = cuda || state[i].second.is_cuda();
-    opt_state.emplace_back(state[i].first, buf.optimizer[i]);
-  }
-#if LOONGFORGE_WITH_CUDA_KERNELS
-  if (cuda) torch::cuda::synchronize();
-#endif
-  (void)cuda;
+  for (const auto& [name, t] : optimizer.state_tensors()) opt_state.emplace_back(name, t.detach());
   s.tensor_files[optimizer_file(rank)] = std::move(opt_state);
   return s;
 }

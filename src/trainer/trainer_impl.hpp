@@ -110,8 +110,7 @@ struct Trainer::Impl {
   TrainerPosition pos_;
   std::unique_ptr<Progress> progress_;
   std::unique_ptr<checkpoint::Writer> writer_;
-  SnapshotBuffers snapshot_buffers_;
-  std::thread reserver_;  // reserves snapshot_buffers_ while training starts
+  std::thread reserver_;  // reserves the writer's staging while training starts
   std::exception_ptr reserve_error_;
   Clock::time_point last_ckpt_time_;
   int64_t failed_writes_ = 0;

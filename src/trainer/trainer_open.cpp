@@ -356,20 +356,26 @@ void Trainer::Impl::open_outputs() {
       leader_ && cfg_.logging.tensorboard ? run_dir_ + "/tb" : "");
   // Rank 0 writes checkpoints; with a sharded optimizer every other rank
   // stages its own shard for it (Note [Peer files] in src/checkpoint/writer.cpp).
+  const checkpoint::WriterOptions writing = writer_options(cfg_, device_.is_cuda());
   if (!leader_ && optimizer_->sharded())
     writer_ = std::make_unique<checkpoint::Writer>(ckpt_dir_, cfg_.checkpoint.keep_last, cfg_.checkpoint.async_write,
-                                                   /*leader=*/false);
+                                                   /*leader=*/false, writing);
   if (leader_) {
-    writer_ = std::make_unique<checkpoint::Writer>(ckpt_dir_, cfg_.checkpoint.keep_last, cfg_.checkpoint.async_write);
-    // Snapshot buffers are allocated on a helper thread while training starts.
+    writer_ = std::make_unique<checkpoint::Writer>(ckpt_dir_, cfg_.checkpoint.keep_last, cfg_.checkpoint.async_write,
+                                                   /*leader=*/true, writing);
+    // The staging ring is allocated on a helper thread while training starts.
     reserver_ = std::thread([this] {
       try {
-        reserve_snapshot_buffers(snapshot_buffers_, *net_, *optimizer_, device_.is_cuda());
+        writer_->reserve_staging(snapshot_state_bytes(*net_, *optimizer_));
       } catch (...) {
         reserve_error_ = std::current_exception();
       }
     });
   }
+  // `status` reads the write in flight when it is asked, also while close() waits for the last one.
+  if (writer_)
+    control_->set_live_status("checkpoint_write",
+                              [progress = writer_->progress_source()] { return progress().to_json(); });
   last_ckpt_time_ = Clock::now();
   frames_counted_at_ = Clock::now();
 }

@@ -245,7 +245,7 @@ void Trainer::Impl::device_exposed_comm(StepRecord& r) {
   reducer_->exposed_on_device(r.step, r.exposed_comm_ms);
 }
 
-// Copies the state to host memory (the stall) and hands it to the writer.
+// Hands the state to the writer, which copies it to host staging (the stall) before submit() returns.
 double Trainer::Impl::save(int64_t steps_done) {
   const auto t0 = Clock::now();
   last_saved_step_ = steps_done;
@@ -253,15 +253,16 @@ double Trainer::Impl::save(int64_t steps_done) {
   optimizer_->sync_parameters();  // the parameters of the last update are all in place
   pos_.step = steps_done;
   pos_.epoch = source_->sampler().epoch_of_step(steps_done);
-  writer_->wait();  // the writer may still read the buffers of the previous snapshot
+  writer_->wait();  // the previous write is over: its staging is free again
+  // submit() copies the state into the writer's staging before it returns (Note [Bounded staging]).
   if (!leader_) {  // a sharded optimizer's shard, staged for rank 0
-    writer_->submit(make_peer_snapshot(*optimizer_, pos_, world_info_.rank, snapshot_buffers_));
+    writer_->submit(make_peer_snapshot(*optimizer_, pos_, world_info_.rank));
     return ms_since(t0);
   }
   if (reserver_.joinable()) reserver_.join();
   if (reserve_error_) std::rethrow_exception(reserve_error_);
   checkpoint::Snapshot snapshot =
-      make_snapshot(cfg_, *net_, *optimizer_, schedule_, pos_, world_info_.world_size, engines_, snapshot_buffers_);
+      make_snapshot(cfg_, *net_, *optimizer_, schedule_, pos_, world_info_.world_size, engines_);
   if (optimizer_->sharded()) snapshot.peer_files = peer_optimizer_files(world_info_.world_size);
   writer_->submit(std::move(snapshot));
   last_ckpt_time_ = Clock::now();

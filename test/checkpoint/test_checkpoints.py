@@ -3,10 +3,17 @@
   steps bit for bit (losses and final parameters; CPU, fp32, one rank);
 - SIGKILL on observed progress (after a chosen step, or while a checkpoint
   write is in flight; LOONGFORGE_SIGKILL_KILLS times, 10 in the suite, 20
-  under ctest -L long), each followed by --resume latest: every resume starts
-  from the newest complete checkpoint (never a partial one), all but the first
-  run resume from a checkpoint, several kills land inside a write, and the
-  run ends with the uninterrupted parameters and losses;
+  under ctest -L long), each followed by --resume latest: writes go in 1 MiB
+  chunks from 4 threads through 8 MiB of staging (smaller than the state), so
+  kills land inside chunked parallel writes; every resume starts from the
+  newest complete checkpoint (never a partial one), all but the first run
+  resume from a checkpoint, several kills land inside a write and some while
+  its chunks are being written, and the run ends with the uninterrupted
+  parameters and losses;
+- a checkpoint whose manifest is version 1 (one SHA-256 per file, as before
+  chunked writes) validates and resumes bit for bit;
+- a slow write shows its progress (bytes, rate, ETA) in the log and in
+  `loongforge status`;
 - a flipped byte, a truncated file, a missing file and a manifest from another
   run are each refused with a message naming the file; --resume latest skips
   them for the newest intact checkpoint;
@@ -18,6 +25,7 @@
 Environment (ctest): LOONGFORGE_TRAIN, LOONGFORGE_CLI, LOONGFORGE_TEST_DATASET,
 LOONGFORGE_TEST_MODELS, LOONGFORGE_SIGKILL_KILLS (default 10).
 """
+import hashlib
 import json
 import os
 import queue
@@ -65,15 +73,25 @@ def final_weights(run, step):
     return (run / f"checkpoints/epoch_0_step_{step}/model.safetensors").read_bytes()
 
 
+def verified(path, entry):
+    """A file against its manifest entry: its size, and the SHA-256 of each chunk (format 2) or of the whole."""
+    data = path.read_bytes()
+    if len(data) != entry["bytes"]:
+        return False
+    if "chunk_sha256" in entry:
+        c = entry["chunk_bytes"]
+        return [hashlib.sha256(data[i:i + c]).hexdigest() for i in range(0, len(data), c)] == entry["chunk_sha256"]
+    return hashlib.sha256(data).hexdigest() == entry["sha256"]
+
+
 def newest_complete(ckpts):
     """Independent of the trainer: the newest directory whose manifest verifies."""
-    import hashlib
     best = None
     for d in ckpts.glob("epoch_*_step_*"):
         m = d / "MANIFEST.json"
         try:
             files = json.loads(m.read_text())["files"]
-            ok = all(hashlib.sha256((d / f).read_bytes()).hexdigest() == e["sha256"] for f, e in files.items())
+            ok = all(verified(d / f, e) for f, e in files.items())
         except (OSError, ValueError, KeyError):
             ok = False
         step = int(d.name.split("_")[-1])
@@ -120,12 +138,13 @@ class Watched:
         for line in stream:
             put(line)
 
-    def kill_when(self, target, ckpts, deadline_s):
+    def kill_when(self, target, ckpts, deadline_s, settle_s=0.0):
         """SIGKILLs the run once `target` is observed: ("step", N) after the
         progress line of step N or later with no write of this run in
         flight, ("write", None) while one of this
         run's checkpoint writes is in flight (its temporary directory
-        .<name>.tmp-<pid> exists). Returns the last step seen."""
+        .<name>.tmp-<pid> exists), `settle_s` later (so that the kill
+        lands at different points of the write). Returns the last step seen."""
         kind, step = target
         in_flight = f".*.tmp-{self.proc.pid}"
         seen = 0
@@ -150,6 +169,7 @@ class Watched:
             if time.monotonic() > deadline:
                 self.proc.kill()
                 raise AssertionError(f"kill target {target} not reached in {deadline_s} s (last step {seen})")
+        time.sleep(settle_s)
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()
         for t in self._readers:
@@ -168,12 +188,16 @@ def test_sigkill_on_observed_progress_always_resumes_from_the_newest_complete_ch
     flight. The targets are observed in the run's output and checkpoint
     folder, not guessed from the clock, so a slow machine only makes it slower."""
     rng = random.Random(1234)
-    env = dict(os.environ, LOONGFORGE_TEST_CHECKPOINT_DELAY_MS="60")  # widen the write window
+    # Widen the write window: each file waits 60 ms before it is written, each 1 MiB chunk 10 ms.
+    env = dict(os.environ, LOONGFORGE_TEST_CHECKPOINT_DELAY_MS="60", LOONGFORGE_TEST_CHECKPOINT_CHUNK_DELAY_MS="10")
     run = tmp_path / "k"
     ckpts = run / "checkpoints"
-    cmd = command(tmp_path, "k", "trainer.max_steps=100", "checkpoint.resume=latest", "logging.interval_steps=1")
+    # Chunked parallel writes through staging smaller than the state (about 65 MB): the step waits for the chunks.
+    cmd = command(tmp_path, "k", "trainer.max_steps=100", "checkpoint.resume=latest", "logging.interval_steps=1",
+                  "checkpoint.chunk_mb=1", "checkpoint.write_threads=4", "checkpoint.staging_mb=8")
     tally = {"kills": 0, "aimed_at_a_step": 0, "aimed_at_a_write": 0, "kills_inside_a_write": 0,
-             "fresh_starts": 0, "resumed_from_checkpoint": 0, "killed_at_steps": []}
+             "kills_while_chunks_were_written": 0, "fresh_starts": 0, "resumed_from_checkpoint": 0,
+             "killed_at_steps": []}
 
     def started(err, expected):
         """Checks where a run started against the newest complete checkpoint
@@ -200,10 +224,15 @@ def test_sigkill_on_observed_progress_always_resumes_from_the_newest_complete_ch
             target = ("step", min(99, resume_step + 5 + rng.randint(1, 4)))
         tally["aimed_at_a_" + target[0]] += 1
         w = Watched(cmd, env)
-        tally["killed_at_steps"].append(w.kill_when(target, ckpts, RUN_DEADLINE_S))
+        settle = rng.uniform(0.0, 0.2) if target[0] == "write" else 0.0
+        tally["killed_at_steps"].append(w.kill_when(target, ckpts, RUN_DEADLINE_S, settle))
         tally["kills"] += 1
-        inside = len(list(ckpts.glob(f".*.tmp-{w.proc.pid}")))  # the temporary this kill left behind
+        left = list(ckpts.glob(f".*.tmp-{w.proc.pid}"))  # the temporary this kill left behind
+        inside = len(left)
         tally["kills_inside_a_write"] += inside
+        # Text files are written once every chunk is: without them the kill hit the chunked part.
+        tally["kills_while_chunks_were_written"] += sum(
+            1 for t in left if (t / "model.safetensors").exists() and not (t / "scheduler.json").exists())
         started("".join(w.stderr), expected)
         print(f"kill {i + 1}/{KILLS}: resumed at step {resume_step}, aimed at {target}, killed after step "
               f"{tally['killed_at_steps'][-1]}{', inside a write' if inside else ''} "
@@ -222,6 +251,66 @@ def test_sigkill_on_observed_progress_always_resumes_from_the_newest_complete_ch
     assert tally["fresh_starts"] <= 2, tally  # the first run, and at most one more (a kill inside the first write)
     assert tally["resumed_from_checkpoint"] >= KILLS - 1, tally  # most kills resume from a checkpoint
     assert tally["kills_inside_a_write"] >= MIN_KILLS_INSIDE_A_WRITE, tally
+    assert tally["kills_while_chunks_were_written"] >= 2, tally
+
+
+def as_version_1(ckpt):
+    """Rewrites a checkpoint's manifest as the writer before chunked writes did: format_version 1, each file's
+    size and the SHA-256 of the whole file (the files themselves are the same bytes)."""
+    m = json.loads((ckpt / "MANIFEST.json").read_text())
+    assert m["format_version"] == 2 and "chunk_sha256" in m["files"]["model.safetensors"]
+    m["format_version"] = 1
+    m["files"] = {f: {"bytes": e["bytes"], "sha256": hashlib.sha256((ckpt / f).read_bytes()).hexdigest()}
+                  for f, e in m["files"].items()}
+    (ckpt / "MANIFEST.json").write_text(json.dumps(m, indent=2) + "\n")
+
+
+def test_a_version_1_checkpoint_validates_and_resumes_bit_for_bit(straight, tmp_path):
+    ckpt = tmp_path / "old" / "epoch_0_step_90"
+    shutil.copytree(straight / "checkpoints/epoch_0_step_90", ckpt)
+    as_version_1(ckpt)
+    v = subprocess.run([CLI, "validate-checkpoint", str(ckpt)], capture_output=True, text=True)
+    assert v.returncode == 0 and "VALID" in v.stdout, v.stdout
+    r = train(tmp_path, "v1", "trainer.max_steps=100", f"checkpoint.resume={ckpt}")
+    assert "at step 90" in r.stderr
+    assert final_weights(tmp_path / "v1", 100) == final_weights(straight, 100)
+    assert losses(tmp_path / "v1")[-10:] == losses(straight)[-10:]
+    # A flipped byte is still caught through the version 1 hash.
+    f = ckpt / "model.safetensors"
+    data = bytearray(f.read_bytes())
+    data[len(data) // 3] ^= 0x01
+    f.write_bytes(bytes(data))
+    v = subprocess.run([CLI, "validate-checkpoint", str(ckpt)], capture_output=True, text=True)
+    assert v.returncode == 1 and f"{f}: SHA-256 differs from the manifest" in v.stdout
+
+
+def test_a_slow_write_shows_its_progress_in_the_log_and_in_status(tmp_path):
+    """The final checkpoint (about 65 MB) is written in 1 MiB chunks by one thread, each chunk held 100 ms:
+    a write of about 7 s, longer than the writer's 5 s progress interval."""
+    sock = tmp_path / "ctl.sock"
+    env = dict(os.environ, LOONGFORGE_TEST_CHECKPOINT_CHUNK_DELAY_MS="100")
+    w = Watched(command(tmp_path, "p", "trainer.max_steps=5", "checkpoint.interval_steps=1000",
+                        "checkpoint.chunk_mb=1", "checkpoint.write_threads=1", f"control.socket={sock}"), env)
+    seen, text = None, ""
+    deadline = time.monotonic() + 90
+    while seen is None and w.proc.poll() is None and time.monotonic() < deadline:
+        r = subprocess.run([CLI, "status", "--socket", str(sock), "--json"], capture_output=True, text=True)
+        write = json.loads(r.stdout).get("checkpoint_write", {}) if r.returncode == 0 else {}
+        if write.get("active") and 0 < write["bytes_written"] < write["bytes"]:
+            seen = write
+            text = subprocess.run([CLI, "status", "--socket", str(sock)], capture_output=True, text=True).stdout
+        time.sleep(0.2)
+    w.proc.wait(timeout=120)
+    for t in w._readers:
+        t.join()
+    log = "".join(w.stderr)
+    assert w.proc.returncode == 0, log[-2000:]
+    assert seen is not None, "status never showed the write in flight"
+    assert seen["name"] == "epoch_0_step_5" and seen["eta_s"] > 0 and seen["bytes"] > 60e6, seen
+    assert re.search(r"writing +epoch_0_step_5: [\d.]+ of [\d.]+ GB \(\d+%\), [\d.]+ GB/s, ETA \d+:\d\d:\d\d", text), text
+    lines = re.findall(r"checkpoint epoch_0_step_5: [\d.]+ of [\d.]+ MB written \(\d+%\), \d+ MB/s, ETA \d+ s", log)
+    assert lines, log[-3000:]
+    assert "checkpoint " + str(tmp_path / "p/checkpoints/epoch_0_step_5") in log  # and it completed
 
 
 @pytest.fixture

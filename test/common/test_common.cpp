@@ -1,7 +1,10 @@
 // Proves the common room's building blocks: SHA-256 against the FIPS 180-4
-// and NIST test vectors (also when fed in odd pieces), and the POSIX file
+// and NIST test vectors (also when fed in odd pieces; OpenSSL's and the
+// built-in code give the same digests), and the POSIX file
 // helpers that replace std::filesystem (Note [No std::filesystem]).
-#include <fstream>  // std::ofstream
+#include <algorithm>  // std::min
+#include <cstdint>    // uint32_t
+#include <fstream>    // std::ofstream
 #include <string>
 
 #include "catch_compat.hpp"
@@ -28,6 +31,25 @@ TEST_CASE("common: sha256 gives the same digest however the input is split") {
     for (size_t i = 0; i < text.size(); i += piece) h.update(text.substr(i, piece));
     REQUIRE(h.hex() == sha256_hex(text));
   }
+}
+
+TEST_CASE("common: sha256's built-in code and the library it is built with (OpenSSL where found) agree") {
+  INFO("best: " << Sha256::implementation());
+  std::string data(3 << 20, '\0');
+  uint32_t x = 12345;
+  for (char& c : data) c = static_cast<char>((x = x * 1103515245u + 12345u) >> 24);
+  for (size_t piece : {1u, 63u, 4096u, 1u << 20}) {
+    Sha256 best, builtin(Sha256::Impl::builtin);
+    for (size_t i = 0; i < data.size(); i += piece) {
+      const size_t n = std::min(piece, data.size() - i);
+      best.update(data.data() + i, n);
+      builtin.update(data.data() + i, n);
+    }
+    REQUIRE(best.hex() == builtin.hex());
+  }
+  Sha256 abc(Sha256::Impl::builtin);
+  abc.update("abc");
+  REQUIRE(abc.hex() == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
 TEST_CASE("common: files helpers make, copy, rename and remove trees") {

@@ -352,6 +352,14 @@ TEST_CASE("config: a zero checkpoint interval is rejected") {
                Contains("checkpoint.interval_steps: 0 is out of range: allowed an integer in [1, inf]"));
 }
 
+TEST_CASE("config: checkpoint staging smaller than one chunk is rejected, naming both keys and the fixes") {
+  REQUIRE_THAT(error_of("checkpoint:\n  chunk_mb: 64\n  staging_mb: 32\n"),
+               Contains("checkpoint.staging_mb (32) is smaller than one chunk, checkpoint.chunk_mb (64): staging holds "
+                        "whole chunks; raise staging_mb, lower chunk_mb, or set staging_mb to 0"));
+  REQUIRE(error_of("checkpoint:\n  chunk_mb: 64\n  staging_mb: 64\n") == "");
+  REQUIRE(error_of("checkpoint:\n  chunk_mb: 64\n  staging_mb: 0\n") == "");  // 0: as large as the state
+}
+
 TEST_CASE("config: a memory pool as large as the GPU is rejected when the GPU size is known") {
   ValidationContext ctx = with_engines({"mla"});
   ctx.device_memory_gb = 139.8;

@@ -2,9 +2,10 @@
 // holds and how a run resumes from one (docs/checkpoints.md).
 //
 // Contract:
-//  - make_snapshot() copies model weights (the optimizer's fp32 masters of
-//    bf16 working copies, Optimizer::master_weight) and optimizer state to host memory
-//    (the training stall) and describes the trainer's position (step, epoch,
+//  - make_snapshot() hands model weights (the optimizer's fp32 masters of
+//    bf16 working copies, Optimizer::master_weight) and optimizer state to the
+//    checkpoint writer, whose submit() copies them to host staging (the
+//    training stall), and describes the trainer's position (step, epoch,
 //    global batch, RNG states) so that a resumed run takes exactly the steps
 //    the uninterrupted run would have. Each engine that is on stores its state
 //    under loongforge_state/<name>.json.
@@ -20,9 +21,8 @@
 //  - Trainer thread only.
 #pragma once
 
-#include <cstdint>  // int64_t
+#include <cstdint>  // int64_t, uint64_t
 #include <map>      // std::map
-#include <memory>   // std::shared_ptr
 #include <string>   // std::string
 #include <vector>   // std::vector
 
@@ -50,33 +50,25 @@ struct TrainerPosition {
   std::string run_id;
 };
 
-// Host copies reused by every snapshot of a run (pinned when training on a
-// GPU, so device-to-host copies run at full bandwidth). Frozen parameters
-// never change: they are copied once. The caller must not take a new
-// snapshot while the writer still reads the previous one (Writer::wait()).
-struct SnapshotBuffers {
-  std::vector<at::Tensor> weights;    // aligned with net.parameters()
-  std::vector<at::Tensor> optimizer;  // aligned with optimizer.state_tensors()
-  bool frozen_copied = false;
-  std::shared_ptr<void> slab;  // one exactly-sized (pinned) allocation the tensors above view
-};
+// Bytes of the tensors a snapshot holds (full-precision weights and the
+// optimizer's state): what Writer::reserve_staging() is told at start.
+uint64_t snapshot_state_bytes(const model::Model& net, const optim::Optimizer& optimizer);
 
-// Allocates every buffer up front in one slab (page-locked when `pinned`),
-// sized exactly -- the caching host allocator would round each to a power of
-// two. Meant to run on a helper thread at start so the first checkpoint does
-// not pay for the allocation.
-void reserve_snapshot_buffers(SnapshotBuffers& buffers, const model::Model& net, const optim::Optimizer& optimizer,
-                              bool pinned);
+// The checkpoint section's writer options; `pinned`: staging buffers are
+// page-locked (training on a GPU), so device-to-host copies run at full speed.
+checkpoint::WriterOptions writer_options(const config::Config& cfg, bool pinned);
 
+// The live tensors (weights' fp32 masters, optimizer state) and the position;
+// the Writer stages (copies) the tensors in submit() (Note [Bounded staging]
+// in src/checkpoint/writer.cpp).
 checkpoint::Snapshot make_snapshot(const config::Config& cfg, const model::Model& net, const optim::Optimizer& optimizer,
                                    const optim::Schedule& schedule, const TrainerPosition& pos, int64_t world_size,
-                                   const std::vector<Engine>& engines, SnapshotBuffers& buffers);
+                                   const std::vector<Engine>& engines);
 
 // Sharded optimizer state (ShardedAdamW): what a rank other than 0 writes
 // (its optimizer/rank_RRRRR.safetensors, staged for rank 0: Note [Peer files]
 // in src/checkpoint/writer.cpp), and the files rank 0 waits for.
-checkpoint::Snapshot make_peer_snapshot(const optim::Optimizer& optimizer, const TrainerPosition& pos, int64_t rank,
-                                        SnapshotBuffers& buffers);
+checkpoint::Snapshot make_peer_snapshot(const optim::Optimizer& optimizer, const TrainerPosition& pos, int64_t rank);
 std::vector<std::string> peer_optimizer_files(int64_t world_size);
 
 // A checkpoint's optimizer state as full per-parameter moments, from an
