@@ -176,14 +176,14 @@ finish() {  # $OUT: the part's log (tee'd already) and every run so far, small f
   local call=$(( $(date +%s) - t_start ))
   echo "$PARTS|$call" >> "$WORK/device_calls.log"
   local used; used=$(awk -F'|' '{s += $2} END {print s + 0}' "$WORK/device_calls.log")
-  local todo=0 c parts est done_parts; done_parts=$(cut -d'|' -f1 "$WORK/device_calls.log" | tr '\n' ' ')
+  local pending_s=0 c parts est done_parts; done_parts=$(cut -d'|' -f1 "$WORK/device_calls.log" | tr '\n' ' ')
   for c in "${DEFAULT_CALLS[@]}"; do
     parts=${c%%:*}; est=${c##*:}
     local all=1 q; for q in $parts; do [[ " $done_parts " == *" $q "* ]] || all=0; done
-    [ $all = 1 ] || todo=$((todo + est))
+    [ $all = 1 ] || pending_s=$((pending_s + est))
   done
   stamp "done: $PARTS in ${call}s ($(du -sh "$OUT/results.tar.gz" 2>/dev/null | cut -f1) of results in \$OUT)"
-  echo "budget: this call ${call}s of ${PART_BUDGET_S}s; this machine's calls so far $(wc -l < "$WORK/device_calls.log"), ${used}s of the plan's ${PLAN_BUDGET_S}s: $((PLAN_BUDGET_S - used))s left; the default plan's calls not yet made here are estimated at ${todo}s"
+  echo "budget: this call ${call}s of ${PART_BUDGET_S}s; this machine's calls so far $(wc -l < "$WORK/device_calls.log"), ${used}s of the plan's ${PLAN_BUDGET_S}s: $((PLAN_BUDGET_S - used))s left; the default plan's calls not yet made here are estimated at ${pending_s}s"
 }
 
 # ------------------------------------------------------------------------------------------- helpers

