@@ -102,6 +102,7 @@ void Trainer::Impl::report_summary(int status) const {
         {"data_wait_fraction", steady.data_wait_fraction}}},
       {"whole_run_mean", {{"samples_per_s", mean.samples_per_s}, {"data_wait_fraction", mean.data_wait_fraction}}},
       {"time_to_first_step_s", first_step_s_},
+      {"time_to_first_step", startup_json()},
       {"videos_decoded", ds.videos_decoded},
       {"videos_bad", ds.videos_bad},
       {"samples_skipped", ds.samples_skipped},
@@ -125,13 +126,13 @@ void Trainer::Impl::report_summary(int status) const {
       "  loss         %.5f -> %.5f (mean of last %zu)\n"
       "  throughput   %.1f samples/s, data wait %.1f%% of step time (median of steps %lld-%lld, after %lld "
       "warm-up step%s)\n"
-      "  first step   %.1f s after launch\n"
+      "  first step   %s\n"
       "  whole run    %.1f samples/s, data wait %.1f%% (mean over all %zu steps, warm-up included)\n",
       net_->info().name.c_str(), device_.str().c_str(), bf16_ ? "bf16" : "fp32", h.size(),
       format_duration(wall_s).c_str(), static_cast<double>(h.size()) / wall_s, h.front().loss, tail_loss, tail,
       steady.samples_per_s, 100.0 * steady.data_wait_fraction, static_cast<long long>(steady.from_step),
       static_cast<long long>(h.back().step), static_cast<long long>(steady.warmup_steps),
-      steady.warmup_steps == 1 ? "" : "s", first_step_s_, mean.samples_per_s, 100.0 * mean.data_wait_fraction,
+      steady.warmup_steps == 1 ? "" : "s", startup_text().c_str(), mean.samples_per_s, 100.0 * mean.data_wait_fraction,
       h.size());
   if (ds.samples_skipped > 0 || ds.videos_bad > 0)
     std::printf("  skipped      %lld sample(s) of %lld bad video(s) (data.on_bad_video=%s; the log names them)\n",

@@ -16,6 +16,7 @@
 #include <memory>     // std::unique_ptr
 #include <string>     // std::string
 #include <thread>     // std::thread
+#include <utility>    // std::pair
 #include <vector>     // std::vector
 
 #include <c10/core/Device.h>  // c10::Device
@@ -123,6 +124,14 @@ struct Trainer::Impl {
   int64_t tokens_per_view_ = 0;
   StepRecord record_;  // the step just taken, reported at its boundary
   double first_step_s_ = -1;  // seconds from the Trainer's construction to the first record of this process
+  // Where that time went (Note [Time to the first step] in trainer_open.cpp): (phase, seconds) in order.
+  std::vector<std::pair<std::string, double>> startup_;
+  Clock::time_point startup_mark_;  // end of the last phase in startup_
+  double first_batch_ms_ = -1;      // the first step's data wait (the first decode)
+  void startup_phase(const char* name);
+  void close_startup();             // at the first record: the first batch and the first step, then one log line
+  nlohmann::json startup_json() const;
+  std::string startup_text() const;
   // Set on the fast path (CUDA, an optimizer that skips non-finite updates on
   // the device): the step reads nothing back; records go out one boundary late.
   std::unique_ptr<Readback> readback_;

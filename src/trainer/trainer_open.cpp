@@ -45,7 +45,11 @@ nlohmann::json Trainer::comm_status() const {
 }
 
 Trainer::Impl::Impl(config::Config cfg, comm::WorldInfo world)
-    : cfg_(std::move(cfg)), world_info_(std::move(world)), leader_(world_info_.rank == 0), t_start_(Clock::now()) {}
+    : cfg_(std::move(cfg)),
+      world_info_(std::move(world)),
+      leader_(world_info_.rank == 0),
+      t_start_(Clock::now()),
+      startup_mark_(t_start_) {}
 
 Trainer::Impl::~Impl() {
   if (reserver_.joinable()) reserver_.join();
@@ -380,6 +384,53 @@ void Trainer::Impl::open_outputs() {
   frames_counted_at_ = Clock::now();
 }
 
+// Note [Time to the first step]
+// From launch (the Trainer's construction) to the first step's record, in the
+// phases a user can act on: "start" (the device, the rendezvous, the control
+// socket, the checkpoint chosen), "model" (the file read and its weights put on
+// the device, frozen ones cast), "data" (the dataset's index, the decode
+// threads), "step runner" (a compiled package loaded), "optimizer" (the
+// gradient path, the moments, the optimizer graph), "resume" (the run
+// directory and a checkpoint read), "first batch" (the first step's data
+// wait: the first decode), and "first step" (the rest: its forward, backward
+// and update, warm-up and capture of the graphs, and on the fast path the
+// wait for its values, read one step late). Logged once, in summary.json and
+// in `status` (time_to_first_step).
+void Trainer::Impl::startup_phase(const char* name) {
+  const Clock::time_point now = Clock::now();
+  startup_.emplace_back(name, std::chrono::duration<double>(now - startup_mark_).count());
+  startup_mark_ = now;
+}
+
+void Trainer::Impl::close_startup() {
+  double before = 0;
+  for (const auto& [name, s] : startup_) before += s;
+  const double batch_s = std::max(first_batch_ms_, 0.0) / 1000.0;
+  startup_.emplace_back("first batch", batch_s);
+  startup_.emplace_back("first step", std::max(first_step_s_ - before - batch_s, 0.0));
+  if (leader_) LF_LOG(logger("trainer"), info) << "first step done " << startup_text();
+}
+
+// "16.4 s after launch: start 1.2 s, model 6.3 s, ..." (the phases of 0.1 s or more).
+std::string Trainer::Impl::startup_text() const {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.1f s after launch", first_step_s_);
+  std::string line = text;
+  const char* sep = ": ";
+  for (const auto& [name, s] : startup_) {
+    if (s < 0.05) continue;
+    std::snprintf(text, sizeof text, "%s%s %.1f s", sep, name.c_str(), s);
+    line += text, sep = ", ";
+  }
+  return line;
+}
+
+nlohmann::json Trainer::Impl::startup_json() const {
+  nlohmann::json phases = nlohmann::json::array();  // in order (a JSON object's keys would be sorted)
+  for (const auto& [name, s] : startup_) phases.push_back({{"phase", name}, {"s", s}});
+  return {{"total_s", first_step_s_}, {"phases", phases}};
+}
+
 void Trainer::Impl::open() {
   resolve_device();
   // A SIGUSR1/SIGTERM that arrives while the model loads or the ranks rendezvous (Slurm's warning can come
@@ -394,12 +445,16 @@ void Trainer::Impl::open() {
   prepare_process();
   const std::string resume_dir = choose_resume_dir();
   adopt_checkpoint_batch(resume_dir);
+  startup_phase("start");
   open_model();
+  startup_phase("model");
 
   // The seams, each through its engine's factory (the plain implementation when the engine is off).
   open_data();  // data: adfe::make_source
+  startup_phase("data");
   const fusion::StepMode mode = fusion::step_mode(cfg_, device_);
   runner_ = dmf::make_step_runner(cfg_, *net_, mode, bf16_ && device_.is_cuda(), device_);  // compute
+  startup_phase("step runner");
   gcts::GradientPath gradients = gcts::make_gradient_path(
       cfg_,
       {world_.get(), net_.get(), runner_.get(), device_, bf16_, mode.graphs, mode.compiled,
@@ -412,9 +467,11 @@ void Trainer::Impl::open() {
   const bool made_gradients =
       mode.graphs && !mode.compiled && runner_->make_gradients(/*allowed=*/!optimizer_->owns_gradients());
   open_fast_path(mode, made_gradients);
+  startup_phase("optimizer");
 
   open_run_dir(resume_dir);
   resume(resume_dir);
+  startup_phase("resume");
   log_run_line();
   open_outputs();
 

@@ -59,6 +59,7 @@ void Trainer::Impl::step() {
     micro.push_back({batches.back().num_valid, batches.back().embodiments});
   }
   const double data_ms = ms_since(t_step);
+  if (first_batch_ms_ < 0) first_batch_ms_ = data_ms;  // the first decode (Note [Time to the first step])
   // Host to host: no rank waits for its device here (reducer.hpp).
   const int64_t total_valid = reducer_->agree_counts(comm::StepCounts::combine(micro)).valid;
   const auto world = static_cast<double>(reducer_->world_size());
@@ -207,7 +208,10 @@ void Trainer::Impl::step_boundary() {
 // fixes the time from launch to the first step (summary, status).
 void Trainer::Impl::record_progress(const StepRecord& r) {
   progress_->record(r);
-  if (first_step_s_ < 0) first_step_s_ = std::chrono::duration<double>(Clock::now() - t_start_).count();
+  if (first_step_s_ < 0) {
+    first_step_s_ = std::chrono::duration<double>(Clock::now() - t_start_).count();
+    close_startup();
+  }
 }
 
 // Step time and the rates derived from it.
@@ -345,7 +349,7 @@ void Trainer::Impl::publish(const char* phase, const StepRecord* r) {
                           {"samples_per_s", steady.samples_per_s},
                           {"step_ms", steady.step_ms},
                           {"data_wait_fraction", steady.data_wait_fraction}};
-    if (first_step_s_ >= 0) st["time_to_first_step_s"] = first_step_s_;
+    if (first_step_s_ >= 0) st["time_to_first_step_s"] = first_step_s_, st["time_to_first_step"] = startup_json();
     st.update({{"loss", r->loss},
                {"lr", r->lr},
                {"grad_norm", r->grad_norm},

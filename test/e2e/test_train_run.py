@@ -52,6 +52,14 @@ def test_a_short_run_shows_progress_writes_metrics_a_checkpoint_and_a_summary(tm
     assert summary["time_to_first_step_s"] > 0 and summary["whole_run_mean"]["samples_per_s"] > 0
     assert "(median of steps 3-20, after 2 warm-up steps)" in r.stdout
     assert "first step " in r.stdout and "(mean over all 20 steps, warm-up included)" in r.stdout
+    # The time to the first step, attributed: the phases in order, none negative, summing to the total.
+    first = summary["time_to_first_step"]
+    assert [p["phase"] for p in first["phases"]] == ["start", "model", "data", "step runner", "optimizer",
+                                                     "resume", "first batch", "first step"]
+    assert all(p["s"] >= 0 for p in first["phases"])
+    assert abs(sum(p["s"] for p in first["phases"]) - first["total_s"]) <= 1e-6 * first["total_s"] + 1e-9
+    assert first["total_s"] == summary["time_to_first_step_s"]
+    assert "first step done " in r.stdout + r.stderr and " s after launch: " in r.stdout
     ckpts = sorted(p.name for p in (run / "checkpoints").iterdir())
     assert ckpts == ["epoch_0_step_10", "epoch_0_step_20"]
     state = json.loads((run / "checkpoints/epoch_0_step_20/trainer_state.json").read_text())
