@@ -20,18 +20,17 @@ on the CPU in fp32:
 - the plain runner, seeded the same way, resumes to the same losses bit for
   bit (no package: the suite's form);
 - the loss curve follows the plain runner's (masks of the same distribution,
-  other values): the smoothed per-step losses within 2% over 300 steps
-  (long form) or 4% over 60 (LOONGFORGE_DROPOUT_STEPS=60).
+  other values): over 300 steps the losses, smoothed over 20 steps, within
+  2% (measured: 0.26%).
 On a GPU (LOONGFORGE_TEST_DEVICE=cuda, label gpu) the package is compiled for
 CUDA in the test and replayed as a CUDA graph: a run resumed at step 6 makes
 package calls at steps 7-9 and replays 10-12, the uninterrupted run replays
-all of them, and both give the same losses within 1e-6: a replay draws what
+all of them, and both give the same losses within 1e-5: a replay draws what
 a call draws for its (seed, step) (test/fusion/test_compiled_draws.cpp shows
 on one fixed batch that replays at other steps draw other masks).
 
 Environment (set by ctest): LOONGFORGE_TRAIN, LOONGFORGE_TEST_DATASET,
-LOONGFORGE_MASK_PROBE_LIBRARY, LOONGFORGE_TEST_DEVICE (cpu | cuda),
-LOONGFORGE_DROPOUT_STEPS (the loss-curve test's steps, default 300).
+LOONGFORGE_MASK_PROBE_LIBRARY, LOONGFORGE_TEST_DEVICE (cpu | cuda).
 """
 import json
 import os
@@ -46,7 +45,6 @@ TRAIN = os.environ.get("LOONGFORGE_TRAIN", str(REPO / "build/src/daemon/loongfor
 DATA = os.environ.get("LOONGFORGE_TEST_DATASET", str(REPO / "build/test-data/robot_sim.PickNPlace.lf"))
 PROBE = os.environ.get("LOONGFORGE_MASK_PROBE_LIBRARY", str(REPO / "build/test/fusion/libloongforge_mask_probe.so"))
 DEVICE = os.environ.get("LOONGFORGE_TEST_DEVICE", "cpu")
-CURVE_STEPS = int(os.environ.get("LOONGFORGE_DROPOUT_STEPS", "300"))
 PY = sys.executable
 MICRO, P = 4, 0.2
 NAME = "gr00t-n1.7-tiny"
@@ -75,8 +73,11 @@ def built(tmp_path_factory):
 def train(out: Path, run: str, model: Path, *sets: str, probe: Path = None) -> str:
     cmd = [TRAIN, "--config", str(REPO / "configs/n16-tiny.yaml"), "--set", f"model.path={model}",
            "--set", f"data.path={DATA}", "--set", f"run.output_dir={out}", "--set", f"run.name={run}",
-           "--set", f"run.device={DEVICE}", "--set", "precision.mode=fp32", "--set", "run.deterministic=true",
-           "--set", "run.threads=1", "--set", f"trainer.micro_batch_size={MICRO}",
+           "--set", f"run.device={DEVICE}", "--set", "precision.mode=fp32", "--set", "run.threads=1",
+           # CPU: the TorchScript backward's per-embodiment gather adds in a fixed order (on a GPU cuBLAS would
+           # refuse it without CUBLAS_WORKSPACE_CONFIG)
+           "--set", f"run.deterministic={'true' if DEVICE == 'cpu' else 'false'}",
+           "--set", f"trainer.micro_batch_size={MICRO}",
            "--set", "trainer.cuda_graphs=off", "--set", "logging.interval_steps=1",
            "--set", "checkpoint.interval_steps=1000"]
     for s in sets:
@@ -111,7 +112,7 @@ def smoothed(xs, window=20):
     return [sum(xs[max(0, i - window + 1):i + 1]) / (i + 1 - max(0, i - window + 1)) for i in range(len(xs))]
 
 
-def test_the_plain_runner_draws_per_step_so_a_resumed_run_gives_the_same_losses_bit_for_bit(tmp_path):
+def test_the_plain_runner_with_dropout_resumes_to_the_same_losses_bit_for_bit(tmp_path):
     model = tmp_path / "model.pt"
     subprocess.run([PY, str(REPO / "scripts/model/export.py"), "--config", NAME, "--out", str(model)],
                    check=True, capture_output=True, text=True)
@@ -171,8 +172,7 @@ def test_a_resumed_run_draws_the_same_masks_bit_for_bit_and_gives_the_same_losse
 @pytest.mark.skipif(DEVICE != "cpu", reason="CPU form")
 def test_the_compiled_loss_curve_follows_the_plain_runners(tmp_path, built):
     model, package = built
-    steps = CURVE_STEPS
-    bound = 0.02 if steps >= 300 else 0.04
+    steps, bound = 300, 0.02
     sets = (f"trainer.max_steps={steps}", "optimizer.lr=3e-4")
     train(tmp_path, "plain", model, *sets)
     train(tmp_path, "compiled", model, f"trainer.compiled_step={package}", *sets)
@@ -198,4 +198,4 @@ def test_replays_draw_what_calls_draw_for_the_same_step(tmp_path, built):
     worst = max(abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(whole[6:], cut[6:]))
     print(f"cuda: steps 7-12 resumed (calls 7-9, replays 10-12) vs replayed throughout: largest relative loss "
           f"difference {worst:.3g}")
-    assert worst <= 1e-6
+    assert worst <= 1e-5  # other masks: 1e-3 apart per step (median; CPU, the plain runner's against the package's)
