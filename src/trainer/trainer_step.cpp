@@ -54,6 +54,7 @@ void Trainer::Impl::step() {
   std::vector<comm::StepCounts> micro;
   for (int64_t i = 0; i < k; ++i) {
     batches.push_back(source_->next(s, i, *control_));
+    batches.back().draw_seed = fusion::draw_seed(static_cast<uint64_t>(cfg_.run.seed), s, i, world_info_.rank);
     local_valid += batches.back().num_valid;
     tokens += batches.back().tokens;
     micro.push_back({batches.back().num_valid, batches.back().embodiments});

@@ -88,8 +88,10 @@ int64_t check_resume(const std::string& dir, const config::Config& cfg, int64_t 
 nlohmann::json resume_from(const std::string& dir, const config::Config& cfg, model::Model& net,
                            optim::Optimizer& optimizer, int64_t world_size, const std::vector<Engine>& engines);
 
-// Seeds the default CPU (and CUDA) generators of this rank from run.seed
-// (they drive dropout; the flow-matching draws have their own generators).
+// Seeds the default CPU (and CUDA) generators of this rank from run.seed at
+// start. The draws inside a micro-step (dropout) do not continue from it:
+// the runners reseed the generator per micro-batch (fusion::seed_draws);
+// the flow-matching draws have their own generators.
 void seed_default_generators(const config::Config& cfg, int64_t rank);
 
 }  // namespace loongforge::trainer
