@@ -70,7 +70,7 @@ TEST_CASE("mla oom: the proposed micro-batch divides the samples per step and it
   REQUIRE_THAT(explain_out_of_memory(r), Contains("trainer.micro_batch_size is already 1"));
 }
 
-TEST_CASE("mla oom: an fp32 run is told bf16; a fixed pool on a device with room is told mla.global_pool_gb") {
+TEST_CASE("mla oom: an fp32 run is told bf16, and a fixed pool on a device with room is told mla.global_pool_gb") {
   OomReport r = activation_report();
   REQUIRE_THAT(explain_out_of_memory(r), !Contains("precision.mode"));
   r.precision_mode = "fp32";

@@ -35,7 +35,7 @@
 //    a misaligned range, overlapping ranges) throws std::invalid_argument.
 //
 // Example:
-//   mla::Pool pool({.alignment_bytes = 512}, [&](mla::StreamId s) { return record_on(s); });
+//   mla::Pool pool(mla::PoolOptions{}, [&](mla::StreamId s) { return record_on(s); });
 //   pool.add_range(base, 1 << 30);
 //   auto a = pool.allocate(1000, mla::Category::kActivation, stream);   // a->addr, a->bytes (1024)
 //   pool.free(a->addr);
