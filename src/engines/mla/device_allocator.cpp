@@ -36,10 +36,12 @@ namespace loongforge::mla {
 // graphs that share the id) over 2 MiB-multiple chunks taken from the
 // activation arena when mla.global_pool_gb is set, else from the other pool,
 // so the eager steps' freed activations serve the capture without a new
-// cudaMalloc. The chunks go back when libtorch releases the pool and its
-// last block is freed.
-// Frees outside graph pools that come while a capture is underway are
-// deferred to its end (their events could not be recorded during a capture),
+// cudaMalloc. The chunks go back when libtorch has released every graph
+// captured into the id (graphs may share one) and the last block is freed.
+// When a capture begins (before libtorch begins the stream capture) every
+// pool is fenced and its events waited for, so the capture stream may take
+// any block freed so far. Frees outside graph pools that come while a capture
+// is underway are deferred to its end (their events could not be recorded during a capture),
 // as is polling events. cudaMalloc and event queries run in relaxed capture
 // mode. Stream-ordered reuse is pool.hpp's (Note [Stream-ordered reuse] in
 // pool.cpp): the events are real cudaEvents, polled at each allocation that
@@ -311,8 +313,19 @@ void DeviceAllocator::record_stream(void* ptr, cudaStream_t stream) {
 
 void DeviceAllocator::begin_allocate_to_pool(MempoolKey key, std::function<bool(cudaStream_t)> filter) {
   std::lock_guard<std::mutex> lock(mutex_);
+  // libtorch calls this before it begins the stream capture (and the trainer
+  // captures with its streams idle): every block freed so far is released to
+  // every stream now, so the capture stream's chunks come from the eager
+  // steps' freed memory rather than a new cudaMalloc. Not while another
+  // capture is underway (no event may be waited for then).
+  if (!capturing()) {
+    c10::cuda::CUDAStreamCaptureModeGuard relaxed(cudaStreamCaptureModeRelaxed);
+    for (auto& p : pools_) p->fence_all();
+    synchronize_events();
+  }
   GraphPool& g = graphs_[key];
   g.released = false;
+  ++g.captures;
   captures_.emplace_back(key, std::move(filter));
 }
 
@@ -333,6 +346,9 @@ void DeviceAllocator::release_pool(MempoolKey key) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = graphs_.find(key);
   if (it == graphs_.end()) return;
+  // Graphs sharing an id replay into the same memory: it goes back only
+  // when the last of them is released (as PyTorch's private pools' use count).
+  if (--it->second.captures > 0) return;
   it->second.released = true;
   if (!it->second.pool || it->second.pool->stats().in_use_bytes == 0) return_graph_chunks(key);
 }

@@ -72,7 +72,8 @@ class DeviceAllocator {
   struct GraphPool {
     std::unique_ptr<Pool> pool;
     std::vector<std::pair<uint64_t, uint64_t>> chunks;  // taken from chunk_source(): (addr, bytes)
-    bool released = false;                              // releasePool came; chunks go back once empty
+    int captures = 0;       // graphs captured into it and not yet released (graphs may share an id)
+    bool released = false;  // the last of them was released: chunks go back once its blocks are free
   };
   struct Event {
     cudaEvent_t event;
