@@ -57,18 +57,25 @@ namespace {
 constexpr uint64_t kChunkBytes = uint64_t{2} << 20;  // graph pool chunks and large ranges: multiples of 2 MiB
 constexpr double kMb = 1024.0 * 1024.0;
 
-uint64_t round_up(uint64_t v, uint64_t m) { return (v + m - 1) / m * m; }
+uint64_t round_up(uint64_t v, uint64_t m) {
+  return (v + m - 1) / m * m;
+}
 
 Category category_of(memory::Lifetime l) {
   switch (l) {
-    case memory::Lifetime::kPersistent: return Category::kPersistent;
-    case memory::Lifetime::kActivation: return Category::kActivation;
-    case memory::Lifetime::kOther: return Category::kOther;
+    case memory::Lifetime::kPersistent:
+      return Category::kPersistent;
+    case memory::Lifetime::kActivation:
+      return Category::kActivation;
+    case memory::Lifetime::kOther:
+      return Category::kOther;
   }
   return Category::kOther;
 }
 
-std::string pool_name(Category c) { return std::string(category_name(c)) + " pool"; }
+std::string pool_name(Category c) {
+  return std::string(category_name(c)) + " pool";
+}
 
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
@@ -97,7 +104,8 @@ nlohmann::json pool_json(const PoolStats& s) {
 
 DeviceAllocator::DeviceAllocator(DeviceOptions options, int device) : options_(std::move(options)), device_(device) {
   for (size_t c = 0; c < pools_.size(); ++c)
-    pools_[c] = std::make_unique<Pool>(PoolOptions{}, [this, c](StreamId s) { return record_event(pools_[c].get(), s); });
+    pools_[c] =
+        std::make_unique<Pool>(PoolOptions{}, [this, c](StreamId s) { return record_event(pools_[c].get(), s); });
   fixed_[static_cast<size_t>(Category::kPersistent)] = options_.persistent_bytes > 0;
   fixed_[static_cast<size_t>(Category::kActivation)] = options_.activation_bytes > 0;
 }
@@ -108,7 +116,8 @@ DeviceAllocator::~DeviceAllocator() {
 
 void DeviceAllocator::reserve_arenas() {
   std::lock_guard<std::mutex> lock(mutex_);
-  c10::cuda::CUDAGuard on_device(static_cast<c10::DeviceIndex>(device_));  // install() may run before the trainer sets it
+  c10::cuda::CUDAGuard on_device(
+      static_cast<c10::DeviceIndex>(device_));  // install() may run before the trainer sets it
   auto reserve = [&](Category c, uint64_t bytes) {
     if (bytes == 0) return;
     bytes = round_up(bytes, kChunkBytes);
@@ -116,10 +125,11 @@ void DeviceAllocator::reserve_arenas() {
     if (p == nullptr) {
       size_t free_b = 0, total_b = 0;
       (void)cudaMemGetInfo(&free_b, &total_b);
-      throw std::runtime_error(
-          std::string("MLA: cannot reserve the ") + category_name(c) + " arena of " + format_bytes(bytes) +
-          " (" + (c == Category::kPersistent ? "mla.persistent_gb" : "mla.global_pool_gb") + "): the device has " +
-          format_bytes(free_b) + " free of " + format_bytes(total_b) + "; lower the key or set it to 0 (grown as needed)");
+      throw std::runtime_error(std::string("MLA: cannot reserve the ") + category_name(c) + " arena of " +
+                               format_bytes(bytes) + " (" +
+                               (c == Category::kPersistent ? "mla.persistent_gb" : "mla.global_pool_gb") +
+                               "): the device has " + format_bytes(free_b) + " free of " + format_bytes(total_b) +
+                               "; lower the key or set it to 0 (grown as needed)");
     }
     pool(c).add_range(reinterpret_cast<uint64_t>(p), bytes);
   };
@@ -136,8 +146,8 @@ Category DeviceAllocator::chunk_source() const {
 
 void* DeviceAllocator::allocate(size_t bytes, int device, cudaStream_t stream) {
   if (bytes == 0) return nullptr;  // as the caching allocator: an empty tensor owns no memory
-  TORCH_CHECK(device == device_, "MLA serves device ", device_, " of this process; asked for memory on device ",
-              device, " (one rank per GPU)");
+  TORCH_CHECK(device == device_, "MLA serves device ", device_, " of this process; asked for memory on device ", device,
+              " (one rank per GPU)");
   std::lock_guard<std::mutex> lock(mutex_);
   const auto t0 = std::chrono::steady_clock::now();
   void* p = allocate_locked(bytes, stream);
@@ -205,9 +215,9 @@ uint64_t DeviceAllocator::allocate_in(Category c, size_t bytes, cudaStream_t str
 }
 
 uint64_t DeviceAllocator::allocate_in_graph(GraphPool& g, size_t bytes, cudaStream_t stream) {
-  if (!g.pool) g.pool = std::make_unique<Pool>(PoolOptions{}, [this, raw = &g](StreamId s) {
-    return record_event(raw->pool.get(), s);
-  });
+  if (!g.pool)
+    g.pool = std::make_unique<Pool>(PoolOptions{},
+                                    [this, raw = &g](StreamId s) { return record_event(raw->pool.get(), s); });
   const auto s = reinterpret_cast<StreamId>(stream);
   if (auto a = g.pool->allocate(bytes, Category::kActivation, s)) return a->addr;
   // The chunk is a whole block of the source pool (its size class), so the
@@ -249,8 +259,7 @@ void* DeviceAllocator::cuda_malloc(uint64_t bytes) {
   return p;
 }
 
-void DeviceAllocator::out_of_memory(Category c, bool fixed, const std::string& name, const PoolStats& s,
-                                    size_t bytes) {
+void DeviceAllocator::out_of_memory(Category c, bool fixed, const std::string& name, const PoolStats& s, size_t bytes) {
   OomReport r = options_.keys;
   r.request_bytes = bytes;
   r.category = c;
@@ -261,8 +270,10 @@ void DeviceAllocator::out_of_memory(Category c, bool fixed, const std::string& n
   size_t free_b = 0, total_b = 0;
   {
     c10::cuda::CUDAStreamCaptureModeGuard relaxed(cudaStreamCaptureModeRelaxed);
-    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) r.device_free_bytes = free_b, r.device_total_bytes = total_b;
-    else (void)cudaGetLastError();
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
+      r.device_free_bytes = free_b, r.device_total_bytes = total_b;
+    else
+      (void)cudaGetLastError();
   }
   C10_THROW_ERROR(OutOfMemoryError, explain_out_of_memory(r));
 }
@@ -276,8 +287,10 @@ void DeviceAllocator::release(void* ptr, cudaStream_t stream) {
   const auto t0 = std::chrono::steady_clock::now();
   auto it = where_.find(reinterpret_cast<uint64_t>(ptr));
   TORCH_CHECK(it != where_.end(), "MLA: free of ", ptr, ", which MLA did not allocate");
-  if (capturing() && it->second.kind != Where::kGraph) deferred_frees_.push_back(ptr);
-  else release_locked(ptr);
+  if (capturing() && it->second.kind != Where::kGraph)
+    deferred_frees_.push_back(ptr);
+  else
+    release_locked(ptr);
   step_alloc_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
@@ -287,7 +300,9 @@ void DeviceAllocator::release_locked(void* ptr) {
   const Where w = it->second;
   where_.erase(it);
   switch (w.kind) {
-    case Where::kCategory: pools_[w.category]->free(addr); break;
+    case Where::kCategory:
+      pools_[w.category]->free(addr);
+      break;
     case Where::kGraph: {
       GraphPool& g = graphs_.at(w.graph);
       g.pool->free(addr);
@@ -385,9 +400,12 @@ void DeviceAllocator::poll_events() {
   std::vector<EventId> done;
   for (const auto& [id, e] : events_) {
     const cudaError_t q = cudaEventQuery(e.event);
-    if (q == cudaSuccess) done.push_back(id);
-    else if (q == cudaErrorNotReady) (void)cudaGetLastError();
-    else C10_CUDA_CHECK(q);
+    if (q == cudaSuccess)
+      done.push_back(id);
+    else if (q == cudaErrorNotReady)
+      (void)cudaGetLastError();
+    else
+      C10_CUDA_CHECK(q);
   }
   std::sort(done.begin(), done.end());
   for (EventId id : done) {
@@ -426,7 +444,8 @@ void DeviceAllocator::step_done(int64_t step) {
 
 std::array<uint64_t, kCategoryCount> DeviceAllocator::in_use_by_category() {
   std::array<uint64_t, kCategoryCount> b{};
-  for (int c = 0; c < kCategoryCount; ++c) b[static_cast<size_t>(c)] = pools_[static_cast<size_t>(c)]->stats().in_use_bytes;
+  for (int c = 0; c < kCategoryCount; ++c)
+    b[static_cast<size_t>(c)] = pools_[static_cast<size_t>(c)]->stats().in_use_bytes;
   b[static_cast<size_t>(chunk_source())] -= graph_chunk_bytes_;  // the graph pools' chunks are counted below
   for (const auto& [key, g] : graphs_)
     if (g.pool) b[static_cast<size_t>(Category::kActivation)] += g.pool->stats().in_use_bytes;

@@ -116,7 +116,7 @@ class DeviceAllocator {
   uint64_t cuda_malloc_calls_ = 0, cuda_malloc_calls_after_step1_ = 0, cuda_malloc_bytes_ = 0;
   uint64_t fallback_allocations_ = 0, fallback_bytes_ = 0;
   int64_t steps_done_ = 0;
-  double step_alloc_ms_ = 0;              // host time in allocate/release since the last step ended
+  double step_alloc_ms_ = 0;               // host time in allocate/release since the last step ended
   std::vector<double> alloc_ms_per_step_;  // one per step
 };
 

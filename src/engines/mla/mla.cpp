@@ -42,9 +42,10 @@ void install(const config::Config& cfg, c10::Device device) {
     throw ConfigError("mla.enable=true: MLA manages CUDA memory and this run is on the CPU (run.device=" +
                       cfg.run.device + "); set mla.enable=false or train on a GPU");
 #if !LOONGFORGE_WITH_CUDA_KERNELS
-  throw ConfigError("mla.enable=true: this loongforge-train was built without CUDA kernels (LOONGFORGE_CUDA=OFF, "
-                    "or no nvcc at configure time), so it has no MLA device allocator; set mla.enable=false or "
-                    "rebuild with CUDA (bash scripts/setup.sh on a machine with the CUDA toolkit)");
+  throw ConfigError(
+      "mla.enable=true: this loongforge-train was built without CUDA kernels (LOONGFORGE_CUDA=OFF, "
+      "or no nvcc at configure time), so it has no MLA device allocator; set mla.enable=false or "
+      "rebuild with CUDA (bash scripts/setup.sh on a machine with the CUDA toolkit)");
 #else
   DeviceOptions o;
   o.persistent_bytes = static_cast<uint64_t>(cfg.mla.persistent_gb * kGiB);
@@ -64,17 +65,19 @@ void install(const config::Config& cfg, c10::Device device) {
       [a](void* ptr, size_t, int, cudaStream_t stream) { a->release(ptr, stream); });
   auto* p = static_cast<plug::CUDAPluggableAllocator*>(custom.get());
   p->set_record_stream_fn([a](void* ptr, cudaStream_t stream) { a->record_stream(ptr, stream); });
-  p->set_begin_allocate_to_pool(
-      [a](int, c10::cuda::MempoolId_t id, std::function<bool(cudaStream_t)> filter) {
-        a->begin_allocate_to_pool({id.first, id.second}, std::move(filter));
-      });
-  p->set_end_allocate_to_pool_fn([a](int, c10::cuda::MempoolId_t id) { a->end_allocate_to_pool({id.first, id.second}); });
+  p->set_begin_allocate_to_pool([a](int, c10::cuda::MempoolId_t id, std::function<bool(cudaStream_t)> filter) {
+    a->begin_allocate_to_pool({id.first, id.second}, std::move(filter));
+  });
+  p->set_end_allocate_to_pool_fn([a](int, c10::cuda::MempoolId_t id) {
+    a->end_allocate_to_pool({id.first, id.second});
+  });
   p->set_release_pool([a](int, c10::cuda::MempoolId_t id) { a->release_pool({id.first, id.second}); });
   try {
     plug::changeCurrentAllocator(custom);
   } catch (const c10::Error& e) {
     throw ConfigError(std::string("mla.enable=true: libtorch's CUDA allocator was already in use before MLA could "
-                                  "replace it (") + short_libtorch_message(e.what()) + ")");
+                                  "replace it (") +
+                      short_libtorch_message(e.what()) + ")");
   }
   a->reserve_arenas();
   memory::set_reporter({[a](memory::Stats& s) {
@@ -86,7 +89,8 @@ void install(const config::Config& cfg, c10::Device device) {
                         [a](int64_t step) { a->step_done(step); }});
   g_allocator = a;
   LF_LOG(logger("mla"), info) << "MLA serves device " << device.str() << " (persistent arena "
-                              << (o.persistent_bytes ? format_bytes(o.persistent_bytes) : std::string("grown as needed"))
+                              << (o.persistent_bytes ? format_bytes(o.persistent_bytes)
+                                                     : std::string("grown as needed"))
                               << ", activation arena "
                               << (o.activation_bytes ? format_bytes(o.activation_bytes) : std::string("none"))
                               << ", ranges of " << cfg.mla.segment_mb << " MiB)";

@@ -10,10 +10,14 @@ namespace loongforge::mla {
 std::string format_bytes(uint64_t bytes) {
   char buf[64];
   const double b = static_cast<double>(bytes);
-  if (bytes >= (uint64_t{1} << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1 << 30));
-  else if (bytes >= (uint64_t{1} << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1 << 20));
-  else if (bytes >= 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024);
-  else std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
+  if (bytes >= (uint64_t{1} << 30))
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1 << 30));
+  else if (bytes >= (uint64_t{1} << 20))
+    std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1 << 20));
+  else if (bytes >= 1024)
+    std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024);
+  else
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
   return buf;
 }
 
@@ -42,8 +46,8 @@ int64_t proposed_micro_batch(const OomReport& r) {
   const uint64_t shortfall = r.request_bytes - avail;
   const uint64_t demand = step_bytes(r);
   if (shortfall >= demand) return 0;
-  const double fits = static_cast<double>(r.micro_batch_size) * static_cast<double>(demand - shortfall) /
-                      static_cast<double>(demand);
+  const double fits =
+      static_cast<double>(r.micro_batch_size) * static_cast<double>(demand - shortfall) / static_cast<double>(demand);
   const int64_t samples = r.micro_batch_size * r.gradient_accumulation_steps;  // per rank per optimizer step
   for (int64_t m = r.micro_batch_size - 1; m >= 1; --m)
     if (samples % m == 0 && static_cast<double>(m) <= fits) return m;
@@ -73,8 +77,8 @@ std::string explain_out_of_memory(const OomReport& r) {
       o << (i ? ", " : "") << r.persistent_by_label[i].first << " " << format_bytes(r.persistent_by_label[i].second);
     o << ")";
   }
-  o << ", activation " << format_bytes(r.in_use_by_category[static_cast<size_t>(Category::kActivation)])
-    << ", other " << format_bytes(r.in_use_by_category[static_cast<size_t>(Category::kOther)]) << ".";
+  o << ", activation " << format_bytes(r.in_use_by_category[static_cast<size_t>(Category::kActivation)]) << ", other "
+    << format_bytes(r.in_use_by_category[static_cast<size_t>(Category::kOther)]) << ".";
 
   // What would make it fit.
   std::vector<std::string> fixes;
@@ -88,9 +92,10 @@ std::string explain_out_of_memory(const OomReport& r) {
     fixes.push_back("the pool has the bytes but not in one block (fragmentation): raise mla.global_pool_gb (now " +
                     format_bytes(static_cast<uint64_t>(r.global_pool_gb * (1 << 30))) + ")");
   if (r.category == Category::kPersistent) {
-    fixes.push_back("the request is persistent (weights, optimizer state, gradients), which no batch key changes: "
-                    "with several ranks, gcts.enable=true and gcts.shard_optimizer=true keep 1/world of the "
-                    "optimizer state per rank");
+    fixes.push_back(
+        "the request is persistent (weights, optimizer state, gradients), which no batch key changes: "
+        "with several ranks, gcts.enable=true and gcts.shard_optimizer=true keep 1/world of the "
+        "optimizer state per rank");
   } else {
     const int64_t m = proposed_micro_batch(r);
     const int64_t samples = r.micro_batch_size * r.gradient_accumulation_steps;
@@ -106,15 +111,17 @@ std::string explain_out_of_memory(const OomReport& r) {
                       ") and raise trainer.gradient_accumulation_steps to keep the global batch: even a "
                       "micro-batch of 1 is estimated not to fit, so the model's persistent state must shrink too");
     } else if (r.micro_batch_size <= 1) {
-      fixes.push_back("trainer.micro_batch_size is already 1: the model and its optimizer state leave no room for "
-                      "one sample's activations on this device");
+      fixes.push_back(
+          "trainer.micro_batch_size is already 1: the model and its optimizer state leave no room for "
+          "one sample's activations on this device");
     }
     if (r.precision_mode == "fp32")
       fixes.push_back("precision.mode=bf16 (now fp32) stores activations in half the bytes");
     if (r.pool_fixed && r.device_free_bytes && *r.device_free_bytes >= r.request_bytes &&
         !mentions("mla.global_pool_gb"))
-      fixes.push_back("raise mla.global_pool_gb (now " + format_bytes(static_cast<uint64_t>(r.global_pool_gb * (1 << 30))) +
-                      "): the device still has " + format_bytes(*r.device_free_bytes) + " free");
+      fixes.push_back("raise mla.global_pool_gb (now " +
+                      format_bytes(static_cast<uint64_t>(r.global_pool_gb * (1 << 30))) + "): the device still has " +
+                      format_bytes(*r.device_free_bytes) + " free");
   }
   if (!r.fallback_cudamalloc && r.device_free_bytes && *r.device_free_bytes >= r.request_bytes)
     fixes.push_back("or mla.fallback_cudamalloc=true serves such requests with plain cudaMalloc (with a warning)");

@@ -41,9 +41,12 @@ namespace loongforge::mla {
 
 const char* category_name(Category c) {
   switch (c) {
-    case Category::kPersistent: return "persistent";
-    case Category::kActivation: return "activation";
-    case Category::kOther: return "other";
+    case Category::kPersistent:
+      return "persistent";
+    case Category::kActivation:
+      return "activation";
+    case Category::kOther:
+      return "other";
   }
   return "other";
 }
@@ -55,9 +58,13 @@ double PoolStats::fragmentation() const {
 
 namespace {
 
-bool power_of_two(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
+bool power_of_two(uint64_t v) {
+  return v != 0 && (v & (v - 1)) == 0;
+}
 
-uint64_t round_up(uint64_t v, uint64_t multiple) { return (v + multiple - 1) / multiple * multiple; }
+uint64_t round_up(uint64_t v, uint64_t multiple) {
+  return (v + multiple - 1) / multiple * multiple;
+}
 
 constexpr uint64_t kLargestRequest = uint64_t{1} << 62;  // past this, nothing fits (and no overflow)
 
@@ -106,7 +113,9 @@ uint64_t Pool::class_bytes(uint64_t bytes) const {
 // ---------------------------------------------------------------------------
 // Free lists
 
-Pool::FreeSet& Pool::free_set(const Block& b) { return b.owned ? owned_[b.stream] : unowned_; }
+Pool::FreeSet& Pool::free_set(const Block& b) {
+  return b.owned ? owned_[b.stream] : unowned_;
+}
 
 void Pool::insert_free(uint64_t addr, const Block& b) {
   free_set(b).emplace(b.bytes, addr);

@@ -39,8 +39,8 @@ constexpr uint64_t kFullCheckEvery = 64;  // operations between whole block-list
 
 // Fails the test case with `what` when `cond` is false (REQUIRE would count
 // every one of the millions of checks).
-#define MODEL_CHECK(cond, what)                              \
-  do {                                                       \
+#define MODEL_CHECK(cond, what)                                        \
+  do {                                                                 \
     if (!(cond)) FAIL("op " << op_ << " (" << last_ << "): " << what); \
   } while (0)
 
@@ -82,11 +82,16 @@ class Model {
     ++op_;
     events_.now = 2 * op_ + 1;  // events recorded during this op come after its free (2 * op_)
     const int r = static_cast<int>(rng_() % 100);
-    if (live_addrs_.empty() || r < 45) last_ = "allocate", do_allocate();
-    else if (r < 80) last_ = "free", do_free(pick_live());
-    else if (r < 85) last_ = "record_use", do_record_use();
-    else if (r < 93) last_ = "fence", do_fence();
-    else last_ = "complete", do_complete();
+    if (live_addrs_.empty() || r < 45)
+      last_ = "allocate", do_allocate();
+    else if (r < 80)
+      last_ = "free", do_free(pick_live());
+    else if (r < 85)
+      last_ = "record_use", do_record_use();
+    else if (r < 93)
+      last_ = "fence", do_fence();
+    else
+      last_ = "complete", do_complete();
     check_counters();
     if (op_ % kFullCheckEvery == 0) check_blocks();
   }
@@ -108,8 +113,8 @@ class Model {
     check_counters();
     check_blocks();
     const auto blocks = pool_.blocks();
-    MODEL_CHECK(blocks.size() == ranges_.size(), "after draining " << blocks.size() << " blocks for "
-                                                                     << ranges_.size() << " ranges");
+    MODEL_CHECK(blocks.size() == ranges_.size(),
+                "after draining " << blocks.size() << " blocks for " << ranges_.size() << " ranges");
     uint64_t largest = 0;
     for (size_t i = 0; i < blocks.size(); ++i) {
       MODEL_CHECK(blocks[i].state == State::kFree && !blocks[i].owned, "a drained block is not free for all");
@@ -160,8 +165,8 @@ class Model {
     const auto a = pool_.allocate(request, category, stream);
     if (!a) {
       ++refusals_;
-      MODEL_CHECK(!best_fit(need, stream), "refused " << need << " bytes on stream " << stream
-                                                        << " though a usable free block is large enough");
+      MODEL_CHECK(!best_fit(need, stream),
+                  "refused " << need << " bytes on stream " << stream << " though a usable free block is large enough");
       return;
     }
     ++allocations_;
@@ -171,7 +176,8 @@ class Model {
     if (full_check) MODEL_CHECK(expected_addr && *expected_addr == a->addr, "not the best fit");
     // Inside one range, overlapping nothing live.
     bool inside = false;
-    for (const auto& [base, bytes] : ranges_) inside = inside || (a->addr >= base && a->addr + a->bytes <= base + bytes);
+    for (const auto& [base, bytes] : ranges_)
+      inside = inside || (a->addr >= base && a->addr + a->bytes <= base + bytes);
     MODEL_CHECK(inside, "block " << a->addr << " +" << a->bytes << " leaves its range");
     auto next = live_.lower_bound(a->addr);
     if (next != live_.end()) MODEL_CHECK(a->addr + a->bytes <= next->first, "overlaps the block at " << next->first);
@@ -257,8 +263,10 @@ class Model {
   }
 
   void do_fence() {
-    if (rng_() % 4 == 0) pool_.fence_all();
-    else pool_.fence(rng_() % streams_);
+    if (rng_() % 4 == 0)
+      pool_.fence_all();
+    else
+      pool_.fence(rng_() % streams_);
   }
 
   void do_complete() {
@@ -315,7 +323,8 @@ class Model {
       expect_addr = b.addr + b.bytes;
       const bool range_ends = i + 1 == blocks.size() || blocks[i + 1].range != b.range;
       if (range_ends)
-        MODEL_CHECK(expect_addr == ranges_[b.range].first + ranges_[b.range].second, "range " << b.range << " not tiled");
+        MODEL_CHECK(expect_addr == ranges_[b.range].first + ranges_[b.range].second,
+                    "range " << b.range << " not tiled");
       if (b.state == State::kAllocated) {
         ++allocated;
         auto l = live_.find(b.addr);
@@ -330,8 +339,9 @@ class Model {
           const BlockInfo& n = blocks[i + 1];
           const bool same_rule = (!b.owned && !n.owned) || (b.owned && n.owned && b.stream == n.stream);
           MODEL_CHECK(!(n.range == b.range && n.state == State::kFree && same_rule),
-                      "free neighbours " << b.addr << " (owned " << b.owned << ", stream " << b.stream << ") and " << n.addr
-                                         << " (owned " << n.owned << ", stream " << n.stream << ") not coalesced");
+                      "free neighbours " << b.addr << " (owned " << b.owned << ", stream " << b.stream << ") and "
+                                         << n.addr << " (owned " << n.owned << ", stream " << n.stream
+                                         << ") not coalesced");
         }
       }
     }
@@ -344,7 +354,8 @@ class Model {
     const double frag = free == 0 ? 0.0 : 1.0 - static_cast<double>(largest) / static_cast<double>(free);
     MODEL_CHECK(s.fragmentation() == frag, "fragmentation");
     auto pool_events = pool_.outstanding_events();
-    std::set<EventId> a(pool_events.begin(), pool_events.end()), b(events_.outstanding.begin(), events_.outstanding.end());
+    std::set<EventId> a(pool_events.begin(), pool_events.end()),
+        b(events_.outstanding.begin(), events_.outstanding.end());
     MODEL_CHECK(std::includes(b.begin(), b.end(), a.begin(), a.end()), "the pool waits for an event already done");
   }
 
@@ -387,7 +398,7 @@ Totals run_sequences(uint64_t seed, int sequences, int ops) {
   for (int q = 0; q < sequences; ++q) {
     std::mt19937_64 rng(seed + static_cast<uint64_t>(q));
     PoolOptions options;
-    options.alignment_bytes = uint64_t{256} << (rng() % 5);              // 256 B .. 4 KiB
+    options.alignment_bytes = uint64_t{256} << (rng() % 5);  // 256 B .. 4 KiB
     options.class_steps_per_octave = std::vector<uint64_t>{0, 4, 32}[rng() % 3];
     options.class_linear_bytes = std::vector<uint64_t>{4096, kMiB}[rng() % 2];
     const int streams = 1 + static_cast<int>(rng() % 3);
@@ -416,7 +427,7 @@ Totals run_sequences(uint64_t seed, int sequences, int ops) {
 TEST_CASE("mla pool: 2 million random operations agree with a brute-force model") {
   const Totals t = run_sequences(/*seed=*/1, /*sequences=*/400, /*ops=*/5000);
   WARN("mla pool property test: " << t.sequences << " sequences, " << t.ops << " operations, " << t.allocations
-                                   << " allocations, " << t.refusals << " refused");
+                                  << " allocations, " << t.refusals << " refused");
   REQUIRE(t.ops >= 2000000);
   REQUIRE(t.allocations > 500000);
   REQUIRE(t.refusals > 0);  // the sequences do reach a full pool
@@ -424,8 +435,8 @@ TEST_CASE("mla pool: 2 million random operations agree with a brute-force model"
 
 TEST_CASE("mla pool: 100 million random operations agree with a brute-force model", "[.long]") {
   const Totals t = run_sequences(/*seed=*/1000003, /*sequences=*/5000, /*ops=*/20000);
-  WARN("mla pool property test (long): " << t.sequences << " sequences, " << t.ops << " operations, "
-                                          << t.allocations << " allocations, " << t.refusals << " refused");
+  WARN("mla pool property test (long): " << t.sequences << " sequences, " << t.ops << " operations, " << t.allocations
+                                         << " allocations, " << t.refusals << " refused");
   REQUIRE(t.ops >= 100000000);
 }
 
@@ -448,8 +459,8 @@ TEST_CASE("mla pool: size classes round to the alignment, then to 1/32 of the po
   REQUIRE(f.pool.class_bytes(1) == 512);
   REQUIRE(f.pool.class_bytes(513) == 1024);
   REQUIRE(f.pool.class_bytes(kMiB) == kMiB);
-  REQUIRE(f.pool.class_bytes(kMiB + 1) == kMiB + 32 * 1024);           // steps of 1 MiB / 32
-  REQUIRE(f.pool.class_bytes(100 * kMiB) == 100 * kMiB);               // 64 MiB octave: 2 MiB steps
+  REQUIRE(f.pool.class_bytes(kMiB + 1) == kMiB + 32 * 1024);  // steps of 1 MiB / 32
+  REQUIRE(f.pool.class_bytes(100 * kMiB) == 100 * kMiB);      // 64 MiB octave: 2 MiB steps
   REQUIRE(f.pool.class_bytes(100 * kMiB + 1) == 102 * kMiB);
 }
 
@@ -463,8 +474,8 @@ TEST_CASE("mla pool: best fit takes the smallest block that fits, and a full poo
   REQUIRE((a->addr == 0 && b->addr == 4096 && c->addr == 5120 && d->addr == 7168));
   f.pool.free(a->addr);
   f.pool.free(c->addr);  // free now: 4 KiB at 0, 2 KiB at 5120, 1 KiB at 15360
-  REQUIRE(f.pool.allocate(2000, Category::kOther, 0)->addr == 5120);   // class 2 KiB: the exact block
-  REQUIRE(f.pool.allocate(900, Category::kOther, 0)->addr == 15360);   // 1 KiB
+  REQUIRE(f.pool.allocate(2000, Category::kOther, 0)->addr == 5120);  // class 2 KiB: the exact block
+  REQUIRE(f.pool.allocate(900, Category::kOther, 0)->addr == 15360);  // 1 KiB
   REQUIRE(f.pool.allocate(4096, Category::kOther, 0)->addr == 0);
   REQUIRE_FALSE(f.pool.allocate(1, Category::kOther, 0).has_value());
   REQUIRE(f.pool.stats().failed_allocations == 1);
@@ -477,7 +488,7 @@ TEST_CASE("mla pool: a block freed on one stream goes to another only after a la
   const auto a = f.pool.allocate(4096, Category::kActivation, /*stream=*/1);
   f.pool.free(a->addr);
   REQUIRE_FALSE(f.pool.allocate(4096, Category::kActivation, 2).has_value());  // stream 2 must wait
-  REQUIRE(f.pool.allocate(4096, Category::kActivation, 1)->addr == 0);        // stream 1 may take it at once
+  REQUIRE(f.pool.allocate(4096, Category::kActivation, 1)->addr == 0);         // stream 1 may take it at once
   f.pool.free(0);
   const auto fence = f.pool.fence(1);
   REQUIRE(fence.has_value());

@@ -45,7 +45,7 @@ struct OomReport {
   // What the persistent arena holds, by what the trainer labelled it
   // ("weights", "optimizer state", ...); empty when nothing was labelled.
   std::vector<std::pair<std::string, uint64_t>> persistent_by_label;
-  std::optional<uint64_t> device_free_bytes;   // cudaMemGetInfo, when known
+  std::optional<uint64_t> device_free_bytes;  // cudaMemGetInfo, when known
   std::optional<uint64_t> device_total_bytes;
   // The run's keys.
   int64_t micro_batch_size = 1;

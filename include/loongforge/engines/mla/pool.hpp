@@ -43,17 +43,17 @@
 //   pool.complete(event);                  // when the caller sees it done
 #pragma once
 
-#include <array>       // std::array
-#include <cstdint>     // uint64_t
-#include <deque>       // std::deque
-#include <functional>  // std::function
-#include <map>         // std::map
-#include <optional>    // std::optional
-#include <set>         // std::set
-#include <string>      // std::string
+#include <array>          // std::array
+#include <cstdint>        // uint64_t
+#include <deque>          // std::deque
+#include <functional>     // std::function
+#include <map>            // std::map
+#include <optional>       // std::optional
+#include <set>            // std::set
+#include <string>         // std::string
 #include <unordered_map>  // std::unordered_map
-#include <utility>     // std::pair
-#include <vector>      // std::vector
+#include <utility>        // std::pair
+#include <vector>         // std::vector
 
 namespace loongforge::mla {
 
@@ -94,13 +94,13 @@ struct PoolStats {
   std::array<uint64_t, kCategoryCount> in_use_by_category{};
   std::array<uint64_t, kCategoryCount> peak_by_category{};
   uint64_t peak_in_use_bytes = 0;
-  uint64_t free_bytes = 0;       // free blocks some stream may take now
-  uint64_t pending_bytes = 0;    // freed blocks waiting for other streams' events
+  uint64_t free_bytes = 0;     // free blocks some stream may take now
+  uint64_t pending_bytes = 0;  // freed blocks waiting for other streams' events
   uint64_t largest_free_bytes = 0;
   uint64_t free_blocks = 0;
   uint64_t ranges = 0;
-  uint64_t allocations = 0;          // successful allocate() calls
-  uint64_t failed_allocations = 0;   // allocate() calls that returned nullopt
+  uint64_t allocations = 0;         // successful allocate() calls
+  uint64_t failed_allocations = 0;  // allocate() calls that returned nullopt
   uint64_t frees = 0;
   uint64_t splits = 0;
   uint64_t merges = 0;
@@ -116,8 +116,8 @@ struct BlockInfo {
   uint64_t bytes = 0;
   uint32_t range = 0;
   State state = State::kFree;
-  bool owned = false;     // kFree: reusable only on `stream` until a fence on it completes
-  StreamId stream = 0;    // kAllocated: its stream; kFree and owned: the owner; kPending: where it was allocated
+  bool owned = false;   // kFree: reusable only on `stream` until a fence on it completes
+  StreamId stream = 0;  // kAllocated: its stream; kFree and owned: the owner; kPending: where it was allocated
   Category category = Category::kOther;  // kAllocated
   uint64_t requested = 0;                // kAllocated
 };
@@ -166,18 +166,18 @@ class Pool {
     StreamId stream = 0;
     Category category = Category::kOther;
     uint64_t requested = 0;
-    uint64_t free_seq = 0;           // kFree and owned: sequence number of its latest free
-    uint32_t pending_events = 0;     // kPending: events still to complete
-    std::vector<StreamId> uses;      // kAllocated: other streams it was used on
+    uint64_t free_seq = 0;        // kFree and owned: sequence number of its latest free
+    uint32_t pending_events = 0;  // kPending: events still to complete
+    std::vector<StreamId> uses;   // kAllocated: other streams it was used on
   };
-  using Blocks = std::map<uint64_t, Block>;             // by address
+  using Blocks = std::map<uint64_t, Block>;                 // by address
   using FreeSet = std::set<std::pair<uint64_t, uint64_t>>;  // (bytes, addr): best fit = lower_bound
 
   struct Event {
     StreamId stream = 0;
-    uint64_t fence_seq = 0;               // a fence: frees on `stream` up to this sequence number
+    uint64_t fence_seq = 0;  // a fence: frees on `stream` up to this sequence number
     bool fence = false;
-    std::vector<uint64_t> pending;        // blocks waiting for it
+    std::vector<uint64_t> pending;  // blocks waiting for it
   };
 
   FreeSet& free_set(const Block& b);
