@@ -5,6 +5,7 @@
 #include <chrono>   // std::chrono::system_clock
 #include <cstdio>   // std::snprintf
 #include <fstream>  // std::ofstream
+#include <optional>  // std::optional
 
 #include <ATen/Context.h>   // at::globalContext
 #include <ATen/Parallel.h>  // at::set_num_threads
@@ -20,6 +21,7 @@
 #include "loongforge/engines/dmf/dmf.hpp"
 #include "loongforge/engines/gcts/gcts.hpp"
 #include "loongforge/engines/mla/mla.hpp"
+#include "loongforge/memory/memory.hpp"
 #include "stop_signal.hpp"
 #include "trainer_impl.hpp"
 
@@ -446,6 +448,10 @@ void Trainer::Impl::open() {
   const std::string resume_dir = choose_resume_dir();
   adopt_checkpoint_batch(resume_dir);
   startup_phase("start");
+  // What lives the whole run is allocated from here to the fast path: the
+  // model, its gradient buffers, the optimizer (MLA's persistent arena).
+  std::optional<memory::LifetimeScope> whole_run;
+  whole_run.emplace(memory::Lifetime::kPersistent);
   open_model();
   startup_phase("model");
 
@@ -467,6 +473,7 @@ void Trainer::Impl::open() {
   const bool made_gradients =
       mode.graphs && !mode.compiled && runner_->make_gradients(/*allowed=*/!optimizer_->owns_gradients());
   open_fast_path(mode, made_gradients);
+  whole_run.reset();
   startup_phase("optimizer");
 
   open_run_dir(resume_dir);

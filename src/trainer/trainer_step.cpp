@@ -151,8 +151,10 @@ void Trainer::Impl::step() {
   frames_counted_at_ = Clock::now();
   set_step_time(r, ms_since(t_step));  // the fast path corrects it once the step's values are back
   step_started_ = t_step;
+  memory::step_done(s + 1);  // MLA: the step's allocation time, its fences
   const memory::Stats mem = memory::stats(device_);
   r.peak_mem_mb = device_.is_cuda() ? mem.peak_device_mb : mem.peak_host_mb;
+  r.memory_scalars = mem.scalars;
   steps_done_ = s + 1;
 }
 
