@@ -92,7 +92,8 @@ std::string seconds_text(double s) {
 // A stop signal before the job's end (Slurm: --signal=B:USR1@120, 120 s)
 // leaves checkpoint.preempt_lead_s for everything after it: finishing the
 // step in flight, then the preemption save (Note [Preemption saves] in
-// src/checkpoint/writer.cpp) until it is durable. Rank 0 times that from the
+// src/checkpoint/writer.cpp) until it is durable; a periodic write still in
+// flight is finished first and counts in the save's time. Rank 0 times that from the
 // signal (its own; when another rank got it, from the boundary where rank 0
 // applied the stop, which is at most one step later), logs it against the
 // lead time and records it in <run dir>/preemption.json. A resumed run

@@ -264,7 +264,7 @@ def test_sigkill_on_observed_progress_always_resumes_from_the_newest_complete_ch
     assert tally["kills_while_chunks_were_written"] >= 2, tally
 
 
-PREEMPT_KILLS = max(4, KILLS // 3)  # ctest: 4; 6 under the long label
+PREEMPT_KILLS = max(4, KILLS // 3)  # ctest: 4 (checkpoint_preempt_sigkill); 6 under the long label
 
 
 def preempt_then_kill(w, step, ckpts, deadline_s, settle_s):
@@ -288,6 +288,7 @@ def preempt_then_kill(w, step, ckpts, deadline_s, settle_s):
     while not tmp and w.proc.poll() is None:
         assert time.monotonic() < deadline, "no write after SIGUSR1"
         tmp = list(ckpts.glob(in_flight))
+        time.sleep(0.002)
     time.sleep(settle_s)
     w.proc.send_signal(signal.SIGKILL)
     w.proc.wait()
