@@ -202,7 +202,7 @@ class CompiledRunner final : public StepRunner {
   }
 
   nlohmann::json status() const override {
-    return {{"compiled_step", package_}, {"calls", calls_},         {"eager_fallbacks", fallbacks_},
+    return {{"compiled_step", package_}, {"calls", calls_},
             {"cuda_graphs", graphs_},    {"captures", captures_},   {"replays", replays_},
             {"capture_failures", failures_}};
   }
@@ -217,15 +217,12 @@ class CompiledRunner final : public StepRunner {
   };
 #endif
 
-  // One micro-batch: eagerly through the TorchScript module when its shapes
-  // are not the package's; else a replay of the captured package call, or
-  // (warm-up, no graphs, or a failed capture) a package call.
+  // One micro-batch: a replay of the captured package call, or (warm-up, no
+  // graphs, or a failed capture) a package call; shapes the package was not
+  // compiled for are refused (check_shapes).
   at::Tensor micro_step(const model::Batch& batch, uint64_t draw_seed, double w, int64_t step, int64_t micro,
                         PhaseRecorder& phases) {
-    if (!matches(batch)) {
-      ++fallbacks_;  // a shape the package was not compiled for (e.g. a smaller last batch)
-      return eager_micro_step(net_, bf16_, fault_, batch, draw_seed, w, step, micro, phases);
-    }
+    check_shapes(batch);  // a shape the package was not compiled for is refused, never run eagerly
     Phase p(phases, "forward_backward", step + 1, micro);
     fault_.maybe_raise("forward", step + 1);
     c10::NoGradGuard no_grad;
@@ -299,8 +296,8 @@ class CompiledRunner final : public StepRunner {
   }
 #endif
 
-  // Whether the batch has the package's shapes and dtypes (warns once when not).
-  bool matches(const model::Batch& batch) {
+  // Throws DataError when the batch lacks the package's shapes and dtypes.
+  void check_shapes(const model::Batch& batch) const {
     const at::Tensor& actions = batch.at("actions");
     for (const auto& e : batch_) {
       at::ScalarType dtype;
@@ -314,17 +311,12 @@ class CompiledRunner final : public StepRunner {
         throw DataError("trainer.compiled_step: the batch has no '" + e.key + "', which " + package_ +
                         " was compiled with");
       }
-      if (dtype != e.dtype || shape != e.shape) {
-        if (!warned_)
-          LF_LOG(logger("fusion"), warn)
-              << "compiled step: batch tensor '" << e.key << "' is " << c10::toString(dtype) << shape_text(shape)
-              << ", the package takes " << c10::toString(e.dtype) << shape_text(e.shape)
-              << "; such micro-batches run eagerly (counted in status as eager_fallbacks)";
-        warned_ = true;
-        return false;
-      }
+      if (dtype != e.dtype || shape != e.shape)
+        throw DataError("trainer.compiled_step: batch tensor '" + e.key + "' is " + c10::toString(dtype) +
+                        shape_text(shape) + ", " + package_ + " takes " + c10::toString(e.dtype) +
+                        shape_text(e.shape) + " (the model's batch shape at trainer.micro_batch_size): train this "
+                        "data with trainer.compiled_step=off");
     }
-    return true;
   }
 
   // The keys the model's forward draws itself when the batch lacks them
@@ -373,8 +365,8 @@ class CompiledRunner final : public StepRunner {
   double noise_s_ = 0.999, beta_alpha_ = 1.5, state_dropout_ = 0.0;
   bool fm_time_upstream_ = false;
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader_;
-  int64_t calls_ = 0, fallbacks_ = 0, captures_ = 0, replays_ = 0, failures_ = 0;
-  bool warned_ = false, graphs_ = false, required_ = false, capture_failed_ = false, first_replayed_ = false;
+  int64_t calls_ = 0, captures_ = 0, replays_ = 0, failures_ = 0;
+  bool graphs_ = false, required_ = false, capture_failed_ = false, first_replayed_ = false;
 #if LOONGFORGE_WITH_CUDA_KERNELS
   std::optional<c10::cuda::CUDAStream> side_;
   at::cuda::MempoolId_t pool_;

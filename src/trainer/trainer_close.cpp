@@ -238,7 +238,8 @@ void Trainer::Impl::report_summary(int status) const {
       {"checkpoint", last_ckpt_},
       {"device", device_.str()},
       {"precision", bf16_ ? "bf16" : "fp32"},
-      {"bf16_weights", optim::working_copies_json(optimizer_.get())}};
+      {"bf16_weights", optim::working_copies_json(optimizer_.get())},
+      {"compiled_step", compiled_step_}};
   std::ofstream(run_dir_ + "/summary.json") << summary.dump(2) << "\n";
   if (failed_writes_ > 0)
     LF_LOG(log, warn) << failed_writes_ << " checkpoint write(s) failed during the run (see above); newest intact: "
@@ -257,6 +258,7 @@ void Trainer::Impl::report_summary(int status) const {
       static_cast<long long>(h.back().step), static_cast<long long>(steady.warmup_steps),
       steady.warmup_steps == 1 ? "" : "s", startup_text().c_str(), mean.samples_per_s, 100.0 * mean.data_wait_fraction,
       h.size());
+  if (!compiled_step_.is_null()) std::printf("  compiled     %s\n", compiled_step_text().c_str());
   if (ds.samples_skipped > 0 || ds.videos_bad > 0)
     std::printf("  skipped      %lld sample(s) of %lld bad video(s) (data.on_bad_video=%s; the log names them)\n",
                 static_cast<long long>(ds.samples_skipped), static_cast<long long>(ds.videos_bad),

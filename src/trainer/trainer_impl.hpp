@@ -73,6 +73,7 @@ struct Trainer::Impl {
   void preemption_save(int64_t steps_done);
   void collect_writes();
   void record_progress(const StepRecord& r);
+  std::string compiled_step_text() const;  // for the run line and the summary
   void publish(const char* phase, const StepRecord* r);
   nlohmann::json data_status(const StepRecord* r) const;
   void check_finite(int64_t step, double loss, double norm, bool read_late);
@@ -128,6 +129,7 @@ struct Trainer::Impl {
   double flops_per_sample_ = 0;
   int64_t tokens_per_view_ = 0;
   StepRecord record_;  // the step just taken, reported at its boundary
+  nlohmann::json compiled_step_;  // the step runner's "package" (fusion::StepMode::package_status); null: off
   double first_step_s_ = -1;  // seconds from the Trainer's construction to the first record of this process
   // Where that time went (Note [Time to the first step] in trainer_open.cpp): (phase, seconds) in order.
   std::vector<std::pair<std::string, double>> startup_;

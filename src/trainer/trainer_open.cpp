@@ -352,7 +352,18 @@ void Trainer::Impl::log_run_line() const {
       << " (moments " << mb(optimizer_->state_bytes()) << " MB on this rank)" << held
       << optim::working_copies_note(*optimizer_) << ", gradient communication " << reducer_->strategy()
       << (graph_reduction_ ? " until the last micro-batch's graph is captured with it" : "") << ", steps "
-      << pos_.step + 1 << ".." << last_step_;
+      << pos_.step + 1 << ".." << last_step_ << ", compiled step " << compiled_step_text();
+}
+
+// "off", "PATH (cache hit)", "PATH (compiled in 95 s)", "PATH (given)", "not used (compile failed)".
+std::string Trainer::Impl::compiled_step_text() const {
+  if (compiled_step_.is_null()) return "off";
+  const std::string source = compiled_step_.value("source", "");
+  if (source == "compile failed") return "not used (its compile failed: see the warning above)";
+  char compile_s[32];
+  std::snprintf(compile_s, sizeof compile_s, "%.0f s", compiled_step_.value("compile_s", 0.0));
+  return compiled_step_.value("path", "") + " (" + (source == "compiled" ? "compiled in " + std::string(compile_s)
+                                                                           : source) + ")";
 }
 
 // Progress (rank 0 reports for the job: its loss is the one of the whole job) and the checkpoint writer.
@@ -460,8 +471,18 @@ void Trainer::Impl::open() {
   // The seams, each through its engine's factory (the plain implementation when the engine is off).
   open_data();  // data: adfe::make_source
   startup_phase("data");
-  const fusion::StepMode mode = fusion::step_mode(cfg_, device_);
+  // trainer.compiled_step=auto may compile the package first (minutes): `status` shows it as phase "compiling".
+  const fusion::StepMode mode =
+      fusion::step_mode(cfg_, *net_, device_, bf16_ && device_.is_cuda(), [this](const nlohmann::json& compile) {
+        control_->publish_status({{"phase", "compiling"},
+                                  {"model", cfg_.model.path},
+                                  {"rank", world_info_.rank},
+                                  {"world", world_info_.world_size},
+                                  {"compile", compile}});
+      });
   runner_ = dmf::make_step_runner(cfg_, *net_, mode, bf16_ && device_.is_cuda(), device_);  // compute
+  if (const nlohmann::json st = runner_->status(); st.is_object() && st.contains("package"))
+    compiled_step_ = st["package"];
   startup_phase("step runner");
   gcts::GradientPath gradients = gcts::make_gradient_path(
       cfg_,
