@@ -39,13 +39,15 @@
 // Measured on the CPU (2026-12-05, torch 2.11, gr00t-n1.7-tiny, dropout 0.2,
 // micro-batch 4; test/e2e/test_compiled_dropout.py, the masks recorded by
 // test/fusion/mask_probe.cpp at the package's 24 bernoulli_ calls): one
-// step's masks keep 0.79987 of 587776 elements; a run resumed after step 3
-// draws the uninterrupted run's masks at steps 4-6 bit for bit; the losses
-// of 300 steps, smoothed over 20, are within 0.26% of the plain runner's
-// (per step 1e-3 apart, median: the package's masks are not the TorchScript
-// forward's, other generator calls, so the runners agree in distribution,
-// not value). On a GPU: test/fusion/test_compiled_draws.cpp and that test's
-// replay form (label gpu), not yet run.
+// step's masks keep 0.79987 of 587776 elements; each step's masks are what
+// torch's CPU bernoulli_ draws after manual_seed(draw_seed(...)) of that
+// step, so a run resumed after step 3 draws the uninterrupted run's masks at
+// steps 4-6 bit for bit; the losses of 300 steps, smoothed over 20, are
+// within 0.26% of the plain runner's (per step 1e-3 apart, median: the
+// package's masks are not the TorchScript forward's, other generator calls,
+// so the runners agree in distribution, not value). On a GPU:
+// test/fusion/test_compiled_draws.cpp and that test's replay form (label
+// gpu), not yet run.
 #include <optional>  // std::optional
 #include <string>    // std::string
 #include <utility>   // std::move

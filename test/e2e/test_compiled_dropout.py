@@ -13,7 +13,9 @@ on the CPU in fp32:
   counts the package's masks only);
 - a run stopped after step 3 and resumed draws the uninterrupted run's masks
   at steps 4-6 bit for bit (same hashes), and each step's masks differ from
-  the other steps'; its losses and gradient norms are the uninterrupted
+  the other steps'; each step's masks are those torch's CPU bernoulli_ draws
+  after manual_seed(draw_seed(42, step, 0, 0)), the seed written out here
+  from docs/training-semantics.md s4 (so the runner reseeded before the call); its losses and gradient norms are the uninterrupted
   run's within 1e-6 relative (not bit for bit: the CPU package's backward
   adds with atomics, 15 sites in gr00t-n1.7-tiny's, so two uninterrupted
   runs differ in the last bits too: 8.5e-8 in one gradient norm, measured);
@@ -108,6 +110,35 @@ def manifest(package: Path) -> dict:
         return json.loads(json.loads(z.read(meta[0]))["loongforge"])
 
 
+def draw_seed(seed: int, step: int, micro: int, rank: int) -> int:
+    """docs/training-semantics.md s4's seed of a micro-batch's draws, written out from that text."""
+    full, golden = (1 << 64) - 1, 0x9E3779B97F4A7C15
+    z = ((seed ^ 0x4452415753454544) + ((step * 65536 + micro) * 65536 + rank) * golden + golden) & full
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & full
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & full
+    return (z ^ (z >> 31)) & 0x7FFFFFFFFFFFFFFF
+
+
+def regenerated(step: int, sizes, batch) -> list:
+    """The probe's hashes of masks drawn by torch's CPU bernoulli_(1 - p), one per size, after the default
+    generator was set to the seed of micro-batch 0 of `step` (run.seed 42, rank 0) and the runner drew the
+    head's state draws the package takes (`batch`: the manifest's; compiled_runner.cpp inputs())."""
+    import torch
+    torch.manual_seed(draw_seed(42, step, 0, 0))
+    for key, _, shape in batch:
+        if key == "state_drop":
+            torch.rand(shape)
+        elif key == "state_noise":
+            torch.randn(shape)
+    out = []
+    for n in sizes:
+        h = 1469598103934665603
+        for b in torch.empty(n).bernoulli_(1 - P).to(torch.uint8).tolist():
+            h = ((h ^ b) * 1099511628211) & ((1 << 64) - 1)
+        out.append(f"{h:016x}")
+    return out
+
+
 def smoothed(xs, window=20):
     return [sum(xs[max(0, i - window + 1):i + 1]) / (i + 1 - max(0, i - window + 1)) for i in range(len(xs))]
 
@@ -161,6 +192,10 @@ def test_a_resumed_run_draws_the_same_masks_bit_for_bit_and_gives_the_same_losse
     assert b == a, "steps 1-3 and, after the resume, 4-6 draw the uninterrupted run's masks"
     steps = [tuple(h for _, _, h in a[i * per_step:(i + 1) * per_step]) for i in range(6)]
     assert len(set(steps)) == 6, "each step draws other masks"
+    # The masks are a function of the step's seed: torch's own draws after manual_seed(draw_seed) give them.
+    batch = manifest(package)["batch"]
+    for i in range(6):
+        assert list(steps[i]) == regenerated(i, [n for n, _, _ in a[i * per_step:(i + 1) * per_step]], batch), i + 1
     ra, rb = records(tmp_path / "whole"), records(tmp_path / "cut")
     assert [x["step"] for x in rb] == list(range(1, 7))
     drift = max(abs(x[k] - y[k]) / abs(x[k]) for x, y in zip(ra, rb) for k in ("loss", "grad_norm"))
