@@ -396,16 +396,23 @@ void Trainer::Impl::open() {
   prepare_process();
   const std::string resume_dir = choose_resume_dir();
   adopt_checkpoint_batch(resume_dir);
-  // What lives the whole run is allocated from here to the fast path: the
-  // model, its gradient buffers, the optimizer (MLA's persistent arena).
+  // What lives the whole run is allocated from here to the fast path, each
+  // part under its label (MLA's persistent arena; memory seam).
   std::optional<memory::LifetimeScope> whole_run;
-  whole_run.emplace(memory::Lifetime::kPersistent);
+  auto persistent = [&whole_run](const char* what) {
+    whole_run.reset();
+    whole_run.emplace(memory::Lifetime::kPersistent, what);
+  };
+  persistent("model");
   open_model();
 
   // The seams, each through its engine's factory (the plain implementation when the engine is off).
+  persistent("data source");
   open_data();  // data: adfe::make_source
   const fusion::StepMode mode = fusion::step_mode(cfg_, device_);
+  persistent("step runner");
   runner_ = dmf::make_step_runner(cfg_, *net_, mode, bf16_ && device_.is_cuda(), device_);  // compute
+  persistent("optimizer");
   gcts::GradientPath gradients = gcts::make_gradient_path(
       cfg_,
       {world_.get(), net_.get(), runner_.get(), device_, bf16_, mode.graphs, mode.compiled,
@@ -415,8 +422,10 @@ void Trainer::Impl::open() {
   reducer_ = std::move(gradients.reducer);
   graph_reduction_ = std::move(gradients.graph_reduction);
   schedule_ = optim::schedule(cfg_);
+  persistent("gradients");
   const bool made_gradients =
       mode.graphs && !mode.compiled && runner_->make_gradients(/*allowed=*/!optimizer_->owns_gradients());
+  persistent("fast path");
   open_fast_path(mode, made_gradients);
   whole_run.reset();
 
