@@ -3,15 +3,55 @@
 #include "loongforge/fusion/step_runner.hpp"
 
 #include <cstdlib>  // std::getenv
+#include <optional> // std::optional
 #include <string>   // std::string
+#include <utility>  // std::move
 
-#include <ATen/ATen.h>           // at::Tensor
+#include <mutex>    // std::lock_guard
+
+#include <ATen/ATen.h>           // at::Tensor, at::globalContext
 #include <ATen/autocast_mode.h>  // at::autocast::set_autocast_enabled
 #include <c10/util/Exception.h>  // c10::OutOfMemoryError
 
+#include "loongforge/common/error.hpp"
+#include "loongforge/common/log.hpp"
 #include "runner_common.hpp"
 
 namespace loongforge::fusion {
+
+// Note [Micro-step draws]
+// What a micro-step's forward draws itself - dropout masks, and a GR00T
+// head's state_drop / state_noise when the batch lacks them - comes from
+// the default generator of the batch's device, which every runner sets to
+// the micro-batch's draw_seed (offset 0) just before its forward: an eager
+// forward, a compiled package call, or a CUDA-graph replay (a replay reads
+// the generator's seed and Philox offset then: at::cuda::CUDAGraph::replay's
+// replay_prologue, so it draws what an uncaptured call would). The draws are
+// then a pure function of (run.seed, step, micro-batch, rank): a resume
+// reproduces them without any generator state, and the plain, graphed and
+// compiled runners each draw per micro-batch, not along one stream of the
+// run. A mask covers a micro-batch, not a sample: another world size or
+// accumulation gives other masks of the same distribution
+// (docs/training-semantics.md s4). The compiled package draws its masks
+// with other generator calls than the TorchScript forward (its own order
+// and ops: compiled_runner.cpp, Note [Compiled step draws]), so the two
+// runners' masks are equal in distribution, not in value.
+uint64_t draw_seed(uint64_t run_seed, int64_t step, int64_t micro, int64_t rank) {
+  constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+  constexpr uint64_t kSalt = 0x4452415753454544ull;  // "DRAWSEED"
+  const uint64_t index =
+      (static_cast<uint64_t>(step) * 65536 + static_cast<uint64_t>(micro)) * 65536 + static_cast<uint64_t>(rank);
+  uint64_t z = (run_seed ^ kSalt) + index * kGolden + kGolden;  // SplitMix64's first output from that state
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return (z ^ (z >> 31)) & 0x7FFFFFFFFFFFFFFFull;
+}
+
+void seed_draws(uint64_t seed, c10::Device device) {
+  at::Generator g = at::globalContext().defaultGenerator(device);
+  std::lock_guard<std::mutex> lock(g.mutex());
+  g.set_current_seed(seed);  // CUDA: Philox offset 0 as well
+}
 
 // Shared runner pieces (runner_common.hpp).
 AutocastScope::AutocastScope(bool enable) : on(enable) {
@@ -44,12 +84,13 @@ void Fault::maybe_raise(const char* where, int64_t step_1based) const {
                      " at step ", step_1based);
 }
 
-at::Tensor eager_micro_step(model::Model& net, bool bf16, const Fault& fault, const model::Batch& batch, double w,
-                            int64_t step, int64_t micro, PhaseRecorder& phases) {
+at::Tensor eager_micro_step(model::Model& net, bool bf16, const Fault& fault, const model::Batch& batch,
+                            uint64_t draw_seed, double w, int64_t step, int64_t micro, PhaseRecorder& phases) {
   at::Tensor loss;
   {
     Phase p(phases, "forward", step + 1, micro);
     fault.maybe_raise("forward", step + 1);
+    seed_draws(draw_seed, batch.begin()->second.device());
     AutocastScope autocast(bf16);
     loss = net.forward(batch).at("loss");
   }
@@ -69,8 +110,8 @@ class PlainRunner final : public StepRunner {
                  PhaseRecorder& phases) override {
     at::Tensor total;  // sum_i w_i * loss_i, float64, on the loss's device
     for (size_t i = 0; i < batches.size(); ++i) {
-      const at::Tensor part = eager_micro_step(net_, bf16_, fault_, batches[i].tensors, weights[i], step,
-                                               static_cast<int64_t>(i), phases);
+      const at::Tensor part = eager_micro_step(net_, bf16_, fault_, batches[i].tensors, batches[i].draw_seed,
+                                               weights[i], step, static_cast<int64_t>(i), phases);
       total = total.defined() ? total + part : part;
     }
     return total;
@@ -88,22 +129,133 @@ std::unique_ptr<StepRunner> make_plain_runner(model::Model& net, bool bf16_autoc
   return std::make_unique<PlainRunner>(net, bf16_autocast);
 }
 
-StepMode step_mode(const config::Config& cfg, c10::Device device) {
+// Note [Compiled step setting]
+// trainer.compiled_step is "auto" by default. Left at its default, auto means
+// the cache on CUDA runs and off on the CPU (the CPU's package serves tests),
+// and off where precision.bf16_weights=on asks for the working copies the
+// package cannot take; named in a config file or --set, auto means the cache
+// on any device.
+// "" is off, as it was before auto existed. A path names one package.
+// Under auto a compile that fails (or a compiler that is not found) is not
+// fatal: the run trains on the TorchScript step after a warning that names
+// the compile's log and the fix. Why not refuse: auto is the default on
+// CUDA, and a model the compiler refuses today (a GR00T head with dropout
+// on, scripts/compile_step.py) must still train by default. A package that
+// cannot serve a micro-batch's shape is never run around eagerly: it is
+// refused (compiled_runner.cpp), naming the setting that fixes it.
+CompiledStepSetting compiled_step_setting(const config::Config& cfg, c10::Device device) {
+  const std::string& v = cfg.trainer.compiled_step;
+  if (v.empty() || v == "off") return CompiledStepSetting::off;
+  if (v != "auto") return CompiledStepSetting::path;
+  const auto origin = cfg.origin.find("trainer.compiled_step");
+  const bool defaulted = origin == cfg.origin.end() || origin->second == "default";
+  if (!defaulted) return CompiledStepSetting::cache;
+  // The package takes fp32 weights: a run that asks for bf16 working copies keeps them.
+  return device.is_cuda() && cfg.precision.bf16_weights != "on" ? CompiledStepSetting::cache : CompiledStepSetting::off;
+}
+
+PreparedPackage prepare_compiled_step(const config::Config& cfg, const model::Model& net, c10::Device device,
+                                      bool bf16_autocast, const CompileProgress& progress) {
+  const CompileTools tools = find_compile_tools();
+  return prepare_package(cache_dir(cfg), package_key(net, cfg.trainer.micro_batch_size, bf16_autocast, device, tools),
+                         tools, progress);
+}
+
+StepMode step_mode(const config::Config& cfg, const model::Model& net, c10::Device device, bool bf16_autocast,
+                   const CompileProgress& progress) {
   StepMode m;
-  m.compiled = !cfg.trainer.compiled_step.empty();
   m.graphs = cfg.trainer.cuda_graphs == "on" || (cfg.trainer.cuda_graphs == "auto" && device.is_cuda());
   m.graphs_required = cfg.trainer.cuda_graphs == "on";
+  switch (compiled_step_setting(cfg, device)) {
+    case CompiledStepSetting::off:
+      break;
+    case CompiledStepSetting::path: {
+      m.compiled = true, m.package = cfg.trainer.compiled_step;
+      const int64_t micro = package_micro_batch(m.package);  // -1: unreadable (the runner says why)
+      if (micro >= 0 && micro != cfg.trainer.micro_batch_size)
+        throw ConfigError("trainer.compiled_step: " + m.package + " was compiled for micro-batch " +
+                          std::to_string(micro) + ", this run's trainer.micro_batch_size is " +
+                          std::to_string(cfg.trainer.micro_batch_size) +
+                          ": set trainer.compiled_step=auto (compiles one for it into trainer.compile_cache), or "
+                          "python3 scripts/compile_step.py " + net.info().path + " --batch-size " +
+                          std::to_string(cfg.trainer.micro_batch_size) + " --device " +
+                          (device.is_cuda() ? "cuda" : "cpu") + " --precision " + (bf16_autocast ? "bf16" : "fp32") +
+                          " --out PACKAGE.pt2 and name that");
+      m.package_status = {{"path", m.package}, {"source", "given"}, {"compile_s", 0.0}};
+      break;
+    }
+    case CompiledStepSetting::cache:
+      try {
+        const PreparedPackage p = prepare_compiled_step(cfg, net, device, bf16_autocast, progress);
+        m.compiled = true, m.package = p.path, m.package_from_cache = true, m.package_status = p.to_json();
+      } catch (const ConfigError& e) {  // Note [Compiled step setting]: the TorchScript step, loudly
+        LF_LOG(logger("fusion"), warn)
+            << "compiled step: NOT USED, this run trains on the slower TorchScript step. " << e.what()
+            << "\nFix the cause and prepare the package with `loongforge-train --config <this config> "
+               "--compile-only`, or set trainer.compiled_step=off to train on the TorchScript step without "
+               "this attempt.";
+        m.package_status = {{"source", "compile failed"}, {"error", e.what()}};
+      }
+      break;
+  }
   return m;
 }
 
+namespace {
+
+// A runner with the compiled step's package named in its status ({"package": ...}).
+class PackagedRunner final : public StepRunner {
+ public:
+  PackagedRunner(std::unique_ptr<StepRunner> inner, nlohmann::json package)
+      : inner_(std::move(inner)), package_(std::move(package)) {}
+  at::Tensor run(std::vector<data::ReadyBatch>& batches, const std::vector<double>& weights, int64_t step,
+                 PhaseRecorder& phases) override {
+    return inner_->run(batches, weights, step, phases);
+  }
+  nlohmann::json status() const override {
+    nlohmann::json s = inner_->status();
+    if (!s.is_object()) s = nlohmann::json::object();
+    s["package"] = package_;
+    return s;
+  }
+  bool set_graph_reduction(GraphReduction* r) override { return inner_->set_graph_reduction(r); }
+  bool make_gradients(bool allowed) override { return inner_->make_gradients(allowed); }
+  std::optional<double> take_graph_comm_ms(int64_t step) override { return inner_->take_graph_comm_ms(step); }
+
+ private:
+  std::unique_ptr<StepRunner> inner_;
+  nlohmann::json package_;
+};
+
+}  // namespace
+
 std::unique_ptr<StepRunner> make_step_runner(const config::Config& cfg, model::Model& net, const StepMode& mode,
                                              bool bf16_autocast, c10::Device device) {
-  if (mode.compiled)
-    return make_compiled_runner(
-        net, cfg.trainer.compiled_step, bf16_autocast,
-        !mode.graphs ? GraphMode::off : (mode.graphs_required ? GraphMode::required : GraphMode::fallback), device);
-  if (mode.graphs) return make_graph_runner(net, bf16_autocast, mode.graphs_required, device);
-  return make_plain_runner(net, bf16_autocast);
+  const GraphMode graphs =
+      !mode.graphs ? GraphMode::off : (mode.graphs_required ? GraphMode::required : GraphMode::fallback);
+  std::unique_ptr<StepRunner> runner;
+  nlohmann::json package = mode.package_status;
+  if (mode.compiled) {
+    try {
+      runner = make_compiled_runner(net, mode.package, bf16_autocast, graphs, device);
+    } catch (const ConfigError& e) {
+      if (!mode.package_from_cache) throw;
+      // A cached package whose manifest read back but whose code does not load (a damaged library inside): once
+      // more from scratch; a second failure is the runner's error.
+      LF_LOG(logger("fusion"), warn) << "compiled step: the cached package " << mode.package
+                                     << " does not load (" << e.what() << "); compiling it again";
+      discard_package(mode.package);
+      const PreparedPackage p = prepare_compiled_step(cfg, net, device, bf16_autocast, nullptr);
+      package = p.to_json();
+      runner = make_compiled_runner(net, p.path, bf16_autocast, graphs, device);
+    }
+  } else if (mode.graphs) {
+    runner = make_graph_runner(net, bf16_autocast, mode.graphs_required, device);
+  } else {
+    runner = make_plain_runner(net, bf16_autocast);
+  }
+  if (package.is_null()) return runner;
+  return std::make_unique<PackagedRunner>(std::move(runner), std::move(package));
 }
 
 }  // namespace loongforge::fusion

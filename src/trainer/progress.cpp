@@ -173,7 +173,8 @@ void Progress::record(const StepRecord& r) {
   line << "step " << r.step << "/" << total_ << "  loss " << std::setprecision(5) << r.loss << "  lr "
        << std::setprecision(3) << r.lr << "  " << std::fixed << std::setprecision(1) << r.samples_per_s
        << " samples/s";
-  if (steady.steps > 1) line << " (median " << steady.samples_per_s << ")";
+  if (steady.steps > 1)
+    line << " (median " << steady.samples_per_s << ", data wait " << 100.0 * steady.data_wait_fraction << "%)";
   line << "  data " << r.data_wait_ms << " ms  elapsed " << format_duration(elapsed) << "  ETA "
        << format_duration(eta);
   if (bar_) {

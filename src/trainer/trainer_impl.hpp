@@ -16,6 +16,7 @@
 #include <memory>     // std::unique_ptr
 #include <string>     // std::string
 #include <thread>     // std::thread
+#include <utility>    // std::pair
 #include <vector>     // std::vector
 
 #include <c10/core/Device.h>  // c10::Device
@@ -53,6 +54,7 @@ struct Trainer::Impl {
   void open_control();
   void prepare_process();
   std::string choose_resume_dir();
+  void check_preemption_lead();
   void adopt_checkpoint_batch(const std::string& resume_dir);
   void open_model();
   void open_data();
@@ -67,9 +69,11 @@ struct Trainer::Impl {
   bool more() const;
   void step();
   void step_boundary();
-  double save(int64_t steps_done);
+  double save(int64_t steps_done, bool preemption = false);
+  void preemption_save(int64_t steps_done);
   void collect_writes();
   void record_progress(const StepRecord& r);
+  std::string compiled_step_text() const;  // for the run line and the summary
   void publish(const char* phase, const StepRecord* r);
   nlohmann::json data_status(const StepRecord* r) const;
   void check_finite(int64_t step, double loss, double norm, bool read_late);
@@ -119,10 +123,22 @@ struct Trainer::Impl {
   int64_t steps_done_ = 0, last_step_ = 0;  // this process trains steps (steps_done_, last_step_]
   bool control_stop_ = false;
   bool requeue_stop_ = false;  // the stop came from SIGUSR1 (on any rank): close() returns kExitRequeue
+  bool preempt_stop_ = false;  // the stop came from a signal (on any rank): close() writes a preemption save
+  Clock::time_point stop_applied_at_;  // when this rank applied the stop (the preemption save's clock without a signal here)
+  checkpoint::WriteResult last_write_;  // rank 0: the newest finished write (collect_writes)
   double flops_per_sample_ = 0;
   int64_t tokens_per_view_ = 0;
   StepRecord record_;  // the step just taken, reported at its boundary
+  nlohmann::json compiled_step_;  // the step runner's "package" (fusion::StepMode::package_status); null: off
   double first_step_s_ = -1;  // seconds from the Trainer's construction to the first record of this process
+  // Where that time went (Note [Time to the first step] in trainer_open.cpp): (phase, seconds) in order.
+  std::vector<std::pair<std::string, double>> startup_;
+  Clock::time_point startup_mark_;  // end of the last phase in startup_
+  double first_batch_ms_ = -1;      // the first step's data wait (the first decode)
+  void startup_phase(const char* name);
+  void close_startup();             // at the first record: the first batch and the first step, then one log line
+  nlohmann::json startup_json() const;
+  std::string startup_text() const;
   // Set on the fast path (CUDA, an optimizer that skips non-finite updates on
   // the device): the step reads nothing back; records go out one boundary late.
   std::unique_ptr<Readback> readback_;

@@ -47,7 +47,11 @@ nlohmann::json Trainer::comm_status() const {
 }
 
 Trainer::Impl::Impl(config::Config cfg, comm::WorldInfo world)
-    : cfg_(std::move(cfg)), world_info_(std::move(world)), leader_(world_info_.rank == 0), t_start_(Clock::now()) {}
+    : cfg_(std::move(cfg)),
+      world_info_(std::move(world)),
+      leader_(world_info_.rank == 0),
+      t_start_(Clock::now()),
+      startup_mark_(t_start_) {}
 
 Trainer::Impl::~Impl() {
   if (reserver_.joinable()) reserver_.join();
@@ -305,7 +309,8 @@ void Trainer::Impl::resume(const std::string& resume_dir) {
   pos_.run_id = sha256_hex(run_dir_ + std::to_string(std::chrono::system_clock::now().time_since_epoch().count()))
                     .substr(0, 16);
   if (!resume_dir.empty()) {
-    const nlohmann::json state = resume_from(resume_dir, cfg_, *net_, *optimizer_, world_info_.world_size, engines_);
+    const nlohmann::json state =
+        resume_from(resume_dir, cfg_, *net_, *optimizer_, world_info_.world_size, engines_, /*seal=*/leader_);
     pos_.step = state.at("step").get<int64_t>();
     pos_.run_id = state.at("run_id").get<std::string>();
     LF_LOG(logger("trainer"), info) << "resumed from " << resume_dir << " at step " << pos_.step;
@@ -347,7 +352,18 @@ void Trainer::Impl::log_run_line() const {
       << " (moments " << mb(optimizer_->state_bytes()) << " MB on this rank)" << held
       << optim::working_copies_note(*optimizer_) << ", gradient communication " << reducer_->strategy()
       << (graph_reduction_ ? " until the last micro-batch's graph is captured with it" : "") << ", steps "
-      << pos_.step + 1 << ".." << last_step_;
+      << pos_.step + 1 << ".." << last_step_ << ", compiled step " << compiled_step_text();
+}
+
+// "off", "PATH (cache hit)", "PATH (compiled in 95 s)", "PATH (given)", "not used (compile failed)".
+std::string Trainer::Impl::compiled_step_text() const {
+  if (compiled_step_.is_null()) return "off";
+  const std::string source = compiled_step_.value("source", "");
+  if (source == "compile failed") return "not used (its compile failed: see the warning above)";
+  char compile_s[32];
+  std::snprintf(compile_s, sizeof compile_s, "%.0f s", compiled_step_.value("compile_s", 0.0));
+  return compiled_step_.value("path", "") + " (" + (source == "compiled" ? "compiled in " + std::string(compile_s)
+                                                                           : source) + ")";
 }
 
 // Progress (rank 0 reports for the job: its loss is the one of the whole job) and the checkpoint writer.
@@ -382,6 +398,53 @@ void Trainer::Impl::open_outputs() {
   frames_counted_at_ = Clock::now();
 }
 
+// Note [Time to the first step]
+// From launch (the Trainer's construction) to the first step's record, in the
+// phases a user can act on: "start" (the device, the rendezvous, the control
+// socket, the checkpoint chosen), "model" (the file read and its weights put on
+// the device, frozen ones cast), "data" (the dataset's index, the decode
+// threads), "step runner" (a compiled package loaded), "optimizer" (the
+// gradient path, the moments, the optimizer graph), "resume" (the run
+// directory and a checkpoint read), "first batch" (the first step's data
+// wait: the first decode), and "first step" (the rest: its forward, backward
+// and update, warm-up and capture of the graphs, and on the fast path the
+// wait for its values, read one step late). Logged once, in summary.json and
+// in `status` (time_to_first_step).
+void Trainer::Impl::startup_phase(const char* name) {
+  const Clock::time_point now = Clock::now();
+  startup_.emplace_back(name, std::chrono::duration<double>(now - startup_mark_).count());
+  startup_mark_ = now;
+}
+
+void Trainer::Impl::close_startup() {
+  double before = 0;
+  for (const auto& [name, s] : startup_) before += s;
+  const double batch_s = std::max(first_batch_ms_, 0.0) / 1000.0;
+  startup_.emplace_back("first batch", batch_s);
+  startup_.emplace_back("first step", std::max(first_step_s_ - before - batch_s, 0.0));
+  if (leader_) LF_LOG(logger("trainer"), info) << "first step done " << startup_text();
+}
+
+// "16.4 s after launch: start 1.2 s, model 6.3 s, ..." (the phases of 0.1 s or more).
+std::string Trainer::Impl::startup_text() const {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.1f s after launch", first_step_s_);
+  std::string line = text;
+  const char* sep = ": ";
+  for (const auto& [name, s] : startup_) {
+    if (s < 0.05) continue;
+    std::snprintf(text, sizeof text, "%s%s %.1f s", sep, name.c_str(), s);
+    line += text, sep = ", ";
+  }
+  return line;
+}
+
+nlohmann::json Trainer::Impl::startup_json() const {
+  nlohmann::json phases = nlohmann::json::array();  // in order (a JSON object's keys would be sorted)
+  for (const auto& [name, s] : startup_) phases.push_back({{"phase", name}, {"s", s}});
+  return {{"total_s", first_step_s_}, {"phases", phases}};
+}
+
 void Trainer::Impl::open() {
   resolve_device();
   // A SIGUSR1/SIGTERM that arrives while the model loads or the ranks rendezvous (Slurm's warning can come
@@ -395,7 +458,9 @@ void Trainer::Impl::open() {
   open_control();
   prepare_process();
   const std::string resume_dir = choose_resume_dir();
+  check_preemption_lead();  // Note [Preemption lead time] in trainer_close.cpp
   adopt_checkpoint_batch(resume_dir);
+  startup_phase("start");
   // What lives the whole run is allocated from here to the fast path, each
   // part under its label (MLA's persistent arena; memory seam).
   std::optional<memory::LifetimeScope> whole_run;
@@ -405,13 +470,26 @@ void Trainer::Impl::open() {
   };
   persistent("model");
   open_model();
+  startup_phase("model");
 
   // The seams, each through its engine's factory (the plain implementation when the engine is off).
   persistent("data source");
   open_data();  // data: adfe::make_source
-  const fusion::StepMode mode = fusion::step_mode(cfg_, device_);
+  startup_phase("data");
   persistent("step runner");
+  // trainer.compiled_step=auto may compile the package first (minutes): `status` shows it as phase "compiling".
+  const fusion::StepMode mode =
+      fusion::step_mode(cfg_, *net_, device_, bf16_ && device_.is_cuda(), [this](const nlohmann::json& compile) {
+        control_->publish_status({{"phase", "compiling"},
+                                  {"model", cfg_.model.path},
+                                  {"rank", world_info_.rank},
+                                  {"world", world_info_.world_size},
+                                  {"compile", compile}});
+      });
   runner_ = dmf::make_step_runner(cfg_, *net_, mode, bf16_ && device_.is_cuda(), device_);  // compute
+  if (const nlohmann::json st = runner_->status(); st.is_object() && st.contains("package"))
+    compiled_step_ = st["package"];
+  startup_phase("step runner");
   persistent("optimizer");
   gcts::GradientPath gradients = gcts::make_gradient_path(
       cfg_,
@@ -428,9 +506,11 @@ void Trainer::Impl::open() {
   persistent("fast path");
   open_fast_path(mode, made_gradients);
   whole_run.reset();
+  startup_phase("optimizer");
 
   open_run_dir(resume_dir);
   resume(resume_dir);
+  startup_phase("resume");
   log_run_line();
   open_outputs();
 
@@ -438,8 +518,10 @@ void Trainer::Impl::open() {
   // Requests that arrived while the model loaded.
   const auto a = control_->step_boundary(steps_done_, stop_requested(), requeue_requested());
   if (a.checkpoint && !a.stop) save(steps_done_);
+  if (a.stop) stop_applied_at_ = Clock::now();
   control_stop_ = a.stop;
   requeue_stop_ = a.requeue;
+  preempt_stop_ = a.signal;
 }
 
 }  // namespace loongforge::trainer

@@ -1,9 +1,10 @@
 """trainer.compiled_step (issue #11 item 6): loongforge-train running each
 micro-batch as an AOTInductor package built by scripts/compile_step.py gives
 the plain runner's losses and gradient norms (fp32 on the CPU: within 1e-5
-relative; bf16 on a GPU: within 1%), runs a micro-batch of another shape
-eagerly and counts it, and refuses a package built for another model,
-precision, device or model code with the command that rebuilds it.
+relative; bf16 on a GPU: within 1%), refuses a package compiled for another
+micro-batch (never running around it eagerly), and refuses a package built for
+another model, precision, device or model code with the command that rebuilds
+it. (trainer.compiled_step=auto, the package cache: test_compile_cache.py.)
 
 The package is compiled once per test session (minutes: 6-9 on the 2-core CPU
 machine, so the CPU form is labelled long; the GPU form runs with `ctest -L gpu`).
@@ -85,12 +86,13 @@ if DEVICE == "cpu":  # on a GPU the same setting captures (above)
         assert "trainer.cuda_graphs=on with trainer.compiled_step needs" in r.stderr, r.stderr
 
 
-def test_a_micro_batch_of_another_shape_runs_eagerly_and_is_counted(tmp_path, package):
+def test_a_package_for_another_micro_batch_is_refused_with_the_fix_never_run_around(tmp_path, package):
     r = train(tmp_path, "other", f"trainer.compiled_step={package}", f"trainer.micro_batch_size={MICRO + 1}",
-              "trainer.max_steps=2")
-    log = r.stdout + r.stderr
-    assert "such micro-batches run eagerly" in log, log
-    assert len(records(tmp_path / "other")) == 2
+              "trainer.max_steps=2", check=False)
+    assert r.returncode == 1
+    assert f"was compiled for micro-batch {MICRO}, this run's trainer.micro_batch_size is {MICRO + 1}" in r.stderr
+    assert "trainer.compiled_step=auto" in r.stderr and f"--batch-size {MICRO + 1}" in r.stderr, r.stderr
+    assert not (tmp_path / "other" / "metrics.jsonl").exists()
 
 
 def test_a_package_for_another_precision_or_model_is_refused_with_the_rebuild_command(tmp_path, package):

@@ -14,10 +14,18 @@
 //    trainer: micro-batch by micro-batch, forward then backward.
 //  - Phases "forward" and "backward" (per micro-batch) go to the
 //    PhaseRecorder.
+//  - Before each micro-batch's forward (an eager one, a package call or a
+//    CUDA-graph replay) the runner sets the default generator of the
+//    batch's device to the batch's draw_seed, offset 0 (seed_draws): what
+//    the forward draws itself (dropout masks; a GR00T head's state draws
+//    when the batch lacks them) is then a pure function of (run.seed, step,
+//    micro-batch, rank) in every runner (draw_seed; Note [Micro-step draws]
+//    in step_runner.cpp).
 //  - status() describes the runner for `loongforge status` (null: nothing
 //    to say).
 //  - Trainer thread only.
-//  - make_step_runner() picks the runner from the config (step_mode()).
+//  - make_step_runner() picks the runner from step_mode(), which resolves
+//    trainer.compiled_step (auto: the package cache, package_cache.hpp).
 //
 // The graph runner (make_graph_runner, graph_runner.cpp) captures one
 // micro-batch's forward + backward as a CUDA graph per input signature after
@@ -36,9 +44,10 @@
 // micro-batch's forward + backward as one call of an AOTInductor package
 // built by scripts/compile_step.py for this model's architecture, device,
 // precision and micro-batch shape; it accumulates the package's gradients
-// into .grad. Phase "forward_backward". Micro-batches of another shape run
-// eagerly (counted). A package that does not match throws ConfigError naming
-// the difference and the command that rebuilds it. With graphs (CUDA, not
+// into .grad. Phase "forward_backward". A micro-batch of another shape
+// throws DataError naming the fix (never an eager run around the package). A
+// package that does not match throws ConfigError naming the difference and
+// the command that rebuilds it. With graphs (CUDA, not
 // GraphMode::off) the package call and loss * w are captured as CUDA graphs
 // after kGraphWarmupCalls calls and replayed: the first micro-batch's graph
 // outputs become .grad (so the optimizer need not keep gradients), a later
@@ -78,6 +87,7 @@
 #include "loongforge/common/phases.hpp"
 #include "loongforge/config/config.hpp"
 #include "loongforge/data/source.hpp"
+#include "loongforge/fusion/package_cache.hpp"
 #include "loongforge/model/model.hpp"
 
 namespace loongforge::fusion {
@@ -116,6 +126,14 @@ class StepRunner {
   }
 };
 
+// The seed of micro-batch `micro`'s draws in 0-based step `step` on `rank`
+// (docs/training-semantics.md s4, "Draws inside the model").
+uint64_t draw_seed(uint64_t run_seed, int64_t step, int64_t micro, int64_t rank);
+
+// Sets the default generator of `device` to `seed`, offset 0 (a CUDA
+// graph's replay reads the generator's seed and offset: call it before).
+void seed_draws(uint64_t seed, c10::Device device);
+
 // One forward and one backward per micro-batch, through the TorchScript
 // module; bf16_autocast: the forward runs under CUDA bf16 autocast.
 std::unique_ptr<StepRunner> make_plain_runner(model::Model& net, bool bf16_autocast);
@@ -130,18 +148,38 @@ enum class GraphMode { off, fallback, required };
 std::unique_ptr<StepRunner> make_compiled_runner(model::Model& net, const std::string& package, bool bf16_autocast,
                                                  GraphMode graphs, c10::Device device);
 
+// trainer.compiled_step resolved for a device (Note [Compiled step setting] in step_runner.cpp): off; cache (auto:
+// the package cache, package_cache.hpp); path (one named package).
+enum class CompiledStepSetting { off, cache, path };
+CompiledStepSetting compiled_step_setting(const config::Config& cfg, c10::Device device);
+
+// The cache's package for this config's model, micro-batch, precision and device: a hit, or compiled now
+// (loongforge-train --compile-only; step_mode under auto). Throws ConfigError (CompileFailed) when it cannot.
+PreparedPackage prepare_compiled_step(const config::Config& cfg, const model::Model& net, c10::Device device,
+                                      bool bf16_autocast, const CompileProgress& progress);
+
 // How the step runs forward and backward, from trainer.compiled_step and
 // trainer.cuda_graphs.
 struct StepMode {
-  bool compiled = false;         // trainer.compiled_step names a package
+  bool compiled = false;         // the compiled runner runs `package`
   bool graphs = false;           // CUDA graphs: trainer.cuda_graphs=on, or auto on a CUDA device
   bool graphs_required = false;  // trainer.cuda_graphs=on: a failed capture is a ConfigError
+  std::string package;           // the package file (compiled)
+  bool package_from_cache = false;
+  nlohmann::json package_status;  // {path, source: given | cache hit | compiled | compile failed, compile_s, ...};
+                                  // null when trainer.compiled_step is off
 };
-StepMode step_mode(const config::Config& cfg, c10::Device device);
+// Resolves trainer.compiled_step: under auto prepares the cache's package (a compile reports through
+// `progress`; a failed one falls back to the TorchScript step with a warning). A named package whose micro-batch
+// is not trainer.micro_batch_size throws ConfigError naming the fix.
+StepMode step_mode(const config::Config& cfg, const model::Model& net, c10::Device device, bool bf16_autocast,
+                   const CompileProgress& progress = nullptr);
 
 // The runner of `mode`: the compiled package (graphed as the mode says), the
-// CUDA-graph runner, or the plain one. bf16_autocast: the forward runs under
-// CUDA bf16 autocast.
+// CUDA-graph runner, or the plain one; its status() holds "package" (the
+// mode's package_status) when trainer.compiled_step is not off. A cached
+// package that does not load is compiled again once. bf16_autocast: the
+// forward runs under CUDA bf16 autocast.
 std::unique_ptr<StepRunner> make_step_runner(const config::Config& cfg, model::Model& net, const StepMode& mode,
                                              bool bf16_autocast, c10::Device device);
 

@@ -5,6 +5,12 @@
 // trains for trainer.max_steps, writes the run directory (metrics,
 // checkpoints, summary; rank 0) and returns the process exit code.
 // Errors are thrown as typed loongforge::Error.
+//
+// compile_only() (loongforge-train --compile-only) prepares the compiled
+// step's package for the config's model, micro-batch, precision and device
+// in the package cache (trainer.compile_cache; fusion/package_cache.hpp):
+// compiled, or found there already; prints its path and returns 0. It reads
+// no data. A failed compile throws ConfigError with the compile log's tail.
 #pragma once
 
 #include "loongforge/comm/world_info.hpp"
@@ -13,5 +19,6 @@
 namespace loongforge::trainer {
 
 int run(const config::Config& cfg, const comm::WorldInfo& world);
+int compile_only(const config::Config& cfg, const comm::WorldInfo& world);
 
 }  // namespace loongforge::trainer

@@ -19,7 +19,8 @@
 //    is refused at load time (Note [Unbuilt engines] in src/config/validate.cpp).
 //
 // Example:
-//   auto runner = dmf::make_step_runner(cfg, net, fusion::step_mode(cfg, device), bf16_autocast, device);
+//   auto runner = dmf::make_step_runner(cfg, net, fusion::step_mode(cfg, net, device, bf16_autocast), bf16_autocast,
+//                                       device);
 #pragma once
 
 #include <memory>  // std::unique_ptr

@@ -1,0 +1,42 @@
+// loongforge-train --compile-only (run.hpp): the compiled step's package for
+// this config prepared in the package cache, without training.
+#include <cstdio>  // std::printf
+
+#include <torch/cuda.h>  // torch::cuda::is_available
+
+#include "loongforge/common/error.hpp"
+#include "loongforge/common/log.hpp"
+#include "loongforge/fusion/step_runner.hpp"
+#include "loongforge/model/model.hpp"
+#include "loongforge/trainer/run.hpp"
+
+namespace loongforge::trainer {
+
+int compile_only(const config::Config& cfg, const comm::WorldInfo& world) {
+  // The device and precision as the trainer resolves them (Trainer::Impl::resolve_device).
+  const bool cuda = torch::cuda::is_available();
+  if (cfg.run.device == "cuda" && !cuda)
+    throw ConfigError("run.device is cuda but no GPU is visible to this process: --compile-only prepares the "
+                      "package on the machine (and GPU kind) that trains");
+  const bool on_gpu = cfg.run.device == "cuda" || (cfg.run.device == "auto" && cuda);
+  const c10::Device device = on_gpu ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(world.local_rank))
+                                    : c10::Device(c10::kCPU);
+  const bool bf16 = on_gpu && (cfg.precision.mode == "bf16" || cfg.precision.mode == "auto");
+  const model::Model net = model::Model::load(cfg.model.path, device);
+  const fusion::PreparedPackage p = fusion::prepare_compiled_step(cfg, net, device, bf16, nullptr);
+  if (p.compiled)
+    std::printf("compiled %s in %.0f s (log: %s)\n", p.path.c_str(), p.compile_s, p.log.c_str());
+  else
+    std::printf("already prepared: %s\n", p.path.c_str());
+  const fusion::CompiledStepSetting setting = fusion::compiled_step_setting(cfg, device);
+  if (setting != fusion::CompiledStepSetting::cache)
+    LF_LOG(logger("trainer"), warn) << "trainer.compiled_step is " << (cfg.trainer.compiled_step.empty() ? "\"\"" : cfg.trainer.compiled_step)
+                                    << (setting == fusion::CompiledStepSetting::off && cfg.trainer.compiled_step == "auto"
+                                            ? " (its default: off on the CPU)"
+                                            : "")
+                                    << ": a training run with this config does not use the cache; set "
+                                       "trainer.compiled_step=auto for it to";
+  return 0;
+}
+
+}  // namespace loongforge::trainer

@@ -1,0 +1,221 @@
+"""trainer.compiled_step=auto and `loongforge-train --compile-only` (issue #43 item 3): the compiled step's
+package is compiled once on a machine into the package cache (trainer.compile_cache) and reused by later runs.
+
+Proved on the CPU with n16-tiny (trainer.compiled_step=auto named explicitly: left at its default, auto is off
+on the CPU). The suite form compiles once (the module fixture `first`) and every assertion reuses it:
+- a first run with auto compiles the package: `status` shows phase "compiling" with the compiler's stage line
+  and the elapsed time; a `--compile-only` started meanwhile waits on the entry's lock and then finds the
+  finished package instead of compiling it again; the run trains with the package and names it, "compiled"
+  and the compile time, in its run line, `status` and summary.json;
+- a second run hits the cache (no compile);
+- `--compile-only` on a prepared cache says the package is there and exits 0 (idempotent);
+- a package named by path for another micro-batch is refused at start with the settings that fix it;
+- a model exported by other model code than this checkout's (a changed model-code hash) is another entry,
+  whose compile scripts/compile_step.py refuses: `--compile-only` exits 1 with the log's tail and path; a run
+  trains on the TorchScript step after a warning that names the log and the fix.
+The long form (label `long`: one compile each) proves that a corrupted entry is compiled again, and that
+another micro-batch and another trainable set are other entries, each compiled once and then hit.
+
+Environment (set by ctest): LOONGFORGE_TRAIN, LOONGFORGE_TEST_DATASET, LOONGFORGE_TEST_MODELS.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "test/control"))
+from trainer_harness import status  # noqa: E402
+
+TRAIN = os.environ.get("LOONGFORGE_TRAIN", str(REPO / "build/src/daemon/loongforge-train"))
+DATA = os.environ.get("LOONGFORGE_TEST_DATASET", str(REPO / "build/test-data/robot_sim.PickNPlace.lf"))
+MODELS = Path(os.environ.get("LOONGFORGE_TEST_MODELS", str(REPO / "build/test-models")))
+MICRO = 2
+STEPS = 4
+
+
+def command(cache, run_root, *sets, model=MODELS / "n16-tiny.pt", micro=MICRO, compile_only=False):
+    cmd = [TRAIN, "--config", str(REPO / "configs/n16-tiny.yaml"), "--set", f"model.path={model}",
+           "--set", f"data.path={DATA}", "--set", f"run.output_dir={run_root}", "--set", "run.device=cpu",
+           "--set", "trainer.compiled_step=auto", "--set", f"trainer.compile_cache={cache}",
+           "--set", f"trainer.micro_batch_size={micro}", "--set", f"trainer.max_steps={STEPS}",
+           "--set", "logging.interval_steps=1", "--set", "checkpoint.interval_steps=1000",
+           "--set", f"control.socket={run_root}/ctl/trainer.sock"]
+    for s in sets:
+        cmd += ["--set", s]
+    return cmd + (["--compile-only"] if compile_only else [])
+
+
+def run(cache, run_root, *sets, check=True, **kw):
+    r = subprocess.run(command(cache, run_root, *sets, **kw), capture_output=True, text=True, timeout=1200)
+    if check:
+        assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return r
+
+
+def summary(run_root):
+    return json.loads((Path(run_root) / "n16-tiny-demo" / "summary.json").read_text())
+
+
+def entries(cache):
+    return sorted(p.name for p in Path(cache).glob("*.pt2"))
+
+
+@pytest.fixture(scope="module")
+def first(tmp_path_factory):
+    """The one compile of the suite form: a training run that compiles while a --compile-only waits."""
+    cache = tmp_path_factory.mktemp("cache")
+    root = tmp_path_factory.mktemp("first")
+    log = open(root / "trainer.log", "w")
+    trainer = subprocess.Popen(command(cache, root), stdout=log, stderr=subprocess.STDOUT, text=True)
+    sock = root / "ctl" / "trainer.sock"
+    seen, waiter, t0 = [], None, time.time()
+    while trainer.poll() is None and time.time() - t0 < 1200:
+        st = status(str(sock)) if sock.exists() else {}
+        if st.get("phase") == "compiling":
+            seen.append(st["compile"])
+            if waiter is None and st["compile"]["state"] == "compiling":  # the trainer holds the entry's lock now
+                waiter = subprocess.Popen(command(cache, tmp_path_factory.mktemp("waiter"), compile_only=True),
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        time.sleep(0.5)
+    trainer.wait(timeout=60)
+    log.close()
+    assert waiter is not None, (root / "trainer.log").read_text()[-3000:]
+    waited = waiter.communicate(timeout=300)[0]
+    return {"cache": cache, "root": root, "rc": trainer.returncode, "log": (root / "trainer.log").read_text(),
+            "seen": seen, "waiter_rc": waiter.returncode, "waiter": waited}
+
+
+def test_a_first_auto_run_compiles_reports_progress_and_trains_with_the_package(first):
+    assert first["rc"] == 0, first["log"][-4000:]
+    log = first["log"]
+    assert "compiled step: compiling " in log and "compile_step: traced: " in log, log[-4000:]
+    assert "no earlier compile of this model here to estimate from" in log
+    # status while compiling: the compiler's stage lines and the elapsed time, which grows
+    compiling = [c for c in first["seen"] if c["state"] == "compiling"]
+    assert len(compiling) >= 2
+    assert compiling[-1]["elapsed_s"] > compiling[0]["elapsed_s"]
+    assert any(c["stage"].startswith("traced: ") for c in compiling), compiling[-1]
+    assert all(c["package"].startswith(str(first["cache"])) for c in compiling)
+    [entry] = entries(first["cache"])
+    assert entry.startswith(f"n16-tiny-b{MICRO}-cpu-fp32-")
+    s = summary(first["root"])
+    package = s["compiled_step"]
+    assert package["source"] == "compiled" and package["path"] == str(first["cache"] / entry)
+    assert package["compile_s"] > 1 and s["steps"] == STEPS
+    assert f"compiled step {first['cache'] / entry} (compiled in " in log  # the run line
+    assert "compiled step: " + str(first["cache"] / entry) + " (n16-tiny, micro-batch 2, fp32)" in log  # loaded
+    print(f"the first run compiled {entry} in {package['compile_s']:.0f} s")
+    # the history the next compile of this model estimates from
+    times = [json.loads(x) for x in (first["cache"] / "compile_times.jsonl").read_text().splitlines()]
+    assert [t["package"] for t in times] == [entry]
+
+
+def test_a_compile_only_started_during_the_compile_waits_and_uses_the_finished_package(first):
+    assert first["waiter_rc"] == 0, first["waiter"]
+    assert "another process is preparing" in first["waiter"], first["waiter"]
+    assert "already prepared: " in first["waiter"] and "compile_step:" not in first["waiter"], first["waiter"]
+    assert any(c["state"] == "compiling" for c in first["seen"])
+    assert len(entries(first["cache"])) == 1
+
+
+def test_a_second_run_hits_the_cache_and_does_not_compile(first, tmp_path):
+    r = run(first["cache"], tmp_path)
+    log = r.stdout + r.stderr
+    assert "compiled step: cache hit " in log and "compiled step: compiling" not in log, log[-3000:]
+    s = summary(tmp_path)
+    assert s["compiled_step"]["source"] == "cache hit" and s["compiled_step"]["compile_s"] == 0
+    assert "(cache hit)" in log and "compiled     " in r.stdout  # the run line and the printed summary
+    assert s["steps"] == STEPS
+
+
+def test_compile_only_on_a_prepared_cache_says_it_is_there(first, tmp_path):
+    r = run(first["cache"], tmp_path, compile_only=True)
+    [entry] = entries(first["cache"])
+    assert r.stdout.strip() == f"already prepared: {first['cache'] / entry}", r.stdout
+    assert "compile_step:" not in r.stdout + r.stderr
+    assert not (tmp_path / "n16-tiny-demo").exists()  # nothing trained
+
+
+def test_a_named_package_for_another_micro_batch_is_refused_with_the_fix(first, tmp_path):
+    [entry] = entries(first["cache"])
+    r = run(first["cache"], tmp_path, f"trainer.compiled_step={first['cache'] / entry}", micro=MICRO + 1,
+            check=False)
+    assert r.returncode == 1
+    assert f"was compiled for micro-batch {MICRO}, this run's trainer.micro_batch_size is {MICRO + 1}" in r.stderr
+    assert "trainer.compiled_step=auto" in r.stderr and f"--batch-size {MICRO + 1}" in r.stderr, r.stderr
+
+
+def other_code_model(tmp_path):
+    """n16-tiny with another model-code record, as if scripts/model/ had changed since its export."""
+    import torch
+    names = ("config.json", "params.json", "flops.json", "counts.json", "batch_spec.json", "code.json")
+    extra = {"loongforge/" + n: "" for n in names}
+    module = torch.jit.load(str(MODELS / "n16-tiny.pt"), map_location="cpu", _extra_files=extra)
+    code = json.loads(extra["loongforge/code.json"])
+    code["sha256"] = "0" * 64
+    extra["loongforge/code.json"] = json.dumps(code)
+    out = tmp_path / "other-code.pt"
+    torch.jit.save(module, str(out), _extra_files=extra)
+    return out
+
+
+def test_a_model_from_changed_model_code_is_another_entry_whose_compile_is_refused(first, tmp_path):
+    model = other_code_model(tmp_path)
+    r = run(first["cache"], tmp_path, model=model, compile_only=True, check=False)
+    assert r.returncode == 1
+    assert "compiling " in r.stderr and "failed (exit status 2" in r.stderr, r.stderr
+    assert "was exported by other model code than this checkout's scripts/model/" in r.stderr  # the log's tail
+    assert "its log is " + str(first["cache"]) in r.stderr
+    assert len(entries(first["cache"])) == 1  # nothing left for the refused entry
+    # A training run: the TorchScript step, after a warning naming the log and the fix.
+    t = run(first["cache"], tmp_path, model=model)
+    log = t.stdout + t.stderr
+    assert "compiled step: NOT USED, this run trains on the slower TorchScript step" in log
+    assert "--compile-only" in log and "trainer.compiled_step=off" in log
+    s = summary(tmp_path)
+    assert s["compiled_step"]["source"] == "compile failed" and s["steps"] == STEPS
+    assert "compiled step not used (its compile failed" in log  # the run line
+
+
+# ---------------------------------------------------------------------------- long: one compile each
+
+
+@pytest.mark.long
+def test_a_corrupted_cache_entry_is_compiled_again(first, tmp_path):
+    import shutil
+    cache = tmp_path / "cache"
+    shutil.copytree(first["cache"], cache)
+    [entry] = entries(cache)
+    (cache / entry).write_bytes((cache / entry).read_bytes()[:4096])  # a truncated file
+    r = run(cache, tmp_path)
+    log = r.stdout + r.stderr
+    assert f"the cached package {cache / entry} cannot serve this run: it cannot be read" in log, log[-3000:]
+    assert "compiled step: compiling" in log
+    assert "the last compile of this model here took" in log  # the estimate from the copied history
+    assert summary(tmp_path)["compiled_step"]["source"] == "compiled"
+    assert entries(cache) == [entry]
+
+
+@pytest.mark.long
+def test_another_micro_batch_and_another_trainable_set_are_other_entries(first, tmp_path):
+    import shutil
+    cache = tmp_path / "cache"
+    shutil.copytree(first["cache"], cache)
+    [entry] = entries(cache)
+    r = run(cache, tmp_path / "b3", micro=MICRO + 1, compile_only=True)
+    assert r.stdout.startswith("compiled "), r.stdout
+    tuned = tmp_path / "tuned-llm.pt"
+    subprocess.run([sys.executable, str(REPO / "scripts/model/export.py"), "--config", "n16-tiny",
+                    "--set", "tune_llm=true", "--out", str(tuned)], check=True, capture_output=True)
+    t = run(cache, tmp_path / "tuned", model=tuned)
+    assert summary(tmp_path / "tuned")["compiled_step"]["source"] == "compiled"
+    names = entries(cache)
+    assert len(names) == 3 and entry in names
+    assert any(n.startswith(f"n16-tiny-b{MICRO + 1}-cpu-fp32-") for n in names)
+    again = run(cache, tmp_path / "b3-run", micro=MICRO + 1)
+    assert summary(tmp_path / "b3-run")["compiled_step"]["source"] == "cache hit", again.stdout[-2000:]
