@@ -15,11 +15,19 @@ namespace loongforge::memory {
 namespace {
 Reporter g_reporter;                               // set once by mla::install, before other threads read it
 thread_local Lifetime t_lifetime = Lifetime::kOther;
+thread_local const char* t_label = "";
 }  // namespace
 
-LifetimeScope::LifetimeScope(Lifetime lifetime) : previous_(t_lifetime) { t_lifetime = lifetime; }
-LifetimeScope::~LifetimeScope() { t_lifetime = previous_; }
+LifetimeScope::LifetimeScope(Lifetime lifetime, const char* label) : previous_(t_lifetime), previous_label_(t_label) {
+  t_lifetime = lifetime;
+  t_label = label ? label : "";
+}
+LifetimeScope::~LifetimeScope() {
+  t_lifetime = previous_;
+  t_label = previous_label_;
+}
 Lifetime current_lifetime() { return t_lifetime; }
+const char* current_label() { return t_label; }
 
 void set_reporter(Reporter reporter) { g_reporter = std::move(reporter); }
 

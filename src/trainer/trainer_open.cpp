@@ -461,16 +461,22 @@ void Trainer::Impl::open() {
   check_preemption_lead();  // Note [Preemption lead time] in trainer_close.cpp
   adopt_checkpoint_batch(resume_dir);
   startup_phase("start");
-  // What lives the whole run is allocated from here to the fast path: the
-  // model, its gradient buffers, the optimizer (MLA's persistent arena).
+  // What lives the whole run is allocated from here to the fast path, each
+  // part under its label (MLA's persistent arena; memory seam).
   std::optional<memory::LifetimeScope> whole_run;
-  whole_run.emplace(memory::Lifetime::kPersistent);
+  auto persistent = [&whole_run](const char* what) {
+    whole_run.reset();
+    whole_run.emplace(memory::Lifetime::kPersistent, what);
+  };
+  persistent("model");
   open_model();
   startup_phase("model");
 
   // The seams, each through its engine's factory (the plain implementation when the engine is off).
+  persistent("data source");
   open_data();  // data: adfe::make_source
   startup_phase("data");
+  persistent("step runner");
   // trainer.compiled_step=auto may compile the package first (minutes): `status` shows it as phase "compiling".
   const fusion::StepMode mode =
       fusion::step_mode(cfg_, *net_, device_, bf16_ && device_.is_cuda(), [this](const nlohmann::json& compile) {
@@ -484,6 +490,7 @@ void Trainer::Impl::open() {
   if (const nlohmann::json st = runner_->status(); st.is_object() && st.contains("package"))
     compiled_step_ = st["package"];
   startup_phase("step runner");
+  persistent("optimizer");
   gcts::GradientPath gradients = gcts::make_gradient_path(
       cfg_,
       {world_.get(), net_.get(), runner_.get(), device_, bf16_, mode.graphs, mode.compiled,
@@ -493,8 +500,10 @@ void Trainer::Impl::open() {
   reducer_ = std::move(gradients.reducer);
   graph_reduction_ = std::move(gradients.graph_reduction);
   schedule_ = optim::schedule(cfg_);
+  persistent("gradients");
   const bool made_gradients =
       mode.graphs && !mode.compiled && runner_->make_gradients(/*allowed=*/!optimizer_->owns_gradients());
+  persistent("fast path");
   open_fast_path(mode, made_gradients);
   whole_run.reset();
   startup_phase("optimizer");

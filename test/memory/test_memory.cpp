@@ -1,7 +1,8 @@
 // Proves the memory seam's lifetime marks (memory/memory.hpp): a
-// LifetimeScope sets what this thread's allocations live for, scopes nest and
-// restore, another thread keeps its own (kOther); and that without a reporter
+// LifetimeScope sets what this thread's allocations live for and their label,
+// scopes nest and restore, another thread keeps its own (kOther); and that without a reporter
 // (MLA off) stats() on the CPU names the host allocator and has no detail.
+#include <string>  // std::string
 #include <thread>  // std::thread
 
 #include "catch_compat.hpp"
@@ -11,19 +12,24 @@ using namespace loongforge::memory;
 
 TEST_CASE("memory: lifetime scopes nest, restore, and belong to their thread") {
   REQUIRE(current_lifetime() == Lifetime::kOther);
+  REQUIRE(std::string(current_label()) == "");
   {
-    LifetimeScope whole_run(Lifetime::kPersistent);
+    LifetimeScope whole_run(Lifetime::kPersistent, "model");
     REQUIRE(current_lifetime() == Lifetime::kPersistent);
+    REQUIRE(std::string(current_label()) == "model");
     Lifetime seen_elsewhere = Lifetime::kPersistent;
     std::thread([&] { seen_elsewhere = current_lifetime(); }).join();
     REQUIRE(seen_elsewhere == Lifetime::kOther);
     {
       LifetimeScope step(Lifetime::kActivation);
       REQUIRE(current_lifetime() == Lifetime::kActivation);
+      REQUIRE(std::string(current_label()) == "");
     }
     REQUIRE(current_lifetime() == Lifetime::kPersistent);
+    REQUIRE(std::string(current_label()) == "model");
   }
   REQUIRE(current_lifetime() == Lifetime::kOther);
+  REQUIRE(std::string(current_label()) == "");
 }
 
 TEST_CASE("memory: without a reporter the CPU's stats name the host allocator and carry no detail") {

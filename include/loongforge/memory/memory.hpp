@@ -11,15 +11,16 @@
 //    (its metrics.jsonl fields). Cheap (no device synchronisation); callable
 //    from the trainer thread and the control thread.
 //  - LifetimeScope marks what the allocations made on this thread inside it
-//    live for (Lifetime::kPersistent: the whole run). Outside any scope the
-//    lifetime is kOther. The caching allocator ignores it; MLA places
-//    allocations by it.
+//    live for (Lifetime::kPersistent: the whole run) and, optionally, what
+//    they are ("model", a static string). Outside any scope the lifetime is
+//    kOther and the label "". The caching allocator ignores both; MLA places
+//    allocations by the lifetime and counts persistent bytes by label.
 //  - step_done() tells the reporter an optimizer step ended (MLA: per-step
 //    allocation time, its fences, cudaMalloc calls after step 1).
 //  - Never allocates device memory itself.
 //
 // Example:
-//   { memory::LifetimeScope whole_run(memory::Lifetime::kPersistent); load_model(); }
+//   { memory::LifetimeScope whole_run(memory::Lifetime::kPersistent, "model"); load_model(); }
 //   auto s = memory::stats(device);      // s.peak_device_mb, s.allocator
 #pragma once
 
@@ -50,18 +51,21 @@ nlohmann::json to_json(const Stats& s);
 // What allocations live for (MLA's categories).
 enum class Lifetime { kPersistent, kActivation, kOther };
 
-// Sets this thread's lifetime while in scope (scopes nest).
+// Sets this thread's lifetime and label while in scope (scopes nest).
+// `label` must outlive the scope (a string literal).
 class LifetimeScope {
  public:
-  explicit LifetimeScope(Lifetime lifetime);
+  explicit LifetimeScope(Lifetime lifetime, const char* label = "");
   ~LifetimeScope();
   LifetimeScope(const LifetimeScope&) = delete;
   LifetimeScope& operator=(const LifetimeScope&) = delete;
 
  private:
   Lifetime previous_;
+  const char* previous_label_;
 };
-Lifetime current_lifetime();  // this thread's: kOther outside any scope
+Lifetime current_lifetime();       // this thread's: kOther outside any scope
+const char* current_label();       // this thread's: "" outside any scope
 
 // An allocator that replaced PyTorch's reports through these (set once, at
 // install, before any other thread reads stats()).

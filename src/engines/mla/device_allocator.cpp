@@ -22,7 +22,8 @@ namespace loongforge::mla {
 // Three pools of pool.hpp, one per Category, each over its own cudaMalloc'd
 // ranges (an allocation is placed by the calling thread's
 // memory::current_lifetime(); the trainer marks the model's load and the
-// optimizer's construction persistent):
+// optimizer's construction persistent, each part with a label by which the
+// persistent bytes are counted: mla-stats, the out-of-memory message):
 //  - persistent: one arena of mla.persistent_gb cudaMalloc'd at install when
 //    set (it then never grows: a request past it is an explained
 //    out-of-memory error), else ranges of mla.segment_mb as needed;
@@ -175,6 +176,11 @@ void* DeviceAllocator::allocate_locked(size_t bytes, cudaStream_t stream) {
   if (const uint64_t a = allocate_in(c, bytes, stream)) {
     Where w;
     w.category = static_cast<uint8_t>(c);
+    if (c == Category::kPersistent) {
+      w.label = label_index(memory::current_label());
+      w.bytes = pool(c).find(a)->bytes;
+      label_bytes_[w.label] += w.bytes;
+    }
     where_[a] = w;
     return reinterpret_cast<void*>(a);
   }
@@ -267,6 +273,7 @@ void DeviceAllocator::out_of_memory(Category c, bool fixed, const std::string& n
   r.pool = s;
   r.pool_fixed = fixed;
   r.in_use_by_category = in_use_by_category();
+  r.persistent_by_label = persistent_by_label();
   size_t free_b = 0, total_b = 0;
   {
     c10::cuda::CUDAStreamCaptureModeGuard relaxed(cudaStreamCaptureModeRelaxed);
@@ -302,6 +309,7 @@ void DeviceAllocator::release_locked(void* ptr) {
   switch (w.kind) {
     case Where::kCategory:
       pools_[w.category]->free(addr);
+      if (w.category == static_cast<uint8_t>(Category::kPersistent)) label_bytes_[w.label] -= w.bytes;
       break;
     case Where::kGraph: {
       GraphPool& g = graphs_.at(w.graph);
@@ -432,6 +440,23 @@ void DeviceAllocator::synchronize_events() {
 // ---------------------------------------------------------------------------
 // Steps and statistics
 
+uint16_t DeviceAllocator::label_index(const char* label) {
+  const std::string name = label == nullptr || *label == '\0' ? "unlabelled" : label;
+  for (size_t i = 0; i < labels_.size(); ++i)
+    if (labels_[i] == name) return static_cast<uint16_t>(i);
+  TORCH_CHECK(labels_.size() < 65535, "MLA: too many persistent labels");
+  labels_.push_back(name);
+  label_bytes_.push_back(0);
+  return static_cast<uint16_t>(labels_.size() - 1);
+}
+
+std::vector<std::pair<std::string, uint64_t>> DeviceAllocator::persistent_by_label() const {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  for (size_t i = 0; i < labels_.size(); ++i)
+    if (label_bytes_[i] != 0) out.emplace_back(labels_[i], label_bytes_[i]);
+  return out;
+}
+
 void DeviceAllocator::step_done(int64_t step) {
   std::lock_guard<std::mutex> lock(mutex_);
   steps_done_ = step;
@@ -495,6 +520,9 @@ nlohmann::json DeviceAllocator::stats_json() {
   j["in_use_mb"] = {{"persistent", static_cast<double>(b[0]) / kMb},
                     {"activation", static_cast<double>(b[1]) / kMb},
                     {"other", static_cast<double>(b[2]) / kMb}};
+  nlohmann::json by_label = nlohmann::json::object();
+  for (const auto& [label, bytes] : persistent_by_label()) by_label[label] = static_cast<double>(bytes) / kMb;
+  j["persistent_mb_by_label"] = by_label;
   j["allocated_mb"] = static_cast<double>(b[0] + b[1] + b[2]) / kMb;
   j["reserved_mb"] = static_cast<double>(reserved) / kMb;
   j["peak_allocated_mb"] = static_cast<double>(peak_in_use_) / kMb;

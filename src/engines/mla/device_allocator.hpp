@@ -67,7 +67,8 @@ class DeviceAllocator {
     enum Kind : uint8_t { kCategory, kGraph, kFallback } kind = kCategory;
     uint8_t category = 0;  // kCategory: the Category index
     MempoolKey graph{};    // kGraph
-    uint64_t bytes = 0;    // kFallback
+    uint16_t label = 0;    // kCategory, persistent: index in labels_
+    uint64_t bytes = 0;    // kFallback, and persistent blocks: the block's size
   };
   struct GraphPool {
     std::unique_ptr<Pool> pool;
@@ -111,6 +112,12 @@ class DeviceAllocator {
   std::vector<cudaEvent_t> spare_events_;
   EventId next_event_ = 1;
   uint64_t graph_chunk_bytes_ = 0;
+  // Persistent bytes by the label of the memory::LifetimeScope they were
+  // allocated in ("model", "optimizer", ...; "" unlabelled).
+  std::vector<std::string> labels_;
+  std::vector<uint64_t> label_bytes_;
+  uint16_t label_index(const char* label);
+  std::vector<std::pair<std::string, uint64_t>> persistent_by_label() const;
   uint64_t peak_in_use_ = 0;
   // Counters.
   uint64_t cuda_malloc_calls_ = 0, cuda_malloc_calls_after_step1_ = 0, cuda_malloc_bytes_ = 0;

@@ -6,7 +6,8 @@ RUN YET; written without a GPU, for the GPU machine's `ctest -L gpu`).
   MLA made no cudaMalloc after step 1; its statistics are sane (persistent
   bytes held, every category within what is reserved, fragmentation in
   [0, 1], allocation time per step recorded).
-- `loongforge mla-stats` and `status` answer MLA's statistics while it trains.
+- `loongforge mla-stats` and `status` answer MLA's statistics while it trains,
+  the persistent bytes under the trainer's labels ("model", ...).
 - A persistent arena too small for the model stops the run with MLA's
   out-of-memory message naming the pool, the request and the arena's key;
   with mla.fallback_cudamalloc=true the same run trains, with its warning.
@@ -66,6 +67,8 @@ def test_mla_stats_and_status_answer_while_it_trains(tmp_path):
         assert s["allocator"] == "MLA"
         assert set(s["pools"]) == {"persistent", "activation", "other"}
         assert s["in_use_mb"]["persistent"] > 0 and s["reserved_mb"] >= s["allocated_mb"] > 0
+        assert s["persistent_mb_by_label"]["model"] > 0  # the trainer's labels (Trainer::open)
+        assert abs(sum(s["persistent_mb_by_label"].values()) - s["in_use_mb"]["persistent"]) < 1e-6
         assert s["cuda_malloc_calls"] >= 1 and s["cuda_malloc_calls_after_step_1"] == 0
         assert s["steps"] >= 5 and s["alloc_ms_per_step"]["p99"] >= s["alloc_ms_per_step"]["p50"] >= 0
         for p in s["pools"].values():
