@@ -5,7 +5,7 @@
 #      (scripts/dev/gpu/compile_only.sh, CPP_ONLY=1; returned gzip-compressed under $OUT/g17d0/),
 #   2. once its trace is over (the GPU is free again), beside its code generation: the GPU tests
 #      with LONG=0 (scripts/dev/gpu/gpu_tests.sh: build-gpu/ from scratch), then EXTRA_TESTS (long-labelled GPU
-#      tests: the compiled step's draws replayed, MLA), then the checkpoint write throughput of issue #45 on the GPU
+#      tests: the compiled step's draws replayed), then the checkpoint write throughput of issue #45 on the GPU
 #      host (scripts/bench/checkpoint.sh), while time is left.
 # On the CPU machine afterwards:
 #   cat OUT/g17d0/g17d0-step-cpp.pt2.gz* | gunzip > /tmp/g17d0-cpp.pt2
@@ -26,7 +26,7 @@ done
 grep -E "^(traced|exported)" "$OUT/g17d0/compile_only.log"
 stamp "gpu tests (LONG=0), at most $(( $(left) - 150 )) s"
 LONG=0 GPU_TEST_LINES=45 timeout $(( $(left) - 150 )) bash scripts/dev/gpu/gpu_tests.sh; echo "gpu_tests: exit $?"
-for t in ${EXTRA_TESTS:-test_compiled_draws test_mla_gpu}; do  # gpu tests labelled long, while time is left
+for t in ${EXTRA_TESTS:-test_compiled_draws}; do  # gpu tests labelled long, while time is left
   [ "$(left)" -gt 150 ] || break
   stamp "$t"
   (cd build-gpu && timeout $(( $(left) - 100 )) ctest -R "^$t\$" --output-on-failure > "$OUT/ctest-$t.log" 2>&1; echo "ctest exit $?")
