@@ -187,7 +187,11 @@ void Trainer::Impl::check_preemption_lead() {
       }
     }
     if (!problem.empty()) {
-      agree("preempt_lead", "!" + problem);  // the other ranks fail with the same message
+      try {
+        agree("preempt_lead", "!" + problem);  // the other ranks fail with the same message ("rank 0: ...")
+      } catch (const CheckpointError&) {
+        // agree() raises rank 0's own '!' value too; here it is a config error, raised below
+      }
       throw ConfigError(problem);
     }
   }

@@ -14,7 +14,7 @@
   directory appears, at different points of the write): the killed save is
   never taken for complete, every start resumes from the newest complete
   checkpoint, a preemption save that completes (exit 75) is verified at the
-  next start, and the run ends bitwise equal to the uninterrupted one;
+  next start, and the run ends bitwise equal to an uninterrupted one (30 steps);
 - a checkpoint whose manifest is version 1 (one SHA-256 per file, as before
   chunked writes) validates and resumes bit for bit;
 - a slow write shows its progress (bytes, rate, ETA) in the log and in
@@ -298,16 +298,28 @@ def preempt_then_kill(w, step, ckpts, deadline_s, settle_s):
     return (tmp[0].name[1:].split(".tmp-")[0] if tmp else None), (int(m.group(1)) if m else None)
 
 
-def test_sigkill_during_a_preemption_save_never_leaves_it_taken_for_complete(straight, tmp_path):
+PREEMPT_STEPS = 30  # enough for the kills below (they reach step 25 at most); fewer than `straight`'s 100 for time
+
+
+@pytest.fixture(scope="module")
+def straight40(tmp_path_factory):
+    out = tmp_path_factory.mktemp("straight40")
+    train(out, "s", f"trainer.max_steps={PREEMPT_STEPS}")
+    return out / "s"
+
+
+def test_sigkill_during_a_preemption_save_never_leaves_it_taken_for_complete(straight40, tmp_path):
     """PREEMPT_KILLS runs get SIGUSR1 a few steps past their resume point and are SIGKILLed while the
     preemption save is being written (1 MiB chunks, each held 20 ms, from 4 threads through 8 MiB of
     staging); then one run whose preemption save completes (exit 75), and a last run to the end."""
+    straight = straight40
     rng = random.Random(45)
     env = dict(os.environ, LOONGFORGE_TEST_CHECKPOINT_CHUNK_DELAY_MS="20")
     run = tmp_path / "q"
     ckpts = run / "checkpoints"
-    cmd = command(tmp_path, "q", "trainer.max_steps=100", "checkpoint.resume=latest", "logging.interval_steps=1",
-                  "checkpoint.chunk_mb=1", "checkpoint.write_threads=4", "checkpoint.staging_mb=8")
+    cmd = command(tmp_path, "q", f"trainer.max_steps={PREEMPT_STEPS}", "checkpoint.resume=latest",
+                  "logging.interval_steps=1", "checkpoint.chunk_mb=1", "checkpoint.write_threads=4",
+                  "checkpoint.staging_mb=8")
 
     def resumed_from(err):
         m = re.search(r"resumed from (\S+) at step (\d+)", err)
@@ -345,11 +357,12 @@ def test_sigkill_during_a_preemption_save_never_leaves_it_taken_for_complete(str
         t.join()
     saved = json.loads((run / "preemption.json").read_text())
     assert saved["checkpoint"] and json.loads((Path(saved["checkpoint"]) / "MANIFEST.json").read_text())["verified"] is False
-    last = train(tmp_path, "q", "trainer.max_steps=100", "checkpoint.resume=latest", env=env)
+    assert saved["step"] < PREEMPT_STEPS, saved
+    last = train(tmp_path, "q", f"trainer.max_steps={PREEMPT_STEPS}", "checkpoint.resume=latest", env=env)
     assert f"verified preemption save {saved['checkpoint']}" in last.stderr, last.stderr[-2000:]
     assert resumed_from(last.stderr) == (saved["step"], Path(saved["checkpoint"]))
     assert not list(ckpts.glob(".*tmp*")), "stale temporaries are removed when a run starts"
-    assert final_weights(run, 100) == final_weights(straight, 100)
+    assert final_weights(run, PREEMPT_STEPS) == final_weights(straight, PREEMPT_STEPS)
     assert losses(run) == losses(straight)
 
 

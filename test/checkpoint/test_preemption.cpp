@@ -124,7 +124,7 @@ TEST_CASE("checkpoint: a damaged preemption save is named by chunk and never sea
   REQUIRE(find_latest(parent.path).empty());
 }
 
-TEST_CASE("checkpoint: a preemption save prunes nothing; the next ordinary write prunes to keep_last") {
+TEST_CASE("checkpoint: a preemption save prunes nothing and the next ordinary write prunes to keep_last") {
   lf_test::ScratchDir parent;
   Writer w(parent.path, /*keep_last=*/1, /*async=*/false, /*leader=*/true, options());
   w.submit(state(10, false));
