@@ -47,7 +47,11 @@ int validate_checkpoint_tool_run() {
       std::cout << "  step " << report.manifest.step << ", epoch " << report.manifest.epoch << ", world size "
                 << report.manifest.world_size << ", run " << report.manifest.run_id << "\n  "
                 << report.manifest.files.size() << " files, " << bytes / 1e6 << " MB"
-                << (report.ok() ? ", every SHA-256 matches the manifest" : "") << "\n";
+                << (!report.ok()                ? ""
+                    : report.manifest.verified ? ", every SHA-256 matches the manifest"
+                                               : ", every CRC-32 matches the manifest (an unverified preemption save: "
+                                                 "the next training start records its SHA-256s)")
+                << "\n";
     for (const auto& n : notes) std::cout << "  " << n << "\n";
     for (const auto& p : problems) std::cout << "  PROBLEM: " << p << "\n";
     std::cout << (problems.empty() ? "VALID" : "INVALID: do not resume from this checkpoint") << "\n";

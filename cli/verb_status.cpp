@@ -42,6 +42,15 @@ int status_run() {
       std::printf("  loss        %.5f   lr %.3g   grad norm %.4g\n", num("loss"), num("lr"), num("grad_norm"));
       std::printf("  throughput  %.1f samples/s, %.0f tokens/s, MFU %.1f%%; step %.1f ms (data wait %.1f ms)\n",
                   num("samples_per_s"), num("tokens_per_s"), 100 * num("mfu"), num("step_ms"), num("data_wait_ms"));
+      // Note [Steady state] in src/trainer/progress.cpp: the figures to quote; the line above is the last step's.
+      if (s.contains("steady_state") && s["steady_state"].value("steps", 0LL) > 0) {
+        const auto& st = s["steady_state"];
+        std::printf("  steady      %.1f samples/s, data wait %.1f%% of step time (median of %lld steps from step %lld)",
+                    st.value("samples_per_s", 0.0), 100 * st.value("data_wait_fraction", 0.0), st.value("steps", 0LL),
+                    st.value("from_step", 0LL));
+        if (s.contains("time_to_first_step_s")) std::printf("; first step %.1f s after launch", num("time_to_first_step_s"));
+        std::printf("\n");
+      }
     }
     if (s.contains("bf16_weights") && s["bf16_weights"].is_object()) {
       const auto& w = s["bf16_weights"];

@@ -31,10 +31,16 @@ Contract
   loongforge/code.json names other code is refused here), the parameter names, the batch keys with dtype and shape,
   the draws' forms and the torch version. loongforge-train refuses a package whose manifest does
   not match its model, device, precision or torch, naming the difference.
-- A model with dropout above 0 (a GR00T head's gr00t_dropout, the presets'
-  default 0.2; any other *dropout config key) is refused, naming the key and
-  `--set KEY=0` at export: its masks are drawn inside the forward and are not
-  inputs yet (the chosen form: Note [Compiled step draws]).
+- Dropout masks (a GR00T head's gr00t_dropout, the presets' 0.2) are drawn
+  inside the package, from the default generator of the device when it is
+  called: Inductor's fallback_random keeps every random op ATen's (CPU:
+  bernoulli_; CUDA: native_dropout, not decomposed under fallback_random),
+  which draw from that generator and, in a CUDA graph, from its graph-safe
+  Philox seed and offset read at each replay. The trainer seeds that
+  generator per (run seed, step, micro-batch, rank) before each call or
+  replay (src/fusion/step_runner.cpp, Note [Micro-step draws]). The
+  manifest's "dropout" names the model's rates and says where the masks
+  come from.
 - Compiling n16-1b at batch 32 for an H200 took 215 s there (docs/benchmarks.md).
 """
 import argparse
@@ -97,17 +103,15 @@ def read_records(path: str):
     return text["loongforge/config.json"], text["loongforge/params.json"], text.get("loongforge/code.json", "")
 
 
-def refuse_dropout(path: str, cfg: ModelConfig) -> None:
-    """Fails on a model whose forward draws dropout masks (see the contract)."""
-    on = {k: f"{k}={v:g}" for k, v in cfg.to_dict().items()
-          if "dropout" in k and k not in ("gr00t_dropout", "gr00t_state_dropout") and isinstance(v, (int, float)) and v > 0}
+def dropout(cfg: ModelConfig) -> dict:
+    """The manifest's "dropout": the model's dropout rates above 0 (config key: rate) and where the
+    masks come from (see the contract)."""
+    rates = {k: v for k, v in cfg.to_dict().items()
+             if "dropout" in k and k not in ("gr00t_dropout", "gr00t_state_dropout") and isinstance(v, (int, float))
+             and v > 0}
     if cfg.gr00t_head and head_config_for(cfg).dropout > 0:  # the state dropout is an input (state_drop)
-        preset = "" if cfg.gr00t_dropout >= 0 else f" (the '{cfg.gr00t_head}' head's default)"
-        on["gr00t_dropout"] = f"gr00t_dropout={head_config_for(cfg).dropout:g}{preset}"
-    if on:
-        fail(f"{path}: {', '.join(on.values())}: dropout masks are drawn inside the forward, which the compiled step "
-             f"does not take as inputs yet; export with {' '.join(f'--set {k}=0' for k in on)} "
-             "(scripts/model/export.py), or train with the plain runner (trainer.compiled_step unset)")
+        rates["gr00t_dropout"] = head_config_for(cfg).dropout
+    return {"rates": rates, "masks": "drawn in the graph from the default generator (ATen's ops)" if rates else "none"}
 
 
 def sample_stacks(every_s: float) -> None:
@@ -168,7 +172,6 @@ def main() -> int:
              "differs); re-export it with scripts/model/export.py here, or compile in the checkout that exported it")
     cfg = ModelConfig.from_json(config_text)
     params = json.loads(params_text)
-    refuse_dropout(args.model, cfg)
 
     if cfg.category_linear == "grouped" and not have_ops:
         fail(f"{args.model} calls LoongForge's operators (category_linear=grouped), which are not built; build the "
@@ -229,6 +232,7 @@ def main() -> int:
         "frozen": frozen,
         "batch": [[k, str(batch[k].dtype).replace("torch.", ""), list(batch[k].shape)] for k in keys],
         "draws": draws(cfg),
+        "dropout": dropout(cfg),
         "torch": torch.__version__,
     }
     out = Path(args.out)
@@ -236,7 +240,9 @@ def main() -> int:
     tmp = out.with_name(out.stem + ".partial.pt2")
     path = torch._inductor.aoti_compile_and_package(
         ep, package_path=str(tmp),
-        inductor_configs={"aot_inductor.metadata": {"loongforge": json.dumps(manifest)},
+        # fallback_random: the masks are ATen's draws from the default generator (see the contract), not
+        # Inductor's own seeded kernels.
+        inductor_configs={"aot_inductor.metadata": {"loongforge": json.dumps(manifest)}, "fallback_random": True,
                           **({"aot_inductor.package_cpp_only": True} if args.cpp_only else {})})
     Path(path).replace(out)
     t3 = time.time()

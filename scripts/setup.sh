@@ -36,7 +36,7 @@ mkdir -p "$cache"
 # 1. System packages (Debian/Ubuntu). Only missing ones are installed.
 debs=(build-essential cmake ninja-build ccache pkg-config git libcli11-dev libspdlog-dev libyaml-cpp-dev
       nlohmann-json3-dev catch2 libavcodec-dev libavformat-dev libavutil-dev libswscale-dev
-      libswresample-dev libgloo-dev libssl-dev python3-venv ffmpeg)
+      libswresample-dev libgloo-dev libssl-dev zlib1g-dev python3-venv ffmpeg)
 missing=()
 if command -v dpkg-query >/dev/null; then
   for p in "${debs[@]}"; do

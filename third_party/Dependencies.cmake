@@ -93,6 +93,11 @@ else()
                  "code, which hashes checkpoints several times slower")
 endif()
 
+# --- zlib ---------------------------------------------------------------------
+# CRC-32 of each chunk of a preemption save (Note [Preemption saves] in
+# src/checkpoint/writer.cpp; Debian/Ubuntu: zlib1g-dev).
+find_package(ZLIB REQUIRED)
+
 # --- FFmpeg -----------------------------------------------------------------
 # System FFmpeg through pkg-config, or a static prefix given as
 # LOONGFORGE_FFMPEG_ROOT (scripts/dev/gpu/build_ffmpeg_static.sh, for machines

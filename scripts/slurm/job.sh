@@ -19,8 +19,11 @@
 # Preemption and the time limit (docs/operations.md s3):
 #  - `#SBATCH --signal=B:USR1@120` makes Slurm send SIGUSR1 to this shell
 #    120 s before the time limit; the trap forwards it to srun, which forwards
-#    it to every task. loongforge-train finishes its step, checkpoints and
-#    exits 75 (src/trainer/stop_signal.hpp) when steps remain.
+#    it to every task. loongforge-train finishes its step, writes a
+#    preemption save and exits 75 (src/trainer/stop_signal.hpp) when steps
+#    remain; it logs the save's time against checkpoint.preempt_lead_s (keep
+#    it equal to the --signal lead), and a requeued job whose last save did
+#    not fit refuses to start (docs/operations.md s3).
 #  - srun's status 75 (also after `scancel --signal=USR1 <job>`) makes this
 #    script requeue the job (`scontrol requeue`; the job needs --requeue) up
 #    to LOONGFORGE_MAX_REQUEUES times (default 20); the requeued job

@@ -10,6 +10,8 @@
 #include <cstdlib>    // std::aligned_alloc, std::getenv
 #include <cstring>    // std::memcpy, std::strerror
 
+#include <zlib.h>  // crc32
+
 #include <ATen/ATen.h>        // at::from_blob
 #include <nlohmann/json.hpp>  // nlohmann::ordered_json
 
@@ -270,15 +272,18 @@ void WorkerPool::post(std::function<void()> task) {
 // Chunked files
 
 ChunkedFiles::ChunkedFiles(std::vector<FileImage> images, std::vector<std::string> paths, uint64_t chunk_bytes,
-                           bool direct_io)
-    : chunk_bytes_(chunk_bytes), direct_io_(direct_io) {
+                           bool direct_io, bool crc_only)
+    : chunk_bytes_(chunk_bytes), direct_io_(direct_io), crc_only_(crc_only) {
   for (size_t i = 0; i < images.size(); ++i) {
     File& f = files_.emplace_back();
     f.rel = images[i].rel;
     f.path = paths[i];
     f.image = std::move(images[i]);
     f.chunks = (f.image.bytes + chunk_bytes_ - 1) / chunk_bytes_;
-    f.chunk_sha256.resize(f.chunks);
+    if (crc_only_)
+      f.chunk_crc32.resize(f.chunks);
+    else
+      f.chunk_sha256.resize(f.chunks);
     chunks_ += f.chunks;
     bytes_ += f.image.bytes;
   }
@@ -357,11 +362,17 @@ void ChunkedFiles::write_chunk(size_t f, uint64_t k, char* slot, StagingRing& ri
     if (k == 0) test_delay();  // io.hpp: "before each file"
     test_chunk_delay();
     if (!failed()) {
+      // A SHA-256 of the chunk, or (a preemption save) its CRC-32.
       Sha256 sha;
+      uLong crc = ::crc32(0L, Z_NULL, 0);
+      auto digest = [&](const char* p, uint64_t m) {
+        if (!crc_only_) return sha.update(p, m);
+        crc = ::crc32_z(crc, reinterpret_cast<const Bytef*>(p), static_cast<z_size_t>(m));
+      };
       bool hashed = false;
       int err = EINVAL;
       if (file.fd_direct >= 0 && n % kDirectAlign == 0) {  // a whole aligned chunk: O_DIRECT, no page-cache copy
-        sha.update(slot, n);
+        digest(slot, n);
         hashed = true;
         err = pwrite_all(file.fd_direct, slot, n, off);
         if (err == 0) written_ += n;
@@ -370,13 +381,16 @@ void ChunkedFiles::write_chunk(size_t f, uint64_t k, char* slot, StagingRing& ri
       // alignment): a piece at a time, so the write copies bytes the hash has just brought into the cache.
       for (uint64_t at = 0; err == EINVAL && at < n; at += kPiece) {
         const uint64_t m = std::min(kPiece, n - at);
-        if (!hashed) sha.update(slot + at, m);
+        if (!hashed) digest(slot + at, m);
         const int e = pwrite_all(file.fd, slot + at, m, off + at);
         if (e != 0) write_failed(file.path, e);
         written_ += m;
       }
       if (err != 0 && err != EINVAL) write_failed(file.path, err);
-      file.chunk_sha256[k] = sha.hex();
+      if (crc_only_)
+        file.chunk_crc32[k] = static_cast<uint32_t>(crc);
+      else
+        file.chunk_sha256[k] = sha.hex();
     }
   } catch (const std::exception& e) {
     fail(e.what());
@@ -407,6 +421,7 @@ FileEntry ChunkedFiles::entry(size_t i) const {
   e.bytes = f.image.bytes;
   e.chunk_bytes = chunk_bytes_;
   e.chunk_sha256 = f.chunk_sha256;
+  e.chunk_crc32 = f.chunk_crc32;
   return e;
 }
 

@@ -93,7 +93,9 @@ class WorkerPool {
 class ChunkedFiles : public std::enable_shared_from_this<ChunkedFiles> {
  public:
   // `paths[i]` is where images[i] is written. Nothing is opened yet.
-  ChunkedFiles(std::vector<FileImage> images, std::vector<std::string> paths, uint64_t chunk_bytes, bool direct_io);
+  // crc_only: each chunk gets a CRC-32 instead of a SHA-256 (Note [Preemption saves] in writer.cpp).
+  ChunkedFiles(std::vector<FileImage> images, std::vector<std::string> paths, uint64_t chunk_bytes, bool direct_io,
+               bool crc_only = false);
   ~ChunkedFiles();
   ChunkedFiles(const ChunkedFiles&) = delete;
   ChunkedFiles& operator=(const ChunkedFiles&) = delete;
@@ -124,6 +126,7 @@ class ChunkedFiles : public std::enable_shared_from_this<ChunkedFiles> {
     uint64_t chunks = 0;
     int fd = -1, fd_direct = -1;  // fd_direct: O_DIRECT, -1 where the file system refuses it
     std::vector<std::string> chunk_sha256;
+    std::vector<uint32_t> chunk_crc32;
     std::atomic<uint64_t> done{0};
   };
   void write_chunk(size_t f, uint64_t k, char* slot, StagingRing& ring);
@@ -132,7 +135,7 @@ class ChunkedFiles : public std::enable_shared_from_this<ChunkedFiles> {
 
   std::deque<File> files_;  // deque: File holds an atomic (not movable)
   const uint64_t chunk_bytes_;
-  const bool direct_io_;
+  const bool direct_io_, crc_only_;
   uint64_t chunks_ = 0, bytes_ = 0;
   std::atomic<uint64_t> staged_{0}, written_{0};
   std::atomic<bool> failed_{false};

@@ -14,6 +14,8 @@
 #include <thread>     // std::thread
 #include <vector>     // std::vector
 
+#include <zlib.h>  // crc32_z
+
 #include "io.hpp"  // kReplacedSuffix
 #include "loongforge/checkpoint/checkpoint.hpp"
 #include "loongforge/common/error.hpp"
@@ -96,15 +98,19 @@ namespace {
 struct HashTask {
   std::string path;
   uint64_t offset = 0, bytes = 0;
+  bool crc = false;           // also the CRC-32 (a chunk of an unverified preemption save)
   std::string sha256, error;  // results
+  uint32_t crc32 = 0;
 };
 
-// SHA-256 of `bytes` bytes of `path` at `offset`, read with pread 4 MiB at a time.
-std::string hash_range(const std::string& path, uint64_t offset, uint64_t bytes) {
+// SHA-256 (and, when `crc` is given, the CRC-32) of `bytes` bytes of `path` at
+// `offset`, read with pread 4 MiB at a time.
+std::string hash_range(const std::string& path, uint64_t offset, uint64_t bytes, uint32_t* crc = nullptr) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw CheckpointError(std::string("cannot read: ") + std::strerror(errno));
   static thread_local std::vector<char> buf(4u << 20);
   Sha256 sha;
+  uLong c = ::crc32(0L, Z_NULL, 0);
   uint64_t done = 0;
   while (done < bytes) {
     const ssize_t n = ::pread(fd, buf.data(), std::min<uint64_t>(buf.size(), bytes - done),
@@ -116,9 +122,11 @@ std::string hash_range(const std::string& path, uint64_t offset, uint64_t bytes)
       throw CheckpointError(err ? std::string("read error: ") + std::strerror(err) : std::string("shorter than it was"));
     }
     sha.update(buf.data(), static_cast<size_t>(n));
+    if (crc) c = ::crc32_z(c, reinterpret_cast<const Bytef*>(buf.data()), static_cast<z_size_t>(n));
     done += static_cast<uint64_t>(n);
   }
   ::close(fd);
+  if (crc) *crc = static_cast<uint32_t>(c);
   return sha.hex();
 }
 
@@ -130,7 +138,8 @@ void run_hash_tasks(std::vector<HashTask>& tasks, int threads) {
   auto work = [&] {
     for (size_t i; (i = next++) < tasks.size();) {
       try {
-        tasks[i].sha256 = hash_range(tasks[i].path, tasks[i].offset, tasks[i].bytes);
+        tasks[i].sha256 = hash_range(tasks[i].path, tasks[i].offset, tasks[i].bytes,
+                                     tasks[i].crc ? &tasks[i].crc32 : nullptr);
       } catch (const std::exception& e) {
         tasks[i].error = e.what();
       }
@@ -155,10 +164,10 @@ Report validate_checkpoint(const std::string& dir, int threads) {
     return r;
   }
   const int version = r.manifest.format_version;
-  if (version < kOldestFormatVersion || version > kFormatVersion)
+  if (version < kOldestFormatVersion || version > kNewestFormatVersion)
     r.problems.push_back(manifest_path + ": format_version " + std::to_string(version) + " is not one this " +
                          "LoongForge reads (" + std::to_string(kOldestFormatVersion) + " to " +
-                         std::to_string(kFormatVersion) + "; written by another LoongForge version)");
+                         std::to_string(kNewestFormatVersion) + "; written by another LoongForge version)");
   for (const char* req : kRequired)
     if (!r.manifest.files.count(req)) r.problems.push_back(manifest_path + ": does not list " + std::string(req));
 
@@ -185,10 +194,10 @@ Report validate_checkpoint(const std::string& dir, int threads) {
     }
     v.first = tasks.size();
     if (!entry.chunked()) {
-      tasks.push_back({path, 0, bytes, "", ""});
+      tasks.push_back({path, 0, bytes, false, "", "", 0});
     } else {
       for (uint64_t off = 0; off < bytes; off += entry.chunk_bytes)
-        tasks.push_back({path, off, std::min(entry.chunk_bytes, bytes - off), "", ""});
+        tasks.push_back({path, off, std::min(entry.chunk_bytes, bytes - off), entry.unverified(), "", "", 0});
     }
     v.count = tasks.size() - v.first;
   }
@@ -207,21 +216,31 @@ Report validate_checkpoint(const std::string& dir, int threads) {
     for (size_t i = 0; i < v.count; ++i) {
       const HashTask& t = tasks[v.first + i];
       if (!t.error.empty() && error.empty()) error = t.error;
-      const std::string& want = entry.chunked() ? entry.chunk_sha256[i] : entry.sha256;
-      if (t.error.empty() && t.sha256 != want) bad.push_back(i);
+      if (!t.error.empty()) continue;
+      if (entry.unverified() ? t.crc32 != entry.chunk_crc32[i]
+                             : t.sha256 != (entry.chunked() ? entry.chunk_sha256[i] : entry.sha256))
+        bad.push_back(i);
     }
+    const char* digest = entry.unverified() ? "CRC-32" : "SHA-256";
     if (!error.empty()) {
       r.problems.push_back(path + ": " + error);
     } else if (!bad.empty() && !entry.chunked()) {
       r.problems.push_back(path + ": SHA-256 differs from the manifest (corrupted, or the manifest is another run's)");
     } else if (!bad.empty()) {
       const uint64_t from = bad[0] * entry.chunk_bytes, to = std::min(from + entry.chunk_bytes, entry.bytes);
-      r.problems.push_back(path + ": SHA-256 differs from the manifest in chunk " + std::to_string(bad[0]) + " of " +
+      r.problems.push_back(path + ": " + digest + " differs from the manifest in chunk " + std::to_string(bad[0]) + " of " +
                            std::to_string(v.count) + " (bytes " + std::to_string(from) + ".." + std::to_string(to) +
                            ")" + (bad.size() > 1 ? " and " + std::to_string(bad.size() - 1) + " more" : "") +
-                           " (corrupted, or the manifest is another run's)");
+                           " (corrupted, or the manifest is another run's)" +
+                           (entry.unverified() ? "; an unverified preemption save" : ""));
+    } else if (entry.unverified()) {  // Note [Preemption saves]: the SHA-256s for seal_checkpoint()
+      FileEntry sealed = entry;
+      sealed.chunk_crc32.clear();
+      for (size_t i = 0; i < v.count; ++i) sealed.chunk_sha256.push_back(tasks[v.first + i].sha256);
+      r.sealed[rel] = std::move(sealed);
     }
   }
+  if (!r.ok()) r.sealed.clear();
   return r;
 }
 

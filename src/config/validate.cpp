@@ -189,6 +189,15 @@ void validate(const Config& cfg, const ValidationContext& ctx, std::vector<std::
     add("mla.global_pool_gb", "mla.global_pool_gb (" + format_value(cfg.mla.global_pool_gb) +
                                   ") must be below the device memory (" + mem.str() +
                                   " GB) leaving room for weights and optimizer state: lower it, or set 0 (auto)");
+  } else if (runs("mla", cfg.mla.enable) && ctx.device_memory_gb &&
+             cfg.mla.persistent_gb + cfg.mla.global_pool_gb >= *ctx.device_memory_gb) {
+    std::ostringstream mem;
+    mem.precision(4);
+    mem << *ctx.device_memory_gb;
+    add("mla.persistent_gb", "mla.persistent_gb (" + format_value(cfg.mla.persistent_gb) +
+                                 ") plus mla.global_pool_gb (" + format_value(cfg.mla.global_pool_gb) +
+                                 ") must be below the device memory (" + mem.str() +
+                                 " GB) leaving room for everything else: lower them, or set 0 (grown as needed)");
   }
 }
 

@@ -14,44 +14,40 @@
 // is checked against the model before the package's code is loaded.
 //
 // Note [Compiled step draws]
-// Every random number of a micro-step (dropout 0) is a package input. The
-// trainer's batch carries fm_t and fm_noise (per-sample draws at the
+// The trainer's batch carries fm_t and fm_noise (per-sample draws at the
 // sample's stream position, docs/training-semantics.md s4). What the model
 // would otherwise draw in its forward from torch's default generator of the
 // batch's device - fm_t / fm_noise when a batch lacks them, and the GR00T
 // head's state_drop (B,) and state_noise (B, 1, w) - is drawn here with the
 // same ops from that generator in the forward's order (the manifest's
-// "batch" lists them in it, its "draws" holds the forms), so the stream is
-// the plain runner's: the same draws, a checkpoint carries the generator's
-// state (resume continues it), and with graphs each replay draws anew from
-// the generator's graph-safe Philox offsets (the draws are captured). The
-// state noise is drawn in float32 and the model casts it to the state
+// "batch" lists them in it, its "draws" holds the forms) and passed in. The
+// dropout masks are drawn inside the package, from the same generator:
+// scripts/compile_step.py builds with Inductor's fallback_random, so every
+// random op stays ATen's (on the CPU bernoulli_ through AOTInductor's C
+// shim; on a GPU ATen's native_dropout, whose Philox draws are graph-safe),
+// and the manifest's "dropout" says so. Before each package call or CUDA
+// graph replay the runner seeds that generator with the micro-batch's
+// draw_seed, offset 0 (Note [Micro-step draws] in step_runner.cpp): the
+// state draws above are drawn inside the captured region, and a replay's
+// prologue (at::cuda::CUDAGraph::replay, torch 2.11) copies the generator's
+// current seed and offset into the graph's Philox inputs, so a replay draws
+// what an uncaptured call at that (seed, step, micro-batch, rank) draws.
+// The state noise is drawn in float32 and the model casts it to the state
 // token's dtype; under bf16 autocast the plain forward draws a bf16 randn
 // there (ATen's CUDA normal kernel draws in float and rounds, so the values
 // should be the float draw rounded: not yet checked on a GPU).
-//
-// Dropout masks are refused for now (scripts/compile_step.py names the key
-// and the fix). The chosen form, not yet built: the package draws the masks
-// in the graph from the default generator when it is called (on the CPU
-// ATen's bernoulli_, below; on a GPU, where Inductor may lower them to its
-// own seeded kernels, not tried); before each package call or replay the
-// trainer sets that generator to a seed that is a pure function of (run seed, step,
-// micro-batch, rank), offset 0. A CUDA graph replay reads the generator's
-// current seed and offset (PyTorch's graph-safe Philox state), so replays
-// draw as calls do, and a resume reproduces them with no generator state.
-// Another world size (or accumulation) gives other masks of the same
-// distribution: a mask covers a micro-batch, not a sample (unlike s4's
-// per-sample draws). The masks differ from the plain runner's (another
-// generator use), equal in distribution only; the plain runner would be
-// reseeded the same way, so both runners draw per (seed, step, micro, rank).
-// Tried on the CPU (2026-12-05, torch 2.11): a package of one F.dropout
-// (p 0.2) traced as compile_step.py traces calls ATen's bernoulli_ on the
-// default generator at each call (two calls differ; after the same
-// manual_seed it gives eager's mask bit for bit; keep rate 0.820 of 256); a
-// gr00t-n1.7-tiny package with dropout 0.2 (state draws inside, Inductor's
-// fallback_random) trained with losses 1e-4 from the plain runner's at step
-// 1: its masks are not the forward's, so reseeding, not equality with the
-// plain runner, is the form. Not tried on a GPU.
+// Measured on the CPU (2026-12-05, torch 2.11, gr00t-n1.7-tiny, dropout 0.2,
+// micro-batch 4; test/e2e/test_compiled_dropout.py, the masks recorded by
+// test/fusion/mask_probe.cpp at the package's 24 bernoulli_ calls): one
+// step's masks keep 0.79987 of 587776 elements; each step's masks are what
+// torch's CPU bernoulli_ draws after manual_seed(draw_seed(...)) of that
+// step, so a run resumed after step 3 draws the uninterrupted run's masks at
+// steps 4-6 bit for bit; the losses of 300 steps, smoothed over 20, are
+// within 0.26% of the plain runner's (per step 1e-3 apart, median: the
+// package's masks are not the TorchScript forward's, other generator calls,
+// so the runners agree in distribution, not value). On a GPU:
+// test/fusion/test_compiled_draws.cpp and that test's replay form (label
+// gpu), not yet run.
 #include <optional>  // std::optional
 #include <string>    // std::string
 #include <utility>   // std::move
@@ -192,7 +188,8 @@ class CompiledRunner final : public StepRunner {
     first_replayed_ = false;
     auto all = [&] {
       for (size_t i = 0; i < batches.size(); ++i) {
-        const at::Tensor part = micro_step(batches[i].tensors, weights[i], step, static_cast<int64_t>(i), phases);
+        const at::Tensor part =
+            micro_step(batches[i].tensors, batches[i].draw_seed, weights[i], step, static_cast<int64_t>(i), phases);
         total = total.defined() ? total + part : part.clone();  // a replay rewrites `part` in place
       }
     };
@@ -222,10 +219,11 @@ class CompiledRunner final : public StepRunner {
   };
 #endif
 
-  // One micro-batch: eagerly through the TorchScript module when its shapes
-  // are not the package's; else a replay of the captured package call, or
-  // (warm-up, no graphs, or a failed capture) a package call.
-  at::Tensor micro_step(const model::Batch& batch, double w, int64_t step, int64_t micro, PhaseRecorder& phases) {
+  // One micro-batch: a replay of the captured package call, or (warm-up, no
+  // graphs, or a failed capture) a package call; shapes the package was not
+  // compiled for are refused (check_shapes).
+  at::Tensor micro_step(const model::Batch& batch, uint64_t draw_seed, double w, int64_t step, int64_t micro,
+                        PhaseRecorder& phases) {
     check_shapes(batch);  // a shape the package was not compiled for is refused, never run eagerly
     Phase p(phases, "forward_backward", step + 1, micro);
     fault_.maybe_raise("forward", step + 1);
@@ -239,6 +237,7 @@ class CompiledRunner final : public StepRunner {
       if (c.graph) {
         for (auto& [key, t] : c.batch) t.copy_(batch.at(key), /*non_blocking=*/true);
         c.w32.fill_(w), c.w64.fill_(w);
+        seed_draws(draw_seed, c.w32.device());  // the replay reads the generator's seed and offset
         c.graph->replay();
         ++replays_;
         if (micro == 0) {  // the first micro-batch's gradients are the graph's outputs
@@ -250,6 +249,7 @@ class CompiledRunner final : public StepRunner {
     }
 #endif
     ++calls_;
+    seed_draws(draw_seed, batch.at("actions").device());
     const at::Tensor w32 = at::scalar_tensor(w, batch.at("actions").options().dtype(at::kFloat));
     std::vector<at::Tensor> out = loader_->run(inputs(batch, w32));
     for (size_t j = 0; j < trainable_.size(); ++j) {
@@ -331,8 +331,8 @@ class CompiledRunner final : public StepRunner {
   // The drawn keys the batch lacks are drawn here as the model's forward
   // would draw them: same ops, the default generator of the batch's device,
   // the forward's order (the manifest lists them in it; model/n16.py,
-  // model/gr00t.py, model/gr00t_head.py). Only these draws happen in such a
-  // forward: the package has no dropout (scripts/compile_step.py).
+  // model/gr00t.py, model/gr00t_head.py), after the runner seeded it for this
+  // micro-batch; the package then draws its dropout masks from it.
   std::vector<at::Tensor> inputs(const model::Batch& batch, const at::Tensor& w32) {
     const at::Tensor& actions = batch.at("actions");
     const int64_t B = actions.size(0);

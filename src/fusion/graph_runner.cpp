@@ -151,7 +151,7 @@ class GraphRunner final : public StepRunner {
         Captured& c = graphs_[sig];
         c.reduces = reduce;
         c.first = make_grads_ && i == 0;
-        const at::Tensor part = micro_step(c, batches[i].tensors, weights[i], step, micro, phases);
+        const at::Tensor part = micro_step(c, batches[i].tensors, batches[i].draw_seed, weights[i], step, micro, phases);
         total = total.defined() ? total + part : part.clone();
       }
     });
@@ -199,8 +199,8 @@ class GraphRunner final : public StepRunner {
   }
 
  private:
-  at::Tensor micro_step(Captured& c, const model::Batch& batch, double w, int64_t step, int64_t micro,
-                        PhaseRecorder& phases) {
+  at::Tensor micro_step(Captured& c, const model::Batch& batch, uint64_t draw_seed, double w, int64_t step,
+                        int64_t micro, PhaseRecorder& phases) {
     // Made gradients: an accumulating graph adds into its first graph's tensors, so it replays (and is
     // captured) only in a step whose first micro-batch replayed that graph.
     const bool replayable = !make_grads_ || c.first || first_replayed_;
@@ -210,6 +210,7 @@ class GraphRunner final : public StepRunner {
       for (auto& [key, t] : c.inputs) t.copy_(batch.at(key), /*non_blocking=*/true);
       c.w32.fill_(w), c.w64.fill_(w);
       if (c.reduces) time_tail(c, step + 1);  // Note [Timing inside a graph]
+      seed_draws(draw_seed, c.w32.device());  // the replay reads the generator's seed and offset (Note [Micro-step draws])
       c.graph->replay();
       ++replays_;
       if (c.reduces) ++reduction_replays_, reduction_->replayed();
@@ -219,17 +220,18 @@ class GraphRunner final : public StepRunner {
       }
       return c.part;
     }
-    if (c.eager_only || ++c.calls <= kGraphWarmupCalls || !replayable) return eager(c, batch, w, step, micro, phases);
+    if (c.eager_only || ++c.calls <= kGraphWarmupCalls || !replayable)
+      return eager(c, batch, draw_seed, w, step, micro, phases);
     capture(c, batch, step);
-    if (!c.graph) return eager(c, batch, w, step, micro, phases);
-    return micro_step(c, batch, w, step, micro, phases);
+    if (!c.graph) return eager(c, batch, draw_seed, w, step, micro, phases);
+    return micro_step(c, batch, draw_seed, w, step, micro, phases);
   }
 
   // The plain runner's micro-step; a first micro-batch's backward makes .grad anew.
-  at::Tensor eager(const Captured& c, const model::Batch& batch, double w, int64_t step, int64_t micro,
-                   PhaseRecorder& phases) {
+  at::Tensor eager(const Captured& c, const model::Batch& batch, uint64_t draw_seed, double w, int64_t step,
+                   int64_t micro, PhaseRecorder& phases) {
     if (c.first) clear_grads();
-    return eager_micro_step(net_, bf16_, fault_, batch, w, step, micro, phases);
+    return eager_micro_step(net_, bf16_, fault_, batch, draw_seed, w, step, micro, phases);
   }
 
   void clear_grads() {

@@ -33,9 +33,10 @@ struct Fault {
   void maybe_raise(const char* where, int64_t step_1based) const;
 };
 
-// Forward of `batch`, backward of w * loss (gradients accumulate into .grad);
-// returns loss * w as a float64 device scalar. Phases "forward", "backward".
-at::Tensor eager_micro_step(model::Model& net, bool bf16, const Fault& fault, const model::Batch& batch, double w,
-                            int64_t step, int64_t micro, PhaseRecorder& phases);
+// Forward of `batch` (its draws seeded with draw_seed: seed_draws), backward
+// of w * loss (gradients accumulate into .grad); returns loss * w as a
+// float64 device scalar. Phases "forward", "backward".
+at::Tensor eager_micro_step(model::Model& net, bool bf16, const Fault& fault, const model::Batch& batch,
+                            uint64_t draw_seed, double w, int64_t step, int64_t micro, PhaseRecorder& phases);
 
 }  // namespace loongforge::fusion

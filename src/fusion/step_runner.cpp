@@ -7,7 +7,9 @@
 #include <string>   // std::string
 #include <utility>  // std::move
 
-#include <ATen/ATen.h>           // at::Tensor
+#include <mutex>    // std::lock_guard
+
+#include <ATen/ATen.h>           // at::Tensor, at::globalContext
 #include <ATen/autocast_mode.h>  // at::autocast::set_autocast_enabled
 #include <c10/util/Exception.h>  // c10::OutOfMemoryError
 
@@ -16,6 +18,40 @@
 #include "runner_common.hpp"
 
 namespace loongforge::fusion {
+
+// Note [Micro-step draws]
+// What a micro-step's forward draws itself - dropout masks, and a GR00T
+// head's state_drop / state_noise when the batch lacks them - comes from
+// the default generator of the batch's device, which every runner sets to
+// the micro-batch's draw_seed (offset 0) just before its forward: an eager
+// forward, a compiled package call, or a CUDA-graph replay (a replay reads
+// the generator's seed and Philox offset then: at::cuda::CUDAGraph::replay's
+// replay_prologue, so it draws what an uncaptured call would). The draws are
+// then a pure function of (run.seed, step, micro-batch, rank): a resume
+// reproduces them without any generator state, and the plain, graphed and
+// compiled runners each draw per micro-batch, not along one stream of the
+// run. A mask covers a micro-batch, not a sample: another world size or
+// accumulation gives other masks of the same distribution
+// (docs/training-semantics.md s4). The compiled package draws its masks
+// with other generator calls than the TorchScript forward (its own order
+// and ops: compiled_runner.cpp, Note [Compiled step draws]), so the two
+// runners' masks are equal in distribution, not in value.
+uint64_t draw_seed(uint64_t run_seed, int64_t step, int64_t micro, int64_t rank) {
+  constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+  constexpr uint64_t kSalt = 0x4452415753454544ull;  // "DRAWSEED"
+  const uint64_t index =
+      (static_cast<uint64_t>(step) * 65536 + static_cast<uint64_t>(micro)) * 65536 + static_cast<uint64_t>(rank);
+  uint64_t z = (run_seed ^ kSalt) + index * kGolden + kGolden;  // SplitMix64's first output from that state
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return (z ^ (z >> 31)) & 0x7FFFFFFFFFFFFFFFull;
+}
+
+void seed_draws(uint64_t seed, c10::Device device) {
+  at::Generator g = at::globalContext().defaultGenerator(device);
+  std::lock_guard<std::mutex> lock(g.mutex());
+  g.set_current_seed(seed);  // CUDA: Philox offset 0 as well
+}
 
 // Shared runner pieces (runner_common.hpp).
 AutocastScope::AutocastScope(bool enable) : on(enable) {
@@ -48,12 +84,13 @@ void Fault::maybe_raise(const char* where, int64_t step_1based) const {
                      " at step ", step_1based);
 }
 
-at::Tensor eager_micro_step(model::Model& net, bool bf16, const Fault& fault, const model::Batch& batch, double w,
-                            int64_t step, int64_t micro, PhaseRecorder& phases) {
+at::Tensor eager_micro_step(model::Model& net, bool bf16, const Fault& fault, const model::Batch& batch,
+                            uint64_t draw_seed, double w, int64_t step, int64_t micro, PhaseRecorder& phases) {
   at::Tensor loss;
   {
     Phase p(phases, "forward", step + 1, micro);
     fault.maybe_raise("forward", step + 1);
+    seed_draws(draw_seed, batch.begin()->second.device());
     AutocastScope autocast(bf16);
     loss = net.forward(batch).at("loss");
   }
@@ -73,8 +110,8 @@ class PlainRunner final : public StepRunner {
                  PhaseRecorder& phases) override {
     at::Tensor total;  // sum_i w_i * loss_i, float64, on the loss's device
     for (size_t i = 0; i < batches.size(); ++i) {
-      const at::Tensor part = eager_micro_step(net_, bf16_, fault_, batches[i].tensors, weights[i], step,
-                                               static_cast<int64_t>(i), phases);
+      const at::Tensor part = eager_micro_step(net_, bf16_, fault_, batches[i].tensors, batches[i].draw_seed,
+                                               weights[i], step, static_cast<int64_t>(i), phases);
       total = total.defined() ? total + part : part;
     }
     return total;
@@ -102,8 +139,9 @@ std::unique_ptr<StepRunner> make_plain_runner(model::Model& net, bool bf16_autoc
 // Under auto a compile that fails (or a compiler that is not found) is not
 // fatal: the run trains on the TorchScript step after a warning that names
 // the compile's log and the fix. Why not refuse: auto is the default on
-// CUDA, and a model the compiler refuses today (a GR00T head with dropout
-// on, scripts/compile_step.py) must still train by default. A package that
+// CUDA, and a model the compiler refuses (scripts/compile_step.py: a model
+// file exported by other model code than the checkout's, a grouped model
+// without the operator library) or cannot compile must still train by default. A package that
 // cannot serve a micro-batch's shape is never run around eagerly: it is
 // refused (compiled_runner.cpp), naming the setting that fixes it.
 CompiledStepSetting compiled_step_setting(const config::Config& cfg, c10::Device device) {

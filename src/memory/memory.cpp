@@ -4,11 +4,28 @@
 
 #include <sys/resource.h>  // getrusage
 
+#include <utility>  // std::move
+
 #if LOONGFORGE_WITH_CUDA_KERNELS
 #include <c10/cuda/CUDACachingAllocator.h>  // getDeviceStats
 #endif
 
 namespace loongforge::memory {
+
+namespace {
+Reporter g_reporter;                               // set once by mla::install, before other threads read it
+thread_local Lifetime t_lifetime = Lifetime::kOther;
+}  // namespace
+
+LifetimeScope::LifetimeScope(Lifetime lifetime) : previous_(t_lifetime) { t_lifetime = lifetime; }
+LifetimeScope::~LifetimeScope() { t_lifetime = previous_; }
+Lifetime current_lifetime() { return t_lifetime; }
+
+void set_reporter(Reporter reporter) { g_reporter = std::move(reporter); }
+
+void step_done(int64_t step) {
+  if (g_reporter.step_done) g_reporter.step_done(step);
+}
 
 Stats stats(c10::Device device) {
   Stats s;
@@ -16,6 +33,10 @@ Stats stats(c10::Device device) {
   getrusage(RUSAGE_SELF, &ru);
   s.peak_host_mb = static_cast<double>(ru.ru_maxrss) / 1024.0;
   s.allocator = "host malloc";
+  if (g_reporter.fill && device.is_cuda()) {
+    g_reporter.fill(s);
+    return s;
+  }
 #if LOONGFORGE_WITH_CUDA_KERNELS
   if (device.is_cuda()) {
     using c10::CachingAllocator::StatType;
@@ -33,11 +54,13 @@ Stats stats(c10::Device device) {
 }
 
 nlohmann::json to_json(const Stats& s) {
-  return {{"allocator", s.allocator},
-          {"device_in_use_mb", s.device_in_use_mb},
-          {"device_reserved_mb", s.device_reserved_mb},
-          {"peak_device_mb", s.peak_device_mb},
-          {"peak_host_mb", s.peak_host_mb}};
+  nlohmann::json j = {{"allocator", s.allocator},
+                      {"device_in_use_mb", s.device_in_use_mb},
+                      {"device_reserved_mb", s.device_reserved_mb},
+                      {"peak_device_mb", s.peak_device_mb},
+                      {"peak_host_mb", s.peak_host_mb}};
+  if (!s.detail.is_null()) j["detail"] = s.detail;
+  return j;
 }
 
 }  // namespace loongforge::memory

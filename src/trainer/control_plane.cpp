@@ -262,6 +262,7 @@ ControlPlane::Actions ControlPlane::step_boundary(int64_t steps_done, bool stop_
     c.origin_rank = id_.rank;
     c.token = 0;  // nobody waits for an answer
     if (requeue_signal) c.args["requeue"] = true;
+    c.args["signal"] = true;
     bus_->publish(c, steps_done);
   }
   if (server_) server_->drain();
@@ -292,6 +293,7 @@ ControlPlane::Actions ControlPlane::step_boundary(int64_t steps_done, bool stop_
     } else if (it->verb == "stop") {
       a.stop = true;
       a.requeue = a.requeue || it->args.value("requeue", false);
+      a.signal = a.signal || it->args.value("signal", false);
       if (mine) stop_waiters_.push_back(*mine);
     } else if (auto v = cluster_verbs_.find(it->verb); v != cluster_verbs_.end()) {
       try {

@@ -104,6 +104,7 @@ class ControlPlane final : public PhaseRecorder {
     bool checkpoint = false;  // write a checkpoint now (checkpoint-now)
     bool stop = false;        // checkpoint, then exit 0 (stop)
     bool requeue = false;     // the stop came from SIGUSR1: exit kExitRequeue when steps remain
+    bool signal = false;      // the stop came from a signal on some rank: a preemption save (stop_signal.hpp)
   };
 
   // `engines` must outlive the ControlPlane (their verbs are served from it).

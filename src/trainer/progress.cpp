@@ -81,7 +81,7 @@ WholeRunMean whole_run_mean(const std::vector<StepRecord>& history, int64_t samp
 }
 
 std::vector<std::pair<std::string, double>> scalars_of(const StepRecord& r) {
-  return {{"train/loss", r.loss},
+  std::vector<std::pair<std::string, double>> s = {{"train/loss", r.loss},
           {"train/lr", r.lr},
           {"train/grad_norm", r.grad_norm},
           {"train/num_valid", r.num_valid},
@@ -102,6 +102,8 @@ std::vector<std::pair<std::string, double>> scalars_of(const StepRecord& r) {
           {"data/decode_jobs", r.decode_jobs},
           {"data/io_jobs", r.io_jobs},
           {"data/readahead_mb_per_s", r.readahead_mb_per_s}};
+  for (const auto& [name, value] : r.memory_scalars) s.emplace_back("memory/" + name, value);
+  return s;
 }
 
 Progress::Progress(std::string mode, int64_t interval_steps, int64_t total_steps, const std::string& metrics_path,
@@ -171,7 +173,8 @@ void Progress::record(const StepRecord& r) {
   line << "step " << r.step << "/" << total_ << "  loss " << std::setprecision(5) << r.loss << "  lr "
        << std::setprecision(3) << r.lr << "  " << std::fixed << std::setprecision(1) << r.samples_per_s
        << " samples/s";
-  if (steady.steps > 1) line << " (median " << steady.samples_per_s << ")";
+  if (steady.steps > 1)
+    line << " (median " << steady.samples_per_s << ", data wait " << 100.0 * steady.data_wait_fraction << "%)";
   line << "  data " << r.data_wait_ms << " ms  elapsed " << format_duration(elapsed) << "  ETA "
        << format_duration(eta);
   if (bar_) {

@@ -1,6 +1,7 @@
 // Snapshots of the training state and resuming from them (state.hpp).
 #include "loongforge/trainer/state.hpp"
 
+#include <chrono>   // std::chrono::steady_clock
 #include <cstdio>   // std::snprintf
 #include <fstream>  // std::ifstream
 #include <map>      // std::map
@@ -227,7 +228,8 @@ namespace {
 checkpoint::Report valid_or_throw(const std::string& dir) {
   checkpoint::Report report = checkpoint::validate_checkpoint(dir);
   if (!report.ok()) {
-    std::string msg = "cannot resume from '" + dir + "': it is damaged or incomplete:";
+    std::string msg = "cannot resume from '" + dir + "': it is damaged or incomplete" +
+                      (report.manifest.verified ? "" : " (a preemption save, never verified)") + ":";
     for (const auto& p : report.problems) msg += "\n  " + p;
     throw CheckpointError(msg + "\nPick another checkpoint, or use --resume latest to take the newest intact one.");
   }
@@ -350,8 +352,19 @@ std::map<std::string, at::Tensor> read_optimizer_state(const std::string& dir, c
 }
 
 nlohmann::json resume_from(const std::string& dir, const config::Config& cfg, model::Model& net,
-                           optim::Optimizer& optimizer, int64_t world_size, const std::vector<Engine>& engines) {
+                           optim::Optimizer& optimizer, int64_t world_size, const std::vector<Engine>& engines,
+                           bool seal) {
+  const auto t_verify = std::chrono::steady_clock::now();
   const checkpoint::Report report = valid_or_throw(dir);
+  if (!report.manifest.verified && seal) {  // Note [Preemption saves]: verified before anything is trained from it
+    checkpoint::seal_checkpoint(report);
+    size_t chunks = 0;
+    for (const auto& [rel, e] : report.sealed) chunks += e.chunk_sha256.size();
+    LF_LOG(logger("trainer"), info) << "verified preemption save " << dir << ": the CRC-32 of each of its " << chunks
+                                    << " chunks matches; their SHA-256s are now in its manifest ("
+                                    << std::chrono::duration<double>(std::chrono::steady_clock::now() - t_verify).count()
+                                    << " s)";
+  }
   // Compatibility: list every difference at once.
   std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
   for (const auto& p : net.info().params) shapes.emplace_back(p.name, p.shape);

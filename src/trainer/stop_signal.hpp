@@ -9,7 +9,14 @@
 //    `scancel --signal=USR1`): exit kExitRequeue when steps remain, so a batch
 //    script can tell "checkpointed, requeue me" from "done"
 //    (scripts/slurm/*.sbatch requeue on it; docs/operations.md).
+//
+// The checkpoint a signal asks for is a preemption save (Note [Preemption
+// saves] in src/checkpoint/writer.cpp): the fastest layout, timed from the
+// signal against checkpoint.preempt_lead_s (trainer_close.cpp).
 #pragma once
+
+#include <chrono>    // std::chrono::steady_clock
+#include <optional>  // std::optional
 
 namespace loongforge::trainer {
 
@@ -21,5 +28,7 @@ void install_stop_signals();
 bool stop_requested();
 // The first stop signal asked for a requeue (SIGUSR1).
 bool requeue_requested();
+// When this process received its first stop signal (steady_clock); none when it got none.
+std::optional<std::chrono::steady_clock::time_point> stop_signal_time();
 
 }  // namespace loongforge::trainer

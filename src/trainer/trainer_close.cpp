@@ -1,6 +1,7 @@
 // Trainer, phase 3: close -- the final checkpoint and the summary; and run(),
 // which turns a failure inside a step into a message (trainer.hpp).
 #include <algorithm>  // std::min
+#include <cmath>      // std::floor
 #include <cstdio>     // std::printf, std::snprintf
 #include <fstream>    // std::ofstream
 #include <string>     // std::string
@@ -10,6 +11,7 @@
 
 #include "control_plane.hpp"
 #include "loongforge/common/error.hpp"
+#include "loongforge/common/files.hpp"
 #include "loongforge/common/log.hpp"
 #include "loongforge/memory/memory.hpp"
 #include "stop_signal.hpp"
@@ -57,7 +59,12 @@ int Trainer::Impl::close() {
   // or stopped at once) or when this step is already saved.
   const auto& h = progress_->history();
   publish("stopping", h.empty() ? nullptr : &h.back());
-  if (!h.empty() && last_saved_step_ != s) save(s);
+  if (!h.empty() && last_saved_step_ != s) {
+    if (preempt_stop_)
+      preemption_save(s);  // a signal: the fastest layout, timed against checkpoint.preempt_lead_s
+    else
+      save(s);
+  }
   if (writer_) writer_->wait();
   collect_writes();
   if (reserver_.joinable()) reserver_.join();
@@ -69,6 +76,122 @@ int Trainer::Impl::close() {
   if (!leader_) return status;   // rank 0 reports for the job
   report_summary(status);
   return status;
+}
+
+namespace {
+// 120, 0.001, 0.45, 37.2: whole numbers as they are, else 3 decimals below 0.1, 2 below 10, then 1.
+std::string seconds_text(double s) {
+  char b[32];
+  const char* form = s == std::floor(s) && s < 1e9 ? "%.0f" : s < 0.1 ? "%.3f" : s < 10 ? "%.2f" : "%.1f";
+  std::snprintf(b, sizeof b, form, s);
+  return b;
+}
+}  // namespace
+
+// Note [Preemption lead time]
+// A stop signal before the job's end (Slurm: --signal=B:USR1@120, 120 s)
+// leaves checkpoint.preempt_lead_s for everything after it: finishing the
+// step in flight, then the preemption save (Note [Preemption saves] in
+// src/checkpoint/writer.cpp) until it is durable; a periodic write still in
+// flight is finished first and counts in the save's time. Rank 0 times that from the
+// signal (its own; when another rank got it, from the boundary where rank 0
+// applied the stop, which is at most one step later), logs it against the
+// lead time and records it in <run dir>/preemption.json. A resumed run
+// (checkpoint.resume set) reads that file before it loads anything and
+// refuses to start when the recorded time exceeds the lead time: the next
+// preemption would be killed before its save is durable (check_preemption_lead).
+// The figure is the last preemption save's: a run never preempted has none
+// and is not checked.
+
+// The checkpoint of a stop by signal: written, waited for (durable), timed and recorded (rank 0).
+void Trainer::Impl::preemption_save(int64_t steps_done) {
+  const auto& log = logger("trainer");
+  const auto signal_at = stop_signal_time();
+  const Clock::time_point from = signal_at ? *signal_at : stop_applied_at_;
+  const auto t_save = Clock::now();
+  save(steps_done, /*preemption=*/true);
+  if (writer_) writer_->wait();  // every file fsynced, the directory published (rank 0: the other ranks' shards too)
+  const auto t_durable = Clock::now();
+  collect_writes();
+  if (!leader_ || !writer_) return;
+  const auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+  const double total_s = secs(from, t_durable), finish_step_s = secs(from, t_save), save_s = secs(t_save, t_durable);
+  const double lead_s = cfg_.checkpoint.preempt_lead_s;
+  const bool ok = last_write_.error.empty() && last_write_.step == steps_done;
+  const nlohmann::json record = {
+      {"step", steps_done},
+      {"checkpoint", ok ? last_write_.path : ""},
+      {"bytes", ok ? last_write_.bytes : 0},
+      {"save_s", save_s},
+      {"finish_step_s", finish_step_s},
+      {"signal_to_durable_s", total_s},
+      {"timed_from", signal_at ? "the signal on rank 0" : "rank 0 applying a stop signalled on another rank"},
+      {"preempt_lead_s", lead_s},
+      {"error", ok ? "" : last_write_.error}};
+  try {
+    const std::string file = run_dir_ + "/preemption.json";
+    {
+      std::ofstream out(file + ".tmp");
+      out << record.dump(2) << "\n";
+      if (!out.flush()) throw Error(file + ".tmp: write failed");
+    }
+    rename_path(file + ".tmp", file);
+  } catch (const std::exception& e) {
+    LF_LOG(log, warn) << "cannot record the preemption save's time: " << e.what();
+  }
+  if (!ok) return;  // collect_writes() said why
+  const std::string what = "preemption save " + last_write_.path + ": " +
+                           seconds_text(static_cast<double>(last_write_.bytes) / 1e6) + " MB written in " +
+                           seconds_text(save_s) + " s, durable " + seconds_text(total_s) + " s after the " +
+                           (signal_at ? "signal" : "stop (signalled on another rank)") + " (finishing step " +
+                           std::to_string(steps_done) + ": " + seconds_text(finish_step_s) + " s)";
+  if (lead_s <= 0)
+    LF_LOG(log, info) << what << "; no lead time set (checkpoint.preempt_lead_s=0)";
+  else if (total_s <= lead_s)
+    LF_LOG(log, info) << what << "; within the lead time of " << seconds_text(lead_s)
+                      << " s (checkpoint.preempt_lead_s), " << seconds_text(lead_s - total_s) << " s to spare";
+  else
+    LF_LOG(log, warn) << what << ": MORE than the lead time of " << seconds_text(lead_s)
+                      << " s (checkpoint.preempt_lead_s): a job ending that long after the signal is killed before "
+                         "this save is durable. Give the job more warning (Slurm --signal=B:USR1@<s> and "
+                         "checkpoint.preempt_lead_s); the resumed run refuses to start until then";
+}
+
+// Before a resumed run loads anything: its last preemption save must fit the lead time (Note [Preemption lead time]).
+void Trainer::Impl::check_preemption_lead() {
+  if (cfg_.checkpoint.resume.empty() || cfg_.checkpoint.preempt_lead_s <= 0) return;  // every rank has the config
+  std::string problem;
+  if (leader_) {
+    const std::string file = cfg_.run.output_dir + "/" + cfg_.run.name + "/preemption.json";
+    if (path_exists(file)) {
+      try {
+        std::ifstream in(file);
+        const nlohmann::json j = nlohmann::json::parse(in);
+        const double took = j.at("signal_to_durable_s").get<double>();
+        const double lead = cfg_.checkpoint.preempt_lead_s;
+        const std::string origin = cfg_.origin.count("checkpoint.preempt_lead_s")
+                                       ? cfg_.origin["checkpoint.preempt_lead_s"]
+                                       : std::string("the default");
+        if (took > lead)
+          problem = file + ": the last preemption save (step " + std::to_string(j.value("step", 0LL)) + ", " +
+                    seconds_text(j.value("bytes", 0.0) / 1e6) + " MB) was durable " + seconds_text(took) +
+                    " s after the stop signal, more than checkpoint.preempt_lead_s = " + seconds_text(lead) +
+                    " s (" + origin + "): the next preemption would be killed before its save is durable, losing "
+                    "the work since the last checkpoint. Give the job more warning (Slurm: #SBATCH "
+                    "--signal=B:USR1@<seconds> in the batch script, and checkpoint.preempt_lead_s to match), make "
+                    "the save faster (checkpoint.dir on faster storage, checkpoint.write_threads), or set "
+                    "checkpoint.preempt_lead_s=0 to start without this check";
+      } catch (const nlohmann::json::exception& e) {
+        LF_LOG(logger("trainer"), warn) << file << " is unreadable (" << e.what()
+                                        << "); the preemption lead time is not checked";
+      }
+    }
+    if (!problem.empty()) {
+      agree("preempt_lead", "!" + problem);  // the other ranks fail with the same message
+      throw ConfigError(problem);
+    }
+  }
+  agree("preempt_lead", "");
 }
 
 // summary.json and the printed summary: the steady state's speed (Note [Steady state] in progress.cpp),

@@ -54,6 +54,7 @@ struct Trainer::Impl {
   void open_control();
   void prepare_process();
   std::string choose_resume_dir();
+  void check_preemption_lead();
   void adopt_checkpoint_batch(const std::string& resume_dir);
   void open_model();
   void open_data();
@@ -68,7 +69,8 @@ struct Trainer::Impl {
   bool more() const;
   void step();
   void step_boundary();
-  double save(int64_t steps_done);
+  double save(int64_t steps_done, bool preemption = false);
+  void preemption_save(int64_t steps_done);
   void collect_writes();
   void record_progress(const StepRecord& r);
   std::string compiled_step_text() const;  // for the run line and the summary
@@ -121,6 +123,9 @@ struct Trainer::Impl {
   int64_t steps_done_ = 0, last_step_ = 0;  // this process trains steps (steps_done_, last_step_]
   bool control_stop_ = false;
   bool requeue_stop_ = false;  // the stop came from SIGUSR1 (on any rank): close() returns kExitRequeue
+  bool preempt_stop_ = false;  // the stop came from a signal (on any rank): close() writes a preemption save
+  Clock::time_point stop_applied_at_;  // when this rank applied the stop (the preemption save's clock without a signal here)
+  checkpoint::WriteResult last_write_;  // rank 0: the newest finished write (collect_writes)
   double flops_per_sample_ = 0;
   int64_t tokens_per_view_ = 0;
   StepRecord record_;  // the step just taken, reported at its boundary

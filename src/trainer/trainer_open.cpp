@@ -5,6 +5,7 @@
 #include <chrono>   // std::chrono::system_clock
 #include <cstdio>   // std::snprintf
 #include <fstream>  // std::ofstream
+#include <optional>  // std::optional
 
 #include <ATen/Context.h>   // at::globalContext
 #include <ATen/Parallel.h>  // at::set_num_threads
@@ -20,6 +21,7 @@
 #include "loongforge/engines/dmf/dmf.hpp"
 #include "loongforge/engines/gcts/gcts.hpp"
 #include "loongforge/engines/mla/mla.hpp"
+#include "loongforge/memory/memory.hpp"
 #include "stop_signal.hpp"
 #include "trainer_impl.hpp"
 
@@ -307,7 +309,8 @@ void Trainer::Impl::resume(const std::string& resume_dir) {
   pos_.run_id = sha256_hex(run_dir_ + std::to_string(std::chrono::system_clock::now().time_since_epoch().count()))
                     .substr(0, 16);
   if (!resume_dir.empty()) {
-    const nlohmann::json state = resume_from(resume_dir, cfg_, *net_, *optimizer_, world_info_.world_size, engines_);
+    const nlohmann::json state =
+        resume_from(resume_dir, cfg_, *net_, *optimizer_, world_info_.world_size, engines_, /*seal=*/leader_);
     pos_.step = state.at("step").get<int64_t>();
     pos_.run_id = state.at("run_id").get<std::string>();
     LF_LOG(logger("trainer"), info) << "resumed from " << resume_dir << " at step " << pos_.step;
@@ -455,8 +458,13 @@ void Trainer::Impl::open() {
   open_control();
   prepare_process();
   const std::string resume_dir = choose_resume_dir();
+  check_preemption_lead();  // Note [Preemption lead time] in trainer_close.cpp
   adopt_checkpoint_batch(resume_dir);
   startup_phase("start");
+  // What lives the whole run is allocated from here to the fast path: the
+  // model, its gradient buffers, the optimizer (MLA's persistent arena).
+  std::optional<memory::LifetimeScope> whole_run;
+  whole_run.emplace(memory::Lifetime::kPersistent);
   open_model();
   startup_phase("model");
 
@@ -488,6 +496,7 @@ void Trainer::Impl::open() {
   const bool made_gradients =
       mode.graphs && !mode.compiled && runner_->make_gradients(/*allowed=*/!optimizer_->owns_gradients());
   open_fast_path(mode, made_gradients);
+  whole_run.reset();
   startup_phase("optimizer");
 
   open_run_dir(resume_dir);
@@ -500,8 +509,10 @@ void Trainer::Impl::open() {
   // Requests that arrived while the model loaded.
   const auto a = control_->step_boundary(steps_done_, stop_requested(), requeue_requested());
   if (a.checkpoint && !a.stop) save(steps_done_);
+  if (a.stop) stop_applied_at_ = Clock::now();
   control_stop_ = a.stop;
   requeue_stop_ = a.requeue;
+  preempt_stop_ = a.signal;
 }
 
 }  // namespace loongforge::trainer

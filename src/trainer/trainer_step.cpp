@@ -1,6 +1,8 @@
 // Trainer, phase 2: steps and step boundaries (trainer.hpp).
 #include <algorithm>  // std::max
 #include <cmath>      // std::isfinite
+#include <cstdlib>    // std::getenv, std::atol
+#include <thread>     // std::this_thread
 
 #include <ATen/ATen.h>  // at::Tensor
 
@@ -16,6 +18,13 @@ namespace loongforge::trainer {
 namespace {
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Test hook: LOONGFORGE_TEST_FIRST_STEP_DELAY_MS=N makes the first step of a process wait N ms for its
+// data, as a cold first decode does (test/e2e/test_train_run.py: the summary's steady figures ignore it).
+void test_first_step_delay() {
+  const char* v = std::getenv("LOONGFORGE_TEST_FIRST_STEP_DELAY_MS");
+  if (v && std::atol(v) > 0) std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(v)));
 }
 }  // namespace
 
@@ -54,10 +63,12 @@ void Trainer::Impl::step() {
   std::vector<comm::StepCounts> micro;
   for (int64_t i = 0; i < k; ++i) {
     batches.push_back(source_->next(s, i, *control_));
+    batches.back().draw_seed = fusion::draw_seed(static_cast<uint64_t>(cfg_.run.seed), s, i, world_info_.rank);
     local_valid += batches.back().num_valid;
     tokens += batches.back().tokens;
     micro.push_back({batches.back().num_valid, batches.back().embodiments});
   }
+  if (s == pos_.step) test_first_step_delay();  // the first step of this process: counted as data wait
   const double data_ms = ms_since(t_step);
   if (first_batch_ms_ < 0) first_batch_ms_ = data_ms;  // the first decode (Note [Time to the first step])
   // Host to host: no rank waits for its device here (reducer.hpp).
@@ -150,8 +161,10 @@ void Trainer::Impl::step() {
   frames_counted_at_ = Clock::now();
   set_step_time(r, ms_since(t_step));  // the fast path corrects it once the step's values are back
   step_started_ = t_step;
+  memory::step_done(s + 1);  // MLA: the step's allocation time, its fences
   const memory::Stats mem = memory::stats(device_);
   r.peak_mem_mb = device_.is_cuda() ? mem.peak_device_mb : mem.peak_host_mb;
+  r.memory_scalars = mem.scalars;
   steps_done_ = s + 1;
 }
 
@@ -163,8 +176,10 @@ void Trainer::Impl::step_boundary() {
     Phase p(*control_, "control", s);
     actions = control_->step_boundary(s, stop_requested(), requeue_requested());
   }
+  if (actions.stop && !control_stop_) stop_applied_at_ = t_step_end;
   control_stop_ = actions.stop;
   requeue_stop_ = actions.requeue;
+  preempt_stop_ = actions.signal;
   {
     Phase p(*control_, "checkpoint", s);
     const bool by_steps = s % cfg_.checkpoint.interval_steps == 0;
@@ -250,7 +265,8 @@ void Trainer::Impl::device_exposed_comm(StepRecord& r) {
 }
 
 // Hands the state to the writer, which copies it to host staging (the stall) before submit() returns.
-double Trainer::Impl::save(int64_t steps_done) {
+// `preemption`: the fastest layout, verified at the next start (Note [Preemption saves] in src/checkpoint/writer.cpp).
+double Trainer::Impl::save(int64_t steps_done, bool preemption) {
   const auto t0 = Clock::now();
   last_saved_step_ = steps_done;
   if (!writer_) return 0.0;
@@ -260,7 +276,9 @@ double Trainer::Impl::save(int64_t steps_done) {
   writer_->wait();  // the previous write is over: its staging is free again
   // submit() copies the state into the writer's staging before it returns (Note [Bounded staging]).
   if (!leader_) {  // a sharded optimizer's shard, staged for rank 0
-    writer_->submit(make_peer_snapshot(*optimizer_, pos_, world_info_.rank));
+    checkpoint::Snapshot shard = make_peer_snapshot(*optimizer_, pos_, world_info_.rank);
+    shard.preemption = preemption;
+    writer_->submit(std::move(shard));
     return ms_since(t0);
   }
   if (reserver_.joinable()) reserver_.join();
@@ -268,6 +286,7 @@ double Trainer::Impl::save(int64_t steps_done) {
   checkpoint::Snapshot snapshot =
       make_snapshot(cfg_, *net_, *optimizer_, schedule_, pos_, world_info_.world_size, engines_);
   if (optimizer_->sharded()) snapshot.peer_files = peer_optimizer_files(world_info_.world_size);
+  snapshot.preemption = preemption;
   writer_->submit(std::move(snapshot));
   last_ckpt_time_ = Clock::now();
   return ms_since(t0);
@@ -285,6 +304,7 @@ void Trainer::Impl::collect_writes() {
       continue;
     }
     control_->checkpoint_finished(w.step, w.path, w.error, w.seconds, w.bytes);
+    last_write_ = w;
     if (w.error.empty()) {
       last_ckpt_ = w.path;
       LF_LOG(log, info) << "checkpoint " << w.path << ": " << static_cast<double>(w.bytes) / 1e6 << " MB in "

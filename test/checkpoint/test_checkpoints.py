@@ -10,6 +10,11 @@
   resume from a checkpoint, several kills land inside a write and some while
   its chunks are being written, and the run ends with the uninterrupted
   parameters and losses;
+- SIGKILL during a preemption save (SIGUSR1, then SIGKILL once its temporary
+  directory appears, at different points of the write): the killed save is
+  never taken for complete, every start resumes from the newest complete
+  checkpoint, a preemption save that completes (exit 75) is verified at the
+  next start, and the run ends bitwise equal to the uninterrupted one;
 - a checkpoint whose manifest is version 1 (one SHA-256 per file, as before
   chunked writes) validates and resumes bit for bit;
 - a slow write shows its progress (bytes, rate, ETA) in the log and in
@@ -37,6 +42,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -74,10 +80,14 @@ def final_weights(run, step):
 
 
 def verified(path, entry):
-    """A file against its manifest entry: its size, and the SHA-256 of each chunk (format 2) or of the whole."""
+    """A file against its manifest entry: its size, and the SHA-256 of each chunk (format 2) or of the whole,
+    or a preemption save's CRC-32 of each chunk (format 3)."""
     data = path.read_bytes()
     if len(data) != entry["bytes"]:
         return False
+    if "chunk_crc32" in entry:
+        c = entry["chunk_bytes"]
+        return [f"{zlib.crc32(data[i:i + c]):08x}" for i in range(0, len(data), c)] == entry["chunk_crc32"]
     if "chunk_sha256" in entry:
         c = entry["chunk_bytes"]
         return [hashlib.sha256(data[i:i + c]).hexdigest() for i in range(0, len(data), c)] == entry["chunk_sha256"]
@@ -252,6 +262,95 @@ def test_sigkill_on_observed_progress_always_resumes_from_the_newest_complete_ch
     assert tally["resumed_from_checkpoint"] >= KILLS - 1, tally  # most kills resume from a checkpoint
     assert tally["kills_inside_a_write"] >= MIN_KILLS_INSIDE_A_WRITE, tally
     assert tally["kills_while_chunks_were_written"] >= 2, tally
+
+
+PREEMPT_KILLS = max(4, KILLS // 3)  # ctest: 4 (checkpoint_preempt_sigkill); 6 under the long label
+
+
+def preempt_then_kill(w, step, ckpts, deadline_s, settle_s):
+    """SIGUSR1 once the progress line of step `step` (or later) is seen with no write of this run in flight,
+    then SIGKILL `settle_s` after a write's temporary appears (the preemption save's, unless a periodic write
+    began before the signal took effect). Returns (the temporary's checkpoint name, or None if the run exited
+    first; the step the run said it was saving)."""
+    in_flight = f".*.tmp-{w.proc.pid}"
+    seen = 0
+    deadline = time.monotonic() + deadline_s
+    while seen < step or any(ckpts.glob(in_flight)):
+        try:
+            m = re.match(r"step (\d+)/", w.stdout.get(timeout=0.002))
+            seen = int(m.group(1)) if m else seen
+        except queue.Empty:
+            pass
+        assert w.proc.poll() is None, f"the run ended (exit {w.proc.returncode}): {''.join(w.stderr)[-2000:]}"
+        assert time.monotonic() < deadline, f"step {step} not reached in {deadline_s} s (last {seen})"
+    w.proc.send_signal(signal.SIGUSR1)
+    tmp = []
+    while not tmp and w.proc.poll() is None:
+        assert time.monotonic() < deadline, "no write after SIGUSR1"
+        tmp = list(ckpts.glob(in_flight))
+        time.sleep(0.002)
+    time.sleep(settle_s)
+    w.proc.send_signal(signal.SIGKILL)
+    w.proc.wait()
+    for t in w._readers:
+        t.join()
+    m = re.search(r"requeue requested \(SIGUSR1\): checkpointing at step (\d+)", "".join(w.stderr))
+    return (tmp[0].name[1:].split(".tmp-")[0] if tmp else None), (int(m.group(1)) if m else None)
+
+
+def test_sigkill_during_a_preemption_save_never_leaves_it_taken_for_complete(straight, tmp_path):
+    """PREEMPT_KILLS runs get SIGUSR1 a few steps past their resume point and are SIGKILLed while the
+    preemption save is being written (1 MiB chunks, each held 20 ms, from 4 threads through 8 MiB of
+    staging); then one run whose preemption save completes (exit 75), and a last run to the end."""
+    rng = random.Random(45)
+    env = dict(os.environ, LOONGFORGE_TEST_CHECKPOINT_CHUNK_DELAY_MS="20")
+    run = tmp_path / "q"
+    ckpts = run / "checkpoints"
+    cmd = command(tmp_path, "q", "trainer.max_steps=100", "checkpoint.resume=latest", "logging.interval_steps=1",
+                  "checkpoint.chunk_mb=1", "checkpoint.write_threads=4", "checkpoint.staging_mb=8")
+
+    def resumed_from(err):
+        m = re.search(r"resumed from (\S+) at step (\d+)", err)
+        return (int(m.group(2)), Path(m.group(1))) if m else None
+
+    killed_in_save = 0
+    for i in range(PREEMPT_KILLS):
+        expected = newest_complete(ckpts) if ckpts.exists() else None
+        w = Watched(cmd, env)
+        target = (expected[0] if expected else 0) + 6 + rng.randint(0, 2)
+        name, saving = preempt_then_kill(w, target, ckpts, RUN_DEADLINE_S, rng.uniform(0.0, 0.25))
+        err = "".join(w.stderr)
+        assert resumed_from(err) == expected, (expected, err[-2000:])  # never a killed save
+        left = ckpts / f".{name}.tmp-{w.proc.pid}"
+        hit = saving is not None and name == f"epoch_0_step_{saving}" and left.exists()  # killed inside its save
+        killed_in_save += hit
+        complete = newest_complete(ckpts)
+        if hit:  # the killed save is not complete; the newest complete one is older (or an earlier copy of it)
+            assert complete is None or complete[0] < saving or (ckpts / name).is_dir(), (complete, name)
+        print(f"preemption kill {i + 1}/{PREEMPT_KILLS}: resumed at {expected[0] if expected else 0}, SIGUSR1 "
+              f"after step {target}, saving step {saving}, killed {'inside its save' if hit else 'elsewhere'} "
+              f"(exit {w.proc.returncode})", flush=True)
+    assert killed_in_save >= PREEMPT_KILLS - 1, killed_in_save
+
+    # A preemption save that completes: exit 75, verified at the next start.
+    expected = newest_complete(ckpts)
+    w = Watched(cmd, env)
+    seen = 0
+    while seen < expected[0] + 4:
+        m = re.match(r"step (\d+)/", w.stdout.get(timeout=RUN_DEADLINE_S))
+        seen = int(m.group(1)) if m else seen
+    w.proc.send_signal(signal.SIGUSR1)
+    assert w.proc.wait(timeout=RUN_DEADLINE_S) == 75
+    for t in w._readers:
+        t.join()
+    saved = json.loads((run / "preemption.json").read_text())
+    assert saved["checkpoint"] and json.loads((Path(saved["checkpoint"]) / "MANIFEST.json").read_text())["verified"] is False
+    last = train(tmp_path, "q", "trainer.max_steps=100", "checkpoint.resume=latest", env=env)
+    assert f"verified preemption save {saved['checkpoint']}" in last.stderr, last.stderr[-2000:]
+    assert resumed_from(last.stderr) == (saved["step"], Path(saved["checkpoint"]))
+    assert not list(ckpts.glob(".*tmp*")), "stale temporaries are removed when a run starts"
+    assert final_weights(run, 100) == final_weights(straight, 100)
+    assert losses(run) == losses(straight)
 
 
 def as_version_1(ckpt):

@@ -95,10 +95,10 @@ TEST_CASE("checkpoint: validate_checkpoint refuses a directory whose manifest is
   REQUIRE(r.problems.size() == 3);
   REQUIRE(r.problems[0] == manifest + ": does not list model.safetensors");
 
-  j["format_version"] = kFormatVersion + 1;
+  j["format_version"] = kNewestFormatVersion + 1;
   std::ofstream(manifest) << j.dump();
   REQUIRE_THAT(validate_checkpoint(dir).problems[0],
-               Contains("format_version " + std::to_string(kFormatVersion + 1) + " is not one this LoongForge reads"));
+               Contains("format_version " + std::to_string(kNewestFormatVersion + 1) + " is not one this LoongForge reads"));
 
   remove_tree(manifest);
   r = validate_checkpoint(dir);

@@ -172,7 +172,7 @@ TEST_CASE("config: the engine sections commented out in configs/n16.yaml hold th
     REQUIRE(cfg.origin.count(k.path) == 1);
     REQUIRE(value_text(cfg, k.path) == k.default_text);
   }
-  REQUIRE(engine_keys == 21);
+  REQUIRE(engine_keys == 24);  // gcts 10, mla 5, adfe 5, dmf 4
 }
 
 // ---------------------------------------------------------------------------
@@ -199,7 +199,8 @@ TEST_CASE("config: a far-off unknown section lists the valid sections") {
 
 TEST_CASE("config: a far-off unknown key lists the section's keys") {
   REQUIRE_THAT(error_of("mla:\n  qqqqqqqqqq: 1\n"),
-               Contains("unknown key 'mla.qqqqqqqqqq'; keys of section 'mla': enable, global_pool_gb"));
+               Contains("unknown key 'mla.qqqqqqqqqq'; keys of section 'mla': enable, persistent_gb, global_pool_gb, "
+                        "segment_mb, fallback_cudamalloc"));
 }
 
 TEST_CASE("config: a word where an integer belongs is a type error with the range") {
@@ -367,6 +368,11 @@ TEST_CASE("config: a memory pool as large as the GPU is rejected when the GPU si
                Contains("bad.yaml:7: mla.global_pool_gb (200.0) must be below the device memory (139.8 GB)"));
   // unknown device memory: not checked
   REQUIRE(error_of("mla:\n  enable: true\n  global_pool_gb: 200\n", {}, with_engines({"mla"})) == "");
+  // The persistent arena and the activation arena together must leave room too.
+  REQUIRE_THAT(error_of("mla:\n  enable: true\n  persistent_gb: 100\n  global_pool_gb: 50\n", {}, ctx),
+               Contains("mla.persistent_gb (100.0) plus mla.global_pool_gb (50.0) must be below the device memory "
+                        "(139.8 GB)"));
+  REQUIRE(error_of("mla:\n  enable: true\n  persistent_gb: 80\n  global_pool_gb: 50\n", {}, ctx) == "");
 }
 
 TEST_CASE("config: warmup longer than the run is rejected") {

@@ -3,7 +3,7 @@ status shows progress, strategy, engines and world; profile-step writes a
 profile JSON with per-phase times and a Chrome trace that parses, and with
 --kernels its CUDA activity counts (none on a CPU run);
 checkpoint-now produces a checkpoint that validate-checkpoint accepts;
-engine verbs answer that their engine is not in this build; stop checkpoints
+engine verbs answer that their engine is not in this build or off; stop checkpoints
 and the trainer exits 0; target selection and error messages are clear.
 """
 import json
@@ -102,10 +102,13 @@ def test_checkpoint_now_writes_a_checkpoint_that_validates(trainer):
 
 
 def test_engine_verbs_answer_that_their_engine_is_not_built_or_off(trainer):
-    for args in (["mla-stats"], ["debug-dmf"]):
-        r = cli(*args, "--socket", trainer.socket, check=False)
-        assert r.returncode == 3, (args, r.stderr)
-        assert "not in this build" in r.stderr and "[engine_off]" in r.stderr
+    r = cli("debug-dmf", "--socket", trainer.socket, check=False)
+    assert r.returncode == 3, r.stderr
+    assert "not in this build" in r.stderr and "[engine_off]" in r.stderr
+    # MLA is built, and off in this run (a CPU run).
+    r = cli("mla-stats", "--socket", trainer.socket, check=False)
+    assert r.returncode == 3, r.stderr
+    assert "off in this run (mla.enable=false)" in r.stderr and "[engine_off]" in r.stderr
     # GCTS is built, and off in this run.
     for args in (["switch-strategy", "--strategy", "hybrid"], ["hot-rejoin"]):
         r = cli(*args, "--socket", trainer.socket, check=False)

@@ -2,12 +2,17 @@
 bundled dataset prints progress lines with an ETA, writes metrics.jsonl (one
 record per step, every documented field), a checkpoint whose model.safetensors
 loads in Python with the model's own parameter names, and ends with a summary;
-bad inputs stop it with a message naming the file.
+bad inputs stop it with a message naming the file; a run whose first step
+is made slow on purpose (3 s of data wait) reports the same kind of steady
+figures: the median and data-wait share of the steps after warm-up, with
+the slow step only in the time to the first step and the labelled
+whole-run mean.
 
 Environment as in test_parity.py (set by ctest).
 """
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,12 +27,41 @@ FIELDS = {"step", "loss", "lr", "grad_norm", "num_valid", "samples_per_s", "toke
           "data_wait_ms", "step_ms", "peak_mem_mb"}
 
 
-def train(tmp_path, *sets, check=True):
+def train(tmp_path, *sets, check=True, env=None):
     cmd = [TRAIN, "--config", str(REPO / "configs/n16-tiny.yaml"), "--set", f"model.path={MODEL}",
            "--set", f"data.path={DATA}", "--set", f"run.output_dir={tmp_path}", "--set", "logging.interval_steps=5"]
     for s in sets:
         cmd += ["--set", s]
-    return subprocess.run(cmd, check=check, capture_output=True, text=True)
+    return subprocess.run(cmd, check=check, capture_output=True, text=True, env=env)
+
+
+def test_a_slow_first_step_leaves_the_steady_figures_to_the_steps_after_warm_up(tmp_path):
+    env = dict(os.environ, LOONGFORGE_TEST_FIRST_STEP_DELAY_MS="3000")
+    r = train(tmp_path, "trainer.max_steps=20", "checkpoint.interval_steps=1000", "logging.progress=lines", env=env)
+    run = tmp_path / "n16-tiny-demo"
+    records = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    summary = json.loads((run / "summary.json").read_text())
+    steady = summary["steady_state"]
+    assert records[0]["data_wait_ms"] >= 3000 and records[0]["step_ms"] >= 3000  # the slow step is recorded
+    # The steady figures come from steps 3-20 alone (Note [Steady state]), whatever step 1 took.
+    window = records[2:]
+    sps = sorted(x["samples_per_s"] for x in window)
+    assert steady["from_step"] == 3 and steady["steps"] == 18
+    assert abs(steady["samples_per_s_median"] - (sps[8] + sps[9]) / 2) <= 1e-6 * sps[9]
+    wait = sum(x["data_wait_ms"] for x in window) / sum(x["step_ms"] for x in window)
+    assert abs(steady["data_wait_fraction"] - wait) <= 1e-9 + 1e-6 * wait
+    assert records[0]["samples_per_s"] < 0.5 * steady["samples_per_s_median"]  # step 1 would have dragged it down
+    # The slow step shows where it belongs: the time to the first step and the labelled whole-run mean.
+    assert summary["time_to_first_step_s"] >= 3.0
+    whole = summary["whole_run_mean"]
+    all_wait = sum(x["data_wait_ms"] for x in records) / sum(x["step_ms"] for x in records)
+    assert abs(whole["data_wait_fraction"] - all_wait) <= 1e-6 * all_wait
+    assert whole["data_wait_fraction"] > steady["data_wait_fraction"] + 0.1
+    assert whole["samples_per_s"] < steady["samples_per_s_median"]
+    assert f"data wait {100 * steady['data_wait_fraction']:.1f}% of step time (median of steps 3-20" in r.stdout
+    assert "(mean over all 20 steps, warm-up included)" in r.stdout
+    # The progress lines give the steady median and its data-wait share beside the step's own figures.
+    assert re.search(r"samples/s \(median [\d.]+, data wait [\d.]+%\)", r.stdout), r.stdout
 
 
 def test_a_short_run_shows_progress_writes_metrics_a_checkpoint_and_a_summary(tmp_path):

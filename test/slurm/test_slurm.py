@@ -6,9 +6,12 @@ machine: slurm_cluster.py), 2 CPU tasks through Gloo, n16-tiny:
   `scontrol show hostnames`);
 - preempted: SIGUSR1 to the batch shell (`scancel --signal=USR1 --batch`, what
   `#SBATCH --signal=B:USR1@120` sends before the time limit) makes every rank
-  checkpoint and exit 75, the script requeues the job, the requeued job
-  resumes with `--resume latest` and finishes with the losses, weights and
-  optimizer state of the uninterrupted job, bitwise.
+  write a preemption save (CRC-32 chunks, timed from the signal against
+  checkpoint.preempt_lead_s, recorded in preemption.json) and exit 75, the
+  script requeues the job, the requeued job verifies the save before it
+  trains (its manifest then lists SHA-256s), resumes with `--resume latest`
+  and finishes with the losses, weights and optimizer state of the
+  uninterrupted job, bitwise.
 
 Environment (set by ctest): LOONGFORGE_TRAIN, LOONGFORGE_TEST_DATASET,
 LOONGFORGE_TEST_MODELS. Skips only when this machine cannot run Slurm at all
@@ -121,6 +124,17 @@ def test_usr1_before_the_time_limit_checkpoints_requeues_and_resumes_to_the_same
                if "requeue requested (SIGUSR1): checkpointing at step" in l]
     assert len(stopped) == 2 and stopped[0] == stopped[1] and STOP_AFTER <= stopped[0] < STEPS, stopped  # both ranks
     assert f"resumed from {run}/checkpoints/epoch_0_step_{stopped[0]} at step {stopped[0]}" in text, text
+    # The preemption save (Note [Preemption saves]): timed from the signal, verified by the requeued job.
+    ckpt = run / "checkpoints" / f"epoch_0_step_{stopped[0]}"
+    record = json.loads((run / "preemption.json").read_text())
+    assert record["step"] == stopped[0] and record["checkpoint"] == str(ckpt), record
+    assert record["timed_from"] == "the signal on rank 0" and 0 < record["save_s"] <= record["signal_to_durable_s"]
+    print(f"preemption save under Slurm: {record['bytes'] / 1e6:.1f} MB written in {record['save_s']:.2f} s, "
+          f"durable {record['signal_to_durable_s']:.2f} s after SIGUSR1")
+    assert f"preemption save {ckpt}: " in text and "(checkpoint.preempt_lead_s)" in text, text
+    assert f"verified preemption save {ckpt}: the CRC-32 of each of its" in text, text
+    manifest = json.loads((ckpt / "MANIFEST.json").read_text())
+    assert manifest["verified"] is True and "chunk_sha256" in manifest["files"]["model.safetensors"]
 
     sl, pl = losses(straight[0]), losses(run)
     assert len(pl) == STEPS

@@ -1,6 +1,7 @@
 // What a run reports as its speed (Note [Steady state] in src/trainer/progress.cpp):
 // the steady state's median and data-wait share, unaffected by a slow first
-// step, and the whole-run mean only as a labelled second figure.
+// step, and the whole-run mean only as a labelled second figure; and the
+// allocator's own fields (MLA's) among a record's scalars, after the others.
 #include <cmath>  // std::abs
 #include <vector>
 
@@ -59,4 +60,17 @@ TEST_CASE("progress: the median ignores a checkpoint stall inside the window") {
   h[40].step_ms = 9000.0, h[40].samples_per_s = 32.0 / 9.0;  // one stalled step
   const SteadyState s = steady_state(h);
   REQUIRE(near(s.samples_per_s, 32.0 / 0.2505, 1e-9));
+}
+
+TEST_CASE("progress: the allocator's fields follow the others under memory/, and none without them") {
+  StepRecord r;
+  r.loss = 0.5;
+  const auto plain = scalars_of(r);
+  r.memory_scalars = {{"mla_fragmentation", 0.02}, {"mla_cuda_malloc_after_step_1", 0}};
+  const auto with = scalars_of(r);
+  REQUIRE(with.size() == plain.size() + 2);
+  REQUIRE(with[plain.size()].first == "memory/mla_fragmentation");
+  REQUIRE(with[plain.size()].second == 0.02);
+  REQUIRE(with.back().first == "memory/mla_cuda_malloc_after_step_1");
+  for (const auto& [tag, value] : plain) REQUIRE(tag.rfind("memory/mla_", 0) != 0);
 }

@@ -33,6 +33,12 @@
 //    atomically beside the checkpoint, and rank 0's write moves them in and
 //    lists them in the manifest before it publishes the directory, so a
 //    checkpoint is either complete with every rank's shard or absent.
+//  - Preemption saves (Note [Preemption saves] in writer.cpp): a snapshot
+//    with `preemption` set is written with a CRC-32 per chunk instead of a
+//    SHA-256 (manifest format 3, "verified": false) and prunes nothing;
+//    validate_checkpoint() checks the CRC-32s and computes the SHA-256s, and
+//    seal_checkpoint() then rewrites the manifest as an ordinary verified one
+//    (format 2). The trainer does both before it trains from such a save.
 //  - Errors are CheckpointError naming the directory and file.
 //
 // Example:
@@ -83,28 +89,37 @@ std::vector<TensorHeader> read_safetensors_header(const std::string& path);
 // Manifest and snapshot
 
 // Version 2 lists the SHA-256 of each chunk of a tensor file; version 1
-// (whole files only) is still read and validated.
+// (whole files only) is still read and validated; version 3 is a preemption
+// save not verified yet (CRC-32 per chunk, "verified": false), which
+// seal_checkpoint() turns into version 2.
 constexpr int kFormatVersion = 2;
+constexpr int kUnverifiedFormatVersion = 3;
 constexpr int kOldestFormatVersion = 1;
+constexpr int kNewestFormatVersion = kUnverifiedFormatVersion;
 constexpr const char* kManifest = "MANIFEST.json";
 
 // A file's size and hashes, as MANIFEST.json lists it: either the SHA-256 of
 // the whole file (`sha256`: every file of version 1, text files of version
 // 2) or one per chunk (`chunk_bytes` > 0: chunk i is the bytes
 // [i * chunk_bytes, min((i + 1) * chunk_bytes, bytes)), `chunk_sha256[i]`
-// their SHA-256; a file of one chunk has its whole-file digest there).
+// their SHA-256; a file of one chunk has its whole-file digest there). A
+// preemption save's tensor files list `chunk_crc32` (zlib's CRC-32 of each
+// chunk, 8 hex digits) instead of `chunk_sha256` until they are verified.
 struct FileEntry {
   uint64_t bytes = 0;
   std::string sha256;
   uint64_t chunk_bytes = 0;
   std::vector<std::string> chunk_sha256;
+  std::vector<uint32_t> chunk_crc32;
   bool chunked() const { return chunk_bytes > 0; }
+  bool unverified() const { return chunked() && chunk_sha256.empty(); }
   nlohmann::json to_json() const;
   static FileEntry from_json(const nlohmann::json& j);  // throws nlohmann::json::exception
 };
 
 struct Manifest {
   int format_version = kFormatVersion;
+  bool verified = true;  // false: a preemption save whose tensor files carry CRC-32s only (format 3)
   std::string run_id, config_hash, model_hash, loongforge_version;
   int64_t step = 0, epoch = 0, world_size = 1;
   nlohmann::json config;                  // compared keys -> values (see checkpoints.md)
@@ -128,6 +143,9 @@ struct Snapshot {
   std::vector<std::string> peer_files;
   bool peer = false;
   double peer_timeout_s = 600;
+  // A preemption save (Note [Preemption saves]): CRC-32 per chunk instead of
+  // SHA-256, the manifest marked unverified, nothing pruned after it.
+  bool preemption = false;
 };
 
 struct WriteResult {
@@ -135,6 +153,7 @@ struct WriteResult {
   int64_t step = 0;
   uint64_t bytes = 0;
   double seconds = 0;
+  bool preemption = false;  // written as a preemption save (unverified)
   std::string error;  // empty on success
 };
 
@@ -240,6 +259,9 @@ struct Report {
   std::string dir;
   Manifest manifest;
   std::vector<std::string> problems;  // empty: complete and intact
+  // An unverified preemption save whose CRC-32s all matched: its tensor
+  // files' entries with the SHA-256 of each chunk, for seal_checkpoint().
+  std::map<std::string, FileEntry> sealed;
   bool ok() const { return problems.empty(); }
 };
 
@@ -249,12 +271,19 @@ struct Report {
 // printable the same way).
 Manifest read_manifest(const std::string& path);
 
-// Integrity and completeness: the manifest parses (format version 1 or 2),
+// Integrity and completeness: the manifest parses (format version 1 to 3),
 // every listed file exists with its size and SHA-256 (each chunk's, or the
-// whole file's), nothing required is missing. Chunks are read and hashed by
+// whole file's; an unverified preemption save's CRC-32 of each chunk, whose
+// SHA-256 is computed in the same pass into `sealed`), nothing required is missing. Chunks are read and hashed by
 // `threads` threads at once (0: the machine's cores, at most 16); problems
 // come in the manifest's file order.
 Report validate_checkpoint(const std::string& dir, int threads = 0);
+
+// Makes a validated, unverified preemption save an ordinary checkpoint: its
+// manifest is rewritten (format 2, the SHA-256s of `report.sealed`) through
+// a synced temporary and one rename. Throws CheckpointError when the report
+// is not ok() or not of an unverified save, or a write fails.
+void seal_checkpoint(const Report& report);
 
 // Checkpoint directories under `parent` (`epoch_E_step_S`, or
 // `epoch_E_step_S.replaced` while `epoch_E_step_S` is absent), newest

@@ -48,6 +48,7 @@ struct ReadyBatch {
   int64_t num_valid = 0;      // valid action elements (the loss is averaged over them)
   int64_t tokens = 0;         // text + action + image tokens (throughput metrics)
   std::vector<int64_t> embodiments;  // the distinct embodiment ids in the batch, sorted (known on the host)
+  uint64_t draw_seed = 0;     // the seed of the draws inside the model's forward (fusion::draw_seed; the trainer sets it)
 };
 
 class BatchSource {

@@ -14,6 +14,13 @@
 //    trainer: micro-batch by micro-batch, forward then backward.
 //  - Phases "forward" and "backward" (per micro-batch) go to the
 //    PhaseRecorder.
+//  - Before each micro-batch's forward (an eager one, a package call or a
+//    CUDA-graph replay) the runner sets the default generator of the
+//    batch's device to the batch's draw_seed, offset 0 (seed_draws): what
+//    the forward draws itself (dropout masks; a GR00T head's state draws
+//    when the batch lacks them) is then a pure function of (run.seed, step,
+//    micro-batch, rank) in every runner (draw_seed; Note [Micro-step draws]
+//    in step_runner.cpp).
 //  - status() describes the runner for `loongforge status` (null: nothing
 //    to say).
 //  - Trainer thread only.
@@ -118,6 +125,14 @@ class StepRunner {
     return std::nullopt;
   }
 };
+
+// The seed of micro-batch `micro`'s draws in 0-based step `step` on `rank`
+// (docs/training-semantics.md s4, "Draws inside the model").
+uint64_t draw_seed(uint64_t run_seed, int64_t step, int64_t micro, int64_t rank);
+
+// Sets the default generator of `device` to `seed`, offset 0 (a CUDA
+// graph's replay reads the generator's seed and offset: call it before).
+void seed_draws(uint64_t seed, c10::Device device);
 
 // One forward and one backward per micro-batch, through the TorchScript
 // module; bf16_autocast: the forward runs under CUDA bf16 autocast.

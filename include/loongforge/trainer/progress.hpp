@@ -43,6 +43,8 @@ struct StepRecord {
   double decode_jobs = 0;          // ADFE: videos (or spans) waiting for a decode thread at the step's end
   double io_jobs = 0;              // ADFE: videos (or spans) waiting for an I/O thread at the step's end (level 0)
   double readahead_mb_per_s = 0;  // ADFE: video MB its I/O threads read ahead since the previous step's end, per second
+  // The allocator's own fields (memory::Stats::scalars; MLA: mla_fragmentation, ...), after the others.
+  std::vector<std::pair<std::string, double>> memory_scalars;
 };
 
 // The scalars of a record, by their TensorBoard tag (also the metrics.jsonl

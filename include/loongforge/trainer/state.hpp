@@ -84,12 +84,18 @@ std::map<std::string, at::Tensor> read_optimizer_state(const std::string& dir, c
 int64_t check_resume(const std::string& dir, const config::Config& cfg, int64_t world_size, std::string* note);
 
 // Loads `dir` into `net`, `optimizer`, the default generators and the
-// engines; returns trainer_state.json.
+// engines; returns trainer_state.json. Every file is verified first; an
+// unverified preemption save is checked against its CRC-32s and, with
+// `seal` (rank 0), its manifest then records the SHA-256s computed in the
+// same pass (Note [Preemption saves] in src/checkpoint/writer.cpp).
 nlohmann::json resume_from(const std::string& dir, const config::Config& cfg, model::Model& net,
-                           optim::Optimizer& optimizer, int64_t world_size, const std::vector<Engine>& engines);
+                           optim::Optimizer& optimizer, int64_t world_size, const std::vector<Engine>& engines,
+                           bool seal = false);
 
-// Seeds the default CPU (and CUDA) generators of this rank from run.seed
-// (they drive dropout; the flow-matching draws have their own generators).
+// Seeds the default CPU (and CUDA) generators of this rank from run.seed at
+// start. The draws inside a micro-step (dropout) do not continue from it:
+// the runners reseed the generator per micro-batch (fusion::seed_draws);
+// the flow-matching draws have their own generators.
 void seed_default_generators(const config::Config& cfg, int64_t rank);
 
 }  // namespace loongforge::trainer

@@ -4,8 +4,9 @@
 #      dropout at 0 (the form scripts/compile_step.py takes today), micro-batch 32, bf16
 #      (scripts/dev/gpu/compile_only.sh, CPP_ONLY=1; returned gzip-compressed under $OUT/g17d0/),
 #   2. once its trace is over (the GPU is free again), beside its code generation: the GPU tests
-#      with LONG=0 (scripts/dev/gpu/gpu_tests.sh: build-gpu/ from scratch), then the checkpoint
-#      write throughput of issue #45 on the GPU host (scripts/bench/checkpoint.sh), while time is left.
+#      with LONG=0 (scripts/dev/gpu/gpu_tests.sh: build-gpu/ from scratch), then EXTRA_TESTS (long-labelled GPU
+#      tests: the compiled step's draws replayed, MLA), then the checkpoint write throughput of issue #45 on the GPU
+#      host (scripts/bench/checkpoint.sh), while time is left.
 # On the CPU machine afterwards:
 #   cat OUT/g17d0/g17d0-step-cpp.pt2.gz* | gunzip > /tmp/g17d0-cpp.pt2
 #   python3 scripts/dev/build_aoti_package.py /tmp/g17d0-cpp.pt2 .gpu-carry/g17d0-step.pt2 --opt-level O0
@@ -25,6 +26,12 @@ done
 grep -E "^(traced|exported)" "$OUT/g17d0/compile_only.log"
 stamp "gpu tests (LONG=0), at most $(( $(left) - 150 )) s"
 LONG=0 GPU_TEST_LINES=45 timeout $(( $(left) - 150 )) bash scripts/dev/gpu/gpu_tests.sh; echo "gpu_tests: exit $?"
+for t in ${EXTRA_TESTS:-test_compiled_draws test_mla_gpu}; do  # gpu tests labelled long, while time is left
+  [ "$(left)" -gt 150 ] || break
+  stamp "$t"
+  (cd build-gpu && timeout $(( $(left) - 100 )) ctest -R "^$t\$" --output-on-failure > "$OUT/ctest-$t.log" 2>&1; echo "ctest exit $?")
+  grep -E "Test +#|tests passed|FAILED|Failed|failed|error" "$OUT/ctest-$t.log" | tail -8
+done
 if [ "$(left)" -gt 120 ]; then
   stamp "checkpoint throughput"
   ninja -C build-gpu bench_checkpoint > "$OUT/bench_build.log" 2>&1 && \

@@ -1,0 +1,123 @@
+// MLA's device allocator (room-private; mla.hpp is the room's contract): the
+// pool logic of pool.hpp over cudaMalloc'd ranges, served to libtorch through
+// its pluggable allocator (torch::cuda::CUDAPluggableAllocator). Built only
+// with CUDA (LOONGFORGE_WITH_CUDA_KERNELS). Note [MLA's device pools] in
+// device_allocator.cpp says where each allocation goes.
+#pragma once
+
+#include <cuda_runtime_api.h>  // cudaStream_t, cudaEvent_t
+
+#include <array>          // std::array
+#include <cstdint>        // uint64_t
+#include <string>         // std::string
+#include <functional>     // std::function
+#include <map>            // std::map
+#include <memory>         // std::unique_ptr
+#include <mutex>          // std::mutex
+#include <unordered_map>  // std::unordered_map
+#include <utility>        // std::pair
+#include <vector>         // std::vector
+
+#include <nlohmann/json.hpp>  // nlohmann::json
+
+#include "loongforge/engines/mla/oom.hpp"
+#include "loongforge/engines/mla/pool.hpp"
+
+namespace loongforge::mla {
+
+struct DeviceOptions {
+  uint64_t persistent_bytes = 0;       // mla.persistent_gb: the persistent arena, reserved at install (0: grown)
+  uint64_t activation_bytes = 0;       // mla.global_pool_gb: the activation arena, reserved at install (0: none)
+  uint64_t segment_bytes = 64u << 20;  // mla.segment_mb: the unit a pool without an arena grows by
+  bool fallback_cudamalloc = false;    // mla.fallback_cudamalloc
+  OomReport keys;                      // the run's keys, for the out-of-memory message
+};
+
+using MempoolKey = std::pair<uint64_t, uint64_t>;  // c10::cuda::MempoolId_t
+
+class DeviceAllocator {
+ public:
+  DeviceAllocator(DeviceOptions options, int device);
+  ~DeviceAllocator();  // never frees its ranges (tensors may outlive it at exit)
+
+  // cudaMalloc's the arenas the options ask for (cudaMalloc calls counted).
+  void reserve_arenas();
+
+  // The pluggable allocator's callbacks.
+  void* allocate(size_t bytes, int device, cudaStream_t stream);
+  void release(void* ptr, cudaStream_t stream);
+  void record_stream(void* ptr, cudaStream_t stream);
+  void begin_allocate_to_pool(MempoolKey pool, std::function<bool(cudaStream_t)> filter);
+  void end_allocate_to_pool(MempoolKey pool);
+  void release_pool(MempoolKey pool);
+
+  // After optimizer step `step`: the step's allocation time, fences, events polled.
+  void step_done(int64_t step);
+
+  // `loongforge mla-stats` (and status's "mla"): every pool, by category, the
+  // cudaMalloc calls, allocation time per step. Thread-safe.
+  nlohmann::json stats_json();
+  // memory::Stats' numbers (MB): in use, reserved, peak in use.
+  void totals_mb(double& in_use, double& reserved, double& peak);
+  // metrics.jsonl's fields.
+  std::vector<std::pair<std::string, double>> scalars();
+
+ private:
+  struct Where {
+    enum Kind : uint8_t { kCategory, kGraph, kFallback } kind = kCategory;
+    uint8_t category = 0;  // kCategory: the Category index
+    MempoolKey graph{};    // kGraph
+    uint64_t bytes = 0;    // kFallback
+  };
+  struct GraphPool {
+    std::unique_ptr<Pool> pool;
+    std::vector<std::pair<uint64_t, uint64_t>> chunks;  // taken from chunk_source(): (addr, bytes)
+    int captures = 0;       // graphs captured into it and not yet released (graphs may share an id)
+    bool released = false;  // the last of them was released: chunks go back once its blocks are free
+  };
+  struct Event {
+    cudaEvent_t event;
+    Pool* pool;
+  };
+
+  Pool& pool(Category c) { return *pools_[static_cast<size_t>(c)]; }
+  Category chunk_source() const;
+  void* allocate_locked(size_t bytes, cudaStream_t stream);
+  uint64_t allocate_in(Category c, size_t bytes, cudaStream_t stream);  // 0: none
+  uint64_t allocate_in_graph(GraphPool& g, size_t bytes, cudaStream_t stream);
+  bool grow(Category c, uint64_t at_least);
+  void* cuda_malloc(uint64_t bytes);  // counted; nullptr when the device is full
+  [[noreturn]] void out_of_memory(Category c, bool fixed, const std::string& pool_name, const PoolStats& s,
+                                  size_t bytes);
+  void release_locked(void* ptr);
+  void return_graph_chunks(MempoolKey key);
+  EventId record_event(Pool* pool, StreamId stream);
+  void poll_events();
+  void synchronize_events();
+  bool capturing() const { return !captures_.empty(); }
+  std::array<uint64_t, kCategoryCount> in_use_by_category();
+  void note_peak();
+
+  DeviceOptions options_;
+  int device_;
+  std::mutex mutex_;
+  std::array<std::unique_ptr<Pool>, kCategoryCount> pools_;
+  std::array<bool, kCategoryCount> fixed_{};  // an arena of a set size: it does not grow
+  std::unordered_map<uintptr_t, Where> where_;
+  std::map<MempoolKey, GraphPool> graphs_;
+  std::vector<std::pair<MempoolKey, std::function<bool(cudaStream_t)>>> captures_;
+  std::vector<void*> deferred_frees_;  // frees outside the graph pools during a capture
+  std::unordered_map<EventId, Event> events_;
+  std::vector<cudaEvent_t> spare_events_;
+  EventId next_event_ = 1;
+  uint64_t graph_chunk_bytes_ = 0;
+  uint64_t peak_in_use_ = 0;
+  // Counters.
+  uint64_t cuda_malloc_calls_ = 0, cuda_malloc_calls_after_step1_ = 0, cuda_malloc_bytes_ = 0;
+  uint64_t fallback_allocations_ = 0, fallback_bytes_ = 0;
+  int64_t steps_done_ = 0;
+  double step_alloc_ms_ = 0;               // host time in allocate/release since the last step ended
+  std::vector<double> alloc_ms_per_step_;  // one per step
+};
+
+}  // namespace loongforge::mla
