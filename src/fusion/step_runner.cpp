@@ -139,8 +139,9 @@ std::unique_ptr<StepRunner> make_plain_runner(model::Model& net, bool bf16_autoc
 // Under auto a compile that fails (or a compiler that is not found) is not
 // fatal: the run trains on the TorchScript step after a warning that names
 // the compile's log and the fix. Why not refuse: auto is the default on
-// CUDA, and a model the compiler refuses today (a GR00T head with dropout
-// on, scripts/compile_step.py) must still train by default. A package that
+// CUDA, and a model the compiler refuses (scripts/compile_step.py: a model
+// file exported by other model code than the checkout's, a grouped model
+// without the operator library) or cannot compile must still train by default. A package that
 // cannot serve a micro-batch's shape is never run around eagerly: it is
 // refused (compiled_runner.cpp), naming the setting that fixes it.
 CompiledStepSetting compiled_step_setting(const config::Config& cfg, c10::Device device) {

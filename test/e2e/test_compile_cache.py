@@ -16,7 +16,12 @@ on the CPU). The suite form compiles once (the module fixture `first`) and every
 The long form (label `long`: one compile each) proves that a corrupted entry is compiled again, and that
 another micro-batch and another trainable set are other entries, each compiled once and then hit.
 
-Environment (set by ctest): LOONGFORGE_TRAIN, LOONGFORGE_TEST_DATASET, LOONGFORGE_TEST_MODELS.
+The GPU form (LOONGFORGE_TEST_DEVICE=cuda, `ctest -L gpu`) proves the default: on CUDA, with
+trainer.compiled_step left unset, the first run compiles an entry for the GPU's architecture (sm_XX) and bf16,
+the second hits it and replays the package as CUDA graphs.
+
+Environment (set by ctest): LOONGFORGE_TRAIN, LOONGFORGE_TEST_DATASET, LOONGFORGE_TEST_MODELS,
+LOONGFORGE_TEST_DEVICE (cpu | cuda).
 """
 import json
 import os
@@ -51,6 +56,7 @@ def command(cache, run_root, *sets, model=MODELS / "n16-tiny.pt", micro=MICRO, c
 
 
 def run(cache, run_root, *sets, check=True, **kw):
+    Path(run_root).mkdir(parents=True, exist_ok=True)  # the control socket's folder is made below it
     r = subprocess.run(command(cache, run_root, *sets, **kw), capture_output=True, text=True, timeout=1200)
     if check:
         assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
@@ -212,10 +218,45 @@ def test_another_micro_batch_and_another_trainable_set_are_other_entries(first, 
     tuned = tmp_path / "tuned-llm.pt"
     subprocess.run([sys.executable, str(REPO / "scripts/model/export.py"), "--config", "n16-tiny",
                     "--set", "tune_llm=true", "--out", str(tuned)], check=True, capture_output=True)
-    t = run(cache, tmp_path / "tuned", model=tuned)
+    run(cache, tmp_path / "tuned", model=tuned)
     assert summary(tmp_path / "tuned")["compiled_step"]["source"] == "compiled"
     names = entries(cache)
     assert len(names) == 3 and entry in names
     assert any(n.startswith(f"n16-tiny-b{MICRO + 1}-cpu-fp32-") for n in names)
     again = run(cache, tmp_path / "b3-run", micro=MICRO + 1)
     assert summary(tmp_path / "b3-run")["compiled_step"]["source"] == "cache hit", again.stdout[-2000:]
+
+
+# ---------------------------------------------------------------------------- gpu: the default on CUDA
+
+
+if os.environ.get("LOONGFORGE_TEST_DEVICE") == "cuda":  # the GPU form (ctest -L gpu); defined only there
+    def test_on_a_gpu_the_default_compiles_for_its_architecture_once_then_hits(tmp_path):
+        # n16-tiny.yaml turns the compiled step off for the demo: the same config without that line, so that
+        # trainer.compiled_step stays at its default.
+        text = (REPO / "configs/n16-tiny.yaml").read_text()
+        assert '  compiled_step: "off"\n' in text
+        config = tmp_path / "tiny-default.yaml"
+        config.write_text(text.replace('  compiled_step: "off"\n', ""))
+        cache = tmp_path / "cache"
+
+        def gpu_run(name):
+            root = tmp_path / name
+            root.mkdir()
+            r = subprocess.run([TRAIN, "--config", str(config), "--set", f"model.path={MODELS / 'n16-tiny.pt'}",
+                                "--set", f"data.path={DATA}", "--set", f"run.output_dir={root}", "--set", "run.device=cuda",
+                                "--set", f"trainer.compile_cache={cache}", "--set", f"trainer.micro_batch_size={MICRO}",
+                                "--set", f"trainer.max_steps={STEPS}", "--set", "checkpoint.interval_steps=1000",
+                                "--set", f"control.socket={root}/ctl/trainer.sock"],
+                               capture_output=True, text=True, timeout=1200)
+            assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+            return summary(root)["compiled_step"], r.stdout + r.stderr
+
+        first_run, log = gpu_run("first")
+        [entry] = entries(cache)
+        assert entry.startswith(f"n16-tiny-b{MICRO}-cuda-sm_") and "-bf16-" in entry, entry
+        assert first_run["source"] == "compiled", log[-3000:]
+        print(f"GPU: compiled {entry} in {first_run['compile_s']:.0f} s")
+        second, log = gpu_run("second")
+        assert second["source"] == "cache hit" and "compiled step: compiling" not in log, log[-3000:]
+        assert "replayed as a CUDA graph" in log
