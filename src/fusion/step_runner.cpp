@@ -130,29 +130,24 @@ std::unique_ptr<StepRunner> make_plain_runner(model::Model& net, bool bf16_autoc
 }
 
 // Note [Compiled step setting]
-// trainer.compiled_step is "auto" by default. Left at its default, auto means
-// the cache on CUDA runs and off on the CPU (the CPU's package serves tests),
-// and off where precision.bf16_weights=on asks for the working copies the
-// package cannot take; named in a config file or --set, auto means the cache
-// on any device.
-// "" is off, as it was before auto existed. A path names one package.
+// trainer.compiled_step is "off" by default (also ""): the TorchScript step.
+// "auto" takes the package of this model, micro-batch, precision, device and
+// GPU architecture from the cache, compiling it there first when it is
+// missing; a path names one package. Why not auto by default yet: the
+// package has not been measured against the TorchScript step with bf16
+// working copies (the GPU default, which a package turns off) on the GR00T
+// models, and their first compile has not been timed on a GPU (docs/operations.md).
 // Under auto a compile that fails (or a compiler that is not found) is not
 // fatal: the run trains on the TorchScript step after a warning that names
-// the compile's log and the fix. Why not refuse: auto is the default on
-// CUDA, and a model the compiler refuses (scripts/compile_step.py: a model
-// file exported by other model code than the checkout's, a grouped model
-// without the operator library) or cannot compile must still train by default. A package that
-// cannot serve a micro-batch's shape is never run around eagerly: it is
-// refused (compiled_runner.cpp), naming the setting that fixes it.
-CompiledStepSetting compiled_step_setting(const config::Config& cfg, c10::Device device) {
+// the compile's log and the fix, so a model the compiler refuses
+// (scripts/compile_step.py: a model file exported by other model code than
+// the checkout's, a grouped model without the operator library) still trains.
+// A package that cannot serve a micro-batch's shape is never run around
+// eagerly: it is refused (compiled_runner.cpp), naming the setting that fixes it.
+CompiledStepSetting compiled_step_setting(const config::Config& cfg, c10::Device /*device*/) {
   const std::string& v = cfg.trainer.compiled_step;
   if (v.empty() || v == "off") return CompiledStepSetting::off;
-  if (v != "auto") return CompiledStepSetting::path;
-  const auto origin = cfg.origin.find("trainer.compiled_step");
-  const bool defaulted = origin == cfg.origin.end() || origin->second == "default";
-  if (!defaulted) return CompiledStepSetting::cache;
-  // The package takes fp32 weights: a run that asks for bf16 working copies keeps them.
-  return device.is_cuda() && cfg.precision.bf16_weights != "on" ? CompiledStepSetting::cache : CompiledStepSetting::off;
+  return v == "auto" ? CompiledStepSetting::cache : CompiledStepSetting::path;
 }
 
 PreparedPackage prepare_compiled_step(const config::Config& cfg, const model::Model& net, c10::Device device,

@@ -30,10 +30,8 @@ int compile_only(const config::Config& cfg, const comm::WorldInfo& world) {
     std::printf("already prepared: %s\n", p.path.c_str());
   const fusion::CompiledStepSetting setting = fusion::compiled_step_setting(cfg, device);
   if (setting != fusion::CompiledStepSetting::cache)
-    LF_LOG(logger("trainer"), warn) << "trainer.compiled_step is " << (cfg.trainer.compiled_step.empty() ? "\"\"" : cfg.trainer.compiled_step)
-                                    << (setting == fusion::CompiledStepSetting::off && cfg.trainer.compiled_step == "auto"
-                                            ? " (its default: off on the CPU)"
-                                            : "")
+    LF_LOG(logger("trainer"), warn) << "trainer.compiled_step is "
+                                    << (cfg.trainer.compiled_step.empty() ? "\"\"" : cfg.trainer.compiled_step)
                                     << ": a training run with this config does not use the cache; set "
                                        "trainer.compiled_step=auto for it to";
   return 0;

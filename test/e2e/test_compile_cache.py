@@ -1,8 +1,7 @@
 """trainer.compiled_step=auto and `loongforge-train --compile-only` (issue #43 item 3): the compiled step's
 package is compiled once on a machine into the package cache (trainer.compile_cache) and reused by later runs.
 
-Proved on the CPU with n16-tiny (trainer.compiled_step=auto named explicitly: left at its default, auto is off
-on the CPU). The suite form compiles once (the module fixture `first`) and every assertion reuses it:
+Proved on the CPU with n16-tiny (trainer.compiled_step=auto; the default is off). The suite form compiles once (the module fixture `first`) and every assertion reuses it:
 - a first run with auto compiles the package: `status` shows phase "compiling" with the compiler's stage line
   and the elapsed time; a `--compile-only` started meanwhile waits on the entry's lock and then finds the
   finished package instead of compiling it again; the run trains with the package and names it, "compiled"
@@ -16,9 +15,8 @@ on the CPU). The suite form compiles once (the module fixture `first`) and every
 The long form (label `long`: one compile each) proves that a corrupted entry is compiled again, and that
 another micro-batch and another trainable set are other entries, each compiled once and then hit.
 
-The GPU form (LOONGFORGE_TEST_DEVICE=cuda, `ctest -L gpu`) proves the default: on CUDA, with
-trainer.compiled_step left unset, the first run compiles an entry for the GPU's architecture (sm_XX) and bf16,
-the second hits it and replays the package as CUDA graphs.
+The GPU form (LOONGFORGE_TEST_DEVICE=cuda, `ctest -L gpu`) proves auto on CUDA: the first run compiles an
+entry for the GPU's architecture (sm_XX) and bf16, the second hits it and replays the package as CUDA graphs.
 
 Environment (set by ctest): LOONGFORGE_TRAIN, LOONGFORGE_TEST_DATASET, LOONGFORGE_TEST_MODELS,
 LOONGFORGE_TEST_DEVICE (cpu | cuda).
@@ -227,17 +225,12 @@ def test_another_micro_batch_and_another_trainable_set_are_other_entries(first, 
     assert summary(tmp_path / "b3-run")["compiled_step"]["source"] == "cache hit", again.stdout[-2000:]
 
 
-# ---------------------------------------------------------------------------- gpu: the default on CUDA
+# ---------------------------------------------------------------------------- gpu: auto on CUDA
 
 
 if os.environ.get("LOONGFORGE_TEST_DEVICE") == "cuda":  # the GPU form (ctest -L gpu); defined only there
-    def test_on_a_gpu_the_default_compiles_for_its_architecture_once_then_hits(tmp_path):
-        # n16-tiny.yaml turns the compiled step off for the demo: the same config without that line, so that
-        # trainer.compiled_step stays at its default.
-        text = (REPO / "configs/n16-tiny.yaml").read_text()
-        assert '  compiled_step: "off"\n' in text
-        config = tmp_path / "tiny-default.yaml"
-        config.write_text(text.replace('  compiled_step: "off"\n', ""))
+    def test_on_a_gpu_auto_compiles_for_its_architecture_once_then_hits(tmp_path):
+        config = REPO / "configs/n16-tiny.yaml"
         cache = tmp_path / "cache"
 
         def gpu_run(name):
@@ -245,6 +238,7 @@ if os.environ.get("LOONGFORGE_TEST_DEVICE") == "cuda":  # the GPU form (ctest -L
             root.mkdir()
             r = subprocess.run([TRAIN, "--config", str(config), "--set", f"model.path={MODELS / 'n16-tiny.pt'}",
                                 "--set", f"data.path={DATA}", "--set", f"run.output_dir={root}", "--set", "run.device=cuda",
+                                "--set", "trainer.compiled_step=auto",
                                 "--set", f"trainer.compile_cache={cache}", "--set", f"trainer.micro_batch_size={MICRO}",
                                 "--set", f"trainer.max_steps={STEPS}", "--set", "checkpoint.interval_steps=1000",
                                 "--set", f"control.socket={root}/ctl/trainer.sock"],
