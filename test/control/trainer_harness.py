@@ -137,3 +137,17 @@ def cli(*args, check=True, timeout=300, user=None):
     if check:
         assert r.returncode == 0, f"loongforge {' '.join(args)}: exit {r.returncode}\n{r.stdout}\n{r.stderr}"
     return r
+
+
+def model_with_other_code(out):
+    """n16-tiny saved to `out` with another model-code record (code.json's sha256 zeroed), as if scripts/model/
+    had changed since its export; returns `out`."""
+    import torch
+    names = ("config.json", "params.json", "flops.json", "counts.json", "batch_spec.json", "code.json")
+    extra = {"loongforge/" + n: "" for n in names}
+    module = torch.jit.load(str(MODEL), map_location="cpu", _extra_files=extra)
+    code = json.loads(extra["loongforge/code.json"])
+    code["sha256"] = "0" * 64
+    extra["loongforge/code.json"] = json.dumps(code)
+    torch.jit.save(module, str(out), _extra_files=extra)
+    return out

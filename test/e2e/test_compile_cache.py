@@ -32,7 +32,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "test/control"))
-from trainer_harness import status  # noqa: E402
+from trainer_harness import model_with_other_code, status  # noqa: E402
 
 TRAIN = os.environ.get("LOONGFORGE_TRAIN", str(REPO / "build/src/daemon/loongforge-train"))
 DATA = os.environ.get("LOONGFORGE_TEST_DATASET", str(REPO / "build/test-data/robot_sim.PickNPlace.lf"))
@@ -156,16 +156,7 @@ def test_a_named_package_for_another_micro_batch_is_refused_with_the_fix(first, 
 
 def other_code_model(tmp_path):
     """n16-tiny with another model-code record, as if scripts/model/ had changed since its export."""
-    import torch
-    names = ("config.json", "params.json", "flops.json", "counts.json", "batch_spec.json", "code.json")
-    extra = {"loongforge/" + n: "" for n in names}
-    module = torch.jit.load(str(MODELS / "n16-tiny.pt"), map_location="cpu", _extra_files=extra)
-    code = json.loads(extra["loongforge/code.json"])
-    code["sha256"] = "0" * 64
-    extra["loongforge/code.json"] = json.dumps(code)
-    out = tmp_path / "other-code.pt"
-    torch.jit.save(module, str(out), _extra_files=extra)
-    return out
+    return model_with_other_code(tmp_path / "other-code.pt")
 
 
 def test_a_model_from_changed_model_code_is_another_entry_whose_compile_is_refused(first, tmp_path):

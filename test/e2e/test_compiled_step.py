@@ -23,6 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 TRAIN = os.environ.get("LOONGFORGE_TRAIN", str(REPO / "build/src/daemon/loongforge-train"))
 DATA = os.environ.get("LOONGFORGE_TEST_DATASET", str(REPO / "build/test-data/robot_sim.PickNPlace.lf"))
 MODELS = Path(os.environ.get("LOONGFORGE_TEST_MODELS", str(REPO / "build/test-models")))
+sys.path.insert(0, str(REPO / "test/control"))
+from trainer_harness import model_with_other_code  # noqa: E402
 DEVICE = os.environ.get("LOONGFORGE_TEST_DEVICE", "cpu")
 PRECISION = "bf16" if DEVICE == "cuda" else "fp32"
 TOLERANCE = 1e-2 if PRECISION == "bf16" else 1e-5
@@ -113,15 +115,7 @@ def test_a_package_for_another_precision_or_model_is_refused_with_the_rebuild_co
 
 def test_a_package_compiled_from_other_model_code_is_refused(tmp_path, package):
     # The same module with another model-code record, as if scripts/model/ had changed between export and compile.
-    import torch
-    names = ("config.json", "params.json", "flops.json", "counts.json", "batch_spec.json", "code.json")
-    extra = {"loongforge/" + n: "" for n in names}
-    module = torch.jit.load(str(MODELS / "n16-tiny.pt"), map_location="cpu", _extra_files=extra)
-    code = json.loads(extra["loongforge/code.json"])
-    code["sha256"] = "0" * 64
-    extra["loongforge/code.json"] = json.dumps(code)
-    other = tmp_path / "other-code.pt"
-    torch.jit.save(module, str(other), _extra_files=extra)
+    other = model_with_other_code(tmp_path / "other-code.pt")
     r = train(tmp_path, "other-code", f"trainer.compiled_step={package}", f"model.path={other}", check=False)
     assert r.returncode != 0
     assert "was compiled from other model code" in r.stderr and "scripts/compile_step.py" in r.stderr, r.stderr
