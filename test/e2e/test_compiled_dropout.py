@@ -52,6 +52,12 @@ MICRO, P = 4, 0.2
 NAME = "gr00t-n1.7-tiny"
 
 
+def cpu_form():
+    """The CPU forms (ctest e2e_compiled_dropout): the probe sees only a GPU package's uncaptured calls, and the
+    GPU form is test_replays_draw_what_calls_draw_for_the_same_step; selected by -k, they fail on a GPU."""
+    assert DEVICE == "cpu", "a CPU form: ctest entry e2e_compiled_dropout (LOONGFORGE_TEST_DEVICE=cpu)"
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """(model file with the head's default dropout 0.2, its fp32 package for DEVICE)."""
@@ -155,8 +161,8 @@ def test_the_plain_runner_with_dropout_resumes_to_the_same_losses_bit_for_bit(tm
     assert [(x["loss"], x["grad_norm"]) for x in whole] == [(x["loss"], x["grad_norm"]) for x in cut]
 
 
-@pytest.mark.skipif(DEVICE != "cpu", reason="the probe sees a GPU package's uncaptured calls only; CPU form")
 def test_the_package_keeps_one_minus_p_of_each_steps_mask_elements(tmp_path, built):
+    cpu_form()
     model, package = built
     assert manifest(package)["dropout"] == {"rates": {"gr00t_dropout": P},
                                             "masks": "drawn in the graph from the default generator (ATen's ops)"}
@@ -177,8 +183,8 @@ def test_the_package_keeps_one_minus_p_of_each_steps_mask_elements(tmp_path, bui
     assert masks(plain_probe) == [], "the probe counts the package's masks only"
 
 
-@pytest.mark.skipif(DEVICE != "cpu", reason="the GPU form is test_replays_draw_what_calls_draw_for_the_same_step")
 def test_a_resumed_run_draws_the_same_masks_bit_for_bit_and_gives_the_same_losses(tmp_path, built):
+    cpu_form()
     model, package = built
     step_file = f"trainer.compiled_step={package}"
     whole, cut = tmp_path / "whole.txt", tmp_path / "cut.txt"
@@ -204,8 +210,8 @@ def test_a_resumed_run_draws_the_same_masks_bit_for_bit_and_gives_the_same_losse
     assert drift <= 1e-6
 
 
-@pytest.mark.skipif(DEVICE != "cpu", reason="CPU form")
 def test_the_compiled_loss_curve_follows_the_plain_runners(tmp_path, built):
+    cpu_form()
     model, package = built
     steps, bound = 300, 0.02
     sets = (f"trainer.max_steps={steps}", "optimizer.lr=3e-4")
@@ -220,8 +226,8 @@ def test_the_compiled_loss_curve_follows_the_plain_runners(tmp_path, built):
     assert worst <= bound
 
 
-@pytest.mark.skipif(DEVICE != "cuda", reason="needs a GPU (label gpu)")
 def test_replays_draw_what_calls_draw_for_the_same_step(tmp_path, built):
+    assert DEVICE == "cuda", "the GPU form: ctest entry e2e_compiled_dropout_gpu (LOONGFORGE_TEST_DEVICE=cuda)"
     model, package = built
     sets = (f"trainer.compiled_step={package}", "trainer.max_steps=12", "trainer.cuda_graphs=on")
     log = train(tmp_path, "whole", model, *sets)
