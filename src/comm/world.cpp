@@ -14,6 +14,7 @@
 #include <c10/core/StreamGuard.h>  // c10::StreamGuard
 #include <c10/core/impl/DeviceGuardImplInterface.h>  // c10::impl::getDeviceGuardImpl
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "backends.hpp"
@@ -168,6 +169,8 @@ struct World::Impl {
   c10::intrusive_ptr<c10d::Backend> pg;
   std::optional<c10::Stream> timing;  // NCCL: waits for each collective, then records its end
   int64_t host_calls = 0;  // all_gather_on_hosts calls so far (the same on every rank)
+  std::string host_prefix = "lf/host/";  // Note [Regrouped worlds]: a generation's own keys
+  std::chrono::milliseconds timeout{300000};
 };
 
 World::World(WorldInfo info) : info_(std::move(info)), impl_(std::make_unique<Impl>()) {}
@@ -199,12 +202,43 @@ std::unique_ptr<World> World::connect(const WorldInfo& info, int64_t timeout_ms,
                     std::to_string(info.world_size) + " ranks started)");
   }
   std::string on;
+  w->impl_->timeout = timeout;
   w->impl_->pg = backend == Backend::Gloo ? detail::open_gloo(w->impl_->store, info, timeout, &on)
                                           : detail::open_nccl(w->impl_->store, info, timeout, device, &on);
   LF_LOG(logger("comm"), info) << "rank " << info.rank << " of " << info.world_size << " joined (" << info.source
                                << ", rendezvous " << where << ", " << on << ")";
   return w;
 }
+
+std::unique_ptr<World> World::regroup(World& from, int64_t rank, int64_t world_size, int64_t generation,
+                                      int64_t timeout_ms) {
+  if (from.backend_ != Backend::Gloo)
+    throw CommError("rank " + std::to_string(from.info_.rank) +
+                    ": regrouping after a lost rank needs Gloo (CPU ranks); this job runs " + backend_name(from.backend_));
+  WorldInfo info = from.info_;
+  info.rank = rank, info.world_size = world_size;
+  std::unique_ptr<World> w(new World(info));
+  w->backend_ = Backend::Gloo;
+  w->device_ = c10::Device(c10::kCPU);
+  w->impl_->store = from.impl_->store;
+  w->impl_->timeout = std::chrono::milliseconds(timeout_ms);
+  const std::string prefix = "lf/ft/" + std::to_string(generation);
+  w->impl_->host_prefix = prefix + "/host/";
+  std::string on;
+  w->impl_->pg = detail::open_gloo(c10::make_intrusive<c10d::PrefixStore>(prefix, w->impl_->store), info,
+                                   w->impl_->timeout, &on);
+  LF_LOG(logger("comm"), info) << "rank " << rank << " of " << world_size << " (generation " << generation
+                               << ", was rank " << from.info_.rank << " of " << from.info_.world_size << ", " << on
+                               << ")";
+  return w;
+}
+
+void World::set_timeout(int64_t timeout_ms) {
+  impl_->timeout = std::chrono::milliseconds(timeout_ms);
+  impl_->pg->setTimeout(impl_->timeout);
+}
+
+int64_t World::timeout_ms() const { return impl_->timeout.count(); }
 
 c10d::Store& World::store() { return *impl_->store; }
 
@@ -289,15 +323,15 @@ std::string World::agree(const std::string& key, const std::string& value) {
 // avoid (that waits for every kernel queued before it).
 std::vector<std::string> World::all_gather_on_hosts(const std::string& mine) {
   const int64_t n = impl_->host_calls++;
-  auto key = [](int64_t call, int64_t rank) {
-    return "lf/host/" + std::to_string(call) + "/" + std::to_string(rank);
+  auto key = [this](int64_t call, int64_t rank) {
+    return impl_->host_prefix + std::to_string(call) + "/" + std::to_string(rank);
   };
   std::vector<std::string> out;
   try {
     impl_->store->set(key(n, info_.rank), std::vector<uint8_t>(mine.begin(), mine.end()));
     std::vector<std::string> keys;
     for (int64_t r = 0; r < info_.world_size; ++r) keys.push_back(key(n, r));
-    impl_->store->wait(keys);
+    impl_->store->wait(keys, impl_->timeout);
     for (const auto& v : impl_->store->multiGet(keys)) out.emplace_back(v.begin(), v.end());
     if (n > 0) impl_->store->deleteKey(key(n - 1, info_.rank));
   } catch (const std::exception& e) {

@@ -182,6 +182,12 @@ void validate(const Config& cfg, const ValidationContext& ctx, std::vector<std::
                                      "staging_mb to 0 (as large as the state)");
   }
 
+  const auto& ft = cfg.fault;
+  if (ft.heartbeat_timeout_s <= ft.heartbeat_s)
+    add("fault.heartbeat_timeout_s", "fault.heartbeat_timeout_s (" + format_value(ft.heartbeat_timeout_s) +
+                                         ") must exceed fault.heartbeat_s (" + format_value(ft.heartbeat_s) +
+                                         "): a live rank would be taken for lost between two heartbeats");
+
   if (runs("mla", cfg.mla.enable) && ctx.device_memory_gb && cfg.mla.global_pool_gb >= *ctx.device_memory_gb) {
     std::ostringstream mem;
     mem.precision(4);

@@ -137,6 +137,8 @@ class ControlPlane final : public PhaseRecorder {
   // source's per-step counters, kept in per_step) and answers the request
   // once its duration has passed.
   void step_begins();
+  // After a regroup (fault tolerance): this rank's number and the world size from now on.
+  void rank_changed(int64_t rank, int64_t world) { id_.rank = rank, id_.world = world; }
   bool profiling() const { return profile_.has_value() && profile_->started; }
   void phase(const char* name, int64_t step, int64_t micro, Clock::time_point t0, Clock::time_point t1);
   void step_done(int64_t step, double step_ms, const nlohmann::json& memory,

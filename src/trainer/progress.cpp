@@ -189,6 +189,10 @@ void Progress::record(const StepRecord& r) {
   }
 }
 
+void Progress::event(const nlohmann::json& e) {
+  if (metrics_.is_open()) metrics_ << e.dump() << "\n" << std::flush;
+}
+
 void Progress::finish() {
   if (bar_ && !off_) std::printf("\n");
   std::fflush(stdout);

@@ -23,7 +23,13 @@ int Trainer::Impl::run() {
   open();
   try {
     while (more()) {
-      step();
+      try {
+        step();
+      } catch (const CommError& e) {
+        if (!fault_) throw;
+        recover(e);  // Note [Training on after a lost rank] in trainer_fault.cpp
+        continue;
+      }
       step_boundary();
     }
   } catch (const DataError& e) {
@@ -69,6 +75,8 @@ int Trainer::Impl::close() {
   collect_writes();
   if (reserver_.joinable()) reserver_.join();
   if (world_) world_->barrier();  // rank 0's final checkpoint is complete before any rank exits
+  heartbeat_.reset();
+  join_retired_worlds();
   control_->shutdown({{"stopped_at_step", s}, {"checkpoint", last_ckpt_}, {"checkpoint_writes_failed", failed_writes_}});
   // 4: a checkpoint write failed; kExitRequeue: stopped by SIGUSR1 with steps left.
   const int status = failed_writes_ > 0 ? 4 : requeue_stop_ && s < cfg_.trainer.max_steps ? kExitRequeue : 0;

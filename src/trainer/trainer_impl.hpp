@@ -29,6 +29,7 @@
 #include "loongforge/config/config.hpp"
 #include "loongforge/data/dataset.hpp"
 #include "loongforge/data/source.hpp"
+#include "loongforge/fault/fault.hpp"
 #include "loongforge/fusion/step_runner.hpp"
 #include "loongforge/model/model.hpp"
 #include "loongforge/optim/optimizer.hpp"
@@ -81,6 +82,15 @@ struct Trainer::Impl {
   void device_exposed_comm(StepRecord& r);
   void set_step_time(StepRecord& r, double step_ms) const;
 
+  // ---- losing a rank (trainer_fault.cpp, Note [Training on after a lost rank])
+  void open_fault();
+  void after_first_step();
+  void recover(const CommError& error);
+  void copy_state_from(int64_t root);
+  [[noreturn]] void stop_after_regroup(const std::string& why);
+  nlohmann::json fault_status() const;
+  void join_retired_worlds();
+
   // ---- close and failures (trainer_close.cpp)
   int run();
   int close();
@@ -101,6 +111,8 @@ struct Trainer::Impl {
   std::unique_ptr<ControlPlane> control_;
   std::unique_ptr<model::Model> net_;
   std::unique_ptr<data::Dataset> dataset_;
+  data::SampleOptions sample_options_;  // what the data source was built with (rebuilt for another world)
+  fusion::StepMode mode_;               // the step runner's mode (the gradient path is rebuilt with it)
   // The seams.
   std::unique_ptr<data::BatchSource> source_;
   std::unique_ptr<fusion::StepRunner> runner_;
@@ -145,6 +157,16 @@ struct Trainer::Impl {
   std::unique_ptr<CommTimer> comm_timer_;  // GPUs with communication: exposed_comm_ms timed on the device
   std::unique_ptr<optim::OptimizerGraph> optimizer_graph_;  // fast path with CUDA graphs (optimizer_graph.hpp)
   Clock::time_point step_started_;  // start of the step just taken
+  Clock::time_point step_began_;    // start of the step being taken (a failure's time into it)
+  // Fault tolerance (fault.enable): this rank's number when the job started, the generation of the
+  // group (0 = as started), its members (job ranks), what happened, old worlds being torn down.
+  bool fault_ = false;
+  bool comm_timeout_set_ = false;
+  int64_t job_rank_ = 0, generation_ = 0;
+  std::vector<int64_t> members_;
+  std::unique_ptr<fault::Heartbeat> heartbeat_;
+  nlohmann::json fault_events_ = nlohmann::json::array();
+  std::vector<std::thread> retired_worlds_;
   int64_t frames_counted_ = 0;        // source frames_decoded at frames_counted_at_ (decoded_frames_per_s)
   int64_t bytes_counted_ = 0;         // source video_bytes_read then (read_mb_per_s)
   int64_t h2d_counted_ = 0;           // source h2d_bytes then (h2d_mb_per_s)

@@ -55,6 +55,7 @@ Trainer::Impl::Impl(config::Config cfg, comm::WorldInfo world)
 
 Trainer::Impl::~Impl() {
   if (reserver_.joinable()) reserver_.join();
+  join_retired_worlds();
 }
 
 void Trainer::Impl::resolve_device() {
@@ -219,6 +220,7 @@ void Trainer::Impl::open_data() {
   tokens_per_view_ = side * side / (shuffle * shuffle);
   // What the model's resize does with each camera's aspect (kept, squashed, cropped, padded), counted: said once per run.
   if (leader_) LF_LOG(logger("data"), info) << data::camera_aspect_line(*dataset_, so);
+  sample_options_ = so;
   source_ = adfe::make_source(cfg_, *dataset_, so, device_, tokens_per_view_);  // the data seam
 }
 
@@ -456,6 +458,7 @@ void Trainer::Impl::open() {
   engines_ = engine_records(cfg_);
   world_ = comm::connect_for_training(world_info_, device_);  // nullptr at one rank
   open_control();
+  open_fault();  // the heartbeat (fault.enable)
   prepare_process();
   const std::string resume_dir = choose_resume_dir();
   check_preemption_lead();  // Note [Preemption lead time] in trainer_close.cpp
@@ -478,7 +481,7 @@ void Trainer::Impl::open() {
   startup_phase("data");
   persistent("step runner");
   // trainer.compiled_step=auto may compile the package first (minutes): `status` shows it as phase "compiling".
-  const fusion::StepMode mode =
+  const fusion::StepMode& mode = mode_ =
       fusion::step_mode(cfg_, *net_, device_, bf16_ && device_.is_cuda(), [this](const nlohmann::json& compile) {
         control_->publish_status({{"phase", "compiling"},
                                   {"model", cfg_.model.path},

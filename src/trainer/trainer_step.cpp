@@ -56,6 +56,7 @@ void Trainer::Impl::step() {
   control_->step_begins();
   failed_phase() = {};
   const auto t_step = Clock::now();
+  step_began_ = t_step;
 
   // Every micro-batch of the step first: their valid counts weight the losses.
   std::vector<data::ReadyBatch> batches;
@@ -166,6 +167,7 @@ void Trainer::Impl::step() {
   r.peak_mem_mb = device_.is_cuda() ? mem.peak_device_mb : mem.peak_host_mb;
   r.memory_scalars = mem.scalars;
   steps_done_ = s + 1;
+  after_first_step();  // fault.comm_timeout_s from here on
 }
 
 void Trainer::Impl::step_boundary() {
@@ -359,6 +361,7 @@ void Trainer::Impl::publish(const char* phase, const StepRecord* r) {
                        {"last_checkpoint", last_ckpt_},
                        {"checkpoint_writes_failed", failed_writes_},
                        {"data", data_status(r)},
+                       {"fault", fault_status()},
                        {"elapsed_s", std::chrono::duration<double>(Clock::now() - t_start_).count()}};
   if (r) {
     // Note [Steady state] in progress.cpp: the speed and the ETA of the steps after warm-up.
@@ -383,7 +386,8 @@ void Trainer::Impl::publish(const char* phase, const StepRecord* r) {
     const nlohmann::json runner = runner_->status();
     if (!runner.is_null()) st["step_runner"] = runner;
     if (optimizer_graph_) st["optimizer_graph"] = optimizer_graph_->status();
-    const nlohmann::json comm = reducer_->comm_status();
+    nlohmann::json comm = reducer_->comm_status();
+    if (!comm.is_null() && fault_) comm["group"] = {{"generation", generation_}, {"members", members_}};
     if (!comm.is_null()) st["comm"] = comm;
   }
   control_->publish_status(std::move(st));

@@ -119,11 +119,25 @@ class Pending {
   std::shared_ptr<const DeviceSpan> span_;
 };
 
+// Note [Regrouped worlds]
+// After a rank is lost (fault tolerance, src/fault/), the survivors open a
+// new World over the same rendezvous store: ranks renumbered 0..n-1 in the
+// order of their old ranks, its process group's and host exchange's keys
+// under the generation's own prefix (lf/ft/<generation>/), so nothing of the
+// broken group is read again. Gloo only (CPU ranks). The old World is given
+// up whole: its process group may still be waiting out a hung collective.
 class World {
  public:
   static std::unique_ptr<World> connect(const WorldInfo& info, int64_t timeout_ms, Backend backend = Backend::Gloo,
                                         c10::Device device = c10::kCPU);
+  // Note [Regrouped worlds]: this rank as `rank` of `world_size` survivors, generation `generation` (>= 1).
+  static std::unique_ptr<World> regroup(World& from, int64_t rank, int64_t world_size, int64_t generation,
+                                        int64_t timeout_ms);
   ~World();
+  // The timeout of every later collective and host exchange (fault.comm_timeout_s after the first step).
+  void set_timeout(int64_t timeout_ms);
+  int64_t timeout_ms() const;
+  const WorldInfo& info() const { return info_; }
 
   int64_t rank() const { return info_.rank; }
   int64_t size() const { return info_.world_size; }

@@ -10,6 +10,8 @@
 // in progress.cpp).
 #pragma once
 
+#include <nlohmann/json.hpp>  // nlohmann::json
+
 #include <chrono>   // std::chrono::steady_clock
 #include <cstdint>  // int64_t
 #include <fstream>  // std::ofstream
@@ -80,6 +82,8 @@ class Progress {
            int64_t start_step = 0, const std::string& tensorboard_dir = "");
   void record(const StepRecord& r);
   void finish();  // ends the bar line
+  // A line {"event": ...} in metrics.jsonl between the step records (a regroup after a lost rank).
+  void event(const nlohmann::json& e);
   // Seconds since construction.
   double elapsed_s() const;
   const std::vector<StepRecord>& history() const { return history_; }

@@ -4,6 +4,7 @@
 
 #include <algorithm>  // std::max
 
+#include "loongforge/common/error.hpp"
 #include "loongforge/common/log.hpp"
 #include "loongforge/engines/gcts/sharded_adamw.hpp"
 
@@ -45,10 +46,11 @@ std::unique_ptr<ShardedAdamW> make_sharded(const config::Config& cfg, const std:
 
 }  // namespace
 
-GradientPath make_gradient_path(const config::Config& cfg, const GradientInputs& in, Engine& record) {
+GradientPath make_gradient_path(const config::Config& cfg, const GradientInputs& in, Engine& record,
+                                std::unique_ptr<optim::Optimizer> existing) {
   const auto& log = logger("trainer");
   const bool on = cfg.gcts.enable;
-  if (!on)
+  if (!on && !existing)
     for (const auto& key : config::non_default_keys(cfg, "gcts"))
       LF_LOG(log, warn) << key << " has no effect: gcts.enable is false (the plain all-reduce and AdamW run); "
                         << "set gcts.enable=true or remove the key";
@@ -57,12 +59,17 @@ GradientPath make_gradient_path(const config::Config& cfg, const GradientInputs&
   const bool bf16_weights =
       optim::use_bf16_weights(cfg, {in.device, in.bf16, fused, sharded, in.compiled, in.world != nullptr});
   // The MDG: which parameters only linear layers read (bf16 working copies), backward readiness (the plan).
-  const model::Mdg mdg = bf16_weights || on ? in.net->dependency_graph() : model::Mdg{};
-  const std::vector<optim::OptimizedParam> trainable = optim::trainable_params(*in.net, mdg, bf16_weights);
+  const model::Mdg mdg = (bf16_weights && !existing) || on ? in.net->dependency_graph() : model::Mdg{};
+  const std::vector<optim::OptimizedParam> trainable =
+      existing ? std::vector<optim::OptimizedParam>{} : optim::trainable_params(*in.net, mdg, bf16_weights);
 
   GradientPath path;
   ShardedAdamW* shard_owner = nullptr;
-  if (sharded) {
+  if (existing) {  // the world changed (fault tolerance): a replicated optimizer's state stays where it is
+    if (existing->sharded())
+      throw ConfigError("gcts.shard_optimizer: a sharded optimizer cannot be kept on another world size");
+    path.optimizer = std::move(existing);
+  } else if (sharded) {
     auto opt = make_sharded(cfg, trainable, in.world, fused);
     shard_owner = opt.get();
     path.optimizer = std::move(opt);

@@ -92,7 +92,11 @@ struct GradientPath {
 // way the optimizer holds bf16 working copies as precision.bf16_weights says.
 // Attaches the running reducer to `record` (its verbs, status and state).
 // Throws ConfigError naming the key when a setting cannot be honoured.
-GradientPath make_gradient_path(const config::Config& cfg, const GradientInputs& in, Engine& record);
+// `existing`: a replicated optimizer to keep, state and all, with a reducer
+// for in.world (the world changed: fault tolerance); it comes back as the
+// path's optimizer.
+GradientPath make_gradient_path(const config::Config& cfg, const GradientInputs& in, Engine& record,
+                                std::unique_ptr<optim::Optimizer> existing = nullptr);
 
 // The GCTS reducer alone (tests, tools). `world` nullptr means one rank (only
 // a sharded optimizer gives it work); `shard` is the sharded optimizer's
