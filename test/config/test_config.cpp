@@ -361,6 +361,13 @@ TEST_CASE("config: checkpoint staging smaller than one chunk is rejected, naming
   REQUIRE(error_of("checkpoint:\n  chunk_mb: 64\n  staging_mb: 0\n") == "");  // 0: as large as the state
 }
 
+TEST_CASE("config: a heartbeat timeout not above the heartbeat interval is rejected, naming both keys") {
+  REQUIRE_THAT(error_of("fault:\n  heartbeat_s: 2.0\n  heartbeat_timeout_s: 2.0\n"),
+               Contains("fault.heartbeat_timeout_s (2.0) must exceed fault.heartbeat_s (2.0): a live rank would be "
+                        "taken for lost between two heartbeats"));
+  REQUIRE(error_of("fault:\n  heartbeat_s: 2.0\n  heartbeat_timeout_s: 2.5\n") == "");
+}
+
 TEST_CASE("config: a memory pool as large as the GPU is rejected when the GPU size is known") {
   ValidationContext ctx = with_engines({"mla"});
   ctx.device_memory_gb = 139.8;
