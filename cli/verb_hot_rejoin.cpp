@@ -1,5 +1,5 @@
 // `loongforge hot-rejoin`: admit a restarted rank back into the job at a step
-// boundary (GCTS: new communicator, state streamed from a peer).
+// boundary (fault tolerance: a new group, the state copied from a peer; docs/fault-tolerance.md).
 #include <iostream>  // std::cout
 
 #include <CLI/CLI.hpp>  // CLI::App

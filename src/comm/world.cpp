@@ -176,7 +176,8 @@ struct World::Impl {
 World::World(WorldInfo info) : info_(std::move(info)), impl_(std::make_unique<Impl>()) {}
 World::~World() = default;
 
-std::unique_ptr<World> World::connect(const WorldInfo& info, int64_t timeout_ms, Backend backend, c10::Device device) {
+std::unique_ptr<World> World::connect(const WorldInfo& info, int64_t timeout_ms, Backend backend, c10::Device device,
+                                      bool may_join) {
   std::unique_ptr<World> w(new World(info));
   w->backend_ = backend;
   w->device_ = backend == Backend::Gloo ? c10::Device(c10::kCPU) : device;
@@ -203,6 +204,15 @@ std::unique_ptr<World> World::connect(const WorldInfo& info, int64_t timeout_ms,
   }
   std::string on;
   w->impl_->timeout = timeout;
+  // The keys of fault tolerance (src/fault/, src/trainer/trainer_fault.cpp): the job's current generation,
+  // set once it went on without a rank, and this rank's heartbeat, set by an earlier process of this rank.
+  if (may_join && (w->impl_->store->check({"lf/ft/generation"}) ||
+                   w->impl_->store->check({"lf/ft/hb/" + std::to_string(info.rank)}))) {
+    w->joining_ = true;
+    LF_LOG(logger("comm"), info) << "rank " << info.rank << ": the job at " << where
+                                 << " went on without this rank; it joins at a step boundary";
+    return w;
+  }
   w->impl_->pg = backend == Backend::Gloo ? detail::open_gloo(w->impl_->store, info, timeout, &on)
                                           : detail::open_nccl(w->impl_->store, info, timeout, device, &on);
   LF_LOG(logger("comm"), info) << "rank " << info.rank << " of " << info.world_size << " joined (" << info.source
@@ -381,10 +391,10 @@ SyncStats GradientSync::average(const std::vector<at::Tensor>& params) {
   return s;
 }
 
-std::unique_ptr<World> connect_for_training(const WorldInfo& info, c10::Device device) {
+std::unique_ptr<World> connect_for_training(const WorldInfo& info, c10::Device device, bool may_join) {
   const char* one = std::getenv("LOONGFORGE_TEST_ONE_RANK_WORLD");
   if (info.world_size <= 1 && !(one && std::string(one) == "1")) return nullptr;
-  return World::connect(info, /*timeout_ms=*/300000, device.is_cuda() ? Backend::Nccl : Backend::Gloo, device);
+  return World::connect(info, /*timeout_ms=*/300000, device.is_cuda() ? Backend::Nccl : Backend::Gloo, device, may_join);
 }
 
 }  // namespace loongforge::comm

@@ -53,6 +53,7 @@ class StoreBus final : public CommandBus {
     set(key(k), j.dump());
     return c;
   }
+  void skip_published() override { seen_ = store_.add("lf/ctl/seq", 0); }
   std::vector<Command> poll(int64_t) override {
     std::vector<Command> out;
     const int64_t n = store_.add("lf/ctl/seq", 0);
@@ -197,6 +198,16 @@ void ControlPlane::register_verbs(const std::vector<Engine>& engines) {
   };
   server_->on_task("checkpoint-now", cluster_verb("checkpoint-now"));
   server_->on_task("stop", cluster_verb("stop"));
+  // hot-rejoin: checked here (the rank must be lost and registered), applied by every rank at one step.
+  server_->on_task("hot-rejoin", [this, cluster_verb](const json& args, control::Reply reply) {
+    if (!rejoin_check_)
+      throw control::VerbError(code::kEngineOff,
+                               "hot-rejoin needs fault tolerance, which is off in this run (fault.enable=false): a "
+                               "lost rank cannot be taken back; restart the job from its newest checkpoint");
+    if (const std::string problem = rejoin_check_(args); !problem.empty())
+      throw control::VerbError(code::kBadArgs, problem);
+    cluster_verb("hot-rejoin")(args, reply);
+  });
 
   server_->on_task("profile-step", [this](const json& args, control::Reply reply) {
     if (profile_) throw control::VerbError(code::kBusy, "a profile is already being recorded; retry when it ends");
@@ -295,6 +306,9 @@ ControlPlane::Actions ControlPlane::step_boundary(int64_t steps_done, bool stop_
       a.requeue = a.requeue || it->args.value("requeue", false);
       a.signal = a.signal || it->args.value("signal", false);
       if (mine) stop_waiters_.push_back(*mine);
+    } else if (it->verb == "hot-rejoin") {
+      a.rejoin = it->args.value("rank", int64_t{-1});
+      if (mine) mine->ok({{"admitting", a.rejoin}, {"applied_at_step", steps_done}});
     } else if (auto v = cluster_verbs_.find(it->verb); v != cluster_verbs_.end()) {
       try {
         json result = v->second->run(it->args);
@@ -310,6 +324,15 @@ ControlPlane::Actions ControlPlane::step_boundary(int64_t steps_done, bool stop_
     it = due_.erase(it);
   }
   return a;
+}
+
+void ControlPlane::request(const std::string& verb, const json& args) {
+  Command c;
+  c.verb = verb;
+  c.args = args;
+  c.origin_rank = id_.rank;
+  c.token = 0;  // nobody waits for an answer
+  bus_->publish(c, steps_done_);
 }
 
 void ControlPlane::step_begins() {

@@ -68,6 +68,8 @@ struct Command {
 class CommandBus {
  public:
   virtual ~CommandBus() = default;
+  // Commands published so far are not returned by poll() (a rank that joins a running job).
+  virtual void skip_published() {}
   // Publishes `c` (apply_step filled in) and returns it.
   virtual Command publish(Command c, int64_t steps_done) = 0;
   // Commands published since the last call, by any rank (this one included).
@@ -105,6 +107,7 @@ class ControlPlane final : public PhaseRecorder {
     bool stop = false;        // checkpoint, then exit 0 (stop)
     bool requeue = false;     // the stop came from SIGUSR1: exit kExitRequeue when steps remain
     bool signal = false;      // the stop came from a signal on some rank: a preemption save (stop_signal.hpp)
+    int64_t rejoin = -2;      // hot-rejoin: take back this job rank (-1: every lost rank that registered); -2: none
   };
 
   // `engines` must outlive the ControlPlane (their verbs are served from it).
@@ -139,6 +142,13 @@ class ControlPlane final : public PhaseRecorder {
   void step_begins();
   // After a regroup (fault tolerance): this rank's number and the world size from now on.
   void rank_changed(int64_t rank, int64_t world) { id_.rank = rank, id_.world = world; }
+  // hot-rejoin (fault tolerance): `check` says what is wrong with a request ("" = nothing) on the receiving
+  // rank; without it (fault.enable=false) the verb answers engine_off. request() publishes the verb from
+  // this rank (fault.auto_rejoin), applied by every rank like the socket's.
+  void set_rejoin_check(std::function<std::string(const nlohmann::json&)> check) { rejoin_check_ = std::move(check); }
+  void request(const std::string& verb, const nlohmann::json& args);
+  // A rank that joined a running job: the commands published before now are not for it.
+  void skip_published() { bus_->skip_published(); }
   bool profiling() const { return profile_.has_value() && profile_->started; }
   void phase(const char* name, int64_t step, int64_t micro, Clock::time_point t0, Clock::time_point t1);
   void step_done(int64_t step, double step_ms, const nlohmann::json& memory,
@@ -156,6 +166,7 @@ class ControlPlane final : public PhaseRecorder {
   void answer_checkpoint_waiters_from_bus();
 
   Identity id_;
+  std::function<std::string(const nlohmann::json&)> rejoin_check_;
   std::unique_ptr<CommandBus> bus_;
   std::unique_ptr<control::Server> server_;
   std::string socket_path_;

@@ -33,6 +33,7 @@
 // (hot-rejoin).
 #include <algorithm>  // std::min
 #include <map>        // std::map
+#include <thread>     // std::this_thread
 
 #include <ATen/ATen.h>  // at::cat
 #include <torch/csrc/distributed/c10d/Store.hpp>  // c10d::Store
@@ -40,8 +41,10 @@
 #include "control_plane.hpp"
 #include "loongforge/common/error.hpp"
 #include "loongforge/common/log.hpp"
+#include "loongforge/common/sha256.hpp"
 #include "loongforge/engines/adfe/adfe.hpp"
 #include "loongforge/engines/gcts/gcts.hpp"
+#include "stop_signal.hpp"
 #include "trainer_impl.hpp"
 
 namespace loongforge::trainer {
@@ -50,6 +53,9 @@ namespace {
 double s_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
+
+const char* const kGenerationKey = "lf/ft/generation";
+std::string join_key(int64_t job_rank) { return "lf/ft/join/" + std::to_string(job_rank); }
 
 std::string ranks_text(const std::vector<int64_t>& ranks) {
   std::string out;
@@ -80,6 +86,7 @@ void broadcast_flat(comm::World& world, const std::vector<at::Tensor>& tensors, 
 void Trainer::Impl::open_fault() {
   fault_ = cfg_.fault.enable;
   job_rank_ = world_info_.rank;
+  job_world_ = world_info_.world_size;
   for (int64_t r = 0; r < world_info_.world_size; ++r) members_.push_back(r);
   if (!fault_) return;
   if (!world_) {
@@ -95,7 +102,10 @@ void Trainer::Impl::open_fault() {
     throw ConfigError(at + "fault.enable with gcts.shard_optimizer=true: a lost rank takes its shard of the AdamW "
                            "state with it, and recovering it from the last checkpoint is not built yet: set "
                            "gcts.shard_optimizer=false (the replicated optimizer) or fault.enable=false");
-  heartbeat_ = std::make_unique<fault::Heartbeat>(world_info_, job_rank_, cfg_.fault.heartbeat_s);
+  // A restarted rank beats once it is a member again: until then the others must see its old heartbeat
+  // stand still (Note [Regroup]).
+  if (!world_->joining()) heartbeat_ = std::make_unique<fault::Heartbeat>(world_info_, job_rank_, cfg_.fault.heartbeat_s);
+  control_->set_rejoin_check([this](const nlohmann::json& args) { return rejoin_problem(args); });
 }
 
 // From the second step on, a collective that hangs fails after fault.comm_timeout_s (the first step keeps the
@@ -145,18 +155,10 @@ void Trainer::Impl::stop_after_regroup(const std::string& why) {
   throw TrainingError(why + "; " + where + ": restart the job on a world size that works with checkpoint.resume=latest");
 }
 
-void Trainer::Impl::recover(const CommError& error) {
-  const auto& log = logger("trainer");
-  const auto t0 = Clock::now();
-  const double into_step_s = std::chrono::duration<double>(t0 - step_began_).count();
-  const int64_t failed_step = steps_done_ + 1;
-  const int64_t world_before = world_info_.world_size, rank_before = world_info_.rank;
-  LF_LOG(log, warn) << "step " << failed_step << " failed " << into_step_s << " s into the step: " << error.what()
-                    << "; regrouping without the lost rank(s) (fault.enable)";
-  optimizer_->zero_grad();  // the failed step's partial gradients
-
-  const fault::Decision d =
-      fault::regroup(world_->store(), {generation_, job_rank_, members_, steps_done_}, fault::options(cfg_));
+// Steps 3-4 of Note [Training on after a lost rank], for a regroup after a failure and for taking a rank back:
+// the next generation's World, the state of `d.source`, and what depends on the world. Returns the
+// accumulation before; `event` gets the figures. Stops the job (stop_after_regroup) where it cannot go on.
+int64_t Trainer::Impl::apply_decision(const fault::Decision& d, nlohmann::json& event) {
   const auto rank = d.rank_of(job_rank_);
   const auto size = static_cast<int64_t>(d.members.size());
   reducer_.reset();  // its hooks and buckets belong to the old world
@@ -166,28 +168,25 @@ void Trainer::Impl::recover(const CommError& error) {
   // The old process group may still be waiting out a hung collective (up to comm_timeout_s): it goes on a thread.
   std::unique_ptr<comm::World> old = std::move(world_);
   world_ = std::move(next);
-  retired_worlds_.emplace_back([w = std::move(old)]() mutable { w.reset(); });
+  join_retired_worlds(/*finished_only=*/true);
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  retired_worlds_.push_back({std::thread([w = std::move(old), done]() mutable {
+                               w.reset();
+                               done->store(true);
+                             }),
+                             done});
   generation_ = d.generation;
   members_ = d.members;
   world_info_.rank = rank, world_info_.world_size = size;
   control_->rank_changed(rank, size);
+  if (leader_) {  // where a restarted rank learns that the job goes on (Note [Taking a rank back])
+    const std::string g = std::to_string(generation_);
+    world_->store().set(kGenerationKey, std::vector<uint8_t>(g.begin(), g.end()));
+  }
 
   copy_state_from(d.rank_of(d.source));
-  const int64_t behind = d.step - steps_done_;
   steps_done_ = d.step;
-
-  nlohmann::json event = {{"event", "regrouped"},
-                          {"failed_step", failed_step},
-                          {"step", d.step},
-                          {"generation", d.generation},
-                          {"lost", d.lost},
-                          {"members", d.members},
-                          {"world_before", world_before},
-                          {"world", size},
-                          {"state_from", d.source},
-                          {"failed_after_s", into_step_s},
-                          {"waited_s", d.waited_s},
-                          {"error", std::string(error.what()).substr(0, 300)}};
+  event["state_sha256"] = state_digest();
   if (size < cfg_.fault.min_world_size) {
     event["stopped"] = "below fault.min_world_size";
     fault_events_.push_back(event);
@@ -209,7 +208,7 @@ void Trainer::Impl::recover(const CommError& error) {
   cfg_.trainer.gradient_accumulation_steps = k;
   cfg_.origin["trainer.gradient_accumulation_steps"] = "kept the global batch on " + std::to_string(size) + " ranks";
 
-  // The data order re-sharded over the survivors, as a resume on this world size would.
+  // The data order re-sharded over the new world, as a resume on this world size would.
   source_.reset();
   sample_options_.rank = rank, sample_options_.world = size, sample_options_.accumulation = k;
   source_ = adfe::make_source(cfg_, *dataset_, sample_options_, device_, tokens_per_view_);
@@ -219,18 +218,216 @@ void Trainer::Impl::recover(const CommError& error) {
   optimizer_ = std::move(g.optimizer);
   reducer_ = std::move(g.reducer);
   graph_reduction_ = std::move(g.graph_reduction);
-
   event["accumulation"] = k;
+  return k_before;
+}
+
+void Trainer::Impl::recover(const CommError& error) {
+  const auto& log = logger("trainer");
+  const auto t0 = Clock::now();
+  const double into_step_s = std::chrono::duration<double>(t0 - step_began_).count();
+  const int64_t failed_step = steps_done_ + 1;
+  const int64_t world_before = world_info_.world_size, rank_before = world_info_.rank;
+  LF_LOG(log, warn) << "step " << failed_step << " failed " << into_step_s << " s into the step: " << error.what()
+                    << "; regrouping without the lost rank(s) (fault.enable)";
+  optimizer_->zero_grad();  // the failed step's partial gradients
+
+  const fault::Decision d =
+      fault::regroup(world_->store(), {generation_, job_rank_, members_, steps_done_}, fault::options(cfg_));
+  const int64_t behind = d.step - steps_done_;
+  nlohmann::json event = {{"event", "regrouped"},
+                          {"failed_step", failed_step},
+                          {"step", d.step},
+                          {"generation", d.generation},
+                          {"lost", d.lost},
+                          {"members", d.members},
+                          {"world_before", world_before},
+                          {"world", static_cast<int64_t>(d.members.size())},
+                          {"state_from", d.source},
+                          {"failed_after_s", into_step_s},
+                          {"waited_s", d.waited_s},
+                          {"error", std::string(error.what()).substr(0, 300)}};
+  const int64_t k_before = apply_decision(d, event);
   event["regroup_s"] = s_since(t0);
   fault_events_.push_back(event);
   if (progress_) progress_->event(event);
   LF_LOG(log, warn) << "lost rank(s) " << ranks_text(d.lost) << " at step " << failed_step << ": rank " << rank_before
-                    << " of " << world_before << " is now rank " << rank << " of " << size << " (generation "
-                    << d.generation << "); continuing from step " << d.step + 1
-                    << " (the interrupted step taken again) with the state of rank " << d.source
+                    << " of " << world_before << " is now rank " << world_info_.rank << " of "
+                    << world_info_.world_size << " (generation " << d.generation << "); continuing from step "
+                    << d.step + 1 << " (the interrupted step taken again) with the state of rank " << d.source
                     << " copied in memory" << (behind > 0 ? " (this rank was " + std::to_string(behind) + " update behind)" : "")
-                    << "; global batch " << pos_.global_batch << " kept: accumulation " << k_before << " -> " << k
-                    << "; regrouped in " << s_since(t0) << " s";
+                    << "; global batch " << pos_.global_batch << " kept: accumulation " << k_before << " -> "
+                    << cfg_.trainer.gradient_accumulation_steps << "; regrouped in " << s_since(t0)
+                    << " s; state sha256 " << event["state_sha256"].get<std::string>();
+}
+
+// Note [Taking a rank back]
+// A lost rank's process, started again with the same command and environment
+// (the job's RANK and WORLD_SIZE), finds the key lf/ft/generation in the
+// rendezvous store (rank 0 sets it at every new generation): the job goes
+// on without it. It opens no process group then (World::connect's joining
+// form), loads the model and builds its seams as any rank does, sets
+// lf/ft/join/<its job rank> and waits. `loongforge hot-rejoin --rank N` (sent
+// to any rank; checked there: N must be lost and registered) or, with
+// fault.auto_rejoin, rank 0 itself publishes the verb, which every member
+// applies at the same step boundary: rank 0 writes the next generation's
+// decision (the members and N, the step every member is at, rank 0 as the
+// source) to lf/ft/<g+1>/decision, where the waiting process reads it too,
+// and all of them apply it as after a failure (apply_decision): a new group,
+// the state copied from rank 0 over it (peers, not disk), the accumulation
+// back down, the data order re-sharded. The next step runs on the full world.
+void Trainer::Impl::admit(int64_t which) {
+  const auto& log = logger("trainer");
+  const auto t0 = Clock::now();
+  auto& store = world_->store();
+  // Rank 0's answer for this boundary (its own key: a refusal must not be read at a later boundary), and the
+  // decision a waiting process reads.
+  const std::string next = "lf/ft/" + std::to_string(generation_ + 1);
+  const std::string answer = next + "/answer/" + std::to_string(steps_done_);
+  fault::Decision d;
+  std::vector<int64_t> taken;
+  if (leader_) {
+    for (int64_t r : lost_ranks())
+      if ((which < 0 || r == which) && store.check({join_key(r)})) taken.push_back(r);
+    nlohmann::json j;
+    if (taken.empty()) {
+      j = {{"admit", false}};
+    } else {
+      d.generation = generation_ + 1;
+      d.members = members_;
+      for (int64_t r : taken) d.members.push_back(r), store.deleteKey(join_key(r));
+      std::sort(d.members.begin(), d.members.end());
+      d.step = steps_done_;
+      d.source = job_rank_;
+      j = d.to_json();
+      j["admit"] = true;
+    }
+    const std::string text = j.dump();
+    if (!taken.empty()) store.set(next + "/decision", std::vector<uint8_t>(text.begin(), text.end()));
+    store.set(answer, std::vector<uint8_t>(text.begin(), text.end()));
+  }
+  const auto v = store.get(answer);
+  const nlohmann::json j = nlohmann::json::parse(std::string(v.begin(), v.end()));
+  if (!j.value("admit", false)) {
+    LF_LOG(log, warn) << "hot-rejoin at step " << steps_done_ << ": "
+                      << (which < 0 ? std::string("no lost rank") : "rank " + std::to_string(which))
+                      << " has registered to rejoin; nothing changes";
+    return;
+  }
+  d = fault::Decision::from_json(j);
+  for (int64_t r : d.members)
+    if (std::find(members_.begin(), members_.end(), r) == members_.end()) taken.push_back(r);
+  std::sort(taken.begin(), taken.end());
+  taken.erase(std::unique(taken.begin(), taken.end()), taken.end());
+  const int64_t world_before = world_info_.world_size;
+  nlohmann::json event = {{"event", "rejoined"},      {"step", d.step},       {"generation", d.generation},
+                          {"rejoined", taken},        {"members", d.members}, {"world_before", world_before},
+                          {"world", static_cast<int64_t>(d.members.size())}, {"state_from", d.source}};
+  const int64_t k_before = apply_decision(d, event);
+  event["rejoin_s"] = s_since(t0);
+  fault_events_.push_back(event);
+  if (progress_) progress_->event(event);
+  LF_LOG(log, info) << "took back rank(s) " << ranks_text(taken) << " at step " << d.step << ": " << world_before
+                    << " -> " << world_info_.world_size << " ranks (generation " << d.generation << "), this rank is "
+                    << world_info_.rank << "; state copied from rank " << d.source << " over the new group; accumulation "
+                    << k_before << " -> " << cfg_.trainer.gradient_accumulation_steps << "; took " << s_since(t0)
+                    << " s; state sha256 " << event["state_sha256"].get<std::string>();
+}
+
+// The restarted process's side of Note [Taking a rank back]: registered, it waits for a generation that has it.
+void Trainer::Impl::wait_to_rejoin() {
+  const auto& log = logger("trainer");
+  auto& store = world_->store();
+  store.set(join_key(job_rank_), std::vector<uint8_t>{'1'});
+  // Started while the others still regroup without this rank: the generation key comes when they are done.
+  while (!store.check({kGenerationKey})) {
+    if (stop_requested()) throw TrainingError("rank " + std::to_string(job_rank_) + ": stopped while waiting to rejoin");
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  const auto v = store.get(kGenerationKey);
+  int64_t g = std::stoll(std::string(v.begin(), v.end()));
+  LF_LOG(log, info) << "rank " << job_rank_ << ": the job goes on without this rank (generation " << g
+                    << "); registered to rejoin, waiting to be admitted (loongforge hot-rejoin --rank " << job_rank_
+                    << ", or fault.auto_rejoin)";
+  publish("waiting to rejoin", nullptr);
+  for (;;) {
+    const std::string key = "lf/ft/" + std::to_string(g + 1) + "/decision";
+    try {
+      store.wait({key}, std::chrono::seconds(60));
+    } catch (const std::exception&) {
+      if (stop_requested()) throw TrainingError("rank " + std::to_string(job_rank_) + ": stopped while waiting to rejoin");
+      continue;  // still waiting; the store is checked again (a lost store raises on the next call)
+    }
+    const auto dv = store.get(key);
+    const nlohmann::json j = nlohmann::json::parse(std::string(dv.begin(), dv.end()));
+    ++g;
+    const fault::Decision d = fault::Decision::from_json(j);
+    if (d.rank_of(job_rank_) < 0) continue;  // a generation without this rank (another failure): wait for the next
+    nlohmann::json event = {{"event", "rejoined"}, {"step", d.step}, {"generation", d.generation},
+                            {"members", d.members}, {"state_from", d.source}};
+    const auto t0 = Clock::now();
+    apply_decision(d, event);
+    heartbeat_ = std::make_unique<fault::Heartbeat>(world_info_, job_rank_, cfg_.fault.heartbeat_s);
+    fault_events_.push_back(event);
+    LF_LOG(log, info) << "rank " << job_rank_ << " rejoined at step " << d.step << " as rank " << world_info_.rank
+                      << " of " << world_info_.world_size << " (generation " << d.generation
+                      << "); state copied from rank " << d.source << " in " << s_since(t0)
+                      << " s; state sha256 " << event["state_sha256"].get<std::string>();
+    return;
+  }
+}
+
+std::vector<int64_t> Trainer::Impl::lost_ranks() const {
+  std::vector<int64_t> lost;
+  for (int64_t r = 0; r < job_world_; ++r)
+    if (std::find(members_.begin(), members_.end(), r) == members_.end()) lost.push_back(r);
+  return lost;
+}
+
+// What `loongforge hot-rejoin` is refused for, on the rank that receives it ("" = nothing).
+std::string Trainer::Impl::rejoin_problem(const nlohmann::json& args) const {
+  const auto it = args.find("rank");
+  if (it == args.end() || !it->is_number_integer()) return "rank must be an integer (-1: every lost rank that registered)";
+  const int64_t r = it->get<int64_t>();
+  const std::vector<int64_t> lost = lost_ranks();
+  if (lost.empty()) return "no rank of this job is lost: all " + std::to_string(job_world_) + " train";
+  if (r < -1 || r >= job_world_)
+    return "rank " + std::to_string(r) + " is not a rank of this job (0.." + std::to_string(job_world_ - 1) +
+           ", or -1 for every lost rank that registered)";
+  if (r >= 0 && std::find(lost.begin(), lost.end(), r) == lost.end())
+    return "rank " + std::to_string(r) + " is not lost: it trains (lost: " + ranks_text(lost) + ")";
+  auto& store = world_->store();
+  for (int64_t l : lost)
+    if ((r < 0 || l == r) && store.check({join_key(l)})) return "";
+  return (r < 0 ? std::string("no lost rank (") + ranks_text(lost) + ")" : "rank " + std::to_string(r)) +
+         " has not registered to rejoin: start its process again with the job's command and environment (RANK=" +
+         (r < 0 ? std::string("<rank>") : std::to_string(r)) + "); it registers once it has loaded the model";
+}
+
+// fault.auto_rejoin, rank 0 at a step boundary: a lost rank that registered is taken back (every rank applies it
+// two boundaries later, as a hot-rejoin sent to the socket).
+void Trainer::Impl::poll_rejoins() {
+  if (!fault_ || !leader_ || !cfg_.fault.auto_rejoin || rejoin_requested_ == generation_) return;
+  auto& store = world_->store();
+  for (int64_t r : lost_ranks())
+    if (store.check({join_key(r)})) {
+      control_->request("hot-rejoin", {{"rank", -1}});
+      rejoin_requested_ = generation_;
+      return;
+    }
+}
+
+std::string Trainer::Impl::state_digest() const {
+  std::string bytes;
+  for (const auto& p : optimizer_->params()) {
+    const at::Tensor t = optimizer_->master_weight(p).detach().contiguous().cpu();
+    bytes.append(static_cast<const char*>(t.data_ptr()), t.nbytes());
+  }
+  for (const auto& [name, t0] : optimizer_->state_tensors()) {
+    const at::Tensor t = t0.detach().contiguous().cpu();
+    bytes.append(static_cast<const char*>(t.data_ptr()), t.nbytes());
+  }
+  return sha256_hex(bytes).substr(0, 16);
 }
 
 nlohmann::json Trainer::Impl::fault_status() const {
@@ -239,10 +436,15 @@ nlohmann::json Trainer::Impl::fault_status() const {
           {"heartbeats", heartbeat_ ? heartbeat_->beats() : 0}};
 }
 
-void Trainer::Impl::join_retired_worlds() {
-  for (auto& t : retired_worlds_)
-    if (t.joinable()) t.join();
-  retired_worlds_.clear();
+void Trainer::Impl::join_retired_worlds(bool finished_only) {
+  for (auto it = retired_worlds_.begin(); it != retired_worlds_.end();) {
+    if (finished_only && !it->done->load()) {
+      ++it;
+      continue;
+    }
+    if (it->thread.joinable()) it->thread.join();
+    it = retired_worlds_.erase(it);
+  }
 }
 
 }  // namespace loongforge::trainer

@@ -10,6 +10,7 @@
 // engine is off, so no code here branches on an engine.
 #pragma once
 
+#include <atomic>     // std::atomic
 #include <chrono>     // std::chrono::steady_clock
 #include <cstdint>    // int64_t
 #include <exception>  // std::exception_ptr
@@ -86,10 +87,17 @@ struct Trainer::Impl {
   void open_fault();
   void after_first_step();
   void recover(const CommError& error);
+  int64_t apply_decision(const fault::Decision& d, nlohmann::json& event);
+  void admit(int64_t which);   // hot-rejoin applied at this boundary (-1: every lost rank that registered)
+  void wait_to_rejoin();       // a restarted rank, at the end of open()
+  void poll_rejoins();         // fault.auto_rejoin, rank 0
+  std::vector<int64_t> lost_ranks() const;
+  std::string rejoin_problem(const nlohmann::json& args) const;
+  std::string state_digest() const;
   void copy_state_from(int64_t root);
   [[noreturn]] void stop_after_regroup(const std::string& why);
   nlohmann::json fault_status() const;
-  void join_retired_worlds();
+  void join_retired_worlds(bool finished_only = false);
 
   // ---- close and failures (trainer_close.cpp)
   int run();
@@ -162,11 +170,18 @@ struct Trainer::Impl {
   // group (0 = as started), its members (job ranks), what happened, old worlds being torn down.
   bool fault_ = false;
   bool comm_timeout_set_ = false;
-  int64_t job_rank_ = 0, generation_ = 0;
+  int64_t job_rank_ = 0, job_world_ = 1, generation_ = 0;
+  int64_t rejoin_requested_ = -1;  // the generation in which rank 0 last asked to take a rank back
   std::vector<int64_t> members_;
   std::unique_ptr<fault::Heartbeat> heartbeat_;
   nlohmann::json fault_events_ = nlohmann::json::array();
-  std::vector<std::thread> retired_worlds_;
+  // Old worlds being torn down on threads of their own (a process group may wait out a hung collective);
+  // reaped once done, so kill/rejoin cycles do not pile them up.
+  struct RetiredWorld {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<RetiredWorld> retired_worlds_;
   int64_t frames_counted_ = 0;        // source frames_decoded at frames_counted_at_ (decoded_frames_per_s)
   int64_t bytes_counted_ = 0;         // source video_bytes_read then (read_mb_per_s)
   int64_t h2d_counted_ = 0;           // source h2d_bytes then (h2d_mb_per_s)

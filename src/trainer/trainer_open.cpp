@@ -456,7 +456,9 @@ void Trainer::Impl::open() {
   if (const std::string chose = adfe::resolve(cfg_, device_); !chose.empty() && leader_)
     LF_LOG(logger("trainer"), info) << chose;
   engines_ = engine_records(cfg_);
-  world_ = comm::connect_for_training(world_info_, device_);  // nullptr at one rank
+  // nullptr at one rank; with fault.enable, a restarted rank of a job that went on without it joins later
+  // (Note [Taking a rank back] in trainer_fault.cpp).
+  world_ = comm::connect_for_training(world_info_, device_, cfg_.fault.enable);
   open_control();
   open_fault();  // the heartbeat (fault.enable)
   prepare_process();
@@ -517,6 +519,10 @@ void Trainer::Impl::open() {
   log_run_line();
   open_outputs();
 
+  if (world_ && world_->joining()) {
+    wait_to_rejoin();
+    control_->skip_published();  // the commands of the job before this rank rejoined are not its own
+  }
   publish("training", nullptr);
   // Requests that arrived while the model loaded.
   const auto a = control_->step_boundary(steps_done_, stop_requested(), requeue_requested());

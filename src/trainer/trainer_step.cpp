@@ -176,7 +176,9 @@ void Trainer::Impl::step_boundary() {
   ControlPlane::Actions actions;
   {
     Phase p(*control_, "control", s);
+    poll_rejoins();  // fault.auto_rejoin
     actions = control_->step_boundary(s, stop_requested(), requeue_requested());
+    if (actions.rejoin != -2) admit(actions.rejoin);  // hot-rejoin (Note [Taking a rank back])
   }
   if (actions.stop && !control_stop_) stop_applied_at_ = t_step_end;
   control_stop_ = actions.stop;

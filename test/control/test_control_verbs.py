@@ -110,10 +110,13 @@ def test_engine_verbs_answer_that_their_engine_is_not_built_or_off(trainer):
     assert r.returncode == 3, r.stderr
     assert "off in this run (mla.enable=false)" in r.stderr and "[engine_off]" in r.stderr
     # GCTS is built, and off in this run.
-    for args in (["switch-strategy", "--strategy", "hybrid"], ["hot-rejoin"]):
-        r = cli(*args, "--socket", trainer.socket, check=False)
-        assert r.returncode == 3, (args, r.stderr)
-        assert "off in this run (gcts.enable=false)" in r.stderr and "[engine_off]" in r.stderr
+    r = cli("switch-strategy", "--strategy", "hybrid", "--socket", trainer.socket, check=False)
+    assert r.returncode == 3, r.stderr
+    assert "off in this run (gcts.enable=false)" in r.stderr and "[engine_off]" in r.stderr
+    # Fault tolerance is off too: no rank can be taken back.
+    r = cli("hot-rejoin", "--socket", trainer.socket, check=False)
+    assert r.returncode == 3, r.stderr
+    assert "off in this run (fault.enable=false)" in r.stderr and "[engine_off]" in r.stderr
     r = cli("monitor-comm", "--socket", trainer.socket, "--count", "1", check=False)
     assert r.returncode == 3 and "no gradient communication" in r.stderr
     r = cli("switch-strategy", "--socket", trainer.socket, "--strategy", "fastest", check=False)

@@ -128,8 +128,12 @@ class Pending {
 // up whole: its process group may still be waiting out a hung collective.
 class World {
  public:
+  // `may_join` (fault tolerance): when the store says the job already runs without this process (the job's
+  // generation lf/ft/generation is set, or an earlier process of this rank left its heartbeat), no process
+  // group is opened: joining() is true, and only the store works until regroup() makes this rank a member.
   static std::unique_ptr<World> connect(const WorldInfo& info, int64_t timeout_ms, Backend backend = Backend::Gloo,
-                                        c10::Device device = c10::kCPU);
+                                        c10::Device device = c10::kCPU, bool may_join = false);
+  bool joining() const { return joining_; }
   // Note [Regrouped worlds]: this rank as `rank` of `world_size` survivors, generation `generation` (>= 1).
   static std::unique_ptr<World> regroup(World& from, int64_t rank, int64_t world_size, int64_t generation,
                                         int64_t timeout_ms);
@@ -168,6 +172,7 @@ class World {
   // Launches one collective (Note [Collective timings on the device]).
   Pending launch(const char* what, const std::function<std::shared_ptr<void>()>& enqueue);
   WorldInfo info_;
+  bool joining_ = false;
   Backend backend_ = Backend::Gloo;
   c10::Device device_ = c10::kCPU;
   std::unique_ptr<Impl> impl_;
@@ -196,6 +201,6 @@ class GradientSync {
 // LOONGFORGE_TEST_ONE_RANK_WORLD=1 connects a World at one rank as well, so
 // one GPU runs the multi-rank step's communication (one-rank collectives;
 // test_trainer_gpu).
-std::unique_ptr<World> connect_for_training(const WorldInfo& info, c10::Device device);
+std::unique_ptr<World> connect_for_training(const WorldInfo& info, c10::Device device, bool may_join = false);
 
 }  // namespace loongforge::comm

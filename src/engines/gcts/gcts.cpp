@@ -125,7 +125,6 @@ Engine engine(const config::Config& cfg) {
   e.built = kBuilt;
   e.enabled = kBuilt && cfg.gcts.enable;
   e.verbs.push_back(EngineVerb{"switch-strategy", false, check_strategy, nullptr, /*cluster=*/true});
-  e.verbs.push_back(EngineVerb{"hot-rejoin", false, nullptr, nullptr, false});
   return e;
 }
 

@@ -29,8 +29,8 @@
 // src/config/validate.cpp).
 //
 // Verbs (its Engine record): switch-strategy (cluster-wide: every rank at the
-// same step), monitor-comm (through status's "comm"); hot-rejoin is not built
-// and answers so. Checkpoint state: loongforge_state/gcts.json ({plan, mdg});
+// same step), monitor-comm (through status's "comm"). (hot-rejoin belongs to
+// fault tolerance: src/trainer/trainer_fault.cpp.) Checkpoint state: loongforge_state/gcts.json ({plan, mdg});
 // with the sharded optimizer every rank's shard of the AdamW state.
 //
 // Pieces: plan.cpp (Note [GCTS strategies], Note [Bucket order]), reducer.cpp
