@@ -29,9 +29,9 @@
 // kept, rank 0 writes a checkpoint of the agreed step and every rank stops
 // with a message naming it. Not covered yet: a sharded optimizer (the lost
 // rank's moments are gone with it), GPUs (NCCL), the loss of rank 0 (it
-// serves the rendezvous store), and taking a restarted rank back
-// (hot-rejoin).
-#include <algorithm>  // std::min
+// serves the rendezvous store). Taking a restarted rank back: Note [Taking a
+// rank back] below.
+#include <algorithm>  // std::find, std::sort, std::unique
 #include <map>        // std::map
 #include <thread>     // std::this_thread
 
