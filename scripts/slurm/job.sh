@@ -31,11 +31,21 @@
 #  - Slurm's own preemption (PreemptMode=REQUEUE) sends SIGTERM: the trainer
 #    checkpoints and exits 0, and Slurm requeues the job itself.
 #
+# A lost task (docs/fault-tolerance.md): without fault.enable, srun ends the
+# whole step when one task fails (--kill-on-bad-exit=1), and the job fails.
+# With fault.enable=true in the config or a --set, the other ranks train on
+# without it: srun keeps them (--kill-on-bad-exit=0), each task runs through
+# scripts/slurm/task.sh, which starts a failed trainer of a rank other than 0
+# again (LOONGFORGE_TASK_RESTARTS times, default 3), and the restarted
+# process is taken back at a step boundary (fault.auto_rejoin, or
+# `loongforge hot-rejoin --rank N`); the job completes at its full size.
+#
 # Environment: LOONGFORGE_HOME (the repository; default SLURM_SUBMIT_DIR),
 # LOONGFORGE_TRAIN (the binary; default $LOONGFORGE_HOME/build/src/daemon/loongforge-train),
 # MASTER_ADDR (default: the first host of the allocation), MASTER_PORT
 # (default: 20000 + SLURM_JOB_ID % 20000), LOONGFORGE_MAX_REQUEUES,
-# LOONGFORGE_SRUN_ARGS (extra srun options, e.g. "--cpu-bind=none").
+# LOONGFORGE_SRUN_ARGS (extra srun options, e.g. "--cpu-bind=none"),
+# LOONGFORGE_TASK_RESTARTS (fault-tolerant jobs: restarts of a failed task).
 set -uo pipefail
 
 log() { echo "[loongforge job $(date -u +%H:%M:%S)] $*"; }
@@ -94,8 +104,17 @@ on_usr1() {
 }
 trap on_usr1 USR1
 
+# fault.enable as the trainer resolves it (config file and --set), read from --print-config's fault: section.
+fault=$("$train" --resume latest "$@" --print-config 2>/dev/null |
+        awk '/^[a-z_]+:/ { section = $1 } section == "fault:" && $1 == "enable:" { print $2; exit }')
+if [ "$fault" = true ]; then
+  log "fault.enable=true: a failed task does not end the job; ranks other than 0 are started again to rejoin (scripts/slurm/task.sh, at most ${LOONGFORGE_TASK_RESTARTS:-3} restarts each)"
+  task=(--kill-on-bad-exit=0 bash "$repo/scripts/slurm/task.sh" "$train")
+else
+  task=(--kill-on-bad-exit=1 "$train")
+fi
 # shellcheck disable=SC2086  # LOONGFORGE_SRUN_ARGS is a list of options
-srun --kill-on-bad-exit=1 ${LOONGFORGE_SRUN_ARGS:-} "$train" --resume latest "$@" &
+srun ${LOONGFORGE_SRUN_ARGS:-} "${task[@]}" --resume latest "$@" &
 srun_pid=$!
 [ "$signalled" -eq 1 ] && kill -USR1 "$srun_pid" 2>/dev/null  # the warning came before srun started
 # `wait` returns early when a trapped signal arrives; wait again until srun is gone.

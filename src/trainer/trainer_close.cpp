@@ -21,6 +21,7 @@ namespace loongforge::trainer {
 
 int Trainer::Impl::run() {
   open();
+  if (ended_before_rejoin_) return 0;  // restarted, and the job ended before it was taken back: nothing to do
   try {
     while (more()) {
       try {
@@ -75,6 +76,7 @@ int Trainer::Impl::close() {
   collect_writes();
   if (reserver_.joinable()) reserver_.join();
   if (world_) world_->barrier();  // rank 0's final checkpoint is complete before any rank exits
+  tell_waiting_ranks_the_job_ended();
   heartbeat_.reset();
   join_retired_worlds();
   control_->shutdown({{"stopped_at_step", s}, {"checkpoint", last_ckpt_}, {"checkpoint_writes_failed", failed_writes_}});

@@ -55,6 +55,7 @@ double s_since(std::chrono::steady_clock::time_point t0) {
 }
 
 const char* const kGenerationKey = "lf/ft/generation";
+const char* const kEndedKey = "lf/ft/ended";  // rank 0's last step, set as the job ends
 std::string join_key(int64_t job_rank) { return "lf/ft/join/" + std::to_string(job_rank); }
 
 std::string ranks_text(const std::vector<int64_t>& ranks) {
@@ -335,13 +336,28 @@ void Trainer::Impl::admit(int64_t which) {
 }
 
 // The restarted process's side of Note [Taking a rank back]: registered, it waits for a generation that has it.
-void Trainer::Impl::wait_to_rejoin() {
+bool Trainer::Impl::wait_to_rejoin() {
   const auto& log = logger("trainer");
   auto& store = world_->store();
   store.set(join_key(job_rank_), std::vector<uint8_t>{'1'});
+  const auto stopped = [&] {
+    if (stop_requested()) throw TrainingError("rank " + std::to_string(job_rank_) + ": stopped while waiting to rejoin");
+  };
+  // Rank 0 tells the ranks still waiting when the job ends (tell_waiting_ranks_the_job_ended): this one then
+  // has nothing to rejoin, and ends with status 0 (the job's result is the other ranks').
+  const auto job_ended = [&] {
+    if (!store.check({kEndedKey})) return false;
+    const auto e = store.get(kEndedKey);
+    store.deleteKey(join_key(job_rank_));
+    LF_LOG(log, info) << "rank " << job_rank_ << ": the job ended at step " << std::string(e.begin(), e.end())
+                      << " before this rank was taken back: nothing to rejoin";
+    publish("ended before rejoining", nullptr);
+    return true;
+  };
   // Started while the others still regroup without this rank: the generation key comes when they are done.
   while (!store.check({kGenerationKey})) {
-    if (stop_requested()) throw TrainingError("rank " + std::to_string(job_rank_) + ": stopped while waiting to rejoin");
+    stopped();
+    if (job_ended()) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   const auto v = store.get(kGenerationKey);
@@ -353,9 +369,10 @@ void Trainer::Impl::wait_to_rejoin() {
   for (;;) {
     const std::string key = "lf/ft/" + std::to_string(g + 1) + "/decision";
     try {
-      store.wait({key}, std::chrono::seconds(60));
+      store.wait({key}, std::chrono::seconds(1));
     } catch (const std::exception&) {
-      if (stop_requested()) throw TrainingError("rank " + std::to_string(job_rank_) + ": stopped while waiting to rejoin");
+      stopped();
+      if (job_ended()) return false;
       continue;  // still waiting; the store is checked again (a lost store raises on the next call)
     }
     const auto dv = store.get(key);
@@ -373,7 +390,25 @@ void Trainer::Impl::wait_to_rejoin() {
                       << " of " << world_info_.world_size << " (generation " << d.generation
                       << "); state copied from rank " << d.source << " in " << s_since(t0)
                       << " s; state sha256 " << event["state_sha256"].get<std::string>();
-    return;
+    return true;
+  }
+}
+
+// Rank 0, as the job ends: the store goes with this process, so a restarted rank still waiting to be
+// taken back is told first (lf/ft/ended) and given up to 2 x fault.heartbeat_timeout_s to read it (it
+// deletes its registration); one that has not started to wait by then fails on the lost store.
+void Trainer::Impl::tell_waiting_ranks_the_job_ended() {
+  if (!fault_ || !leader_ || !world_) return;
+  try {
+    auto& store = world_->store();
+    const std::string s = std::to_string(steps_done_);
+    store.set(kEndedKey, std::vector<uint8_t>(s.begin(), s.end()));
+    const auto deadline = Clock::now() + std::chrono::duration<double>(2 * cfg_.fault.heartbeat_timeout_s);
+    for (int64_t r = 0; r < job_world_; ++r)
+      while (r != job_rank_ && store.check({join_key(r)}) && Clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  } catch (const std::exception& e) {
+    LF_LOG(logger("trainer"), warn) << "could not tell restarted ranks that the job ended: " << e.what();
   }
 }
 

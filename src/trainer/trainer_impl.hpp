@@ -89,7 +89,8 @@ struct Trainer::Impl {
   void recover(const CommError& error);
   int64_t apply_decision(const fault::Decision& d, nlohmann::json& event);
   void admit(int64_t which);   // hot-rejoin applied at this boundary (-1: every lost rank that registered)
-  void wait_to_rejoin();       // a restarted rank, at the end of open()
+  bool wait_to_rejoin();       // a restarted rank, at the end of open(); false: the job ended without it
+  void tell_waiting_ranks_the_job_ended();  // rank 0, in close()
   void poll_rejoins();         // fault.auto_rejoin, rank 0
   std::vector<int64_t> lost_ranks() const;
   std::string rejoin_problem(const nlohmann::json& args) const;
@@ -169,6 +170,7 @@ struct Trainer::Impl {
   // Fault tolerance (fault.enable): this rank's number when the job started, the generation of the
   // group (0 = as started), its members (job ranks), what happened, old worlds being torn down.
   bool fault_ = false;
+  bool ended_before_rejoin_ = false;  // a restarted rank that the job ended without (run() returns 0)
   bool comm_timeout_set_ = false;
   int64_t job_rank_ = 0, job_world_ = 1, generation_ = 0;
   int64_t rejoin_requested_ = -1;  // the generation in which rank 0 last asked to take a rank back

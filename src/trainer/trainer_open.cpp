@@ -520,7 +520,10 @@ void Trainer::Impl::open() {
   open_outputs();
 
   if (world_ && world_->joining()) {
-    wait_to_rejoin();
+    if (!wait_to_rejoin()) {
+      ended_before_rejoin_ = true;
+      return;
+    }
     control_->skip_published();  // the commands of the job before this rank rejoined are not its own
   }
   publish("training", nullptr);

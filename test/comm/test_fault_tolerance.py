@@ -5,6 +5,7 @@ driving the real binaries:
   was restarted on three ranks from its checkpoint;
 - a rank SIGSTOPped: detected and isolated within fault.comm_timeout_s + fault.heartbeat_timeout_s (plus
   5 s for the regroup itself); once continued, it learns that it was left out and exits with that message;
+  started again and never taken back, it is told that the job ended and exits 0;
 - the killed rank started again is taken back (`loongforge hot-rejoin --rank 2`, checked first: a rank
   that trains or has not registered is refused): four ranks again, the same state on every rank
   (SHA-256 of weights and AdamW state, logged by each), no step lost or repeated;
@@ -138,7 +139,8 @@ def test_a_killed_rank_is_isolated_and_the_survivors_end_equal_to_a_restart_from
 
 
 def test_a_stopped_rank_is_detected_and_isolated_within_the_timeouts_and_told_it_was_left_out(tmp_path):
-    procs = launch(tmp_path, 4, "stop", *FAULT, steps=14)
+    procs = launch(tmp_path, 4, "stop", *FAULT, "fault.auto_rejoin=false", steps=2000)  # ended by SIGTERM
+    port = launch.port
     wait_for_steps(tmp_path / "stop", 4, procs)
     t_stop = time.time()
     procs[3].send_signal(signal.SIGSTOP)
@@ -148,9 +150,16 @@ def test_a_stopped_rank_is_detected_and_isolated_within_the_timeouts_and_told_it
     assert t_back - t_stop <= bound
     assert "its heartbeat stood still" in log_of(tmp_path, "stop", 0)
     procs[3].send_signal(signal.SIGCONT)
-    wait_ok(procs, tmp_path, "stop", [0, 1, 2])
     assert procs[3].wait(timeout=120) != 0
     assert "was left out of the job" in log_of(tmp_path, "stop", 3)
+    # Started again, it registers to rejoin; nobody takes it back (fault.auto_rejoin=false, no hot-rejoin),
+    # and when the job ends it is told so and ends with status 0 instead of failing on the lost store.
+    procs.update(launch(tmp_path, 4, "stop", *FAULT, "fault.auto_rejoin=false", steps=2000, port=port, ranks=[3]))
+    wait_for_line(tmp_path / "stop-rank3.log", "registered to rejoin", timeout=60)
+    for r in (0, 1, 2):
+        procs[r].send_signal(signal.SIGTERM)
+    wait_ok(procs, tmp_path, "stop", range(4), timeout=120)
+    assert "before this rank was taken back: nothing to rejoin" in log_of(tmp_path, "stop", 3)
 
 
 def digests(text, marker):

@@ -11,7 +11,11 @@ machine: slurm_cluster.py), 2 CPU tasks through Gloo, n16-tiny:
   script requeues the job, the requeued job verifies the save before it
   trains (its manifest then lists SHA-256s), resumes with `--resume latest`
   and finishes with the losses, weights and optimizer state of the
-  uninterrupted job, bitwise.
+  uninterrupted job, bitwise;
+- fault-tolerant (fault.enable=true): task 1's trainer SIGKILLed after step
+  5; rank 0 trains on alone, the task starts the trainer again
+  (scripts/slurm/task.sh), it is taken back (fault.auto_rejoin) with rank 0's
+  state, and the job COMPLETES with every step logged once.
 
 Environment (set by ctest): LOONGFORGE_TRAIN, LOONGFORGE_TEST_DATASET,
 LOONGFORGE_TEST_MODELS. Skips only when this machine cannot run Slurm at all
@@ -48,13 +52,16 @@ def slurm(tmp_path_factory):
         yield cluster
 
 
-def submit(slurm, out, name, *extra_sbatch):
-    """single-node.sbatch with 2 CPU tasks training n16-tiny; returns (job id, log path)."""
+def submit(slurm, out, name, *extra_sbatch, sets=()):
+    """single-node.sbatch with 2 CPU tasks training n16-tiny (and `sets`: more --set key=value); returns
+    (job id, log path)."""
     out.mkdir(parents=True, exist_ok=True)
     log = out / f"{name}.out"
     args = ["--job-name", name, "--ntasks-per-node=2", "--gpus-per-node=0", "--cpus-per-task=1",
             "--time=10", f"--output={log}", f"--chdir={out}", *extra_sbatch,
             str(REPO / "scripts/slurm/single-node.sbatch"), *trainer_args(out, name)]
+    for kv in sets:
+        args += ["--set", kv]
     return slurm.sbatch(args, job_env()), log
 
 
@@ -146,3 +153,57 @@ def test_usr1_before_the_time_limit_checkpoints_requeues_and_resumes_to_the_same
     assert ca.name == cb.name
     assert list(wa) == list(wb) and all(wa[k].equal(wb[k]) for k in wa)
     assert list(oa) == list(ob) and all(oa[k].equal(ob[k]) for k in oa)
+
+
+def trainer_pid(job, procid):
+    """The pid of the loongforge-train process of Slurm task `procid` of `job` (read from /proc)."""
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if not os.readlink(d / "exe").endswith("/loongforge-train"):
+                continue
+            env = dict(v.split("=", 1) for v in (d / "environ").read_bytes().decode(errors="replace").split("\0") if "=" in v)
+        except OSError:
+            continue
+        if env.get("SLURM_JOB_ID") == str(job) and env.get("SLURM_PROCID") == str(procid):
+            return int(d.name)
+    return None
+
+
+def test_a_killed_task_of_a_fault_tolerant_job_is_started_again_taken_back_and_the_job_completes(slurm, tmp_path):
+    steps = 3 * STEPS
+    fault = ["fault.enable=true", "fault.comm_timeout_s=5", "fault.heartbeat_s=0.2", "fault.heartbeat_timeout_s=2",
+             f"trainer.max_steps={steps}"]
+    t0 = time.time()
+    job, log = submit(slurm, tmp_path, "drill", sets=fault)
+    run = tmp_path / "drill"
+    metrics = run / "metrics.jsonl"
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 5):
+        assert time.time() - t0 < 180, f"no step 5 after 180 s:\n{log.read_text() if log.exists() else ''}"
+        assert slurm.job(job)["JobState"] in ("PENDING", "RUNNING"), slurm.job(job)
+        time.sleep(0.2)
+    pid = trainer_pid(job, 1)
+    assert pid, "no loongforge-train process of task 1 found in /proc"
+    os.kill(pid, 9)  # one task's trainer killed: a crash, an OOM kill
+    j = slurm.wait(job, completed, timeout=240, log=log)
+    print(f"fault-tolerant job with task 1 killed: {time.time() - t0:.1f} s")
+    text = log.read_text()
+    assert j["ExitCode"] == "0:0" and j["Restarts"] == "0", j
+    assert "fault.enable=true: a failed task does not end the job" in text, text
+    assert "rank 1: the trainer was killed by signal 9; the other ranks go on without it: starting it again" in text, text
+    recs = [json.loads(l) for l in metrics.read_text().splitlines()]
+    events = [e for e in recs if "event" in e]
+    assert [e["event"] for e in events] == ["regrouped", "rejoined"], events
+    assert events[0]["lost"] == [1] and events[0]["world"] == 1 and events[1]["world"] == 2, events
+    loss = {e["step"]: e["loss"] for e in recs if "loss" in e}
+    assert sorted(loss) == list(range(1, steps + 1)), sorted(loss)  # no step lost or repeated
+    # Both ranks hold the same weights and AdamW state after the rejoin (SHA-256 logged by each).
+    sha = [l.rsplit("state sha256 ", 1)[1].split()[0] for l in text.splitlines()
+           if "state sha256" in l and ("took back rank(s) 1" in l or "rejoined at step" in l)]
+    assert len(sha) == 2 and sha[0] == sha[1], sha
+    ckpt, _, _ = final_checkpoint(run)
+    assert ckpt.name.endswith(f"_step_{steps}")
+    assert json.loads((ckpt / "MANIFEST.json").read_text())["world_size"] == 2
+    print(f"regrouped at step {events[0]['step']}, rank 1 taken back at step {events[1]['step']} "
+          f"({events[1]['rejoin_s']:.2f} s)")
