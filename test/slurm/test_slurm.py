@@ -172,7 +172,7 @@ def trainer_pid(job, procid):
 
 
 def test_a_killed_task_of_a_fault_tolerant_job_is_started_again_taken_back_and_the_job_completes(slurm, tmp_path):
-    steps = 3 * STEPS
+    steps = 2 * STEPS
     fault = ["fault.enable=true", "fault.comm_timeout_s=5", "fault.heartbeat_s=0.2", "fault.heartbeat_timeout_s=2",
              f"trainer.max_steps={steps}"]
     t0 = time.time()
