@@ -17,7 +17,7 @@ int64_t Decision::rank_of(int64_t job_rank) const {
 }
 
 nlohmann::json Decision::to_json() const {
-  return {{"generation", generation}, {"members", members}, {"lost", lost},
+  return {{"generation", generation}, {"members", members}, {"lost", lost},   {"before", before},
           {"step", step},             {"source", source},   {"waited_s", waited_s}};
 }
 
@@ -26,6 +26,7 @@ Decision Decision::from_json(const nlohmann::json& j) {
   d.generation = j.at("generation").get<int64_t>();
   d.members = j.at("members").get<std::vector<int64_t>>();
   d.lost = j.at("lost").get<std::vector<int64_t>>();
+  d.before = j.value("before", std::vector<int64_t>{});
   d.step = j.at("step").get<int64_t>();
   d.source = j.at("source").get<int64_t>();
   d.waited_s = j.at("waited_s").get<double>();
@@ -109,6 +110,7 @@ Decision decide(c10d::Store& store, const Standing& me, const Options& o, const 
   }
   std::sort(lost.begin(), lost.end());
   d.lost = lost;
+  d.before = me.members;
   d.waited_s = seconds_since(t0);
   return d;
 }

@@ -14,6 +14,7 @@
 #include <chrono>     // std::chrono::steady_clock
 #include <cstdint>    // int64_t
 #include <exception>  // std::exception_ptr
+#include <map>        // std::map
 #include <memory>     // std::unique_ptr
 #include <string>     // std::string
 #include <thread>     // std::thread
@@ -95,7 +96,8 @@ struct Trainer::Impl {
   std::vector<int64_t> lost_ranks() const;
   std::string rejoin_problem(const nlohmann::json& args) const;
   std::string state_digest() const;
-  void copy_state_from(int64_t root);
+  void copy_state_from(int64_t root, nlohmann::json* sharded_steps);
+  std::map<std::string, at::Tensor> assemble_sharded_state(const fault::Decision& d, nlohmann::json& event);
   [[noreturn]] void stop_after_regroup(const std::string& why);
   nlohmann::json fault_status() const;
   void join_retired_worlds(bool finished_only = false);

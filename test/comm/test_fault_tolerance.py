@@ -9,9 +9,10 @@ driving the real binaries:
 - the killed rank started again is taken back (`loongforge hot-rejoin --rank 2`, checked first: a rank
   that trains or has not registered is refused): four ranks again, the same state on every rank
   (SHA-256 of weights and AdamW state, logged by each), no step lost or repeated;
-- kill/restart cycles with fault.auto_rejoin (5; 2 in the suite's form, with gcts.enable): every one taken
-  back, the same state on every rank after each change, rank 0's file descriptors, threads and memory bounded;
-- what fault tolerance does not cover yet is refused at start (a sharded optimizer).
+- kill/restart cycles with fault.auto_rejoin (5; 2 in the suite's form, with GCTS and the sharded optimizer):
+  every one taken back, the same state on every rank after each change, rank 0's file descriptors, threads and memory bounded;
+- with a sharded optimizer, a lost rank's share of the AdamW moments comes from the newest checkpoint: the
+  run then equals, bitwise, a restart on three ranks from the agreed step's checkpoint with that share swapped in.
 """
 import json
 import math
@@ -206,14 +207,14 @@ def fds_threads_rss(pid):
 
 
 CYCLES = int(os.environ.get("LOONGFORGE_TEST_FAULT_CYCLES", "5"))  # the suite runs 2 (time), the long form 5
-GCTS = os.environ.get("LOONGFORGE_TEST_FAULT_GCTS") == "1"  # the suite's form, with gcts.enable
+GCTS = os.environ.get("LOONGFORGE_TEST_FAULT_GCTS") == "1"  # the suite's form: gcts.enable, shard_optimizer
 
 
 def test_kill_and_restart_cycles_are_taken_back_with_bounded_descriptors_threads_and_memory(tmp_path):
     sets = ["fault.enable=true", "fault.comm_timeout_s=5", f"fault.heartbeat_s={HEARTBEAT_S}",
             "fault.heartbeat_timeout_s=2", "fault.auto_rejoin=true"]
-    if GCTS:  # the suite's form: GCTS's reducer (its plan made again at every change) instead of the plain one
-        sets.append("gcts.enable=true")
+    if GCTS:  # the suite's form: GCTS's reducer (its plan made again at every change) and the sharded optimizer
+        sets += ["gcts.enable=true", "gcts.shard_optimizer=true"]  # (no checkpoint: a lost share starts from zeros)
     procs = launch(tmp_path, 4, "cycles", *sets, steps=2000)
     port, run = launch.port, tmp_path / "cycles"
     wait_for_steps(run, 3, procs)
@@ -252,8 +253,59 @@ def test_kill_and_restart_cycles_are_taken_back_with_bounded_descriptors_threads
     assert len(by_generation[2 * CYCLES]) == 4, by_generation
 
 
-def test_fault_tolerance_with_a_sharded_optimizer_is_refused_at_start(tmp_path):
-    procs = launch(tmp_path, 2, "sharded", "fault.enable=true", "gcts.enable=true", "gcts.shard_optimizer=true")
-    codes = [p.wait(timeout=120) for p in procs.values()]
-    assert all(c != 0 for c in codes)
-    assert "fault.enable with gcts.shard_optimizer=true" in log_of(tmp_path, "sharded", 0)
+def replace_in_checkpoint(ckpt, rel, source):
+    """ckpt/rel <- source's bytes, its MANIFEST.json entry made to match (size and chunk SHA-256s)."""
+    import hashlib
+    data = Path(source).read_bytes()
+    (ckpt / rel).write_bytes(data)
+    m = json.loads((ckpt / "MANIFEST.json").read_text())
+    e = m["files"][rel]
+    e["bytes"] = len(data)
+    if "chunk_sha256" in e:
+        c = e["chunk_bytes"]
+        e["chunk_sha256"] = [hashlib.sha256(data[i:i + c]).hexdigest() for i in range(0, len(data), c)]
+    else:
+        e["sha256"] = hashlib.sha256(data).hexdigest()
+    (ckpt / "MANIFEST.json").write_text(json.dumps(m))
+
+
+def checkpoint_files(ckpt):
+    from safetensors.torch import load_file
+    return {f.relative_to(ckpt).as_posix(): load_file(str(f)) for f in sorted(ckpt.rglob("*.safetensors"))}
+
+
+def test_with_a_sharded_optimizer_the_lost_ranks_moments_come_from_the_newest_checkpoint(tmp_path):
+    """gcts.shard_optimizer: each rank holds a quarter of the AdamW moments. After rank 2 is lost, the survivors
+    keep their own quarters and take rank 2's from the newest checkpoint: the run then equals, bitwise, the
+    same job stopped at the agreed step, its checkpoint's rank-2 shard swapped for that older checkpoint's,
+    and resumed on three ranks."""
+    sharded = ["gcts.enable=true", "gcts.shard_optimizer=true", "checkpoint.interval_steps=3", "checkpoint.keep_last=20"]
+    kill_after = random.Random().randint(7, 11)
+    print(f"sharded optimizer: SIGKILL rank 2 once {kill_after} steps are logged")
+    procs = launch(tmp_path, 4, "shard", *FAULT, "fault.auto_rejoin=false", *sharded)
+    run = tmp_path / "shard"
+    wait_for_steps(run, kill_after, procs)
+    procs[2].send_signal(signal.SIGKILL)
+    wait_ok(procs, tmp_path, "shard", [0, 1, 3])
+    events = [r for r in records(run) if "event" in r]
+    assert len(events) == 1 and events[0]["lost"] == [2] and events[0]["world"] == 3, events
+    S, moments = events[0]["step"], events[0]["optimizer_moments"]
+    C = moments["lost_from_step"]
+    assert 3 <= C <= S and C % 3 == 0 and moments["lost_from"].endswith(f"epoch_0_step_{C}"), moments
+    print(f"regrouped at step {S}; rank 2's moments from the checkpoint of step {C}; {moments}")
+    assert "come from" in log_of(tmp_path, "shard", 0)
+    losses = {r["step"]: r["loss"] for r in records(run) if "loss" in r}
+    assert sorted(losses) == list(range(1, STEPS + 1)) and all(math.isfinite(v) for v in losses.values())
+
+    # The same job stopped at step S on four ranks; its rank-2 shard swapped for the one of step C; resumed on three.
+    wait_ok(launch(tmp_path, 4, "swap", *sharded, f"trainer.steps_per_run={S}"), tmp_path, "swap", range(4))
+    ckpt = tmp_path / "swap" / "checkpoints" / f"epoch_0_step_{S}"
+    replace_in_checkpoint(ckpt, "optimizer/rank_00002.safetensors",
+                          run / "checkpoints" / f"epoch_0_step_{C}" / "optimizer" / "rank_00002.safetensors")
+    wait_ok(launch(tmp_path, 3, "swap", *sharded, "checkpoint.resume=latest"), tmp_path, "swap", range(3))
+    again = {r["step"]: r["loss"] for r in records(tmp_path / "swap") if "loss" in r}
+    assert [losses[s] for s in range(S + 1, STEPS + 1)] == [again[s] for s in range(S + 1, STEPS + 1)]
+    a = checkpoint_files(run / "checkpoints" / f"epoch_0_step_{STEPS}")
+    b = checkpoint_files(tmp_path / "swap" / "checkpoints" / f"epoch_0_step_{STEPS}")
+    assert list(a) == list(b) and len(a) == 4, list(a)  # the weights and three optimizer shards
+    assert all(list(a[f]) == list(b[f]) and all(a[f][k].equal(b[f][k]) for k in a[f]) for f in a)

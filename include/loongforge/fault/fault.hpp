@@ -82,6 +82,7 @@ struct Decision {
   int64_t generation = 1;
   std::vector<int64_t> members;  // job ranks, ascending: a member's new rank is its index
   std::vector<int64_t> lost;     // job ranks of the failed generation that are not members
+  std::vector<int64_t> before;   // the previous generation's members (job ranks, ascending): their ranks there
   int64_t step = 0;              // the most steps any member has applied: everyone continues from there
   int64_t source = 0;            // job rank of the member whose state everyone takes (the first with `step`)
   double waited_s = 0;           // how long rank 0 waited for the members

@@ -443,6 +443,15 @@ NamedTensorList ShardedAdamW::state_tensors() const {
   return out;
 }
 
+NamedTensorList ShardedAdamW::replicated_state() const {
+  NamedTensorList out;
+  for (const auto& [i, mv] : replicated_) {
+    out.emplace_back(names_[i] + ".exp_avg", mv.first);
+    out.emplace_back(names_[i] + ".exp_avg_sq", mv.second);
+  }
+  return out;
+}
+
 int64_t ShardedAdamW::state_bytes() const {
   int64_t n = static_cast<int64_t>(exp_avg_.nbytes() + exp_avg_sq_.nbytes());
   for (const auto& [i, mv] : replicated_) n += static_cast<int64_t>(mv.first.nbytes() + mv.second.nbytes());

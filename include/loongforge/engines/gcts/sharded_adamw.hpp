@@ -102,6 +102,8 @@ class ShardedAdamW final : public optim::Optimizer {
   nlohmann::json state_json() const override;
   void load_state(const std::map<std::string, at::Tensor>& tensors, const nlohmann::json& json) override;
 
+  // "<name>.exp_avg(_sq)" of the tiny replicated tensors, on every rank (state_tensors() lists them on rank 0).
+  optim::NamedTensorList replicated_state() const;
   comm::ShardTarget& shard() { return target_; }
   int64_t gathers_in_flight() const { return static_cast<int64_t>(in_flight_.size()); }
   const comm::ShardLayout& layout() const { return target_.layout; }
