@@ -86,7 +86,7 @@ TEST_CASE("replays at different steps draw other dropout masks, at the same step
   INFO(st.dump());
   REQUIRE(st.at("captures").get<int64_t>() == 1);
   REQUIRE(st.at("replays").get<int64_t>() == 3);
-  REQUIRE(st.at("eager_fallbacks").get<int64_t>() == 0);
+  REQUIRE(st.at("capture_failures").get<int64_t>() == 0);  // every call after the warm-up replayed
 
   auto called = fusion::make_compiled_runner(net, package, false, fusion::GraphMode::off, cuda);
   const Result c = step(*called, net, batch, 10);
