@@ -157,6 +157,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model", help="model file written by scripts/model/export.py")
     ap.add_argument("--batch-size", type=int, required=True, help="trainer.micro_batch_size")
+    ap.add_argument("--action-horizon", type=int, default=None,
+                    help="data.action_horizon: actions per sample in the batches the trainer will feed "
+                         "(default: the model's own horizon)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="bf16", help="precision.mode (bf16: CUDA only)")
     ap.add_argument("--out", required=True, help="package to write (.pt2)")
@@ -206,7 +209,10 @@ def main() -> int:
         if bf16 and n in set(frozen):
             p.data = p.data.to(torch.bfloat16)
 
-    batch = {k: v.to(dev) for k, v in example_batch(cfg, args.batch_size, seed=0, with_fm=True).items()}
+    if args.action_horizon is not None and args.action_horizon < 1:
+        fail(f"--action-horizon must be at least 1, got {args.action_horizon}")
+    batch = {k: v.to(dev) for k, v in example_batch(cfg, args.batch_size, seed=0, with_fm=True,
+                                                       horizon=args.action_horizon).items()}
     keys = list(batch)
     nt, nf = len(trainable), len(frozen)
 

@@ -316,8 +316,9 @@ class CompiledRunner final : public StepRunner {
       if (dtype != e.dtype || shape != e.shape)
         throw DataError("trainer.compiled_step: batch tensor '" + e.key + "' is " + c10::toString(dtype) +
                         shape_text(shape) + ", " + package_ + " takes " + c10::toString(e.dtype) +
-                        shape_text(e.shape) + " (the model's batch shape at trainer.micro_batch_size): train this "
-                        "data with trainer.compiled_step=off");
+                        shape_text(e.shape) + ": compile a package for this data's shapes (trainer.compiled_step=auto, "
+                        "or scripts/compile_step.py with --batch-size and --action-horizon), or train with "
+                        "trainer.compiled_step=off");
     }
   }
 

@@ -84,10 +84,11 @@ nlohmann::json manifest_of(const std::string& path) {
   return it == meta.end() ? nlohmann::json(nullptr) : nlohmann::json::parse(it->second);
 }
 
-int64_t micro_batch_of(const nlohmann::json& m) {
+// The actions' dimension `dim` in a package's manifest (0: micro-batch, 1: action horizon); -1 when absent.
+int64_t actions_dim_of(const nlohmann::json& m, size_t dim) {
   if (m.is_object())
     for (const auto& e : m.value("batch", nlohmann::json::array()))
-      if (e.at(0) == "actions") return e.at(2).at(0).get<int64_t>();
+      if (e.at(0) == "actions" && e.at(2).size() > dim) return e.at(2).at(dim).get<int64_t>();
   return -1;
 }
 
@@ -103,7 +104,7 @@ std::string entry_problem(const std::string& path, const PackageKey& key) {
   if (!m.is_object()) return "it has no LoongForge manifest";
   std::string torch_version = m.value("torch", "");
   torch_version = torch_version.substr(0, torch_version.find('+'));
-  const int64_t micro = micro_batch_of(m);
+  const int64_t micro = actions_dim_of(m, 0), horizon = actions_dim_of(m, 1);
   if (m.value("model_hash", "") != key.architecture_hash) return "its manifest names another model architecture";
   if (!key.code_hash.empty() && m.value("model_code", "") != key.code_hash)
     return "its manifest names other model code";
@@ -113,6 +114,7 @@ std::string entry_problem(const std::string& path, const PackageKey& key) {
   if (m.value("trainable", std::vector<std::string>{}) != key.trainable)
     return "its manifest lists other trainable parameters";
   if (micro != key.micro_batch) return "it was compiled for micro-batch " + std::to_string(micro);
+  if (horizon != key.action_horizon) return "it was compiled for action horizon " + std::to_string(horizon);
   return "";
 }
 
@@ -144,13 +146,14 @@ int run_compiler(const PackageKey& key, const CompileTools& tools, const std::st
   std::ofstream out(log_path, std::ios::trunc);
   const std::vector<std::string> args = {tools.python,         tools.script,     key.model_path,
                                          "--batch-size",       std::to_string(key.micro_batch),
+                                         "--action-horizon",   std::to_string(key.action_horizon),
                                          "--device",           key.device,       "--precision",
                                          key.precision,        "--out",          tmp};
   std::string command;
   for (const auto& a : args) command += (command.empty() ? "" : " ") + a;
   out << "$ " << command << "\n" << std::flush;
   LF_LOG(log, info) << "compiled step: compiling " << final_path << " (" << key.model_name << ", micro-batch "
-                    << key.micro_batch << ", " << key.device << (key.gpu_arch.empty() ? "" : " " + key.gpu_arch)
+                    << key.micro_batch << ", action horizon " << key.action_horizon << ", " << key.device << (key.gpu_arch.empty() ? "" : " " + key.gpu_arch)
                     << ", " << key.precision << "; "
                     << (estimate ? "the last compile of this model here took " + fmt_s(*estimate)
                                  : std::string("no earlier compile of this model here to estimate from"))
@@ -269,6 +272,7 @@ std::string cache_dir(const config::Config& cfg) {
 nlohmann::json PackageKey::to_json() const {
   return {{"format", kFormat},           {"model", model_name},   {"architecture_hash", architecture_hash},
           {"code_hash", code_hash},      {"trainable", trainable}, {"micro_batch", micro_batch},
+          {"action_horizon", action_horizon},
           {"precision", precision},      {"device", device},      {"gpu_arch", gpu_arch},
           {"torch", torch_version},      {"compile_script", script_hash}};
 }
@@ -280,8 +284,8 @@ std::string PackageKey::file_name() const {
          "-" + precision + "-" + digest().substr(0, 16) + ".pt2";
 }
 
-PackageKey package_key(const model::Model& net, int64_t micro_batch, bool bf16, c10::Device device,
-                       const CompileTools& tools) {
+PackageKey package_key(const model::Model& net, int64_t micro_batch, int64_t action_horizon, bool bf16,
+                       c10::Device device, const CompileTools& tools) {
   PackageKey k;
   const model::ModelInfo& info = net.info();
   k.model_name = info.name, k.model_path = info.path;
@@ -289,6 +293,7 @@ PackageKey package_key(const model::Model& net, int64_t micro_batch, bool bf16, 
   for (const auto& p : info.params)
     if (p.trainable) k.trainable.push_back(p.name);
   k.micro_batch = micro_batch;
+  k.action_horizon = action_horizon;
   k.precision = bf16 ? "bf16" : "fp32";
   k.device = device.is_cuda() ? "cuda" : "cpu";
 #if LOONGFORGE_WITH_CUDA_KERNELS
@@ -380,7 +385,15 @@ void discard_package(const std::string& path) { remove_tree(path); }
 
 int64_t package_micro_batch(const std::string& path) {
   try {
-    return micro_batch_of(manifest_of(path));
+    return actions_dim_of(manifest_of(path), 0);
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+int64_t package_action_horizon(const std::string& path) {
+  try {
+    return actions_dim_of(manifest_of(path), 1);
   } catch (const std::exception&) {
     return -1;
   }

@@ -153,8 +153,10 @@ CompiledStepSetting compiled_step_setting(const config::Config& cfg, c10::Device
 PreparedPackage prepare_compiled_step(const config::Config& cfg, const model::Model& net, c10::Device device,
                                       bool bf16_autocast, const CompileProgress& progress) {
   const CompileTools tools = find_compile_tools();
-  return prepare_package(cache_dir(cfg), package_key(net, cfg.trainer.micro_batch_size, bf16_autocast, device, tools),
-                         tools, progress);
+  return prepare_package(
+      cache_dir(cfg),
+      package_key(net, cfg.trainer.micro_batch_size, cfg.data.action_horizon, bf16_autocast, device, tools), tools,
+      progress);
 }
 
 StepMode step_mode(const config::Config& cfg, const model::Model& net, c10::Device device, bool bf16_autocast,
@@ -167,16 +169,22 @@ StepMode step_mode(const config::Config& cfg, const model::Model& net, c10::Devi
       break;
     case CompiledStepSetting::path: {
       m.compiled = true, m.package = cfg.trainer.compiled_step;
-      const int64_t micro = package_micro_batch(m.package);  // -1: unreadable (the runner says why)
+      // -1: unreadable (the runner says why)
+      const int64_t micro = package_micro_batch(m.package), horizon = package_action_horizon(m.package);
+      const std::string fix =
+          ": set trainer.compiled_step=auto (compiles one for this run into trainer.compile_cache), or "
+          "python3 scripts/compile_step.py " + net.info().path + " --batch-size " +
+          std::to_string(cfg.trainer.micro_batch_size) + " --action-horizon " +
+          std::to_string(cfg.data.action_horizon) + " --device " + (device.is_cuda() ? "cuda" : "cpu") +
+          " --precision " + (bf16_autocast ? "bf16" : "fp32") + " --out PACKAGE.pt2 and name that";
       if (micro >= 0 && micro != cfg.trainer.micro_batch_size)
         throw ConfigError("trainer.compiled_step: " + m.package + " was compiled for micro-batch " +
                           std::to_string(micro) + ", this run's trainer.micro_batch_size is " +
-                          std::to_string(cfg.trainer.micro_batch_size) +
-                          ": set trainer.compiled_step=auto (compiles one for it into trainer.compile_cache), or "
-                          "python3 scripts/compile_step.py " + net.info().path + " --batch-size " +
-                          std::to_string(cfg.trainer.micro_batch_size) + " --device " +
-                          (device.is_cuda() ? "cuda" : "cpu") + " --precision " + (bf16_autocast ? "bf16" : "fp32") +
-                          " --out PACKAGE.pt2 and name that");
+                          std::to_string(cfg.trainer.micro_batch_size) + fix);
+      if (horizon >= 0 && horizon != cfg.data.action_horizon)
+        throw ConfigError("trainer.compiled_step: " + m.package + " was compiled for " + std::to_string(horizon) +
+                          " actions per sample, this run's data.action_horizon is " +
+                          std::to_string(cfg.data.action_horizon) + fix);
       m.package_status = {{"path", m.package}, {"source", "given"}, {"compile_s", 0.0}};
       break;
     }

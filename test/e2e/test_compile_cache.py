@@ -154,6 +154,17 @@ def test_a_named_package_for_another_micro_batch_is_refused_with_the_fix(first, 
     assert "trainer.compiled_step=auto" in r.stderr and f"--batch-size {MICRO + 1}" in r.stderr, r.stderr
 
 
+def test_a_named_package_for_another_action_horizon_is_refused_with_the_fix(first, tmp_path):
+    """A package takes the actions' shape it was compiled for: data.action_horizon is part of it (the GR00T models'
+    own horizon is not the data's: gr00t-n1.7-3b's 40 against the bundled dataset's 16)."""
+    [entry] = entries(first["cache"])
+    r = run(first["cache"], tmp_path, f"trainer.compiled_step={first['cache'] / entry}", "data.action_horizon=8",
+            check=False)
+    assert r.returncode == 1
+    assert "was compiled for 16 actions per sample, this run's data.action_horizon is 8" in r.stderr, r.stderr
+    assert "--action-horizon 8" in r.stderr and "trainer.compiled_step=auto" in r.stderr, r.stderr
+
+
 def other_code_model(tmp_path):
     """n16-tiny with another model-code record, as if scripts/model/ had changed since its export."""
     return model_with_other_code(tmp_path / "other-code.pt")

@@ -36,7 +36,7 @@
 //
 // Example:
 //   const CompileTools tools = find_compile_tools();
-//   const PackageKey key = package_key(net, cfg.trainer.micro_batch_size, bf16, device, tools);
+//   const PackageKey key = package_key(net, cfg.trainer.micro_batch_size, cfg.data.action_horizon, bf16, device, tools);
 //   const PreparedPackage p = prepare_package(cache_dir(cfg), key, tools, progress);  // p.path: load it
 #pragma once
 
@@ -75,6 +75,7 @@ struct PackageKey {
   std::string model_name, model_path, architecture_hash, code_hash;
   std::vector<std::string> trainable;
   int64_t micro_batch = 0;
+  int64_t action_horizon = 0;  // data.action_horizon: the actions' second dimension
   std::string precision;  // fp32 | bf16
   std::string device;     // cpu | cuda
   std::string gpu_arch;   // sm_90, ...; "" on the CPU
@@ -84,8 +85,8 @@ struct PackageKey {
   std::string digest() const;      // SHA-256 (hex) of to_json()
   std::string file_name() const;   // <model>-b<B>-<device>-<precision>-<digest 16>.pt2
 };
-PackageKey package_key(const model::Model& net, int64_t micro_batch, bool bf16, c10::Device device,
-                       const CompileTools& tools);
+PackageKey package_key(const model::Model& net, int64_t micro_batch, int64_t action_horizon, bool bf16,
+                       c10::Device device, const CompileTools& tools);
 
 struct PreparedPackage {
   std::string path;
@@ -111,6 +112,8 @@ PreparedPackage prepare_package(const std::string& dir, const PackageKey& key, c
 
 // The micro-batch a package was compiled for (its manifest's actions' first dimension); -1 when unreadable.
 int64_t package_micro_batch(const std::string& path);
+// The action horizon a package was compiled for (its manifest's actions' second dimension); -1 when unreadable.
+int64_t package_action_horizon(const std::string& path);
 
 // Removes an entry the compiled runner could not load (its file only; the next prepare compiles it).
 void discard_package(const std::string& path);

@@ -3,7 +3,8 @@
 # package (no build, no export of weights, nothing beside it), for models whose compile
 # needs most of a call (n16-3b):
 #   MODEL (default n16-3b), EXPORT_SET (default "tune_visual=true tune_llm=true"), TAG
-#   (default n16-3b-full), MB (micro-batch, default 64), LIMIT (seconds for the compile,
+#   (default n16-3b-full), MB (micro-batch, default 64), HORIZON (the data's actions per sample,
+#   default 16: data.action_horizon of the bench config), LIMIT (seconds for the compile,
 #   default 560), COMPILE_ENV (variables for it, default
 #   AOT_INDUCTOR_COMPILE_WRAPPER_OPT_LEVEL=O0: the host wrapper is replayed as a CUDA graph,
 #   so its own speed hardly matters and its C++ compile is long at this size).
@@ -26,6 +27,7 @@ stamp "compile $tag, micro-batch $mb"
 pkg=/dev/shm/$tag-step.pt2
 env ${COMPILE_ENV-AOT_INDUCTOR_COMPILE_WRAPPER_OPT_LEVEL=O0} PYTHONUNBUFFERED=1 PYTHONPATH=scripts \
   timeout ${LIMIT:-560} python3 scripts/compile_step.py /dev/shm/$tag.records.zip --batch-size $mb \
+  --action-horizon ${HORIZON:-16} \
   --device cuda --precision bf16 --out $pkg --stacks-every 30 ${CPP_ONLY:+--cpp-only}
 stamp "compile_step: exit $?"
 if [ -f $pkg ] && [ -n "${CPP_ONLY:-}" ]; then

@@ -70,7 +70,7 @@ ctag=$tag; cfile=$mfile
 # AOT_INDUCTOR_COMPILE_WRAPPER_OPT_LEVEL=O0).
 compile_pkg() {
   env ${COMPILE_ENV:-} PYTHONPATH=scripts timeout $(left ${COMPILE_LIMIT:-330}) python3 scripts/compile_step.py $cfile \
-    --batch-size $mb --device cuda --precision bf16 --out $pkg --stacks-every 60 > "$logs/compile_step.log" 2>&1
+    --batch-size $mb --action-horizon ${HORIZON:-16} --device cuda --precision bf16 --out $pkg --stacks-every 60 > "$logs/compile_step.log" 2>&1
   echo "compile_step: exit $?"
   grep -E "^(traced|exported|compiled)" "$logs/compile_step.log"; ls -l $pkg 2>/dev/null
   if [ -f $pkg ] && [ $(stat -c %s $pkg) -le $((15 << 20)) ]; then cp $pkg "$OUT/$ctag-step.pt2"
