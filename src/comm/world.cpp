@@ -222,25 +222,33 @@ std::unique_ptr<World> World::connect(const WorldInfo& info, int64_t timeout_ms,
 
 std::unique_ptr<World> World::regroup(World& from, int64_t rank, int64_t world_size, int64_t generation,
                                       int64_t timeout_ms) {
-  if (from.backend_ != Backend::Gloo)
-    throw CommError("rank " + std::to_string(from.info_.rank) +
-                    ": regrouping after a lost rank needs Gloo (CPU ranks); this job runs " + backend_name(from.backend_));
   WorldInfo info = from.info_;
   info.rank = rank, info.world_size = world_size;
   std::unique_ptr<World> w(new World(info));
-  w->backend_ = Backend::Gloo;
-  w->device_ = c10::Device(c10::kCPU);
+  w->backend_ = from.backend_;
+  w->device_ = from.device_;
   w->impl_->store = from.impl_->store;
   w->impl_->timeout = std::chrono::milliseconds(timeout_ms);
   const std::string prefix = "lf/ft/" + std::to_string(generation);
   w->impl_->host_prefix = prefix + "/host/";
   std::string on;
-  w->impl_->pg = detail::open_gloo(c10::make_intrusive<c10d::PrefixStore>(prefix, w->impl_->store), info,
-                                   w->impl_->timeout, &on);
+  const auto prefixed = c10::make_intrusive<c10d::PrefixStore>(prefix, w->impl_->store);
+  w->impl_->pg = w->backend_ == Backend::Gloo
+                     ? detail::open_gloo(prefixed, info, w->impl_->timeout, &on)
+                     : detail::open_nccl(prefixed, info, w->impl_->timeout, w->device_, &on);
   LF_LOG(logger("comm"), info) << "rank " << rank << " of " << world_size << " (generation " << generation
                                << ", was rank " << from.info_.rank << " of " << from.info_.world_size << ", " << on
                                << ")";
   return w;
+}
+
+void World::abort() {
+  if (!impl_->pg || backend_ != Backend::Nccl) return;
+  try {
+    impl_->pg->abort();
+  } catch (const std::exception& e) {
+    LF_LOG(logger("comm"), warn) << "rank " << info_.rank << ": aborting the NCCL group: " << e.what();
+  }
 }
 
 void World::set_timeout(int64_t timeout_ms) {

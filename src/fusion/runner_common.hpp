@@ -25,7 +25,9 @@ struct AutocastScope {
 
 // Test hook: LOONGFORGE_TEST_FAULT=<phase>@<step> (phase forward|backward,
 // 1-based step) raises libtorch's out-of-memory error there, so the failure
-// path (message, final checkpoint, exit status) is testable without a GPU.
+// path (message, final checkpoint, exit status) is testable without a GPU;
+// exit:<phase>@<step> ends the process there at once (status 137, as a
+// SIGKILL would): a rank lost at a known point (test_fault_tolerance.py).
 struct Fault {
   std::string phase;
   int64_t step = -1;

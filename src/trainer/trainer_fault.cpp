@@ -155,20 +155,27 @@ void Trainer::Impl::copy_state_from(int64_t root, nlohmann::json* steps) {
 // When the world changes (a regroup, or a rank taken back), every rank of the
 // new world assembles the full moments as the previous generation laid them
 // out (its members' ranks there: Decision::before): the range of each member
-// still here comes from that member (one broadcast per range); the range of
-// a lost rank from the newest checkpoint that validates (rank 0 of the new
-// world reads it, whatever world size wrote it: Note [Re-sharding] in
-// state.cpp), or zeros when the run has none. The replicated tensors'
-// moments and the step counts come from the source, with the weights
-// (copy_state_from). The gradient path then gets a new ShardedAdamW over the
+// still here comes from that member (one broadcast per range), with the
+// fp32 weights of that range (the member updated them itself); the moments
+// of a lost rank's range from the newest checkpoint that validates (rank 0
+// of the new world reads it, whatever world size wrote it: Note [Re-sharding]
+// in state.cpp), or zeros when the run has none, and its weights from the
+// source. The replicated tensors' moments and weights and the step counts
+// come from the source (copy_state_from). Why weights per range: with
+// gcts.overlap the last update's all-gather completes only before the next
+// forward, so a rank lost then leaves every survivor with its own range
+// updated and the others' not yet received (recover() waits those gathers
+// out, abandon_gathers); taken from their owners, every range is at the
+// agreed step but the lost one, which misses that one update. The gradient path then gets a new ShardedAdamW over the
 // new world, which takes its range (load_state, as a resume does): the run
 // goes on as if resumed from a checkpoint holding exactly that state
 // (test/comm/test_fault_tolerance.py builds that checkpoint and compares).
 // The lost range's moments are older than the rest by the steps since that
-// checkpoint: the one approximation, logged with its age. Not covered: a
-// failure inside the optimizer's all-gather after the survivors updated
-// their ranges (the redone step would update those moments twice). Memory:
-// every rank holds the full fp32 moments for the moment, as a resume does.
+// checkpoint: the approximation, logged with its age. Not covered: with
+// gcts.overlap=false the all-gather is waited for inside the update, and a
+// failure there makes the step be taken again after the survivors updated
+// their ranges (those get the update twice). Memory: every rank holds the
+// full fp32 moments and weights for the moment, as a resume does.
 std::map<std::string, at::Tensor> Trainer::Impl::assemble_sharded_state(const fault::Decision& d,
                                                                         nlohmann::json& event) {
   const auto& log = logger("trainer");
@@ -180,7 +187,12 @@ std::map<std::string, at::Tensor> Trainer::Impl::assemble_sharded_state(const fa
   if (W == 0) throw TrainingError("a regroup decision without the previous generation's members (a sharded optimizer needs them)");
   const int64_t chunk = (l.total + W - 1) / W;
   const auto opts = params.front().options().dtype(at::kFloat);
-  at::Tensor flat = at::zeros({2, l.total}, opts);  // exp_avg, exp_avg_sq
+  at::Tensor flat = at::zeros({3, l.total}, opts);  // exp_avg, exp_avg_sq, the fp32 weights
+  // This rank's weights laid flat (its masters: a working copy's fp32 master, else the parameter).
+  std::vector<at::Tensor> pieces;
+  for (size_t k = 0; k < l.sharded.size(); ++k)
+    pieces.push_back(so->master_weight(params[l.sharded[k]]).detach().reshape({-1}).to(at::kFloat));
+  const at::Tensor my_weights = at::cat(pieces);
   std::vector<std::pair<int64_t, int64_t>> lost;   // ranges [b, e) of lost ranks
   int64_t from_members = 0;
   at::NoGradGuard no_grad;
@@ -192,7 +204,7 @@ std::map<std::string, at::Tensor> Trainer::Impl::assemble_sharded_state(const fa
       lost.emplace_back(b, e);
       continue;
     }
-    std::vector<at::Tensor> buf = {at::empty({2, e - b}, opts)};
+    std::vector<at::Tensor> buf = {at::empty({3, e - b}, opts)};
     if (owner == world_info_.rank) {
       if (l.world != W || l.begin() != b || l.end() != e)
         throw TrainingError("rank " + std::to_string(job_rank_) + ": its optimizer shard [" + std::to_string(l.begin()) +
@@ -203,6 +215,7 @@ std::map<std::string, at::Tensor> Trainer::Impl::assemble_sharded_state(const fa
       for (const auto& [name, t] : so->state_tensors()) mine[name] = t;
       buf[0][0].copy_(mine.at("shard.exp_avg").reshape({-1}).narrow(0, 0, e - b));
       buf[0][1].copy_(mine.at("shard.exp_avg_sq").reshape({-1}).narrow(0, 0, e - b));
+      buf[0][2].copy_(my_weights.narrow(0, b, e - b));
     }
     world_->broadcast(buf, owner);
     flat.narrow(1, b, e - b).copy_(buf[0]);
@@ -253,7 +266,16 @@ std::map<std::string, at::Tensor> Trainer::Impl::assemble_sharded_state(const fa
     const auto v = world_->store().get("lf/ft/" + std::to_string(d.generation) + "/lost_moments");
     info = nlohmann::json::parse(std::string(v.begin(), v.end()));
     int64_t at_ = 0;
-    for (const auto& [b, e] : lost) flat.narrow(1, b, e - b).copy_(buf[0].narrow(1, at_, e - b)), at_ += e - b;
+    for (const auto& [b, e] : lost) flat.narrow(0, 0, 2).narrow(1, b, e - b).copy_(buf[0].narrow(1, at_, e - b)), at_ += e - b;
+    // The lost ranges' weights: the source's (every survivor holds them alike but for a gather cut short).
+    std::vector<at::Tensor> w = {at::empty({n}, opts)};
+    if (world_info_.rank == d.rank_of(d.source)) {
+      int64_t o = 0;
+      for (const auto& [b, e] : lost) w[0].narrow(0, o, e - b).copy_(my_weights.narrow(0, b, e - b)), o += e - b;
+    }
+    world_->broadcast(w, d.rank_of(d.source));
+    at_ = 0;
+    for (const auto& [b, e] : lost) flat[2].narrow(0, b, e - b).copy_(w[0].narrow(0, at_, e - b)), at_ += e - b;
     const int64_t ckpt_step = info["step"].get<int64_t>();
     source["lost_elements"] = n;
     source["lost_from"] = ckpt_step >= 0 ? info["checkpoint"].get<std::string>() : std::string("zeros");
@@ -275,6 +297,7 @@ std::map<std::string, at::Tensor> Trainer::Impl::assemble_sharded_state(const fa
     const size_t i = l.sharded[k];
     full[names[i] + ".exp_avg"] = flat[0].narrow(0, l.offsets[k], params[i].numel()).view(params[i].sizes());
     full[names[i] + ".exp_avg_sq"] = flat[1].narrow(0, l.offsets[k], params[i].numel()).view(params[i].sizes());
+    full[names[i] + ".weight_fp32"] = flat[2].narrow(0, l.offsets[k], params[i].numel()).view(params[i].sizes());
   }
   return full;
 }
@@ -369,8 +392,14 @@ int64_t Trainer::Impl::apply_decision(const fault::Decision& d, nlohmann::json& 
       find_engine(engines_, "gcts"), std::move(optimizer_));
   optimizer_ = std::move(g.optimizer);
   if (sharded) {
-    for (size_t i = 0; i < masters.size(); ++i) optimizer_->load_weight(optimizer_->params()[i], masters[i]);
+    auto* so = dynamic_cast<gcts::ShardedAdamW*>(optimizer_.get());
+    for (size_t i = 0; i < masters.size(); ++i) {
+      const auto it = sharded_moments.find(so->names()[i] + ".weight_fp32");  // a sharded parameter: its owner's
+      optimizer_->load_weight(optimizer_->params()[i], it != sharded_moments.end() ? it->second : masters[i]);
+      if (it != sharded_moments.end()) sharded_moments.erase(it);
+    }
     optimizer_->load_state(sharded_moments, sharded_steps);
+    event["state_sha256"] = state_digest();  // with each range's weights from its owner
   }
   reducer_ = std::move(g.reducer);
   graph_reduction_ = std::move(g.graph_reduction);
@@ -386,6 +415,10 @@ void Trainer::Impl::recover(const CommError& error) {
   const int64_t world_before = world_info_.world_size, rank_before = world_info_.rank;
   LF_LOG(log, warn) << "step " << failed_step << " failed " << into_step_s << " s into the step: " << error.what()
                     << "; regrouping without the lost rank(s) (fault.enable)";
+  // A sharded optimizer's all-gathers of the last update may still be in flight in the failed world
+  // (gcts.overlap): waited out, their results unused (Note [Re-sharding after a lost rank]).
+  int64_t abandoned = 0;
+  if (auto* so = dynamic_cast<gcts::ShardedAdamW*>(optimizer_.get())) abandoned = so->abandon_gathers();
   optimizer_->zero_grad();  // the failed step's partial gradients
 
   const fault::Decision d =
@@ -401,6 +434,7 @@ void Trainer::Impl::recover(const CommError& error) {
                           {"world", static_cast<int64_t>(d.members.size())},
                           {"state_from", d.source},
                           {"failed_after_s", into_step_s},
+                          {"abandoned_gathers", abandoned},
                           {"waited_s", d.waited_s},
                           {"error", std::string(error.what()).substr(0, 300)}};
   const int64_t k_before = apply_decision(d, event);

@@ -45,22 +45,23 @@ def free_port():
         return s.getsockname()[1]
 
 
-def launch(out, world, name, *sets, steps=STEPS, port=None, ranks=None):
+def launch(out, world, name, *sets, steps=STEPS, port=None, ranks=None, env=None):
     """Starts ranks `ranks` (all of `world` by default) of one job; a rank started again (same port, same
-    arguments) is a restarted process of that job. Logs append to out/<name>-rank<r>.log."""
+    arguments) is a restarted process of that job. Logs append to out/<name>-rank<r>.log. `env`: more
+    environment variables for these ranks."""
     Path(out).mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     procs = {}
     for r in ranks if ranks is not None else range(world):
-        env = dict(os.environ, WORLD_SIZE=str(world), RANK=str(r), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port))
+        rank_env = dict(os.environ, WORLD_SIZE=str(world), RANK=str(r), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
+                        MASTER_PORT=str(port), **(env or {}))
         cmd = [TRAIN, "--config", str(REPO / "configs/n16-tiny.yaml"), "--set", f"model.path={MODEL}",
                "--set", f"data.path={DATA}", "--set", f"run.output_dir={out}", "--set", f"run.name={name}",
                "--set", f"trainer.max_steps={steps}"]
         for s in COMMON + list(sets):
             cmd += ["--set", s]
         log = open(Path(out) / f"{name}-rank{r}.log", "a")
-        procs[r] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        procs[r] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=rank_env)
     launch.port = port
     return procs
 
@@ -234,9 +235,12 @@ def test_kill_and_restart_cycles_are_taken_back_with_bounded_descriptors_threads
     for r, p in procs.items():
         assert p.wait(timeout=120) == 0, log_of(tmp_path, "cycles", r)[-3000:]
     # Bounded: the cycles after the first add at most 4 descriptors, 4 threads and 64 MB in all (measured
-    # with 5 cycles: 30 descriptors and 15 threads after each, RSS 668 -> 683 MB).
+    # with 5 cycles: 30 descriptors and 15 threads after each, RSS 668 -> 683 MB). The sharded optimizer
+    # assembles the full fp32 moments and weights at every change (3 x 4.9 M elements of n16-tiny, 59 MB, with
+    # copies beside them) and the allocator keeps such peaks without growing from cycle to cycle: 200 MB there
+    # (measured with 5 cycles: RSS 664, 664, 806, 806, 715 MB; with 2: +68 MB once in CI, -45 and +31 MB here).
     (f1, t1, m1), (fn, tn, mn) = seen[0], seen[-1]
-    assert fn - f1 <= 4 and tn - t1 <= 4 and mn - m1 <= 64, seen
+    assert fn - f1 <= 4 and tn - t1 <= 4 and mn - m1 <= (200 if GCTS else 64), seen
     events = [e for e in records(run) if "event" in e]
     assert [e["event"] for e in events] == ["regrouped", "rejoined"] * CYCLES
     # After every change every rank holds the same weights and AdamW state (the SHA-256 each logs): three
@@ -280,15 +284,20 @@ def test_with_a_sharded_optimizer_the_lost_ranks_moments_come_from_the_newest_ch
     same job stopped at the agreed step, its checkpoint's rank-2 shard swapped for that older checkpoint's,
     and resumed on three ranks."""
     sharded = ["gcts.enable=true", "gcts.shard_optimizer=true", "checkpoint.interval_steps=3", "checkpoint.keep_last=20"]
-    kill_after = random.Random().randint(7, 11)
-    print(f"sharded optimizer: SIGKILL rank 2 once {kill_after} steps are logged")
-    procs = launch(tmp_path, 4, "shard", *FAULT, "fault.auto_rejoin=false", *sharded)
+    # Rank 2 ends at the start of its backward of step K (the hook LOONGFORGE_TEST_FAULT=exit:...): the others
+    # fail in that step's reduce-scatter, before any rank updated anything (a random SIGKILL, as in the cycles
+    # test, may land after an update, where the lost range misses that update and no restart equals it).
+    K = random.Random().randint(8, 12)
+    print(f"sharded optimizer: rank 2 ends in the backward of step {K}")
+    procs = launch(tmp_path, 4, "shard", *FAULT, "fault.auto_rejoin=false", *sharded, ranks=[0, 1, 3])
+    procs.update(launch(tmp_path, 4, "shard", *FAULT, "fault.auto_rejoin=false", *sharded, port=launch.port,
+                        ranks=[2], env={"LOONGFORGE_TEST_FAULT": f"exit:backward@{K}"}))
     run = tmp_path / "shard"
-    wait_for_steps(run, kill_after, procs)
-    procs[2].send_signal(signal.SIGKILL)
+    assert procs[2].wait(timeout=120) == 137, log_of(tmp_path, "shard", 2)[-2000:]
     wait_ok(procs, tmp_path, "shard", [0, 1, 3])
     events = [r for r in records(run) if "event" in r]
     assert len(events) == 1 and events[0]["lost"] == [2] and events[0]["world"] == 3, events
+    assert events[0]["step"] == K - 1 and events[0]["abandoned_gathers"] == 0, events
     S, moments = events[0]["step"], events[0]["optimizer_moments"]
     C = moments["lost_from_step"]
     assert 3 <= C <= S and C % 3 == 0 and moments["lost_from"].endswith(f"epoch_0_step_{C}"), moments

@@ -13,7 +13,9 @@
 // issue #13 whether collectives can live inside the fast step's graphs); and
 // GCTS's reduction captured into a CUDA graph with the backward and replayed
 // (Note [Reduction in the graph]) gives the reduction after backward's
-// gradients for `simple` and `hybrid`, sharded and not. One
+// gradients for `simple` and `hybrid`, sharded and not; and a world
+// aborted and regrouped (Note [Regrouped worlds]: the NCCL path of fault
+// tolerance that one rank can run) gets a new communicator that works. One
 // rank is all NCCL allows per GPU; several ranks need the multi-GPU machines
 // (issue #13).
 #include <functional>
@@ -196,4 +198,35 @@ TEST_CASE("comm: on a GPU, GCTS's reduction captured with the backward into a CU
   REQUIRE_FALSE(key.empty());
   reducer->switch_strategy(cfg.gcts.comm_strategy == "simple" ? "hybrid" : "simple");
   REQUIRE(reducer->graph_key() != key);
+}
+
+TEST_CASE("comm: on one GPU, an NCCL world aborted and regrouped into the next generation runs its collectives again") {
+  REQUIRE(backend_built(Backend::Nccl));
+  auto world = one_nccl_rank();
+  const auto cuda = at::TensorOptions().device(world->device()).dtype(at::kFloat);
+  const at::Tensor x = at::arange(1000, cuda) * 0.25;
+  std::vector<at::Tensor> t = {x.clone()};
+  world->allreduce_sum(t);
+  REQUIRE(at::equal(t[0].cpu(), x.cpu()));
+  world->abort();  // as fault tolerance does to the failed generation's group
+  auto next = World::regroup(*world, /*rank=*/0, /*world_size=*/1, /*generation=*/1, /*timeout_ms=*/60000);
+  world.reset();  // the aborted group goes away without waiting for anything
+  REQUIRE(next->backend() == Backend::Nccl);
+  REQUIRE(next->device() == c10::Device(c10::kCUDA, 0));
+  std::vector<at::Tensor> u = {x * 3};
+  next->allreduce_sum(u);
+  REQUIRE(at::equal(u[0].cpu(), (x * 3).cpu()));
+  std::vector<at::Tensor> b = {x * 5};
+  next->broadcast(b, 0);
+  at::Tensor gathered = at::zeros({1000}, cuda);
+  next->all_gather_async(gathered, x).wait();
+  REQUIRE(at::equal(gathered.cpu(), x.cpu()));
+  next->barrier();
+  // And a second generation from the first (a later failure).
+  next->abort();
+  auto third = World::regroup(*next, 0, 1, 2, 60000);
+  next.reset();
+  std::vector<at::Tensor> v = {x.clone()};
+  third->allreduce_sum(v);
+  REQUIRE(at::equal(v[0].cpu(), x.cpu()));
 }

@@ -124,8 +124,12 @@ class Pending {
 // new World over the same rendezvous store: ranks renumbered 0..n-1 in the
 // order of their old ranks, its process group's and host exchange's keys
 // under the generation's own prefix (lf/ft/<generation>/), so nothing of the
-// broken group is read again. Gloo only (CPU ranks). The old World is given
-// up whole: its process group may still be waiting out a hung collective.
+// broken group is read again. The old World is given up whole: a Gloo group
+// may still be waiting out a hung collective (it ends at its timeout); an
+// NCCL one is abort()ed first, which ends its communicator's kernels that
+// wait for a dead peer, and the new generation gets a new communicator (on
+// one GPU: test/comm/test_nccl_gpu.cpp; the trainer still refuses
+// fault.enable on NCCL: several GPUs have not run it).
 class World {
  public:
   // `may_join` (fault tolerance): when the store says the job already runs without this process (the job's
@@ -137,6 +141,10 @@ class World {
   // Note [Regrouped worlds]: this rank as `rank` of `world_size` survivors, generation `generation` (>= 1).
   static std::unique_ptr<World> regroup(World& from, int64_t rank, int64_t world_size, int64_t generation,
                                         int64_t timeout_ms);
+  // Ends the process group's communication at once (NCCL: ncclCommAbort through c10d, so kernels waiting
+  // for a dead peer return; Gloo: nothing, its collectives end at their timeout). Only destruction and
+  // regroup() may follow.
+  void abort();
   ~World();
   // The timeout of every later collective and host exchange (fault.comm_timeout_s after the first step).
   void set_timeout(int64_t timeout_ms);

@@ -404,6 +404,19 @@ void ShardedAdamW::install_gradient_views() {
   }
 }
 
+int64_t ShardedAdamW::abandon_gathers() {
+  const auto n = static_cast<int64_t>(in_flight_.size());
+  for (auto& p : in_flight_) {
+    try {
+      p.wait();  // the buffers outlive the collectives
+    } catch (...) {  // a failed peer: nothing more to deliver
+    }
+  }
+  in_flight_.clear();
+  if (lent_) zero_lent();
+  return n;
+}
+
 void ShardedAdamW::zero_grad() {
   sync_parameters();  // Note [Borrowed gather buffers]: gathers in flight write into the gradients' memory
   clear_gradients();

@@ -102,6 +102,10 @@ class ShardedAdamW final : public optim::Optimizer {
   nlohmann::json state_json() const override;
   void load_state(const std::map<std::string, at::Tensor>& tensors, const nlohmann::json& json) override;
 
+  // After a failed collective (fault tolerance): waits out the all-gathers still in flight without using what
+  // they received (a failed one ends at the world's timeout), zeroes the memory they borrowed; returns how
+  // many there were. The parameters keep this rank's own range updated and the others' as before the update.
+  int64_t abandon_gathers();
   // "<name>.exp_avg(_sq)" of the tiny replicated tensors, on every rank (state_tensors() lists them on rank 0).
   optim::NamedTensorList replicated_state() const;
   comm::ShardTarget& shard() { return target_; }
