@@ -127,9 +127,9 @@ class Pending {
 // broken group is read again. The old World is given up whole: a Gloo group
 // may still be waiting out a hung collective (it ends at its timeout); an
 // NCCL one is abort()ed first, which ends its communicator's kernels that
-// wait for a dead peer, and the new generation gets a new communicator (on
-// one GPU: test/comm/test_nccl_gpu.cpp; the trainer still refuses
-// fault.enable on NCCL: several GPUs have not run it).
+// wait for a dead peer, and the new generation gets a new communicator
+// (test/comm/test_nccl_gpu.cpp on one GPU, not yet run there; the trainer
+// still refuses fault.enable on NCCL: several GPUs have not run it).
 class World {
  public:
   // `may_join` (fault tolerance): when the store says the job already runs without this process (the job's
