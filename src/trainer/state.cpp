@@ -351,6 +351,19 @@ std::map<std::string, at::Tensor> read_optimizer_state(const std::string& dir, c
   return opt;
 }
 
+nlohmann::json optimizer_json(const nlohmann::json& trainer_state) {
+  // Checkpoints before the Optimizer seam kept the step counts at top level.
+  return trainer_state.contains("optimizer") ? trainer_state.at("optimizer")
+                                             : nlohmann::json{{"steps", trainer_state.at("optimizer_steps")}};
+}
+
+std::map<std::string, at::Tensor> read_optimizer_state(const std::string& dir, const model::Model& net,
+                                                       int64_t* step) {
+  const nlohmann::json state = read_json(dir + "/trainer_state.json");
+  if (step) *step = state.value("step", int64_t{-1});
+  return read_optimizer_state(dir, optimizer_json(state), net);
+}
+
 nlohmann::json resume_from(const std::string& dir, const config::Config& cfg, model::Model& net,
                            optim::Optimizer& optimizer, int64_t world_size, const std::vector<Engine>& engines,
                            bool seal) {
@@ -405,9 +418,7 @@ nlohmann::json resume_from(const std::string& dir, const config::Config& cfg, mo
     if (p.tensor.is_cuda()) device = p.tensor.device();
   }
   const nlohmann::json state = read_json(dir + "/trainer_state.json");
-  // Checkpoints before the Optimizer seam kept the step counts at top level.
-  const nlohmann::json opt_json =
-      state.contains("optimizer") ? state.at("optimizer") : nlohmann::json{{"steps", state.at("optimizer_steps")}};
+  const nlohmann::json opt_json = optimizer_json(state);
   optimizer.load_state(read_optimizer_state(dir, opt_json, net), opt_json);
   const nlohmann::json& rng = state.at("rng");
   for (auto& [name, gen] : default_generators(device)) {

@@ -155,47 +155,86 @@ void Trainer::Impl::copy_state_from(int64_t root, nlohmann::json* steps) {
 // When the world changes (a regroup, or a rank taken back), every rank of the
 // new world assembles the full moments as the previous generation laid them
 // out (its members' ranks there: Decision::before): the range of each member
-// still here comes from that member (one broadcast per range), with the
-// fp32 weights of that range (the member updated them itself); the moments
-// of a lost rank's range from the newest checkpoint that validates (rank 0
-// of the new world reads it, whatever world size wrote it: Note [Re-sharding]
-// in state.cpp), or zeros when the run has none, and its weights from the
+// still here comes from that member (one broadcast per range), with the fp32
+// weights of that range (the member updated them itself); the moments of a
+// lost rank's range from the newest checkpoint that validates (rank 0 of the
+// new world reads it, whatever world size wrote it: Note [Re-sharding] in
+// state.cpp), or zeros when the run has none, and its weights from the
 // source. The replicated tensors' moments and weights and the step counts
 // come from the source (copy_state_from). Why weights per range: with
 // gcts.overlap the last update's all-gather completes only before the next
 // forward, so a rank lost then leaves every survivor with its own range
 // updated and the others' not yet received (recover() waits those gathers
-// out, abandon_gathers); taken from their owners, every range is at the
-// agreed step but the lost one, which misses that one update. The gradient path then gets a new ShardedAdamW over the
-// new world, which takes its range (load_state, as a resume does): the run
-// goes on as if resumed from a checkpoint holding exactly that state
-// (test/comm/test_fault_tolerance.py builds that checkpoint and compares).
-// The lost range's moments are older than the rest by the steps since that
-// checkpoint: the approximation, logged with its age. Not covered: with
-// gcts.overlap=false the all-gather is waited for inside the update, and a
-// failure there makes the step be taken again after the survivors updated
-// their ranges (those get the update twice). Memory: every rank holds the
-// full fp32 moments and weights for the moment, as a resume does.
-std::map<std::string, at::Tensor> Trainer::Impl::assemble_sharded_state(const fault::Decision& d,
-                                                                        nlohmann::json& event) {
+// out: abandon_gathers); taken from their owners, every range is at the
+// agreed step but the lost one, which misses that one update. The gradient
+// path then gets a new ShardedAdamW over the new world, which takes its range
+// (load_state, as a resume does): the run goes on as if resumed from a
+// checkpoint holding exactly that state (test/comm/test_fault_tolerance.py
+// builds that checkpoint and compares). The lost range's moments are older
+// than the rest by the steps since that checkpoint: the approximation, logged
+// with its age. Not covered: with gcts.overlap=false the all-gather is waited
+// for inside the update, and a failure there makes the step be taken again
+// after the survivors updated their ranges (those get the update twice).
+// Memory: every rank holds the full fp32 moments and weights for the moment,
+// as a resume does.
+namespace {
+using Ranges = std::vector<std::pair<int64_t, int64_t>>;  // [begin, end) in the flat space
+
+// The moments (exp_avg, exp_avg_sq: 2 x the ranges' total, laid end to end) of the flat ranges `lost` from the
+// newest checkpoint under `dir` that validates; `info` gets its path and step, or why none was used (zeros).
+at::Tensor lost_moments_from_checkpoint(const std::string& dir, const model::Model& net, const gcts::ShardedAdamW& so,
+                                        const Ranges& lost, int64_t n, nlohmann::json& info) {
+  const comm::ShardLayout& l = so.layout();
+  at::Tensor out = at::zeros({2, n}, so.params().front().options().dtype(at::kFloat));
+  info = {{"checkpoint", ""}, {"step", -1}, {"why", ""}};
+  try {
+    const std::string ckpt = checkpoint::find_latest(dir);
+    if (ckpt.empty()) {
+      info["why"] = "the run has no checkpoint that validates in " + dir;
+      return out;
+    }
+    int64_t step = -1;
+    const auto saved = read_optimizer_state(ckpt, net, &step);
+    int64_t at_ = 0;
+    for (const auto& [b, e] : lost) {
+      for (size_t k = 0; k < l.sharded.size(); ++k) {
+        const size_t i = l.sharded[k];
+        const int64_t p0 = l.offsets[k], s0 = std::max(p0, b), s1 = std::min(p0 + so.params()[i].numel(), e);
+        if (s0 >= s1) continue;
+        int64_t row = 0;
+        for (const char* what : {".exp_avg", ".exp_avg_sq"})
+          out[row++].narrow(0, at_ + s0 - b, s1 - s0).copy_(
+              saved.at(so.names()[i] + what).reshape({-1}).narrow(0, s0 - p0, s1 - s0));
+      }
+      at_ += e - b;
+    }
+    info["checkpoint"] = ckpt, info["step"] = step;
+  } catch (const std::exception& e) {
+    out.zero_();
+    info = {{"checkpoint", ""}, {"step", -1}, {"why", std::string("reading the newest checkpoint failed: ") + e.what()}};
+  }
+  return out;
+}
+}  // namespace
+
+Trainer::Impl::ShardedState Trainer::Impl::assemble_sharded_state(const fault::Decision& d, nlohmann::json& event) {
   const auto& log = logger("trainer");
-  auto* so = dynamic_cast<gcts::ShardedAdamW*>(optimizer_.get());
-  const comm::ShardLayout& l = so->layout();  // parameters, offsets and total do not depend on the world
-  const auto& params = so->params();
-  const auto& names = so->names();
+  auto& so = dynamic_cast<gcts::ShardedAdamW&>(*optimizer_);
+  const comm::ShardLayout& l = so.layout();  // parameters, offsets and total do not depend on the world
+  const auto& params = so.params();
   const int64_t W = static_cast<int64_t>(d.before.size());
   if (W == 0) throw TrainingError("a regroup decision without the previous generation's members (a sharded optimizer needs them)");
   const int64_t chunk = (l.total + W - 1) / W;
   const auto opts = params.front().options().dtype(at::kFloat);
+  at::NoGradGuard no_grad;
   at::Tensor flat = at::zeros({3, l.total}, opts);  // exp_avg, exp_avg_sq, the fp32 weights
   // This rank's weights laid flat (its masters: a working copy's fp32 master, else the parameter).
   std::vector<at::Tensor> pieces;
-  for (size_t k = 0; k < l.sharded.size(); ++k)
-    pieces.push_back(so->master_weight(params[l.sharded[k]]).detach().reshape({-1}).to(at::kFloat));
+  for (size_t i : l.sharded) pieces.push_back(so.master_weight(params[i]).detach().reshape({-1}).to(at::kFloat));
   const at::Tensor my_weights = at::cat(pieces);
-  std::vector<std::pair<int64_t, int64_t>> lost;   // ranges [b, e) of lost ranks
+
+  Ranges lost;
   int64_t from_members = 0;
-  at::NoGradGuard no_grad;
   for (int64_t o = 0; o < W; ++o) {
     const int64_t b = std::min(o * chunk, l.total), e = std::min((o + 1) * chunk, l.total);
     if (b >= e) continue;
@@ -208,11 +247,11 @@ std::map<std::string, at::Tensor> Trainer::Impl::assemble_sharded_state(const fa
     if (owner == world_info_.rank) {
       if (l.world != W || l.begin() != b || l.end() != e)
         throw TrainingError("rank " + std::to_string(job_rank_) + ": its optimizer shard [" + std::to_string(l.begin()) +
-                         ", " + std::to_string(l.end()) + ") of " + std::to_string(l.world) +
-                         " ranks is not the range the regroup expects ([" + std::to_string(b) + ", " +
-                         std::to_string(e) + ") of " + std::to_string(W) + ")");
+                            ", " + std::to_string(l.end()) + ") of " + std::to_string(l.world) +
+                            " ranks is not the range the regroup expects ([" + std::to_string(b) + ", " +
+                            std::to_string(e) + ") of " + std::to_string(W) + ")");
       std::map<std::string, at::Tensor> mine;
-      for (const auto& [name, t] : so->state_tensors()) mine[name] = t;
+      for (const auto& [name, t] : so.state_tensors()) mine[name] = t;
       buf[0][0].copy_(mine.at("shard.exp_avg").reshape({-1}).narrow(0, 0, e - b));
       buf[0][1].copy_(mine.at("shard.exp_avg_sq").reshape({-1}).narrow(0, 0, e - b));
       buf[0][2].copy_(my_weights.narrow(0, b, e - b));
@@ -221,61 +260,32 @@ std::map<std::string, at::Tensor> Trainer::Impl::assemble_sharded_state(const fa
     flat.narrow(1, b, e - b).copy_(buf[0]);
     from_members += e - b;
   }
+
   nlohmann::json source = {{"members_elements", from_members}};
   if (!lost.empty()) {
     int64_t n = 0;
     for (const auto& [b, e] : lost) n += e - b;
-    std::vector<at::Tensor> buf = {at::zeros({2, n}, opts)};
-    nlohmann::json info = {{"checkpoint", ""}, {"step", -1}, {"why", ""}};
+    // The lost ranges laid end to end: moments from rank 0's read of the checkpoint, weights from the source.
+    std::vector<at::Tensor> buf = {at::zeros({3, n}, opts)};
+    const std::string info_key = "lf/ft/" + std::to_string(d.generation) + "/lost_moments";
     if (world_info_.rank == 0) {
-      try {
-        const std::string dir = checkpoint::find_latest(ckpt_dir_);
-        if (dir.empty()) {
-          info["why"] = "the run has no checkpoint that validates in " + ckpt_dir_;
-        } else {
-          std::ifstream in(dir + "/trainer_state.json");
-          const nlohmann::json st = nlohmann::json::parse(in);
-          const nlohmann::json opt_json =
-              st.contains("optimizer") ? st.at("optimizer") : nlohmann::json{{"steps", st.at("optimizer_steps")}};
-          const auto saved = read_optimizer_state(dir, opt_json, *net_);
-          int64_t at_ = 0;
-          for (const auto& [b, e] : lost) {
-            for (size_t k = 0; k < l.sharded.size(); ++k) {
-              const size_t i = l.sharded[k];
-              const int64_t p0 = l.offsets[k], p1 = p0 + params[i].numel();
-              const int64_t s0 = std::max(p0, b), s1 = std::min(p1, e);
-              if (s0 >= s1) continue;
-              buf[0][0].narrow(0, at_ + s0 - b, s1 - s0).copy_(saved.at(names[i] + ".exp_avg").reshape({-1}).narrow(0, s0 - p0, s1 - s0));
-              buf[0][1].narrow(0, at_ + s0 - b, s1 - s0).copy_(saved.at(names[i] + ".exp_avg_sq").reshape({-1}).narrow(0, s0 - p0, s1 - s0));
-            }
-            at_ += e - b;
-          }
-          const auto pos = dir.rfind("_step_");
-          info["checkpoint"] = dir;
-          info["step"] = pos == std::string::npos ? -1 : std::stoll(dir.substr(pos + 6));
-        }
-      } catch (const std::exception& e) {
-        buf[0].zero_();
-        info = {{"checkpoint", ""}, {"step", -1}, {"why", std::string("reading the newest checkpoint failed: ") + e.what()}};
-      }
+      nlohmann::json info;
+      buf[0].narrow(0, 0, 2).copy_(lost_moments_from_checkpoint(ckpt_dir_, *net_, so, lost, n, info));
       const std::string text = info.dump();
-      world_->store().set("lf/ft/" + std::to_string(d.generation) + "/lost_moments",
-                          std::vector<uint8_t>(text.begin(), text.end()));
+      world_->store().set(info_key, std::vector<uint8_t>(text.begin(), text.end()));
     }
     world_->broadcast(buf, 0);
-    const auto v = world_->store().get("lf/ft/" + std::to_string(d.generation) + "/lost_moments");
-    info = nlohmann::json::parse(std::string(v.begin(), v.end()));
-    int64_t at_ = 0;
-    for (const auto& [b, e] : lost) flat.narrow(0, 0, 2).narrow(1, b, e - b).copy_(buf[0].narrow(1, at_, e - b)), at_ += e - b;
-    // The lost ranges' weights: the source's (every survivor holds them alike but for a gather cut short).
-    std::vector<at::Tensor> w = {at::empty({n}, opts)};
+    std::vector<at::Tensor> w = {buf[0][2]};
     if (world_info_.rank == d.rank_of(d.source)) {
-      int64_t o = 0;
-      for (const auto& [b, e] : lost) w[0].narrow(0, o, e - b).copy_(my_weights.narrow(0, b, e - b)), o += e - b;
+      int64_t at_ = 0;
+      for (const auto& [b, e] : lost) w[0].narrow(0, at_, e - b).copy_(my_weights.narrow(0, b, e - b)), at_ += e - b;
     }
     world_->broadcast(w, d.rank_of(d.source));
-    at_ = 0;
-    for (const auto& [b, e] : lost) flat[2].narrow(0, b, e - b).copy_(w[0].narrow(0, at_, e - b)), at_ += e - b;
+    int64_t at_ = 0;
+    for (const auto& [b, e] : lost) flat.narrow(1, b, e - b).copy_(buf[0].narrow(1, at_, e - b)), at_ += e - b;
+
+    const auto v = world_->store().get(info_key);
+    const nlohmann::json info = nlohmann::json::parse(std::string(v.begin(), v.end()));
     const int64_t ckpt_step = info["step"].get<int64_t>();
     source["lost_elements"] = n;
     source["lost_from"] = ckpt_step >= 0 ? info["checkpoint"].get<std::string>() : std::string("zeros");
@@ -292,20 +302,29 @@ std::map<std::string, at::Tensor> Trainer::Impl::assemble_sharded_state(const fa
                         << "so that a checkpoint is near when a rank is lost)";
   }
   event["optimizer_moments"] = source;
-  std::map<std::string, at::Tensor> full;
+
+  ShardedState out;
   for (size_t k = 0; k < l.sharded.size(); ++k) {
     const size_t i = l.sharded[k];
-    full[names[i] + ".exp_avg"] = flat[0].narrow(0, l.offsets[k], params[i].numel()).view(params[i].sizes());
-    full[names[i] + ".exp_avg_sq"] = flat[1].narrow(0, l.offsets[k], params[i].numel()).view(params[i].sizes());
-    full[names[i] + ".weight_fp32"] = flat[2].narrow(0, l.offsets[k], params[i].numel()).view(params[i].sizes());
+    const auto piece = [&](int64_t row) {
+      return flat[row].narrow(0, l.offsets[k], params[i].numel()).view(params[i].sizes());
+    };
+    out.moments[so.names()[i] + ".exp_avg"] = piece(0);
+    out.moments[so.names()[i] + ".exp_avg_sq"] = piece(1);
+    out.weights[i] = piece(2);
   }
-  return full;
+  return out;
 }
 
-// Stops the job where it cannot go on, after rank 0 has checkpointed the agreed step.
+// Stops the job where it cannot go on, after rank 0 has checkpointed the agreed step. A sharded optimizer's
+// shares still have the lost world's layout (nothing was re-sharded yet): no checkpoint is written then, and
+// the restart takes the newest one on disk.
 void Trainer::Impl::stop_after_regroup(const std::string& why) {
   std::string where = "no checkpoint was written (rank 0 writes it)";
-  if (leader_) {
+  if (optimizer_->sharded()) {
+    where = "no checkpoint of this step was written (the sharded optimizer's shares are laid out for the lost "
+            "world): the newest in " + ckpt_dir_ + " is where to go on from";
+  } else if (leader_) {
     save(steps_done_);
     if (writer_) writer_->wait();
     collect_writes();
@@ -345,16 +364,16 @@ int64_t Trainer::Impl::apply_decision(const fault::Decision& d, nlohmann::json& 
   }
 
   // A sharded optimizer's moments first, while every rank still holds its shard of the previous layout.
-  std::map<std::string, at::Tensor> sharded_moments;
-  nlohmann::json sharded_steps;
   const bool sharded = optimizer_->sharded();
-  if (sharded) sharded_moments = assemble_sharded_state(d, event);
+  ShardedState kept;
+  nlohmann::json sharded_steps;
+  if (sharded) kept = assemble_sharded_state(d, event);
   copy_state_from(d.rank_of(d.source), &sharded_steps);
   if (sharded)  // the replicated tensors' moments, now the source's
     for (const auto& [name, t] : dynamic_cast<gcts::ShardedAdamW&>(*optimizer_).replicated_state())
-      sharded_moments[name] = t.detach().clone();
+      kept.moments[name] = t.detach().clone();
   steps_done_ = d.step;
-  event["state_sha256"] = state_digest();
+  if (!sharded) event["state_sha256"] = state_digest();  // a sharded one's: once its weights are in (below)
   if (size < cfg_.fault.min_world_size) {
     event["stopped"] = "below fault.min_world_size";
     fault_events_.push_back(event);
@@ -382,9 +401,10 @@ int64_t Trainer::Impl::apply_decision(const fault::Decision& d, nlohmann::json& 
   source_ = adfe::make_source(cfg_, *dataset_, sample_options_, device_, tokens_per_view_);
   // A replicated optimizer stays as it is; a sharded one is made again over the new world (its fp32 masters
   // kept: a bf16 working copy's master lives in the optimizer) and takes its range of the moments.
-  std::vector<at::Tensor> masters;
-  if (sharded) {
-    for (const auto& p : optimizer_->params()) masters.push_back(optimizer_->master_weight(p).detach().clone());
+  if (sharded) {  // the replicated tensors' weights (the source's) are kept beside the assembled ranges
+    const auto& params = optimizer_->params();
+    for (size_t i = 0; i < params.size(); ++i)
+      if (!kept.weights.count(i)) kept.weights[i] = optimizer_->master_weight(params[i]).detach().clone();
     optimizer_.reset();
   }
   gcts::GradientPath g = gcts::make_gradient_path(
@@ -392,14 +412,9 @@ int64_t Trainer::Impl::apply_decision(const fault::Decision& d, nlohmann::json& 
       find_engine(engines_, "gcts"), std::move(optimizer_));
   optimizer_ = std::move(g.optimizer);
   if (sharded) {
-    auto* so = dynamic_cast<gcts::ShardedAdamW*>(optimizer_.get());
-    for (size_t i = 0; i < masters.size(); ++i) {
-      const auto it = sharded_moments.find(so->names()[i] + ".weight_fp32");  // a sharded parameter: its owner's
-      optimizer_->load_weight(optimizer_->params()[i], it != sharded_moments.end() ? it->second : masters[i]);
-      if (it != sharded_moments.end()) sharded_moments.erase(it);
-    }
-    optimizer_->load_state(sharded_moments, sharded_steps);
-    event["state_sha256"] = state_digest();  // with each range's weights from its owner
+    for (const auto& [i, w] : kept.weights) optimizer_->load_weight(optimizer_->params()[i], w);
+    optimizer_->load_state(kept.moments, sharded_steps);
+    event["state_sha256"] = state_digest();
   }
   reducer_ = std::move(g.reducer);
   graph_reduction_ = std::move(g.graph_reduction);

@@ -97,7 +97,11 @@ struct Trainer::Impl {
   std::string rejoin_problem(const nlohmann::json& args) const;
   std::string state_digest() const;
   void copy_state_from(int64_t root, nlohmann::json* sharded_steps);
-  std::map<std::string, at::Tensor> assemble_sharded_state(const fault::Decision& d, nlohmann::json& event);
+  struct ShardedState {
+    std::map<std::string, at::Tensor> moments;  // "<name>.exp_avg(_sq)", full per parameter
+    std::map<size_t, at::Tensor> weights;        // fp32 weight by parameter index
+  };
+  ShardedState assemble_sharded_state(const fault::Decision& d, nlohmann::json& event);
   [[noreturn]] void stop_after_regroup(const std::string& why);
   nlohmann::json fault_status() const;
   void join_retired_worlds(bool finished_only = false);

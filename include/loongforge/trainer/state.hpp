@@ -76,6 +76,11 @@ std::vector<std::string> peer_optimizer_files(int64_t world_size);
 // state.cpp); `opt_json` is trainer_state.json's "optimizer".
 std::map<std::string, at::Tensor> read_optimizer_state(const std::string& dir, const nlohmann::json& opt_json,
                                                        const model::Model& net);
+// The same, reading `dir`'s trainer_state.json; `step` (optional) receives the step it was written at.
+std::map<std::string, at::Tensor> read_optimizer_state(const std::string& dir, const model::Model& net,
+                                                       int64_t* step = nullptr);
+// trainer_state.json's optimizer record (checkpoints before the Optimizer seam kept only the step counts).
+nlohmann::json optimizer_json(const nlohmann::json& trainer_state);
 
 // The gradient accumulation that keeps the global batch of the checkpoint in
 // `dir` on `world_size` ranks of cfg.trainer.micro_batch_size samples; the

@@ -173,11 +173,18 @@ ShardedAdamW::ShardedAdamW(const std::vector<OptimizedParam>& params, AdamWOptio
   }
 }
 
-ShardedAdamW::~ShardedAdamW() {
-  try {
-    for (auto& p : in_flight_) p.wait();  // the buffers outlive the collectives
-  } catch (...) {  // a failed peer: nothing more to deliver
+ShardedAdamW::~ShardedAdamW() { wait_out_gathers(); }
+
+// Every all-gather in flight waited for, a failed one too (the buffers outlive the collectives); what they
+// received is not used.
+void ShardedAdamW::wait_out_gathers() {
+  for (auto& p : in_flight_) {
+    try {
+      p.wait();
+    } catch (...) {  // a failed peer: nothing more to deliver
+    }
   }
+  in_flight_.clear();
 }
 
 // Note [Gather overlap]: for each piece, where the other ranks' elements it
@@ -406,13 +413,7 @@ void ShardedAdamW::install_gradient_views() {
 
 int64_t ShardedAdamW::abandon_gathers() {
   const auto n = static_cast<int64_t>(in_flight_.size());
-  for (auto& p : in_flight_) {
-    try {
-      p.wait();  // the buffers outlive the collectives
-    } catch (...) {  // a failed peer: nothing more to deliver
-    }
-  }
-  in_flight_.clear();
+  wait_out_gathers();
   if (lent_) zero_lent();
   return n;
 }

@@ -129,6 +129,7 @@ class ShardedAdamW final : public optim::Optimizer {
   void install_gradient_views();
   void clear_gradients();  // zero_grad() without completing the gathers
   void zero_lent();        // zeroes the gradient memory the gathers borrow
+  void wait_out_gathers();  // waits for every gather in flight, failed ones too; their results unused
   std::vector<std::string> names_;
   std::vector<at::Tensor> params_;
   std::vector<bool> decay_;
