@@ -22,10 +22,10 @@ Contract
 - `EagleVision(cfg)(images (N, 3, IMG, IMG)) -> (N, T, C_llm)` image tokens (T = tokens_per_view);
   `eagle_windows(grid, window)` its windows' patches.
 - `Qwen3VLVision(cfg)(images) -> (tokens (N, T, C_llm), deepstack [(N, T, C_llm)] * len(deepstack))`.
-- `Qwen3VLText(cfg)(x (B, S, C) input embeddings, image_index (N_img,) positions of the image
-  tokens, key_mask (B, S), pos (3, B, S), deepstack [(B, N_img, C)], pad_rows)` -> features
+- `Qwen3VLText(cfg)(x (B, S, C) input embeddings, image_blocks ((start, length) runs of the image
+  tokens' positions), key_mask (B, S), pos (3, B, S), deepstack [(B, N_img, C)], pad_rows)` -> features
   (B, S, C): causal attention over the real keys (key_mask); the deepstack features are added
-  at image_index. pad_rows=True (a chat-templated prompt, model/prompt.py): the queries at
+  at those positions (`add_at_blocks`). pad_rows=True (a chat-templated prompt, model/prompt.py): the queries at
   key_mask False are upstream's left pads, whose every key is masked, and get a zero attention
   output, as torch's attention gives upstream's. `embed(ids)` is the token table.
   `mrope_positions(...)` computes `pos` for the sequence
@@ -362,8 +362,8 @@ class Qwen3VLText(nn.Module):
     def embed(self, ids: Tensor) -> Tensor:
         return self.embed_tokens(ids)
 
-    def forward(self, x: Tensor, image_index: Tensor, key_mask: Tensor, pos: Tensor, deepstack: List[Tensor],
-                pad_rows: bool) -> Tensor:
+    def forward(self, x: Tensor, image_blocks: List[Tuple[int, int]], key_mask: Tensor, pos: Tensor,
+                deepstack: List[Tensor], pad_rows: bool) -> Tensor:
         cos, sin = self.rope(pos)
         mask, row_valid = prompt_attention_mask(key_mask, pad_rows, x.dtype)
         i = 0
@@ -375,9 +375,41 @@ class Qwen3VLText(nn.Module):
                 x = layer(x, cos, sin, mask)
             # upstream reads the last kept layer's output before a deepstack addition would follow it
             if i < len(deepstack) and i < n - 1:
-                x = x.index_add(1, image_index, deepstack[i].to(x.dtype))
+                x = add_at_blocks(x, image_blocks, deepstack[i].to(x.dtype))
             i += 1
         return x
+
+
+def add_at_blocks(x: Tensor, blocks: List[Tuple[int, int]], src: Tensor) -> Tensor:
+    """x (B, S, C) with src (B, N, C) added at the positions of `blocks` ((start, length) runs along S, in
+    order, their lengths summing to N): what x.index_add(1, positions, src) gives, written with slices.
+    index_add is no op of AOTInductor's C shim: a compiled package ran it through the proxy executor, which
+    failed at run time on its alpha argument (torch 2.10, gr00t-n1.7-3b on an H100, 2026-12-06); slices
+    and an add are fused like any elementwise op, and their backward is a slice, not a scatter."""
+    pieces: List[Tensor] = []
+    at = 0
+    taken = 0
+    for block in blocks:
+        start, n = block
+        if start > at:
+            pieces.append(x[:, at:start])
+        pieces.append(x[:, start:start + n] + src[:, taken:taken + n])
+        at = start + n
+        taken += n
+    if at < x.shape[1]:
+        pieces.append(x[:, at:])
+    return torch.cat(pieces, dim=1)
+
+
+def index_blocks(index: List[int]) -> List[Tuple[int, int]]:
+    """Ascending positions -> their (start, length) runs: [0, 1, 2, 7, 8] -> [(0, 3), (7, 2)]."""
+    blocks: List[Tuple[int, int]] = []
+    for i in index:
+        if blocks and blocks[-1][0] + blocks[-1][1] == i:
+            blocks[-1] = (blocks[-1][0], blocks[-1][1] + 1)
+        else:
+            blocks.append((i, 1))
+    return blocks
 
 
 def mrope_positions(num_views: int, grid: int, n_extra: int, text_mask: Tensor) -> Tensor:

@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .backbones import EagleVision, Qwen3VLText, Qwen3VLVision, init_backbone, mrope_positions
+from .backbones import EagleVision, Qwen3VLText, Qwen3VLVision, index_blocks, init_backbone, mrope_positions
 from .config import ModelConfig
 from .gr00t_head import Gr00tHead, Gr00tHeadConfig, head_config_for, head_draws
 from .layers import Connector, LanguageModel, SeriesEncoder, VisionEncoder, init_weights, pixel_shuffle
@@ -55,6 +55,8 @@ from .prompt import PromptLayout, parse_ids
 
 class Gr00tModel(Gr00tHead):
     """The n16 backbone + Gr00tHead (its action_head and embodiment children and head_loss)."""
+
+    prompt_image_blocks: List[Tuple[int, int]]  # (start, length) runs of prompt_image_index; empty without a template
 
     def __init__(self, cfg: ModelConfig):
         cfg.validate()
@@ -129,6 +131,7 @@ class Gr00tModel(Gr00tHead):
         self.register_buffer("prompt_tail_ids", torch.tensor(fixed[lay.length - lay.tail_count:], dtype=torch.long),
                              persistent=False)
         self.register_buffer("prompt_image_index", torch.tensor(lay.image_index, dtype=torch.long), persistent=False)
+        self.prompt_image_blocks = index_blocks(lay.image_index)
         return lay
 
     def prompt_sequence(self, batch: Dict[str, Tensor], image_tokens: Tensor,
@@ -264,8 +267,7 @@ class Gr00tQwen3VLModel(Gr00tModel):
         text_mask = batch["text_mask"].to(torch.bool)
         pos = mrope_positions(V, self.merged_grid, prefix.shape[1] - n_image, text_mask)  # (3, B, S)
         x = torch.cat([prefix, self.llm.embed(batch["text_tokens"]).to(prefix.dtype)], dim=1)
-        image_index = torch.arange(n_image, device=x.device)
-        vl = self.llm(x, image_index, key_mask, pos, deepstack, False)
+        vl = self.llm(x, [(0, n_image)], key_mask, pos, deepstack, False)
         return vl, key_mask, image_mask
 
     def encode_prompt(self, batch: Dict[str, Tensor], image_tokens: Tensor,
@@ -280,7 +282,7 @@ class Gr00tQwen3VLModel(Gr00tModel):
         tail_pos = self.text_pos0 + m.sum(dim=1, keepdim=True) + torch.arange(n_tail, device=dev)[None]
         pos = torch.cat([self.prompt_head_pos[:, None].expand(3, B, n_head), text_pos[None].expand(3, B, -1),
                          tail_pos[None].expand(3, B, n_tail)], dim=2)  # (3, B, S)
-        vl = self.llm(x, self.prompt_image_index, key_mask, pos, deepstack, True)
+        vl = self.llm(x, self.prompt_image_blocks, key_mask, pos, deepstack, True)
         return vl, key_mask, image_mask
 
 

@@ -146,3 +146,24 @@ def test_state_dropout_and_noise_given_as_inputs_are_the_heads_own_draws_bit_for
     assert all(torch.equal(a, b) for a, b in zip(drawn_by_model[1], given[1]))
     other = loss_and_grads(dict(own, state_drop=1 - drop, state_noise=noise))
     assert not torch.equal(other[0], given[0])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_deepstack_added_at_blocks_equals_index_add_bit_for_bit_forward_and_backward(dtype):
+    from model.backbones import add_at_blocks, index_blocks
+    positions = [0, 1, 2, 5, 6, 9]
+    blocks = index_blocks(positions)
+    assert blocks == [(0, 3), (5, 2), (9, 1)]
+    g = torch.Generator().manual_seed(3)
+    x0 = torch.randn(2, 11, 4, generator=g).to(dtype)
+    s0 = torch.randn(2, len(positions), 4, generator=g).to(dtype)
+    up = torch.randn(2, 11, 4, generator=g).to(dtype)
+    outs = []
+    for f in (lambda x, s: x.index_add(1, torch.tensor(positions), s), lambda x, s: add_at_blocks(x, blocks, s)):
+        x, s = x0.clone().requires_grad_(), s0.clone().requires_grad_()
+        y = f(x, s)
+        (y.float() * up.float()).sum().backward()
+        outs.append((y, x.grad, s.grad))
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)
+    assert torch.equal(add_at_blocks(x0, [(0, 11)], x0), x0 + x0)  # one block over the whole sequence
