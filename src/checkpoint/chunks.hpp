@@ -49,7 +49,8 @@ class StagingRing {
   using Allocate = std::function<std::shared_ptr<void>(size_t)>;
   // bound_bytes == 0: no bound (as many slots as a write has chunks).
   StagingRing(uint64_t slot_bytes, uint64_t bound_bytes, Allocate allocate);
-  // Allocates slots now, up to `slots` and the bound.
+  // Allocates slots now, up to `slots` and the bound, and touches their pages
+  // (safe beside acquire() on another thread).
   void reserve(uint64_t slots);
   // A free slot: one released earlier, else a new one while fewer than
   // min(bound, want) exist, else waits for release().
@@ -60,6 +61,7 @@ class StagingRing {
   uint64_t allocated_bytes() const;
 
  private:
+  std::shared_ptr<void> allocate_slot(uint64_t held_slots) const;  // throws CheckpointError naming the key
   void allocate_one_locked();
   const uint64_t slot_bytes_, bound_slots_;
   Allocate allocate_;
@@ -67,6 +69,7 @@ class StagingRing {
   std::condition_variable cv_;
   std::vector<std::shared_ptr<void>> owned_;
   std::vector<char*> free_;
+  uint64_t pending_ = 0;  // slots reserve() is preparing outside the lock
 };
 
 // Threads that run posted tasks in order of posting ("lf-ckpt-file", at

@@ -298,7 +298,9 @@ def preempt_then_kill(w, step, ckpts, deadline_s, settle_s):
     return (tmp[0].name[1:].split(".tmp-")[0] if tmp else None), (int(m.group(1)) if m else None)
 
 
-PREEMPT_STEPS = 30  # enough for the kills below (they reach step 25 at most); fewer than `straight`'s 100 for time
+# Enough for the kills below (each aims at most 8 steps past the last complete checkpoint) and the completed
+# save after them; fewer than `straight`'s 100 for time (30 ended the long form's sixth kill before its signal).
+PREEMPT_STEPS = 8 * PREEMPT_KILLS + 12
 
 
 @pytest.fixture(scope="module")

@@ -274,3 +274,28 @@ TEST_CASE("checkpoint: a staging allocation that fails is reported as a failed w
   REQUIRE(find_latest(parent.path).empty());
   REQUIRE(list_checkpoints(parent.path).empty());
 }
+
+TEST_CASE("checkpoint: staging reserved on another thread while a write runs keeps to the bound and the bytes") {
+  lf_test::ScratchDir parent;
+  const Snapshot s = odd_state(5);
+  const uint64_t state = tensor_bytes(s);
+  CountingAllocator counted;
+  WriterOptions o = small_chunks(/*threads=*/3, /*staging_bytes=*/6 * kChunk);
+  o.allocate = counted.fn();
+  for (int round = 0; round < 20; ++round) {  // the two threads interleave differently each time
+    INFO("round " << round);
+    remove_tree(parent.path + "/epoch_0_step_5");
+    Writer w(parent.path, /*keep_last=*/3, /*async=*/true, /*leader=*/true, o);
+    std::thread reserve([&] { w.reserve_staging(state); });  // as the trainer does while training starts
+    w.submit(s);
+    reserve.join();
+    w.wait();
+    const auto r = w.take_results().at(0);
+    REQUIRE(r.error.empty());
+    REQUIRE(validate_checkpoint(r.path).ok());
+    REQUIRE(read_bytes(r.path + "/optimizer/rank_00000.safetensors").size() > 600000);
+    REQUIRE(w.staging_bytes_allocated() <= 6 * kChunk);
+  }
+  REQUIRE(*counted.peak <= 6 * kChunk);
+  REQUIRE(*counted.now == 0);
+}
