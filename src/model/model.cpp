@@ -103,6 +103,10 @@ Model Model::load(const std::string& path, c10::Device device) {
     info.name = info.config.value("name", std::string("unnamed"));
     info.forward_flops_per_sample = flops.at("forward_per_sample").get<double>();
     info.backward_flops_per_sample = flops.at("backward_per_sample").get<double>();
+    if (const auto shape = flops.value("batch_shape", nlohmann::json::object()); shape.is_object()) {
+      info.vl_tokens_per_sample = shape.value("S_vl", int64_t{0});
+      info.text_slot = shape.value("L", int64_t{0});
+    }
     info.total_params = counts.at("total").get<int64_t>();
     info.trainable_params = counts.at("trainable").get<int64_t>();
     for (const auto& p : params) {

@@ -101,7 +101,9 @@ std::vector<std::pair<std::string, double>> scalars_of(const StepRecord& r) {
           {"data/h2d_mb_per_s", r.h2d_mb_per_s},
           {"data/decode_jobs", r.decode_jobs},
           {"data/io_jobs", r.io_jobs},
-          {"data/readahead_mb_per_s", r.readahead_mb_per_s}};
+          {"data/readahead_mb_per_s", r.readahead_mb_per_s},
+          {"data/vl_tokens", r.vl_tokens},
+          {"data/vl_padding_tokens", r.vl_padding_tokens}};
   for (const auto& [name, value] : r.memory_scalars) s.emplace_back("memory/" + name, value);
   return s;
 }

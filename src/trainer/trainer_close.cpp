@@ -223,7 +223,10 @@ void Trainer::Impl::report_summary(int status) const {
   const WholeRunMean mean = whole_run_mean(h, k * cfg_.trainer.micro_batch_size);
   const memory::Stats mem = memory::stats(device_);
   const data::DataStats ds = source_->stats();
-  const nlohmann::json summary = {
+  double vl_tokens = 0, vl_padding = 0;  // this rank's, over the steps of this run
+  for (const auto& r : h) vl_tokens += r.vl_tokens, vl_padding += r.vl_padding_tokens;
+  const double vl_padding_share = vl_tokens > 0 ? vl_padding / vl_tokens : 0.0;
+  nlohmann::json summary = {
       {"steps", h.size()},
       {"first_loss", h.front().loss},
       {"final_loss_mean_last_10", tail_loss},
@@ -254,6 +257,9 @@ void Trainer::Impl::report_summary(int status) const {
       {"precision", bf16_ ? "bf16" : "fp32"},
       {"bf16_weights", optim::working_copies_json(optimizer_.get())},
       {"compiled_step", compiled_step_}};
+  if (vl_tokens > 0)
+    summary["vl_padding"] = {{"vl_tokens", vl_tokens}, {"padding_tokens", vl_padding}, {"share", vl_padding_share},
+                             {"text_slot", net_->info().text_slot}};
   std::ofstream(run_dir_ + "/summary.json") << summary.dump(2) << "\n";
   if (failed_writes_ > 0)
     LF_LOG(log, warn) << failed_writes_ << " checkpoint write(s) failed during the run (see above); newest intact: "
@@ -273,6 +279,9 @@ void Trainer::Impl::report_summary(int status) const {
       steady.warmup_steps == 1 ? "" : "s", startup_text().c_str(), mean.samples_per_s, 100.0 * mean.data_wait_fraction,
       h.size());
   if (!compiled_step_.is_null()) std::printf("  compiled     %s\n", compiled_step_text().c_str());
+  if (vl_tokens > 0)
+    std::printf("  padding      %.1f%% of the vision-language tokens (unused tokens of the %lld-token text slot)\n",
+                100.0 * vl_padding_share, static_cast<long long>(net_->info().text_slot));
   if (ds.samples_skipped > 0 || ds.videos_bad > 0)
     std::printf("  skipped      %lld sample(s) of %lld bad video(s) (data.on_bad_video=%s; the log names them)\n",
                 static_cast<long long>(ds.samples_skipped), static_cast<long long>(ds.videos_bad),

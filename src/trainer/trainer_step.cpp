@@ -60,13 +60,14 @@ void Trainer::Impl::step() {
 
   // Every micro-batch of the step first: their valid counts weight the losses.
   std::vector<data::ReadyBatch> batches;
-  int64_t local_valid = 0, tokens = 0;
+  int64_t local_valid = 0, tokens = 0, text_tokens = 0;
   std::vector<comm::StepCounts> micro;
   for (int64_t i = 0; i < k; ++i) {
     batches.push_back(source_->next(s, i, *control_));
     batches.back().draw_seed = fusion::draw_seed(static_cast<uint64_t>(cfg_.run.seed), s, i, world_info_.rank);
     local_valid += batches.back().num_valid;
     tokens += batches.back().tokens;
+    text_tokens += batches.back().text_tokens;
     micro.push_back({batches.back().num_valid, batches.back().embodiments});
   }
   if (s == pos_.step) test_first_step_delay();  // the first step of this process: counted as data wait
@@ -143,6 +144,11 @@ void Trainer::Impl::step() {
   r.data_wait_ms = data_ms;
   r.exposed_comm_ms = comm_ms;
   r.tokens = tokens;
+  if (const auto& info = net_->info(); info.vl_tokens_per_sample > 0) {
+    const int64_t samples = k * cfg_.trainer.micro_batch_size;
+    r.vl_tokens = static_cast<double>(samples * info.vl_tokens_per_sample);
+    r.vl_padding_tokens = static_cast<double>(samples * info.text_slot - text_tokens);
+  }
   const data::DataStats ds = source_->stats();
   r.samples_skipped = static_cast<double>(ds.samples_skipped);
   r.videos_bad = static_cast<double>(ds.videos_bad);

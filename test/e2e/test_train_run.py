@@ -94,6 +94,18 @@ def test_a_short_run_shows_progress_writes_metrics_a_checkpoint_and_a_summary(tm
     assert abs(sum(p["s"] for p in first["phases"]) - first["total_s"]) <= 1e-6 * first["total_s"] + 1e-9
     assert first["total_s"] == summary["time_to_first_step_s"]
     assert "first step done " in r.stdout + r.stderr and " s after launch: " in r.stdout
+    # The vision-language tokens and their padding (the text slot's unused tokens), per step and in the summary.
+    import zipfile
+    with zipfile.ZipFile(MODEL) as z:
+        shape = json.loads(z.read(next(n for n in z.namelist() if n.endswith("extra/loongforge/flops.json"))))["batch_shape"]
+    samples = 8  # configs/n16-tiny.yaml: micro-batch 8, no accumulation
+    assert all(x["vl_tokens"] == samples * shape["S_vl"] for x in records)
+    assert all(0 < x["vl_padding_tokens"] < samples * shape["L"] for x in records)  # the bundled tasks are shorter
+    pad = summary["vl_padding"]
+    assert pad["vl_tokens"] == sum(x["vl_tokens"] for x in records) and pad["text_slot"] == shape["L"]
+    assert pad["padding_tokens"] == sum(x["vl_padding_tokens"] for x in records)
+    assert abs(pad["share"] - pad["padding_tokens"] / pad["vl_tokens"]) <= 1e-12
+    assert f"padding      {100 * pad['share']:.1f}% of the vision-language tokens" in r.stdout
     ckpts = sorted(p.name for p in (run / "checkpoints").iterdir())
     assert ckpts == ["epoch_0_step_10", "epoch_0_step_20"]
     state = json.loads((run / "checkpoints/epoch_0_step_20/trainer_state.json").read_text())

@@ -60,6 +60,9 @@ struct ModelInfo {
   std::string architecture_hash; // SHA-256 of config.json, a NUL byte and params.json as stored (scripts/compile_step.py)
   std::string code_hash;         // loongforge/code.json's sha256 (the model code that wrote the file); "" in older files
   std::vector<ParamInfo> params; // named_parameters() order
+  // The vision-language sequence of one sample (flops.json batch_shape S_vl) and its text slot (L), padded to
+  // max_text_len; 0 in files without them.
+  int64_t vl_tokens_per_sample = 0, text_slot = 0;
   double forward_flops_per_sample = 0;
   double backward_flops_per_sample = 0;
   int64_t total_params = 0;
