@@ -29,7 +29,10 @@ Contract
   model), the hash of the model code the package was traced from (this
   checkout's scripts/model/, export.model_code_hash; a model file whose
   loongforge/code.json names other code is refused here), the parameter names, the batch keys with dtype and shape,
-  the draws' forms and the torch version. loongforge-train refuses a package whose manifest does
+  the draws' forms, the trainable parameters taken as bf16 working copies ("bf16_weights",
+  --bf16-weights: their inputs and gradients are bf16, as a run with precision.bf16_weights makes them;
+  empty: every trainable parameter fp32, and the run keeps no copies) and the torch version.
+  loongforge-train refuses a package whose manifest does
   not match its model, device, precision or torch, naming the difference.
 - Dropout masks (a GR00T head's gr00t_dropout, the presets' 0.2) are drawn
   inside the package, from the default generator of the device when it is
@@ -103,6 +106,22 @@ def read_records(path: str):
     return text["loongforge/config.json"], text["loongforge/params.json"], text.get("loongforge/code.json", "")
 
 
+def read_bf16_weights(path: str, trainable: list) -> list:
+    """The names of --bf16-weights FILE, checked against the model's trainable parameters; in parameter order."""
+    try:
+        names = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        fail(f"--bf16-weights {path}: cannot read it as JSON: {e}")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        fail(f"--bf16-weights {path}: expected a JSON list of parameter names (a run folder's bf16_weights.json)")
+    unknown = sorted(set(names) - set(trainable))
+    if unknown:
+        fail(f"--bf16-weights {path}: {len(unknown)} name(s) are no trainable parameter of this model, e.g. "
+             f"'{unknown[0]}': take the bf16_weights.json of a run of this model file")
+    wanted = set(names)
+    return [n for n in trainable if n in wanted]
+
+
 def dropout(cfg: ModelConfig) -> dict:
     """The manifest's "dropout": the model's dropout rates above 0 (config key: rate) and where the
     masks come from (see the contract)."""
@@ -163,6 +182,10 @@ def main() -> int:
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="bf16", help="precision.mode (bf16: CUDA only)")
     ap.add_argument("--out", required=True, help="package to write (.pt2)")
+    ap.add_argument("--bf16-weights", metavar="FILE", default=None,
+                    help="a JSON list of trainable parameters the package takes as bf16 working copies: the "
+                         "bf16_weights.json loongforge-train writes in its run folder when it keeps them "
+                         "(precision.bf16_weights); needs --precision bf16")
     ap.add_argument("--stacks-every", type=float, default=0.0, metavar="S",
                     help="print the main thread's innermost Python frames to stderr every S seconds (0: never): "
                          "where a long compile spends its time, even when it is killed before it ends")
@@ -203,10 +226,15 @@ def main() -> int:
     named = dict(model.named_parameters())
     if list(named) != [p["name"] for p in params]:
         fail(f"{args.model}: params.json does not list the model's parameters in order")
+    copies = read_bf16_weights(args.bf16_weights, trainable) if args.bf16_weights else []
+    if copies and not bf16:
+        fail("--bf16-weights needs --precision bf16 (working copies exist only in bf16 runs)")
     model.to(dev).train()
     for n, p in named.items():
         p.requires_grad_(n in set(trainable))
-        if bf16 and n in set(frozen):
+        # the trainer's frozen weights are bf16 in a bf16 run, and so are its working copies: their gradients
+        # come out bf16, as the TorchScript step's do
+        if bf16 and (n in set(frozen) or n in set(copies)):
             p.data = p.data.to(torch.bfloat16)
 
     if args.action_horizon is not None and args.action_horizon < 1:
@@ -253,6 +281,7 @@ def main() -> int:
         "model_code": model_code,
         "trainable": trainable,
         "frozen": frozen,
+        "bf16_weights": copies,
         "batch": [[k, str(batch[k].dtype).replace("torch.", ""), list(batch[k].shape)] for k in keys],
         "draws": draws(cfg),
         "dropout": dropout(cfg),

@@ -160,6 +160,8 @@ class CompiledRunner final : public StepRunner {
     if (m.value("trainable", std::vector<std::string>{}) != trainable ||
         m.value("frozen", std::vector<std::string>{}) != frozen)
       mismatch("lists other parameters than the model");
+    // Trainable parameters the package takes as bf16 working copies (the optimizer makes them: optim::trainable_params).
+    bf16_weights_ = m.value("bf16_weights", std::vector<std::string>{});
     for (const auto& e : m.at("batch"))
       batch_.push_back({e.at(0).get<std::string>(), dtype_named(e.at(1).get<std::string>(), package),
                         e.at(2).get<std::vector<int64_t>>()});
@@ -203,8 +205,10 @@ class CompiledRunner final : public StepRunner {
     return total;
   }
 
+  std::vector<std::string> bf16_weights() const override { return bf16_weights_; }
+
   nlohmann::json status() const override {
-    return {{"compiled_step", package_}, {"calls", calls_},
+    return {{"compiled_step", package_}, {"calls", calls_}, {"bf16_weights", bf16_weights_.size()},
             {"cuda_graphs", graphs_},    {"captures", captures_},   {"replays", replays_},
             {"capture_failures", failures_}};
   }
@@ -364,6 +368,7 @@ class CompiledRunner final : public StepRunner {
   bool bf16_;
   Fault fault_;
   std::vector<BatchEntry> batch_;
+  std::vector<std::string> bf16_weights_;  // the manifest's "bf16_weights"
   std::vector<at::Tensor> trainable_, frozen_;
   double noise_s_ = 0.999, beta_alpha_ = 1.5, state_dropout_ = 0.0;
   bool fm_time_upstream_ = false;

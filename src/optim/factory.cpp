@@ -14,7 +14,27 @@ bool use_fused(const config::Config& cfg, c10::Device device) {
   return cfg.optimizer.implementation == "fused" || (cfg.optimizer.implementation == "auto" && device.is_cuda());
 }
 
+// A compiled package with bf16 working copies runs only with them (its inputs are bf16): the one
+// case where a run that cannot keep copies is refused whatever precision.bf16_weights says.
+bool package_needs_copies(const config::Config& cfg, const WeightsContext& c) {
+  if (!c.compiled || c.package_bf16.empty()) return false;
+  std::string why;
+  if (cfg.precision.bf16_weights == "off") why = "precision.bf16_weights is off";
+  else if (!c.device.is_cuda() || !c.bf16) why = "this run does not compute in bf16 autocast on a GPU";
+  else if (!c.fused) why = "optimizer.implementation is plain (the working copies live in the fused AdamW)";
+  else if (c.sharded || c.multi_rank || c.accumulation > 1)
+    why = "the compiled step keeps working copies only on one rank, without gradient accumulation or a sharded "
+          "optimizer (their fp32 gradient sums are not built for it yet)";
+  else if (!LOONGFORGE_WITH_CUDA_KERNELS) why = "this build has no LoongForge CUDA kernels";
+  if (!why.empty())
+    throw ConfigError("trainer.compiled_step: the package takes " + std::to_string(c.package_bf16.size()) +
+                      " weights as bf16 working copies (scripts/compile_step.py --bf16-weights), but " + why +
+                      ": compile the package without --bf16-weights for this run");
+  return true;
+}
+
 bool use_bf16_weights(const config::Config& cfg, const WeightsContext& c) {
+  if (package_needs_copies(cfg, c)) return true;
   const std::string& mode = cfg.precision.bf16_weights;
   if (mode == "off") return false;
   std::string why;
@@ -22,7 +42,9 @@ bool use_bf16_weights(const config::Config& cfg, const WeightsContext& c) {
   else if (!c.fused && !c.sharded)
     why = "optimizer.implementation is plain (the working copies live in the fused and the sharded AdamW)";
   else if (!c.sharded && !LOONGFORGE_WITH_CUDA_KERNELS) why = "this build has no LoongForge CUDA kernels";
-  else if (c.compiled) why = "trainer.compiled_step is set (its package takes fp32 weights)";
+  else if (c.compiled)
+    why = "the package of trainer.compiled_step takes fp32 weights (compile it with scripts/compile_step.py "
+          "--bf16-weights FILE, FILE the bf16_weights.json a run with working copies writes in its run folder)";
   else if (mode == "auto" && (c.multi_rank || c.sharded))
     why = std::string(c.multi_rank ? "this run reduces gradients over ranks" : "gcts.shard_optimizer is on") +
           ", where auto keeps no copies yet (set precision.bf16_weights=on to keep them, with fp32 gradients)";
@@ -38,7 +60,8 @@ bool use_bf16_weights(const config::Config& cfg, const WeightsContext& c) {
   return false;
 }
 
-std::vector<OptimizedParam> trainable_params(model::Model& net, const model::Mdg& mdg, bool bf16_weights) {
+std::vector<OptimizedParam> trainable_params(model::Model& net, const model::Mdg& mdg, bool bf16_weights,
+                                             const std::vector<std::string>& only) {
   const auto all = net.parameters();
   const std::vector<model::MdgParam>& reads = mdg.params;  // Note [MDG]: which parameters only linear layers read
   // A tensor held under two names (tied weights) is read through both: it stays fp32 unless both names are read
@@ -48,11 +71,28 @@ std::vector<OptimizedParam> trainable_params(model::Model& net, const model::Mdg
     const auto [it, fresh] = linear_only.emplace(all[k].tensor.unsafeGetTensorImpl(), reads[k].linear_only);
     if (!fresh) it->second = it->second && reads[k].linear_only;
   }
+  std::map<std::string, bool> named;  // `only`: each name, and whether a trainable parameter has it
+  for (const auto& n : only) named.emplace(n, false);
   std::vector<OptimizedParam> trainable;
-  for (const auto& p : all)
-    if (p.info->trainable)
-      trainable.push_back({p.info->name, p.tensor, p.info->decay,
-                           bf16_weights && linear_only.at(p.tensor.unsafeGetTensorImpl())});
+  for (const auto& p : all) {
+    if (!p.info->trainable) continue;
+    const bool linear = bf16_weights && linear_only.at(p.tensor.unsafeGetTensorImpl());
+    bool copy = linear;
+    if (bf16_weights && !only.empty()) {
+      const auto it = named.find(p.info->name);
+      copy = it != named.end();
+      if (copy) it->second = true;
+      if (copy && !linear)
+        throw ConfigError("trainer.compiled_step: the package takes '" + p.info->name +
+                          "' as a bf16 working copy, but layers other than linear ones read it in " +
+                          net.info().path + ": compile the package with the bf16_weights.json of a run of this model");
+    }
+    trainable.push_back({p.info->name, p.tensor, p.info->decay, copy});
+  }
+  for (const auto& [name, found] : named)
+    if (!found)
+      throw ConfigError("trainer.compiled_step: the package takes '" + name + "' as a bf16 working copy, but " +
+                        net.info().path + " has no trainable parameter of that name");
   return trainable;
 }
 

@@ -63,6 +63,7 @@ struct Trainer::Impl {
   void open_data();
   void open_fast_path(const fusion::StepMode& mode, bool made_gradients);
   void open_run_dir(const std::string& resume_dir);
+  void write_working_copies() const;  // <run dir>/bf16_weights.json (scripts/compile_step.py --bf16-weights)
   void resume(const std::string& resume_dir);
   void log_run_line() const;
   void open_outputs();

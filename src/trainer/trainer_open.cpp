@@ -245,6 +245,17 @@ void Trainer::Impl::open_run_dir(const std::string& resume_dir) {
   make_dirs(run_dir_);
   ckpt_dir_ = cfg_.checkpoint.dir.empty() ? run_dir_ + "/checkpoints" : cfg_.checkpoint.dir;
   last_ckpt_ = resume_dir;
+  if (leader_) write_working_copies();
+}
+
+// <run dir>/bf16_weights.json: the trainable parameters this run keeps as bf16 working copies (the fused
+// optimizer made them bf16: precision.bf16_weights), a JSON list in parameter order, for
+// `scripts/compile_step.py --bf16-weights` (a package that takes the same copies). Not written without copies.
+void Trainer::Impl::write_working_copies() const {
+  nlohmann::json names = nlohmann::json::array();
+  for (const auto& p : net_->parameters())
+    if (p.info->trainable && p.tensor.scalar_type() == at::kBFloat16) names.push_back(p.info->name);
+  if (!names.empty()) std::ofstream(run_dir_ + "/bf16_weights.json") << names.dump(1) << "\n";
 }
 
 // The control socket first, so `loongforge status` answers while the model loads.

@@ -256,3 +256,32 @@ if os.environ.get("LOONGFORGE_TEST_DEVICE") == "cuda":  # the GPU form (ctest -L
         second, log = gpu_run("second")
         assert second["source"] == "cache hit" and "compiled step: compiling" not in log, log[-3000:]
         assert "replayed as a CUDA graph" in log
+
+
+def test_a_package_records_that_it_takes_fp32_weights(first):
+    """Without --bf16-weights the manifest lists no working copies, so a run with it keeps none (the optimizer's
+    log line names the flag that would make the package take them: src/optim/factory.cpp)."""
+    import zipfile
+    entry = Path(first["cache"]) / entries(first["cache"])[0]
+    with zipfile.ZipFile(entry) as z:
+        name = next(n for n in z.namelist() if n.endswith(".json") and "metadata" in n)
+        manifest = json.loads(json.loads(z.read(name))["loongforge"])
+    assert manifest["bf16_weights"] == []
+
+
+@pytest.mark.parametrize("case", ["unknown name", "not a list", "fp32 run"])
+def test_bf16_weights_that_do_not_fit_the_model_are_refused_before_any_compile(tmp_path, case):
+    f = tmp_path / "bf16_weights.json"
+    f.write_text({"unknown name": '["no.such.weight"]', "not a list": '{"a": 1}',
+                  "fp32 run": '["connector.fc1.weight"]'}[case])
+    t0 = time.time()
+    r = subprocess.run([sys.executable, str(REPO / "scripts/compile_step.py"), str(MODELS / "n16-tiny.pt"),
+                        "--batch-size", "2", "--device", "cpu", "--precision", "fp32", "--bf16-weights", str(f),
+                        "--out", str(tmp_path / "x.pt2")], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=str(REPO / "scripts")))
+    assert r.returncode != 0 and not (tmp_path / "x.pt2").exists()
+    want = {"unknown name": "no trainable parameter of this model, e.g. 'no.such.weight'",
+            "not a list": "expected a JSON list of parameter names",
+            "fp32 run": "--bf16-weights needs --precision bf16"}[case]
+    assert want in r.stderr + r.stdout, r.stderr[-2000:]
+    assert time.time() - t0 < 120  # refused before tracing or compiling

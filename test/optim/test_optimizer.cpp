@@ -278,6 +278,74 @@ TEST_CASE("optimizer: a non-finite gradient changes nothing in the fused Sharded
   REQUIRE(Snapshot(fused) == before);
 }
 
+TEST_CASE("optimizer: a compiled package decides the working copies: none without its list, and a run that cannot "
+          "keep its list is refused naming why") {
+  loongforge::config::Config cfg;  // precision.bf16_weights: auto
+  const auto refused = [&](const WeightsContext& c) {
+    try {
+      use_bf16_weights(cfg, c);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  WeightsContext c;
+  c.device = c10::Device(c10::kCUDA, 0), c.bf16 = true, c.fused = true, c.compiled = true;
+  // A package of fp32 weights: no copies under auto; `on` is refused naming the compile flag.
+  REQUIRE_FALSE(use_bf16_weights(cfg, c));
+  cfg.precision.bf16_weights = "on";
+  CHECK_THAT(refused(c), Contains("--bf16-weights"));
+  // A package of copies runs only with them.
+  c.package_bf16 = {"w"};
+  c.accumulation = 2;
+  CHECK_THAT(refused(c), Contains("the package takes 1 weights as bf16 working copies"));
+  CHECK_THAT(refused(c), Contains("without gradient accumulation"));
+  c.accumulation = 1, c.multi_rank = true;
+  CHECK_THAT(refused(c), Contains("one rank"));
+  c.multi_rank = false;
+  cfg.precision.bf16_weights = "off";
+  CHECK_THAT(refused(c), Contains("precision.bf16_weights is off"));
+  cfg.precision.bf16_weights = "auto";
+  c.fused = false;
+  CHECK_THAT(refused(c), Contains("optimizer.implementation is plain"));
+  c.fused = true;
+#if LOONGFORGE_WITH_CUDA_KERNELS
+  REQUIRE(use_bf16_weights(cfg, c));
+#else
+  CHECK_THAT(refused(c), Contains("no LoongForge CUDA kernels"));
+#endif
+  c.device = c10::kCPU;
+  CHECK_THAT(refused(c), Contains("does not compute in bf16 autocast on a GPU"));
+}
+
+TEST_CASE("optimizer: a package's list of working copies is taken as it is, and a weight it lists that another "
+          "layer than a linear one reads, or that the model lacks, is refused by name") {
+  loongforge::model::Model net =
+      loongforge::model::Model::load(std::string(LOONGFORGE_TEST_MODELS) + "/n16-tiny.pt", c10::kCPU);
+  const loongforge::model::Mdg mdg = net.dependency_graph();
+  const auto copies = [](const std::vector<OptimizedParam>& ps) {
+    std::vector<std::string> out;
+    for (const auto& p : ps)
+      if (p.bf16_weight) out.push_back(p.name);
+    return out;
+  };
+  const auto by_rule = copies(trainable_params(net, mdg, true));  // the MDG's linear-only weights
+  REQUIRE(by_rule.size() > 2);
+  REQUIRE(copies(trainable_params(net, mdg, true, {by_rule[1], by_rule[0]})) ==
+          std::vector<std::string>{by_rule[0], by_rule[1]});  // exactly the list, in parameter order
+  const auto refused = [&](const std::vector<std::string>& only) {
+    try {
+      trainable_params(net, mdg, true, only);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK_THAT(refused({"connector.norm.weight"}), Contains("'connector.norm.weight' as a bf16 working copy, but layers "
+                                                           "other than linear ones read it"));
+  CHECK_THAT(refused({"no.such.weight"}), Contains("has no trainable parameter of that name"));
+}
+
 namespace {
 // Three steps of 2 micro-batches through GCTS's reducer (hybrid) into a
 // ShardedAdamW, each rank with its own data; `foreign`: at step 1 one sharded

@@ -124,6 +124,9 @@ class StepRunner {
     (void)step;
     return std::nullopt;
   }
+  // The compiled runner only: the trainable parameters its package takes as bf16 working copies (the
+  // manifest's "bf16_weights", scripts/compile_step.py --bf16-weights); empty elsewhere.
+  virtual std::vector<std::string> bf16_weights() const { return {}; }
 };
 
 // The seed of micro-batch `micro`'s draws in 0-based step `step` on `rank`

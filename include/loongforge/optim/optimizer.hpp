@@ -256,8 +256,12 @@ struct WeightsContext {
   bool bf16 = false;        // the run computes in bf16 autocast
   bool fused = false;       // use_fused()
   bool sharded = false;     // a sharded optimizer (gcts.shard_optimizer) keeps the copies
-  bool compiled = false;    // trainer.compiled_step: its package takes fp32 weights
+  bool compiled = false;    // trainer.compiled_step
   bool multi_rank = false;  // gradients are reduced over ranks
+  int64_t accumulation = 1;  // micro-batches per step
+  // compiled: the package's bf16 working copies (fusion::StepRunner::bf16_weights); none: it takes fp32
+  // weights. A package with copies runs only with them: where the run cannot keep them, a ConfigError.
+  std::vector<std::string> package_bf16;
 };
 
 // Whether this run keeps bf16 working copies of the weights only linear layers
@@ -267,8 +271,11 @@ bool use_bf16_weights(const config::Config& cfg, const WeightsContext& c);
 
 // The trainable parameters of `net` in params.json order; with bf16_weights,
 // those only linear layers read (the MDG's linear_only; a tensor held under
-// two names only when both are) are flagged for a working copy.
-std::vector<OptimizedParam> trainable_params(model::Model& net, const model::Mdg& mdg, bool bf16_weights);
+// two names only when both are) are flagged for a working copy, or with
+// `only` (a compiled package's list) exactly those named, each of which must
+// be trainable and read only by linear layers (else a ConfigError naming it).
+std::vector<OptimizedParam> trainable_params(model::Model& net, const model::Mdg& mdg, bool bf16_weights,
+                                             const std::vector<std::string>& only = {});
 
 AdamWOptions adamw_options(const config::Config& cfg);
 Schedule schedule(const config::Config& cfg);  // schedule.* and trainer.max_steps

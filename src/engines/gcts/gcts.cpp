@@ -56,12 +56,14 @@ GradientPath make_gradient_path(const config::Config& cfg, const GradientInputs&
                         << "set gcts.enable=true or remove the key";
   const bool sharded = on && cfg.gcts.shard_optimizer;
   const bool fused = optim::use_fused(cfg, in.device);
-  const bool bf16_weights =
-      optim::use_bf16_weights(cfg, {in.device, in.bf16, fused, sharded, in.compiled, in.world != nullptr});
+  optim::WeightsContext weights{in.device, in.bf16, fused, sharded, in.compiled, in.world != nullptr, in.accumulation, {}};
+  if (in.compiled && in.runner) weights.package_bf16 = in.runner->bf16_weights();
+  const bool bf16_weights = optim::use_bf16_weights(cfg, weights);
   // The MDG: which parameters only linear layers read (bf16 working copies), backward readiness (the plan).
   const model::Mdg mdg = (bf16_weights && !existing) || on ? in.net->dependency_graph() : model::Mdg{};
   const std::vector<optim::OptimizedParam> trainable =
-      existing ? std::vector<optim::OptimizedParam>{} : optim::trainable_params(*in.net, mdg, bf16_weights);
+      existing ? std::vector<optim::OptimizedParam>{}
+               : optim::trainable_params(*in.net, mdg, bf16_weights, weights.package_bf16);
 
   GradientPath path;
   ShardedAdamW* shard_owner = nullptr;
