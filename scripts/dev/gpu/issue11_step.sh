@@ -67,10 +67,11 @@ ctag=$tag; cfile=$mfile
 [ "${COMPILE_WHICH:-gather}" = grouped ] && { ctag=$tag-grouped; cfile=/dev/shm/$tag-grouped.pt; pkg=$pkg_grouped; }
 # compile_pkg: scripts/compile_step.py of $cfile into $pkg (log $logs/compile_step.log, Python stacks every
 # 60 s in it), returned in $OUT (in parts over 15 MiB). COMPILE_ENV: variables for it (e.g.
-# AOT_INDUCTOR_COMPILE_WRAPPER_OPT_LEVEL=O0).
+# AOT_INDUCTOR_COMPILE_WRAPPER_OPT_LEVEL=O0). COMPILE_ARGS: more arguments for compile_step.py (--bf16-weights FILE).
 compile_pkg() {
   env ${COMPILE_ENV:-} PYTHONPATH=scripts timeout $(left ${COMPILE_LIMIT:-330}) python3 scripts/compile_step.py $cfile \
-    --batch-size $mb --action-horizon ${HORIZON:-16} --device cuda --precision bf16 --out $pkg --stacks-every 60 > "$logs/compile_step.log" 2>&1
+    --batch-size $mb --action-horizon ${HORIZON:-16} --device cuda --precision bf16 --out $pkg --stacks-every 60 \
+    ${COMPILE_ARGS:-} > "$logs/compile_step.log" 2>&1
   echo "compile_step: exit $?"
   grep -E "^(traced|exported|compiled)" "$logs/compile_step.log"; ls -l $pkg 2>/dev/null
   if [ -f $pkg ] && [ $(stat -c %s $pkg) -le $((15 << 20)) ]; then cp $pkg "$OUT/$ctag-step.pt2"
