@@ -144,11 +144,16 @@ int run_compiler(const PackageKey& key, const CompileTools& tools, const std::st
                  std::deque<std::string>* tail) {
   const auto& log = logger("fusion");
   std::ofstream out(log_path, std::ios::trunc);
-  const std::vector<std::string> args = {tools.python,         tools.script,     key.model_path,
-                                         "--batch-size",       std::to_string(key.micro_batch),
-                                         "--action-horizon",   std::to_string(key.action_horizon),
-                                         "--device",           key.device,       "--precision",
-                                         key.precision,        "--out",          tmp};
+  std::vector<std::string> args = {tools.python,         tools.script,     key.model_path,
+                                   "--batch-size",       std::to_string(key.micro_batch),
+                                   "--action-horizon",   std::to_string(key.action_horizon),
+                                   "--device",           key.device,       "--precision",
+                                   key.precision,        "--out",          tmp};
+  if (!key.bf16_weights.empty()) {  // the list beside the entry's log, read by the compiler
+    const std::string list = log_path + ".bf16_weights.json";
+    std::ofstream(list) << nlohmann::json(key.bf16_weights).dump(1) << "\n";
+    args.insert(args.end(), {"--bf16-weights", list});
+  }
   std::string command;
   for (const auto& a : args) command += (command.empty() ? "" : " ") + a;
   out << "$ " << command << "\n" << std::flush;
@@ -270,11 +275,13 @@ std::string cache_dir(const config::Config& cfg) {
 }
 
 nlohmann::json PackageKey::to_json() const {
-  return {{"format", kFormat},           {"model", model_name},   {"architecture_hash", architecture_hash},
-          {"code_hash", code_hash},      {"trainable", trainable}, {"micro_batch", micro_batch},
-          {"action_horizon", action_horizon},
-          {"precision", precision},      {"device", device},      {"gpu_arch", gpu_arch},
-          {"torch", torch_version},      {"compile_script", script_hash}};
+  nlohmann::json j = {{"format", kFormat},           {"model", model_name},   {"architecture_hash", architecture_hash},
+                      {"code_hash", code_hash},      {"trainable", trainable}, {"micro_batch", micro_batch},
+                      {"action_horizon", action_horizon},
+                      {"precision", precision},      {"device", device},      {"gpu_arch", gpu_arch},
+                      {"torch", torch_version},      {"compile_script", script_hash}};
+  if (!bf16_weights.empty()) j["bf16_weights"] = bf16_weights;  // absent: the keys of packages before the field
+  return j;
 }
 
 std::string PackageKey::digest() const { return sha256_hex(to_json().dump()); }
@@ -285,7 +292,7 @@ std::string PackageKey::file_name() const {
 }
 
 PackageKey package_key(const model::Model& net, int64_t micro_batch, int64_t action_horizon, bool bf16,
-                       c10::Device device, const CompileTools& tools) {
+                       c10::Device device, const CompileTools& tools, const std::vector<std::string>& bf16_weights) {
   PackageKey k;
   const model::ModelInfo& info = net.info();
   k.model_name = info.name, k.model_path = info.path;
@@ -304,6 +311,7 @@ PackageKey package_key(const model::Model& net, int64_t micro_batch, int64_t act
 #endif
   k.torch_version = TORCH_VERSION;
   k.script_hash = sha256_file(tools.script);
+  k.bf16_weights = bf16_weights;
   return k;
 }
 

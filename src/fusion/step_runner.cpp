@@ -152,16 +152,17 @@ CompiledStepSetting compiled_step_setting(const config::Config& cfg, c10::Device
 }
 
 PreparedPackage prepare_compiled_step(const config::Config& cfg, const model::Model& net, c10::Device device,
-                                      bool bf16_autocast, const CompileProgress& progress) {
+                                      bool bf16_autocast, const CompileProgress& progress,
+                                      const std::vector<std::string>& bf16_weights) {
   const CompileTools tools = find_compile_tools();
-  return prepare_package(
-      cache_dir(cfg),
-      package_key(net, cfg.trainer.micro_batch_size, cfg.data.action_horizon, bf16_autocast, device, tools), tools,
-      progress);
+  return prepare_package(cache_dir(cfg),
+                         package_key(net, cfg.trainer.micro_batch_size, cfg.data.action_horizon, bf16_autocast, device,
+                                     tools, bf16_weights),
+                         tools, progress);
 }
 
 StepMode step_mode(const config::Config& cfg, const model::Model& net, c10::Device device, bool bf16_autocast,
-                   const CompileProgress& progress) {
+                   const CompileProgress& progress, const std::vector<std::string>& bf16_weights) {
   StepMode m;
   m.graphs = cfg.trainer.cuda_graphs == "on" || (cfg.trainer.cuda_graphs == "auto" && device.is_cuda());
   m.graphs_required = cfg.trainer.cuda_graphs == "on";
@@ -191,8 +192,9 @@ StepMode step_mode(const config::Config& cfg, const model::Model& net, c10::Devi
     }
     case CompiledStepSetting::cache:
       try {
-        const PreparedPackage p = prepare_compiled_step(cfg, net, device, bf16_autocast, progress);
+        const PreparedPackage p = prepare_compiled_step(cfg, net, device, bf16_autocast, progress, bf16_weights);
         m.compiled = true, m.package = p.path, m.package_from_cache = true, m.package_status = p.to_json();
+        m.bf16_weights = bf16_weights;
       } catch (const ConfigError& e) {  // Note [Compiled step setting]: the TorchScript step, loudly
         LF_LOG(logger("fusion"), warn)
             << "compiled step: NOT USED, this run trains on the slower TorchScript step. " << e.what()
@@ -250,7 +252,7 @@ std::unique_ptr<StepRunner> make_step_runner(const config::Config& cfg, model::M
       LF_LOG(logger("fusion"), warn) << "compiled step: the cached package " << mode.package
                                      << " does not load (" << e.what() << "); compiling it again";
       discard_package(mode.package);
-      const PreparedPackage p = prepare_compiled_step(cfg, net, device, bf16_autocast, nullptr);
+      const PreparedPackage p = prepare_compiled_step(cfg, net, device, bf16_autocast, nullptr, mode.bf16_weights);
       package = p.to_json();
       runner = make_compiled_runner(net, p.path, bf16_autocast, graphs, device);
     }

@@ -33,10 +33,9 @@ bool package_needs_copies(const config::Config& cfg, const WeightsContext& c) {
   return true;
 }
 
-bool use_bf16_weights(const config::Config& cfg, const WeightsContext& c) {
-  if (package_needs_copies(cfg, c)) return true;
+// Why this run keeps no working copies ("" when it keeps them; precision.bf16_weights=off aside).
+std::string copies_refusal(const config::Config& cfg, const WeightsContext& c) {
   const std::string& mode = cfg.precision.bf16_weights;
-  if (mode == "off") return false;
   std::string why;
   if (!c.device.is_cuda() || !c.bf16) why = "this run does not compute in bf16 autocast on a GPU";
   else if (!c.fused && !c.sharded)
@@ -48,6 +47,14 @@ bool use_bf16_weights(const config::Config& cfg, const WeightsContext& c) {
   else if (mode == "auto" && (c.multi_rank || c.sharded))
     why = std::string(c.multi_rank ? "this run reduces gradients over ranks" : "gcts.shard_optimizer is on") +
           ", where auto keeps no copies yet (set precision.bf16_weights=on to keep them, with fp32 gradients)";
+  return why;
+}
+
+bool use_bf16_weights(const config::Config& cfg, const WeightsContext& c) {
+  if (package_needs_copies(cfg, c)) return true;
+  const std::string& mode = cfg.precision.bf16_weights;
+  if (mode == "off") return false;
+  const std::string why = copies_refusal(cfg, c);
   if (why.empty()) return true;
   if (mode == "on") {
     const auto at = cfg.origin.find("precision.bf16_weights");
@@ -94,6 +101,20 @@ std::vector<OptimizedParam> trainable_params(model::Model& net, const model::Mdg
       throw ConfigError("trainer.compiled_step: the package takes '" + name + "' as a bf16 working copy, but " +
                         net.info().path + " has no trainable parameter of that name");
   return trainable;
+}
+
+std::vector<std::string> compiled_working_copies(const config::Config& cfg, model::Model& net, c10::Device device,
+                                                 bool bf16, bool multi_rank) {
+  const bool sharded = cfg.gcts.enable && cfg.gcts.shard_optimizer;
+  const int64_t accumulation = cfg.trainer.gradient_accumulation_steps;
+  // package_needs_copies' conditions: where a package with copies would be refused, compile one without
+  if (cfg.precision.bf16_weights == "off" || multi_rank || sharded || accumulation > 1) return {};
+  const WeightsContext c{device, bf16, use_fused(cfg, device), false, false, false, 1, {}};
+  if (!copies_refusal(cfg, c).empty()) return {};
+  std::vector<std::string> names;
+  for (const auto& p : trainable_params(net, net.dependency_graph(), true))
+    if (p.bf16_weight) names.push_back(p.name);
+  return names;
 }
 
 AdamWOptions adamw_options(const config::Config& cfg) {

@@ -8,6 +8,7 @@
 #include "loongforge/common/log.hpp"
 #include "loongforge/fusion/step_runner.hpp"
 #include "loongforge/model/model.hpp"
+#include "loongforge/optim/optimizer.hpp"
 #include "loongforge/trainer/run.hpp"
 
 namespace loongforge::trainer {
@@ -22,8 +23,11 @@ int compile_only(const config::Config& cfg, const comm::WorldInfo& world) {
   const c10::Device device = on_gpu ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(world.local_rank))
                                     : c10::Device(c10::kCPU);
   const bool bf16 = on_gpu && (cfg.precision.mode == "bf16" || cfg.precision.mode == "auto");
-  const model::Model net = model::Model::load(cfg.model.path, device);
-  const fusion::PreparedPackage p = fusion::prepare_compiled_step(cfg, net, device, bf16, nullptr);
+  model::Model net = model::Model::load(cfg.model.path, device);
+  // the package a training run of this config would take: with the bf16 working copies it keeps
+  const std::vector<std::string> copies =
+      optim::compiled_working_copies(cfg, net, device, bf16, world.world_size > 1);
+  const fusion::PreparedPackage p = fusion::prepare_compiled_step(cfg, net, device, bf16, nullptr, copies);
   if (p.compiled)
     std::printf("compiled %s in %.0f s (log: %s)\n", p.path.c_str(), p.compile_s, p.log.c_str());
   else

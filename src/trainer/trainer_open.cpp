@@ -494,14 +494,22 @@ void Trainer::Impl::open() {
   startup_phase("data");
   persistent("step runner");
   // trainer.compiled_step=auto may compile the package first (minutes): `status` shows it as phase "compiling".
-  const fusion::StepMode& mode = mode_ =
-      fusion::step_mode(cfg_, *net_, device_, bf16_ && device_.is_cuda(), [this](const nlohmann::json& compile) {
+  // Its package takes the bf16 working copies this run would keep (optim::compiled_working_copies).
+  const bool bf16_cuda = bf16_ && device_.is_cuda();
+  const std::vector<std::string> copies =
+      fusion::compiled_step_setting(cfg_, device_) == fusion::CompiledStepSetting::cache
+          ? optim::compiled_working_copies(cfg_, *net_, device_, bf16_cuda, world_ != nullptr)
+          : std::vector<std::string>{};
+  const fusion::StepMode& mode = mode_ = fusion::step_mode(
+      cfg_, *net_, device_, bf16_cuda,
+      [this](const nlohmann::json& compile) {
         control_->publish_status({{"phase", "compiling"},
                                   {"model", cfg_.model.path},
                                   {"rank", world_info_.rank},
                                   {"world", world_info_.world_size},
                                   {"compile", compile}});
-      });
+      },
+      copies);
   runner_ = dmf::make_step_runner(cfg_, *net_, mode, bf16_ && device_.is_cuda(), device_);  // compute
   if (const nlohmann::json st = runner_->status(); st.is_object() && st.contains("package"))
     compiled_step_ = st["package"];

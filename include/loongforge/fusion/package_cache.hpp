@@ -80,13 +80,15 @@ struct PackageKey {
   std::string device;     // cpu | cuda
   std::string gpu_arch;   // sm_90, ...; "" on the CPU
   std::string torch_version, script_hash;
+  std::vector<std::string> bf16_weights;  // taken as bf16 working copies (--bf16-weights); in the key when any
 
   nlohmann::json to_json() const;  // every field but the model's path
   std::string digest() const;      // SHA-256 (hex) of to_json()
   std::string file_name() const;   // <model>-b<B>-<device>-<precision>-<digest 16>.pt2
 };
 PackageKey package_key(const model::Model& net, int64_t micro_batch, int64_t action_horizon, bool bf16,
-                       c10::Device device, const CompileTools& tools);
+                       c10::Device device, const CompileTools& tools,
+                       const std::vector<std::string>& bf16_weights = {});
 
 struct PreparedPackage {
   std::string path;

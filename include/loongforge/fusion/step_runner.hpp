@@ -159,7 +159,8 @@ CompiledStepSetting compiled_step_setting(const config::Config& cfg, c10::Device
 // The cache's package for this config's model, micro-batch, precision and device: a hit, or compiled now
 // (loongforge-train --compile-only; step_mode under auto). Throws ConfigError (CompileFailed) when it cannot.
 PreparedPackage prepare_compiled_step(const config::Config& cfg, const model::Model& net, c10::Device device,
-                                      bool bf16_autocast, const CompileProgress& progress);
+                                      bool bf16_autocast, const CompileProgress& progress,
+                                      const std::vector<std::string>& bf16_weights = {});
 
 // How the step runs forward and backward, from trainer.compiled_step and
 // trainer.cuda_graphs.
@@ -171,12 +172,15 @@ struct StepMode {
   bool package_from_cache = false;
   nlohmann::json package_status;  // {path, source: given | cache hit | compiled | compile failed, compile_s, ...};
                                   // null when trainer.compiled_step is off
+  std::vector<std::string> bf16_weights;  // auto: the working copies the cache's package takes (step_mode's argument)
 };
 // Resolves trainer.compiled_step: under auto prepares the cache's package (a compile reports through
 // `progress`; a failed one falls back to the TorchScript step with a warning). A named package whose micro-batch
 // is not trainer.micro_batch_size throws ConfigError naming the fix.
+// bf16_weights: under auto, the weights the package should take as bf16 working copies
+// (optim::compiled_working_copies; part of the cache's key).
 StepMode step_mode(const config::Config& cfg, const model::Model& net, c10::Device device, bool bf16_autocast,
-                   const CompileProgress& progress = nullptr);
+                   const CompileProgress& progress = nullptr, const std::vector<std::string>& bf16_weights = {});
 
 // The runner of `mode`: the compiled package (graphed as the mode says), the
 // CUDA-graph runner, or the plain one; its status() holds "package" (the

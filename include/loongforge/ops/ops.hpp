@@ -16,6 +16,14 @@
 //   CUDA with bf16 x: segment GEMMs (cuda/model/category_linear.cuh) that read
 //   each used slot's weights in place, bf16 products with fp32 accumulation,
 //   output in weight's dtype; no B copies of the weights are gathered.
+//     loongforge::masked_patch_embed(Tensor images, Tensor weight, Tensor? bias, Tensor valid) -> Tensor
+//         DMF's patch embedding of images placed at the top left of a common grid (issue #46):
+//         images (N, C, H, W), weight (D, C, p, p), bias (D,) or None, valid (N, 2) int64 each
+//         image's rows and columns; out (N, H/p * W/p, D), row-major over the grid: the conv2d patch
+//         embedding of the image with its pixels outside the valid region taken as zeros, and zero
+//         (no bias) for a patch without a valid pixel. CompositeImplicitAutograd (ATen ops on any
+//         device: autograd and torch.export see them; Note [Masked patch embedding]). Not yet
+//         called by a model.
 // - Python loads the same library (scripts/model/ops.py: torch.ops.load_library),
 //   so the reference trainer and the exporter run the op the C++ trainer runs.
 // - Errors name the argument and the expected shape/dtype (TORCH_CHECK).

@@ -277,6 +277,12 @@ bool use_bf16_weights(const config::Config& cfg, const WeightsContext& c);
 std::vector<OptimizedParam> trainable_params(model::Model& net, const model::Mdg& mdg, bool bf16_weights,
                                              const std::vector<std::string>& only = {});
 
+// The weights a compiled package should take as bf16 working copies for this run (the package cache's
+// compile passes them: scripts/compile_step.py --bf16-weights): those trainable_params flags under the
+// rules above, on one rank without accumulation or a sharded optimizer; empty where the run keeps none.
+std::vector<std::string> compiled_working_copies(const config::Config& cfg, model::Model& net, c10::Device device,
+                                                 bool bf16, bool multi_rank);
+
 AdamWOptions adamw_options(const config::Config& cfg);
 Schedule schedule(const config::Config& cfg);  // schedule.* and trainer.max_steps
 
