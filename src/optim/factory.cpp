@@ -14,18 +14,23 @@ bool use_fused(const config::Config& cfg, c10::Device device) {
   return cfg.optimizer.implementation == "fused" || (cfg.optimizer.implementation == "auto" && device.is_cuda());
 }
 
+// Why a compiled package cannot take bf16 working copies in this run ("" when it can).
+std::string compiled_copies_refusal(const config::Config& cfg, const WeightsContext& c) {
+  if (cfg.precision.bf16_weights == "off") return "precision.bf16_weights is off";
+  if (!c.device.is_cuda() || !c.bf16) return "this run does not compute in bf16 autocast on a GPU";
+  if (!c.fused) return "optimizer.implementation is plain (the working copies live in the fused AdamW)";
+  if (c.sharded || c.multi_rank || c.accumulation > 1)
+    return "the compiled step keeps working copies only on one rank, without gradient accumulation or a sharded "
+           "optimizer (their fp32 gradient sums are not built for it yet)";
+  if (!LOONGFORGE_WITH_CUDA_KERNELS) return "this build has no LoongForge CUDA kernels";
+  return "";
+}
+
 // A compiled package with bf16 working copies runs only with them (its inputs are bf16): the one
 // case where a run that cannot keep copies is refused whatever precision.bf16_weights says.
 bool package_needs_copies(const config::Config& cfg, const WeightsContext& c) {
   if (!c.compiled || c.package_bf16.empty()) return false;
-  std::string why;
-  if (cfg.precision.bf16_weights == "off") why = "precision.bf16_weights is off";
-  else if (!c.device.is_cuda() || !c.bf16) why = "this run does not compute in bf16 autocast on a GPU";
-  else if (!c.fused) why = "optimizer.implementation is plain (the working copies live in the fused AdamW)";
-  else if (c.sharded || c.multi_rank || c.accumulation > 1)
-    why = "the compiled step keeps working copies only on one rank, without gradient accumulation or a sharded "
-          "optimizer (their fp32 gradient sums are not built for it yet)";
-  else if (!LOONGFORGE_WITH_CUDA_KERNELS) why = "this build has no LoongForge CUDA kernels";
+  const std::string why = compiled_copies_refusal(cfg, c);
   if (!why.empty())
     throw ConfigError("trainer.compiled_step: the package takes " + std::to_string(c.package_bf16.size()) +
                       " weights as bf16 working copies (scripts/compile_step.py --bf16-weights), but " + why +
@@ -105,12 +110,11 @@ std::vector<OptimizedParam> trainable_params(model::Model& net, const model::Mdg
 
 std::vector<std::string> compiled_working_copies(const config::Config& cfg, model::Model& net, c10::Device device,
                                                  bool bf16, bool multi_rank) {
-  const bool sharded = cfg.gcts.enable && cfg.gcts.shard_optimizer;
-  const int64_t accumulation = cfg.trainer.gradient_accumulation_steps;
-  // package_needs_copies' conditions: where a package with copies would be refused, compile one without
-  if (cfg.precision.bf16_weights == "off" || multi_rank || sharded || accumulation > 1) return {};
-  const WeightsContext c{device, bf16, use_fused(cfg, device), false, false, false, 1, {}};
-  if (!copies_refusal(cfg, c).empty()) return {};
+  const WeightsContext c{device,     bf16,
+                         use_fused(cfg, device), cfg.gcts.enable && cfg.gcts.shard_optimizer,
+                         /*compiled=*/true,      multi_rank,
+                         cfg.trainer.gradient_accumulation_steps, {}};
+  if (!compiled_copies_refusal(cfg, c).empty()) return {};  // a package with copies would be refused: none
   std::vector<std::string> names;
   for (const auto& p : trainable_params(net, net.dependency_graph(), true))
     if (p.bf16_weight) names.push_back(p.name);
