@@ -384,7 +384,7 @@ def add_at_blocks(x: Tensor, blocks: List[Tuple[int, int]], src: Tensor) -> Tens
     """x (B, S, C) with src (B, N, C) added at the positions of `blocks` ((start, length) runs along S, in
     order, their lengths summing to N): what x.index_add(1, positions, src) gives, written with slices.
     index_add is no op of AOTInductor's C shim: a compiled package ran it through the proxy executor, which
-    failed at run time on its alpha argument (torch 2.10, gr00t-n1.7-3b on an H100, 2026-12-06); slices
+    failed at run time on its alpha argument (torch 2.11, gr00t-n1.7-3b on an H100, 2026-12-06); slices
     and an add are fused like any elementwise op, and their backward is a slice, not a scatter."""
     pieces: List[Tensor] = []
     at = 0
