@@ -7,11 +7,14 @@
 #include <cerrno>   // errno
 #include <cstdlib>  // std::atol, std::strtoul
 
+#include <atomic>      // std::atomic
 #include <chrono>      // std::chrono::steady_clock
 #include <cmath>       // std::ceil
 #include <cstdio>      // std::snprintf
 #include <fstream>     // std::ifstream
 #include <functional>  // std::function
+#include <map>         // std::map
+#include <mutex>       // std::mutex
 #include <set>         // std::set
 #include <thread>      // std::this_thread
 
@@ -183,7 +186,9 @@ void publish(const std::string& parent, const std::string& tmp, const std::strin
 // file system) and lists them; then it publishes as usual and removes the
 // staging directory. A rank that failed, or a sidecar that does not come
 // within peer_timeout_s, fails rank 0's write (reported like a full disk;
-// earlier checkpoints stay). Staging directories left by a crash are removed
+// earlier checkpoints stay). A rank lost with fault.enable never sends its
+// file: the trainer declares it (Writer::peers_lost) and the write fails at
+// once, so rank 0 does not wait out the timeout in the survivors' next step. Staging directories left by a crash are removed
 // by recover_interrupted_writes() at the next start, before any rank writes.
 
 // Note [Preemption saves]
@@ -263,6 +268,15 @@ struct Job {
   std::string error;  // planning failed: nothing is staged
   Clock::time_point t0 = Clock::now();
   std::atomic<double> stall_s{0};
+  // Peer files that will never come (Writer::peers_lost): relative path -> why. Guarded by gone_mu.
+  mutable std::mutex gone_mu;
+  std::map<std::string, std::string> gone;
+  mutable std::atomic<bool> abandoned{false};  // failed on such a file: WriteResult::abandoned
+  std::string never_coming(const std::string& rel) const {
+    std::lock_guard<std::mutex> lock(gone_mu);
+    const auto it = gone.find(rel);
+    return it == gone.end() ? std::string() : it->second;
+  }
 
   WriteProgress progress() const {
     WriteProgress p;
@@ -371,14 +385,21 @@ void finish_peer_files(const Job& job, const std::string& failure, WriteResult& 
   }
 }
 
-// Waits for the peers' files of `snapshot` and moves them into `tmp`.
-void collect_peer_files(const std::string& parent, const Snapshot& snapshot, const std::string& tmp,
+// Waits for the peers' files of the job's snapshot and moves them into `tmp`; a file the trainer declared
+// lost (Writer::peers_lost) fails the write at once.
+void collect_peer_files(const std::string& parent, const Job& job, const std::string& tmp,
                         const std::function<void(const std::string&, FileEntry)>& record) {
+  const Snapshot& snapshot = job.snapshot;
   const std::string dir = peer_dir(parent, snapshot.name);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(snapshot.peer_timeout_s);
   for (const auto& rel : snapshot.peer_files) {
     const std::string staged = dir + "/" + peer_name(rel);
     while (!path_exists(staged + ".json")) {
+      const std::string why = job.never_coming(rel);
+      if (!why.empty()) {
+        job.abandoned = true;
+        throw CheckpointError(staged + ": another rank's file will not arrive: " + why);
+      }
       if (std::chrono::steady_clock::now() > deadline)
         throw CheckpointError(staged + ": another rank's file did not arrive within " +
                               std::to_string(static_cast<int64_t>(snapshot.peer_timeout_s)) +
@@ -419,7 +440,7 @@ void finish_checkpoint_dir(const std::string& parent, const Job& job, WriteResul
     e.sha256 = detail::write_text_synced(tmp + "/" + rel, text);
     record(rel, std::move(e));
   }
-  if (!snapshot.peer_files.empty()) collect_peer_files(parent, snapshot, tmp, record);
+  if (!snapshot.peer_files.empty()) collect_peer_files(parent, job, tmp, record);
   // The manifest is written last: a directory with a valid manifest is complete.
   detail::test_delay();
   detail::write_text_synced(tmp + "/" + kManifest, manifest.to_json().dump(2) + "\n");
@@ -673,6 +694,7 @@ void Writer::complete(const std::shared_ptr<Job>& job) {
     }
   } catch (const std::exception& e) {
     r.error = e.what();
+    r.abandoned = job->abandoned.load();
     if (!job->snapshot.peer && !job->dir.empty()) {
       try {
         remove_tree(job->dir);
@@ -709,6 +731,17 @@ void Writer::loop() {
     }
     cv_.notify_all();
   }
+}
+
+void Writer::peers_lost(const std::vector<std::string>& rels, const std::string& why) {
+  std::shared_ptr<Job> job;
+  {
+    std::lock_guard<std::mutex> lock(board_->mu);
+    job = board_->current;
+  }
+  if (!job) return;
+  std::lock_guard<std::mutex> lock(job->gone_mu);
+  for (const auto& rel : rels) job->gone[rel] = why;
 }
 
 void Writer::wait() {

@@ -438,6 +438,7 @@ void Trainer::Impl::recover(const CommError& error) {
 
   const fault::Decision d =
       fault::regroup(world_->store(), {generation_, job_rank_, members_, steps_done_}, fault::options(cfg_));
+  abandon_lost_peer_files(d);
   const int64_t behind = d.step - steps_done_;
   nlohmann::json event = {{"event", "regrouped"},
                           {"failed_step", failed_step},
@@ -464,6 +465,18 @@ void Trainer::Impl::recover(const CommError& error) {
                     << "; global batch " << pos_.global_batch << " kept: accumulation " << k_before << " -> "
                     << cfg_.trainer.gradient_accumulation_steps << "; regrouped in " << s_since(t0)
                     << " s; state sha256 " << event["state_sha256"].get<std::string>();
+}
+
+// A sharded optimizer's checkpoint in flight on rank 0 waits for every other rank's shard (Note [Peer files]
+// in writer.cpp); a lost rank's never comes. Rank 0 fails that write now: left waiting, it would hold rank 0
+// at its next checkpoint (Writer::submit waits for the previous write) while the survivors time out on it.
+void Trainer::Impl::abandon_lost_peer_files(const fault::Decision& d) {
+  if (!leader_ || !writer_ || !optimizer_->sharded()) return;
+  const auto expected = peer_optimizer_files(static_cast<int64_t>(members_.size()));  // ranks 1.. of the failed world
+  std::vector<std::string> files;
+  for (size_t r = 1; r < members_.size(); ++r)  // members_: the failed world's job ranks, in rank order
+    if (std::find(d.lost.begin(), d.lost.end(), members_[r]) != d.lost.end()) files.push_back(expected[r - 1]);
+  if (!files.empty()) writer_->peers_lost(files, "rank(s) " + ranks_text(d.lost) + " were lost (fault.enable)");
 }
 
 // Note [Taking a rank back]

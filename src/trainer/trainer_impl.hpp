@@ -89,6 +89,7 @@ struct Trainer::Impl {
   void open_fault();
   void after_first_step();
   void recover(const CommError& error);
+  void abandon_lost_peer_files(const fault::Decision& d);
   int64_t apply_decision(const fault::Decision& d, nlohmann::json& event);
   void admit(int64_t which);   // hot-rejoin applied at this boundary (-1: every lost rank that registered)
   bool wait_to_rejoin();       // a restarted rank, at the end of open(); false: the job ended without it

@@ -319,6 +319,9 @@ void Trainer::Impl::collect_writes() {
       last_ckpt_ = w.path;
       LF_LOG(log, info) << "checkpoint " << w.path << ": " << static_cast<double>(w.bytes) / 1e6 << " MB in "
                         << w.seconds << " s";
+    } else if (w.abandoned) {  // a lost rank's shard never came (fault.enable): the run survived that
+      LF_LOG(log, warn) << "checkpoint at step " << w.step << " abandoned: " << w.error
+                        << " -- the newest intact checkpoint is " << (last_ckpt_.empty() ? "(none)" : last_ckpt_);
     } else {
       ++failed_writes_;
       LF_LOG(log, warn) << "checkpoint at step " << w.step << " FAILED: " << w.error

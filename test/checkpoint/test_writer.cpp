@@ -11,6 +11,7 @@
 #include <algorithm>  // std::min
 #include <atomic>   // std::atomic
 #include <chrono>   // std::chrono::milliseconds
+#include <cstdio>   // std::snprintf
 #include <fstream>  // std::ifstream
 #include <sstream>  // std::istringstream
 #include <string>
@@ -220,4 +221,62 @@ TEST_CASE("checkpoint: a failed write is reported by take_results and leaves ear
   REQUIRE(find_latest(parent.path) == parent.path + "/epoch_0_step_10");
   REQUIRE_FALSE(path_exists(parent.path + "/epoch_0_step_20"));
   REQUIRE(leftovers(parent.path).empty());
+}
+
+namespace {
+// Rank `rank`'s shard of step `step`, written as a peer (Note [Peer files]) into `parent`.
+void write_peer_shard(const std::string& parent, int64_t step, int64_t rank) {
+  Snapshot s;
+  s.name = "epoch_0_step_" + std::to_string(step);
+  s.peer = true;
+  s.manifest.step = step;
+  char rel[64];
+  std::snprintf(rel, sizeof rel, "optimizer/rank_%05lld.safetensors", static_cast<long long>(rank));
+  s.tensor_files[rel] = {{"layer.weight.exp_avg", at::full({4, 3}, static_cast<float>(rank))}};
+  Writer peer(parent, /*keep_last=*/0, /*async=*/false, /*leader=*/false);
+  peer.submit(std::move(s));
+  REQUIRE(peer.take_results().at(0).error.empty());
+}
+}  // namespace
+
+TEST_CASE("checkpoint: a write waiting for a lost rank's shard fails at once when the rank is declared lost") {
+  lf_test::ScratchDir parent;
+  Writer writer(parent.path, /*keep_last=*/5, /*async=*/true);
+  auto s = lf_test::make_snapshot(9);
+  s.peer_files = {"optimizer/rank_00001.safetensors", "optimizer/rank_00002.safetensors"};  // peer_timeout_s: 600
+  write_peer_shard(parent.path, 9, 1);  // rank 2's never comes
+  writer.submit(std::move(s));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the writer is waiting for rank 2's file
+  const auto t0 = std::chrono::steady_clock::now();
+  writer.peers_lost({"optimizer/rank_00002.safetensors"}, "rank(s) 2 were lost");
+  writer.wait();
+  REQUIRE(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  const auto results = writer.take_results();
+  REQUIRE(results.size() == 1);
+  REQUIRE_THAT(results[0].error, Contains("will not arrive: rank(s) 2 were lost"));
+  REQUIRE(results[0].abandoned);
+  REQUIRE(list_checkpoints(parent.path).empty());
+  // The next checkpoint, with every shard, is written as usual: the declaration held for that write only.
+  auto next = lf_test::make_snapshot(12);
+  next.peer_files = {"optimizer/rank_00001.safetensors", "optimizer/rank_00002.safetensors"};
+  write_peer_shard(parent.path, 12, 1);
+  write_peer_shard(parent.path, 12, 2);
+  writer.submit(std::move(next));
+  writer.wait();
+  REQUIRE(writer.take_results().at(0).error.empty());
+  REQUIRE(validate_checkpoint(parent.path + "/epoch_0_step_12").ok());
+}
+
+TEST_CASE("checkpoint: a lost rank's shard that arrived before it was lost still completes the write") {
+  lf_test::ScratchDir parent;
+  Writer writer(parent.path, /*keep_last=*/5, /*async=*/true);
+  const ScopedEnv slow("LOONGFORGE_TEST_CHECKPOINT_DELAY_MS", "300");  // the write is still in flight below
+  auto s = lf_test::make_snapshot(9);
+  s.peer_files = {"optimizer/rank_00001.safetensors"};
+  write_peer_shard(parent.path, 9, 1);
+  writer.submit(std::move(s));
+  writer.peers_lost({"optimizer/rank_00001.safetensors"}, "rank(s) 1 were lost");
+  writer.wait();
+  REQUIRE(writer.take_results().at(0).error.empty());
+  REQUIRE(validate_checkpoint(parent.path + "/epoch_0_step_9").ok());
 }

@@ -70,9 +70,33 @@ def log_of(out, name, r):
     return (Path(out) / f"{name}-rank{r}.log").read_text()
 
 
+def stacks_of(pid):
+    """Every thread's stack of process `pid` (gdb, where the machine has it): what a hung rank waits on."""
+    try:
+        return subprocess.run(["gdb", "-batch", "-p", str(pid), "-ex", "thread apply all bt 30"], capture_output=True,
+                              text=True, timeout=90).stdout
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"(no stacks: {e})"
+
+
 def wait_ok(procs, out, name, ranks, timeout=240):
-    codes = {r: procs[r].wait(timeout=timeout) for r in ranks}
-    assert all(c == 0 for c in codes.values()), (codes, "\n".join(log_of(out, name, r) for r in ranks))
+    """Waits for `ranks` to exit 0. A rank still running after `timeout` s fails the test with every rank's log
+    and the hung ranks' thread stacks (then they are killed), so an intermittent hang can be read afterwards."""
+    t_end, codes = time.time() + timeout, {}
+    for r in ranks:
+        try:
+            codes[r] = procs[r].wait(timeout=max(1.0, t_end - time.time()))
+        except subprocess.TimeoutExpired:
+            codes[r] = None
+    hung = [r for r in ranks if codes[r] is None]
+    stacks = {r: stacks_of(procs[r].pid) for r in hung}
+    for r in hung:
+        procs[r].kill()
+        procs[r].wait()
+    report = "\n".join(f"==== {name} rank {r} (exit {codes[r]}) ====\n" + log_of(out, name, r)[-6000:] +
+                        (f"\n==== its stacks ====\n{stacks[r]}" if r in stacks else "") for r in ranks)
+    assert not hung, f"rank(s) {hung} still running {timeout} s later\n{report}"
+    assert all(c == 0 for c in codes.values()), (codes, report)
 
 
 def records(run):
@@ -290,8 +314,12 @@ def test_with_a_sharded_optimizer_the_lost_ranks_moments_come_from_the_newest_ch
     K = random.Random().randint(8, 12)
     print(f"sharded optimizer: rank 2 ends in the backward of step {K}")
     procs = launch(tmp_path, 4, "shard", *FAULT, "fault.auto_rejoin=false", *sharded, ranks=[0, 1, 3])
+    # Rank 2's checkpoint writes are slowed (4 s per file), so it ends with the shard of the last checkpoint before
+    # K unwritten: rank 0's write of that checkpoint, waiting for it, must fail at the regroup, not hold rank 0
+    # (which once hung the survivors: they timed out on rank 0 in their next step and ended).
     procs.update(launch(tmp_path, 4, "shard", *FAULT, "fault.auto_rejoin=false", *sharded, port=launch.port,
-                        ranks=[2], env={"LOONGFORGE_TEST_FAULT": f"exit:backward@{K}"}))
+                        ranks=[2], env={"LOONGFORGE_TEST_FAULT": f"exit:backward@{K}",
+                                        "LOONGFORGE_TEST_CHECKPOINT_DELAY_MS": "4000"}))
     run = tmp_path / "shard"
     assert procs[2].wait(timeout=120) == 137, log_of(tmp_path, "shard", 2)[-2000:]
     wait_ok(procs, tmp_path, "shard", [0, 1, 3])
@@ -303,6 +331,8 @@ def test_with_a_sharded_optimizer_the_lost_ranks_moments_come_from_the_newest_ch
     assert 3 <= C <= S and C % 3 == 0 and moments["lost_from"].endswith(f"epoch_0_step_{C}"), moments
     print(f"regrouped at step {S}; rank 2's moments from the checkpoint of step {C}; {moments}")
     assert "come from" in log_of(tmp_path, "shard", 0)
+    assert f"checkpoint at step {C + 3} abandoned" in log_of(tmp_path, "shard", 0), "the write waiting for rank 2"
+    assert "will not arrive: rank(s) 2 were lost" in log_of(tmp_path, "shard", 0)
     losses = {r["step"]: r["loss"] for r in records(run) if "loss" in r}
     assert sorted(losses) == list(range(1, STEPS + 1)) and all(math.isfinite(v) for v in losses.values())
 

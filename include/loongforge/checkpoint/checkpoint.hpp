@@ -155,6 +155,7 @@ struct WriteResult {
   double seconds = 0;
   bool preemption = false;  // written as a preemption save (unverified)
   std::string error;  // empty on success
+  bool abandoned = false;  // failed because a peer file will never come (Writer::peers_lost), not by a fault of its own
 };
 
 // Finishes what a crash cut short under `parent`: removes `.<name>.tmp-<pid>`
@@ -224,6 +225,10 @@ class Writer {
   // Failures come back through take_results(), never as exceptions.
   void submit(Snapshot snapshot);
   void wait();  // until nothing is pending
+  // The write in flight, if any, will never receive these peer files (`rels`, as in Snapshot::peer_files:
+  // their ranks were lost): where it waits or would wait for one of them, it fails at once with `why`
+  // instead of waiting out peer_timeout_s. Later writes are not affected. Any thread.
+  void peers_lost(const std::vector<std::string>& rels, const std::string& why);
   std::vector<WriteResult> take_results();
   const std::string& dir() const { return dir_; }
   const WriterOptions& options() const { return options_; }
