@@ -60,6 +60,15 @@ at::Tensor host_padded_arithmetic(const at::Tensor& u8, int64_t S) {
   return out;
 }
 
+// ATen's box resize, the definition resize_frames keeps on the CPU (Note [Box resize on the CPU]): the frame
+// to float, zeros around it to a square (pad), adaptive_avg_pool2d, the normalisation.
+at::Tensor aten_box_resize(const at::Tensor& u8, int64_t S, bool pad = false) {
+  const int64_t h = u8.size(1), w = u8.size(2), q = std::max(h, w);
+  at::Tensor f = u8.permute({0, 3, 1, 2}).to(at::kFloat).contiguous();
+  if (pad && h != w) f = at::constant_pad_nd(f, {(q - w) / 2, q - w - (q - w) / 2, (q - h) / 2, q - h - (q - h) / 2}, 0);
+  return ((at::adaptive_avg_pool2d(f, {S, S}) / 255.0) - 0.5) / 0.5;
+}
+
 SampleOptions options(bool on_device, double crop) {
   SampleOptions o;
   o.micro_batch_size = 8;
@@ -83,8 +92,26 @@ TEST_CASE("frames: the device kernel's arithmetic equals ATen's box resize and n
                         Size{37, 53, 224}, Size{256, 256, 256}}) {
     const at::Tensor u8 = at::randint(0, 256, {2, z.h, z.w, 3}, at::kByte);
     INFO(z.h << "x" << z.w << " -> " << z.S);
-    REQUIRE(at::equal(host_arithmetic(u8, z.S), resize_frames(u8, z.S)));
+    REQUIRE(at::equal(host_arithmetic(u8, z.S), aten_box_resize(u8, z.S)));
+    REQUIRE(at::equal(resize_frames(u8, z.S), aten_box_resize(u8, z.S)));  // the CPU's integer sums
   }
+}
+
+TEST_CASE("frames: on the CPU, resize_frames equals ATen's pad, box resize and normalisation bit for bit, any size") {
+  at::manual_seed(7);
+  for (int k = 0; k < 60; ++k) {
+    const int64_t h = at::randint(1, 400, {1}).item<int64_t>(), w = at::randint(1, 400, {1}).item<int64_t>();
+    const int64_t S = at::randint(1, 260, {1}).item<int64_t>(), n = at::randint(1, 4, {1}).item<int64_t>();
+    const at::Tensor u8 = at::randint(0, 256, {n, h, w, 3}, at::kByte);
+    INFO(n << " x " << h << "x" << w << " -> " << S);
+    REQUIRE(at::equal(resize_frames(u8, S), aten_box_resize(u8, S)));
+    REQUIRE(at::equal(resize_frames(u8, S, /*pad_square=*/true), aten_box_resize(u8, S, /*pad=*/true)));
+  }
+  // Leading dimensions are kept; windows too large for an exact float sum take ATen's own path.
+  const at::Tensor u8 = at::randint(0, 256, {2, 3, 50, 60, 3}, at::kByte);
+  REQUIRE(at::equal(resize_frames(u8, 16), aten_box_resize(u8.reshape({6, 50, 60, 3}), 16).reshape({2, 3, 3, 16, 16})));
+  const at::Tensor big = at::randint(0, 256, {1, 600, 600, 3}, at::kByte);
+  REQUIRE(at::equal(resize_frames(big, 2), aten_box_resize(big, 2)));
 }
 
 TEST_CASE("frames: padded to a square, the device kernel's arithmetic equals ATen's zero pad and box resize bit "
@@ -98,7 +125,7 @@ TEST_CASE("frames: padded to a square, the device kernel's arithmetic equals ATe
     INFO(z.h << "x" << z.w << " -> " << z.S);
     const int64_t q = std::max(z.h, z.w), top = (q - z.h) / 2, left = (q - z.w) / 2;
     const at::Tensor square = at::constant_pad_nd(u8, {0, 0, left, q - z.w - left, top, q - z.h - top}, 0);
-    const at::Tensor want = resize_frames(square, z.S);  // the zeros stored, then the box resize
+    const at::Tensor want = aten_box_resize(square, z.S);  // the zeros stored, then the box resize
     REQUIRE(at::equal(host_padded_arithmetic(u8, z.S), want));
     REQUIRE(at::equal(resize_frames(u8, z.S, /*pad_square=*/true), want));
     REQUIRE_FALSE(at::equal(resize_frames(u8, z.S), want));  // squashed instead
