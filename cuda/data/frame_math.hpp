@@ -3,8 +3,9 @@
 // tests that hold it to the CPU path; plain C++ when not compiled by nvcc.
 //
 // Contract: resized_pixel() is, bit for bit, what the CPU path computes
-// (src/data/batch.cpp resize_frames_cpu: the frame to float, ATen's
-// adaptive_avg_pool2d to S x S, then ((x / 255) - 0.5) / 0.5):
+// (ATen's path: the frame to float, adaptive_avg_pool2d to S x S, then
+// ((x / 255) - 0.5) / 0.5; src/data/frames.cpp computes it on the CPU with
+// these windows and divisions over integer sums):
 //  - output row i of S averages input rows [floor(i*h/S), ceil((i+1)*h/S)),
 //    columns likewise (ATen's adaptive-pooling windows);
 //  - the window's values summed in float (exact, so in any order, for windows

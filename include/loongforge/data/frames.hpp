@@ -9,9 +9,11 @@
 //    (data.image_aspect pad) a frame that is not square is first padded with
 //    zeros (black) to q x q, q = max(h, w), as image_letterbox places them:
 //    (q - w) / 2 columns on the left, (q - h) / 2 rows on top, the rest right
-//    and below. On the CPU it is ATen's constant_pad_nd and adaptive_avg_pool2d
-//    (the frame cache's path); on CUDA it is cuda/data's kernel on the current
-//    stream, the pad read as zeros in place, bit for bit the same
+//    and below. The values are ATen's constant_pad_nd, adaptive_avg_pool2d and
+//    that normalisation, bit for bit: on the CPU computed with integer window
+//    sums (Note [Box resize on the CPU] in frames.cpp; ATen's own path where a
+//    window is too large for an exact sum), on CUDA by cuda/data's kernel on
+//    the current stream, the pad read as zeros in place
 //    (cuda/data/frame_math.hpp; test_frames, test_frame_convert_gpu).
 //  - model_images(u8, S, blank, pad_square): resize_frames of a micro-batch's uint8
 //    images (B, V, h, w, 3), then the samples listed in `blank` (skipped for a
