@@ -1,5 +1,5 @@
-"""MLA's device allocator on a GPU, through the real binaries (label gpu: NOT
-RUN YET; written without a GPU, for the GPU machine's `ctest -L gpu`).
+"""MLA's device allocator on a GPU, through the real binaries (label gpu: the GPU
+machine's `ctest -L gpu`; passed on an H100 on 2026-12-06).
 
 - 50 fp32 steps of n16-tiny with mla.enable=true give the caching allocator's
   losses and gradient norms bit for bit (CUDA graphs on, as on any CUDA run);
