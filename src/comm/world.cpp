@@ -1,7 +1,8 @@
 // Ranks, rendezvous and the plain gradient all-reduce (world.hpp).
 #include "loongforge/comm/world.hpp"
 
-#include <netdb.h>  // getaddrinfo
+#include <netdb.h>   // getaddrinfo
+#include <signal.h>  // signal, SIGPIPE
 
 #include <chrono>   // std::chrono
 #include <cstdlib>  // std::getenv, std::strtoll
@@ -176,8 +177,18 @@ struct World::Impl {
 World::World(WorldInfo info) : info_(std::move(info)), impl_(std::make_unique<Impl>()) {}
 World::~World() = default;
 
+// Note [SIGPIPE]
+// Gloo's TCP pairs and c10d's TCPStore write to their peers' sockets without
+// MSG_NOSIGNAL: once a peer process is gone, a write to it raises SIGPIPE,
+// whose default action ends this process at once, without a word (a survivor
+// of comm_fault_sharded exited -13 so, instead of regrouping). Python ignores
+// SIGPIPE from its start, which is why torch.distributed never meets it;
+// loongforge's own sockets pass MSG_NOSIGNAL. So a process that connects a
+// World ignores SIGPIPE from then on: the write fails with EPIPE, the
+// collective or the store call raises, and fault tolerance sees a CommError.
 std::unique_ptr<World> World::connect(const WorldInfo& info, int64_t timeout_ms, Backend backend, c10::Device device,
                                       bool may_join) {
+  ::signal(SIGPIPE, SIG_IGN);  // Note [SIGPIPE]
   std::unique_ptr<World> w(new World(info));
   w->backend_ = backend;
   w->device_ = backend == Backend::Gloo ? c10::Device(c10::kCPU) : device;

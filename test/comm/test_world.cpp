@@ -5,9 +5,12 @@
 // on one rank counts as zeros there and gets the average), and a rendezvous
 // nobody joins fails with a CommError naming the address and rank.
 #include <netinet/in.h>  // sockaddr_in
+#include <signal.h>      // signal, sigaction, SIGPIPE
 #include <stdlib.h>      // setenv, unsetenv
 #include <sys/socket.h>  // socket, bind
-#include <unistd.h>      // close
+#include <unistd.h>      // close, write
+
+#include <cerrno>  // errno, EPIPE
 
 #include <exception>   // std::exception_ptr
 #include <functional>  // std::function
@@ -230,4 +233,19 @@ TEST_CASE("comm: a rendezvous that no peer joins fails naming the address and th
   info.master_port = free_port();
   REQUIRE_THROWS_WITH(World::connect(info, /*timeout_ms=*/500),
                       Contains("rank 0: rendezvous at 127.0.0.1:" + std::to_string(info.master_port) + " failed"));
+}
+
+TEST_CASE("comm: a process that connects a World ignores SIGPIPE, so a write to a dead peer fails instead of ending it") {
+  ::signal(SIGPIPE, SIG_DFL);  // the default: a write to a closed socket ends the process
+  two_ranks([](World& world) { REQUIRE(world.size() == 2); });
+  struct sigaction now {};
+  ::sigaction(SIGPIPE, nullptr, &now);
+  REQUIRE(now.sa_handler == SIG_IGN);
+  int fds[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+  ::close(fds[1]);  // the peer is gone
+  const char byte = 1;
+  REQUIRE(::write(fds[0], &byte, 1) == -1);  // Gloo and TCPStore write without MSG_NOSIGNAL
+  REQUIRE(errno == EPIPE);
+  ::close(fds[0]);
 }

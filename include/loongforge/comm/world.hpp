@@ -132,6 +132,8 @@ class Pending {
 // still refuses fault.enable on NCCL: several GPUs have not run it).
 class World {
  public:
+  // Ignores SIGPIPE for the whole process (Note [SIGPIPE] in world.cpp: a write to a dead peer's socket
+  // must fail, not end this process).
   // `may_join` (fault tolerance): when the store says the job already runs without this process (the job's
   // generation lf/ft/generation is set, or an earlier process of this rank left its heartbeat), no process
   // group is opened: joining() is true, and only the store works until regroup() makes this rank a member.
