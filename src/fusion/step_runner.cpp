@@ -228,6 +228,7 @@ class PackagedRunner final : public StepRunner {
   bool set_graph_reduction(GraphReduction* r) override { return inner_->set_graph_reduction(r); }
   bool make_gradients(bool allowed) override { return inner_->make_gradients(allowed); }
   std::optional<double> take_graph_comm_ms(int64_t step) override { return inner_->take_graph_comm_ms(step); }
+  std::vector<std::string> bf16_weights() const override { return inner_->bf16_weights(); }
 
  private:
   std::unique_ptr<StepRunner> inner_;
@@ -235,6 +236,10 @@ class PackagedRunner final : public StepRunner {
 };
 
 }  // namespace
+
+std::unique_ptr<StepRunner> with_package_status(std::unique_ptr<StepRunner> inner, nlohmann::json package) {
+  return std::make_unique<PackagedRunner>(std::move(inner), std::move(package));
+}
 
 std::unique_ptr<StepRunner> make_step_runner(const config::Config& cfg, model::Model& net, const StepMode& mode,
                                              bool bf16_autocast, c10::Device device) {
@@ -262,7 +267,7 @@ std::unique_ptr<StepRunner> make_step_runner(const config::Config& cfg, model::M
     runner = make_plain_runner(net, bf16_autocast);
   }
   if (package.is_null()) return runner;
-  return std::make_unique<PackagedRunner>(std::move(runner), std::move(package));
+  return with_package_status(std::move(runner), std::move(package));
 }
 
 }  // namespace loongforge::fusion

@@ -182,6 +182,10 @@ struct StepMode {
 StepMode step_mode(const config::Config& cfg, const model::Model& net, c10::Device device, bool bf16_autocast,
                    const CompileProgress& progress = nullptr, const std::vector<std::string>& bf16_weights = {});
 
+// `inner` with `package` as its status()'s "package"; everything else is inner's (make_step_runner wraps the
+// compiled runner so when trainer.compiled_step is not off).
+std::unique_ptr<StepRunner> with_package_status(std::unique_ptr<StepRunner> inner, nlohmann::json package);
+
 // The runner of `mode`: the compiled package (graphed as the mode says), the
 // CUDA-graph runner, or the plain one; its status() holds "package" (the
 // mode's package_status) when trainer.compiled_step is not off. A cached
