@@ -188,8 +188,9 @@ void publish(const std::string& parent, const std::string& tmp, const std::strin
 // within peer_timeout_s, fails rank 0's write (reported like a full disk;
 // earlier checkpoints stay). A rank lost with fault.enable never sends its
 // file: the trainer declares it (Writer::peers_lost) and the write fails at
-// once, so rank 0 does not wait out the timeout in the survivors' next step. Staging directories left by a crash are removed
-// by recover_interrupted_writes() at the next start, before any rank writes.
+// once, marked abandoned, so rank 0 does not wait out the timeout while the
+// survivors wait for it. Staging directories left by a crash are removed by
+// recover_interrupted_writes() at the next start, before any rank writes.
 
 // Note [Preemption saves]
 // Slurm sends its warning a fixed time before the end (scripts/slurm:
@@ -260,6 +261,12 @@ void publish(const std::string& parent, const std::string& tmp, const std::strin
 
 namespace detail {
 
+// A peer file that will never come (Writer::peers_lost): the write is abandoned (WriteResult::abandoned).
+class PeerLost : public CheckpointError {
+ public:
+  using CheckpointError::CheckpointError;
+};
+
 // One write in flight: planned and staged by submit(), finished by Writer::complete().
 struct Job {
   Snapshot snapshot;  // text files, manifest, peers; its tensor files live in `files` until staged
@@ -271,7 +278,6 @@ struct Job {
   // Peer files that will never come (Writer::peers_lost): relative path -> why. Guarded by gone_mu.
   mutable std::mutex gone_mu;
   std::map<std::string, std::string> gone;
-  mutable std::atomic<bool> abandoned{false};  // failed on such a file: WriteResult::abandoned
   std::string never_coming(const std::string& rel) const {
     std::lock_guard<std::mutex> lock(gone_mu);
     const auto it = gone.find(rel);
@@ -396,10 +402,7 @@ void collect_peer_files(const std::string& parent, const Job& job, const std::st
     const std::string staged = dir + "/" + peer_name(rel);
     while (!path_exists(staged + ".json")) {
       const std::string why = job.never_coming(rel);
-      if (!why.empty()) {
-        job.abandoned = true;
-        throw CheckpointError(staged + ": another rank's file will not arrive: " + why);
-      }
+      if (!why.empty()) throw detail::PeerLost(staged + ": another rank's file will not arrive: " + why);
       if (std::chrono::steady_clock::now() > deadline)
         throw CheckpointError(staged + ": another rank's file did not arrive within " +
                               std::to_string(static_cast<int64_t>(snapshot.peer_timeout_s)) +
@@ -694,7 +697,7 @@ void Writer::complete(const std::shared_ptr<Job>& job) {
     }
   } catch (const std::exception& e) {
     r.error = e.what();
-    r.abandoned = job->abandoned.load();
+    r.abandoned = dynamic_cast<const detail::PeerLost*>(&e) != nullptr;
     if (!job->snapshot.peer && !job->dir.empty()) {
       try {
         remove_tree(job->dir);
