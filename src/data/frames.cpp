@@ -7,8 +7,7 @@
 
 #include <ATen/ATen.h>  // at::adaptive_avg_pool2d, at::_upsample_bicubic2d_aa, at::_upsample_bilinear2d_aa, at::rand
 #include <ATen/CPUGeneratorImpl.h>  // at::CPUGeneratorImpl
-
-#include <ATen/Parallel.h>  // at::parallel_for
+#include <ATen/Parallel.h>          // at::parallel_for
 
 #include "frame_math.hpp"  // cuda/data: the box resize's arithmetic, plain C++ here
 #include "loongforge/common/error.hpp"
@@ -40,6 +39,15 @@ bool box_sums_exact(int64_t h, int64_t w, int64_t S) {
 void box_resize_cpu(const uint8_t* src, int64_t n, int64_t h, int64_t w, int64_t S, bool pad, float* out) {
   const int64_t H = pad ? std::max(h, w) : h, W = pad ? std::max(h, w) : w;  // the (padded) frame's size
   const int64_t top = (H - h) / 2, left = (W - w) / 2;
+  // Output column ox: the frame's columns [x0, x1) inside its window, and the window's width (pad included).
+  std::vector<int64_t> x0(static_cast<size_t>(S)), x1(static_cast<size_t>(S));
+  std::vector<float> cols(static_cast<size_t>(S));
+  for (int64_t ox = 0; ox < S; ++ox) {
+    const int64_t b = cuda::window_begin(ox, W, S), e = cuda::window_end(ox, W, S);
+    x0[static_cast<size_t>(ox)] = std::max(b, left) - left;
+    x1[static_cast<size_t>(ox)] = std::min(e, left + w) - left;
+    cols[static_cast<size_t>(ox)] = static_cast<float>(e - b);
+  }
   at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
     std::vector<int32_t> row_sums(static_cast<size_t>(h * S * 3));  // per frame row, per window column: RGB
     std::vector<int32_t> sums(static_cast<size_t>(S * 3));
@@ -48,11 +56,9 @@ void box_resize_cpu(const uint8_t* src, int64_t n, int64_t h, int64_t w, int64_t
       for (int64_t y = 0; y < h; ++y) {
         const uint8_t* row = frame + y * w * 3;
         for (int64_t ox = 0; ox < S; ++ox) {
-          // The window's columns of the padded frame that hold the frame's pixels.
-          const int64_t x0 = std::max(cuda::window_begin(ox, W, S), left) - left;
-          const int64_t x1 = std::min(cuda::window_end(ox, W, S), left + w) - left;
           int32_t r = 0, g = 0, b = 0;
-          for (int64_t x = x0; x < x1; ++x) r += row[x * 3], g += row[x * 3 + 1], b += row[x * 3 + 2];
+          for (int64_t x = x0[static_cast<size_t>(ox)]; x < x1[static_cast<size_t>(ox)]; ++x)
+            r += row[x * 3], g += row[x * 3 + 1], b += row[x * 3 + 2];
           int32_t* o = &row_sums[static_cast<size_t>((y * S + ox) * 3)];
           o[0] = r, o[1] = g, o[2] = b;
         }
@@ -68,9 +74,9 @@ void box_resize_cpu(const uint8_t* src, int64_t n, int64_t h, int64_t w, int64_t
         }
         const auto rows = static_cast<float>(wy1 - wy0);
         for (int64_t ox = 0; ox < S; ++ox) {
-          const auto cols = static_cast<float>(cuda::window_end(ox, W, S) - cuda::window_begin(ox, W, S));
           for (int64_t c = 0; c < 3; ++c) {
-            const float mean = static_cast<float>(sums[static_cast<size_t>(ox * 3 + c)]) / rows / cols;
+            const float mean =
+                static_cast<float>(sums[static_cast<size_t>(ox * 3 + c)]) / rows / cols[static_cast<size_t>(ox)];
             dst[(c * S + oy) * S + ox] = ((mean / 255.0f) - 0.5f) / 0.5f;
           }
         }
