@@ -5,9 +5,9 @@ no B-frames, every frame's timestamp kept, as make_aspect_dataset.py makes its c
 scripts/convert_lerobot.py: the same 5 episodes, 2096 samples, states, actions and task texts; frames at
 n16-tiny's input size, so a trainer decodes a sixteenth of the pixels and resizes none. For the tests of
 several ranks, faults, Slurm, the control plane and checkpoints (test/comm, test/engines/gcts, test/slurm,
-test/control, test/checkpoint), whose runs compare with each other and not with the frames: their
-trainers spent about a third of their CPU decoding and resizing the 256x256 frames (perf, n16-tiny, 24
-steps of 6 samples), and the suite's 2 cores are its bottleneck.
+test/control, test/checkpoint), whose runs compare with each other and not with the frames: a typical
+run of theirs (n16-tiny, 24 steps of 6 samples) takes 3.3 CPU s on this copy against 5.0 on the 256x256
+frames, and the suite's 2 cores are its bottleneck (docs/benchmarks.md, session 49).
 
     python test/data/make_small_dataset.py SOURCE WORK DST    # DST is replaced
 """
