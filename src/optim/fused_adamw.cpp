@@ -1,6 +1,9 @@
-// FusedAdamW: AdamW through ATen's multi-tensor kernels, and bf16 working
-// copies with fp32 masters through this project's kernel (optimizer.hpp).
+// FusedAdamW: AdamW through this project's kernels on a GPU (Note [The
+// optimizer's kernels]), with bf16 working copies and their fp32 masters, and
+// through ATen's multi-tensor kernels elsewhere (optimizer.hpp).
 #include <ATen/ATen.h>  // at::_fused_adamw_, at::_foreach_norm, at::_foreach_mul_
+
+#include <algorithm>  // std::all_of
 
 #include "loongforge/common/error.hpp"
 #include "loongforge/optim/optimizer.hpp"
@@ -31,6 +34,18 @@ FusedAdamW::FusedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions o
   found_inf_ = at::zeros({}, scalar);
   clip_coef_ = at::ones({}, scalar);
   masters_.resize(params.size());
+  // Note [The optimizer's kernels]
+  kernel_ = LOONGFORGE_WITH_CUDA_KERNELS && !params.empty() && params.front().tensor.is_cuda() &&
+            params.front().tensor.scalar_type() == at::kFloat &&
+            std::all_of(params.begin(), params.end(), [](const OptimizedParam& p) { return p.tensor.is_contiguous(); });
+#if LOONGFORGE_WITH_CUDA_KERNELS
+  if (kernel_) {  // one partial sum per block of every gradient (a gradient has its parameter's length)
+    std::vector<kernels::GradSpan> spans;
+    for (const auto& p : params) spans.push_back({nullptr, p.tensor.numel(), false});
+    norm_partials_ = at::empty({kernels::grad_square_sum_blocks(spans.data(), static_cast<int>(spans.size()))},
+                               scalar);
+  }
+#endif
   for (size_t i = 0; i < params.size(); ++i) {
     if (!params[i].bf16_weight) continue;
     const at::Tensor& t = params[i].tensor;
@@ -61,29 +76,59 @@ FusedAdamW::FusedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions o
 // test_optimizer.cpp checks the accumulation on a CPU; test_trainer_gpu
 // the whole run against the fp32-weight path.
 
+// Note [The optimizer's kernels]
+// On a GPU with fp32 contiguous parameters (the trainer's case) every update
+// goes through this project's AdamW kernel (master_adamw.cuh), parameters
+// with and without working copies in the same launches, and the gradients'
+// norm through its square-sum kernel: at the memory-bandwidth floor
+// (docs/benchmarks.md, the optimizer's floor) where ATen's fused AdamW plus
+// `_foreach_norm` and a `_foreach_mul_` pass of the clipping left 1.27x of it.
+// The clipping coefficient is then applied inside the update, so the
+// gradients are left unscaled. Numerics: the update is ATen's fused AdamW's
+// within 1e-6 relative, the norm sums in another order (test_trainer_gpu's
+// optimizer case states both bounds). Elsewhere (the CPU) ATen's kernels.
+
 at::Tensor FusedAdamW::clip_grad_norm(double max_norm) {
   at::NoGradGuard no_grad;
   // Norms in parameter order (the order of the sum FusedAdamW takes without
   // working copies); bf16 gradients' norms are taken in float. The working
   // copies' gradients (bf16, or fp32: Note [fp32 gradients of bf16 copies])
-  // are scaled inside the update, the others here.
-  std::vector<at::Tensor> full, half, scaled;
-  std::vector<bool> is_half;
+  // are scaled inside the update, the others here unless the kernel updates
+  // them too (Note [The optimizer's kernels]).
+  std::vector<at::Tensor> grads, scaled;
   bool copies = false;
   for (size_t i = 0; i < params_.size(); ++i) {
     const at::Tensor& g = params_[i].grad();
     if (!g.defined()) continue;
+    grads.push_back(g);
+    if (masters_[i].defined())
+      copies = true;
+    else if (!kernel_)
+      scaled.push_back(g);
+  }
+  if (grads.empty()) {
+    found_inf_.zero_();
+    return at::zeros_like(found_inf_);
+  }
+  const at::Tensor total = kernel_ ? kernel_norm(grads) : aten_norm(grads);
+  if (max_norm > 0) {
+    const at::Tensor coef = at::clamp((total + 1e-6).reciprocal() * max_norm, c10::nullopt, 1.0);
+    if (!scaled.empty()) at::_foreach_mul_(scaled, coef);
+    clip_coef_.copy_(coef);  // the gradients the kernel updates are scaled inside the update
+  } else if (copies || kernel_) {
+    clip_coef_.fill_(1.0);  // no clipping this step
+  }
+  found_inf_.copy_(at::logical_not(at::isfinite(total)));
+  return total;
+}
+
+at::Tensor FusedAdamW::aten_norm(const std::vector<at::Tensor>& grads) const {
+  std::vector<at::Tensor> full, half;
+  std::vector<bool> is_half;
+  for (const at::Tensor& g : grads) {
     const bool h = g.scalar_type() == at::kBFloat16;
     (h ? half : full).push_back(g);
     is_half.push_back(h);
-    if (masters_[i].defined())
-      copies = true;
-    else
-      scaled.push_back(g);
-  }
-  if (is_half.empty()) {
-    found_inf_.zero_();
-    return at::zeros_like(found_inf_);
   }
   const std::vector<at::Tensor> full_norms = full.empty() ? std::vector<at::Tensor>{} : at::_foreach_norm(full, 2);
   const std::vector<at::Tensor> half_norms =
@@ -91,16 +136,30 @@ at::Tensor FusedAdamW::clip_grad_norm(double max_norm) {
   std::vector<at::Tensor> norms;
   size_t a = 0, b = 0;
   for (const bool h : is_half) norms.push_back(h ? half_norms[b++] : full_norms[a++]);
-  const at::Tensor total = at::linalg_vector_norm(at::stack(norms), 2);
-  if (max_norm > 0) {
-    const at::Tensor coef = at::clamp((total + 1e-6).reciprocal() * max_norm, c10::nullopt, 1.0);
-    if (!scaled.empty()) at::_foreach_mul_(scaled, coef);
-    clip_coef_.copy_(coef);  // the working copies' gradients are scaled inside the update
-  } else if (copies) {
-    clip_coef_.fill_(1.0);  // no clipping this step
+  return at::linalg_vector_norm(at::stack(norms), 2);
+}
+
+at::Tensor FusedAdamW::kernel_norm(const std::vector<at::Tensor>& grads) {
+#if LOONGFORGE_WITH_CUDA_KERNELS
+  std::vector<kernels::GradSpan> spans;
+  for (const at::Tensor& g : grads) {
+    const bool half = g.scalar_type() == at::kBFloat16;
+    if ((!half && g.scalar_type() != at::kFloat) || !g.is_contiguous() || g.device() != lr_.device())
+      return aten_norm(grads);  // a layout the kernel does not read (autograd's gradients are contiguous)
+    spans.push_back({g.const_data_ptr(), g.numel(), half});
   }
-  found_inf_.copy_(at::logical_not(at::isfinite(total)));
-  return total;
+  const int64_t blocks = kernels::grad_square_sum_blocks(spans.data(), static_cast<int>(spans.size()));
+  if (!norm_partials_.defined() || norm_partials_.numel() < blocks)  // sized for every parameter's gradient
+    throw TrainingError("gradient norm: " + std::to_string(blocks) + " partial sums for " +
+                        std::to_string(norm_partials_.numel()) + " slots (a gradient larger than its parameter)");
+  const cudaError_t e = kernels::grad_square_sums(spans.data(), static_cast<int>(spans.size()),
+                                                  norm_partials_.data_ptr<float>(),
+                                                  c10::cuda::getCurrentCUDAStream(lr_.device().index()));
+  if (e != cudaSuccess) throw TrainingError(std::string("gradient norm kernel: ") + cudaGetErrorString(e));
+  return norm_partials_.narrow(0, 0, blocks).sum().sqrt();
+#else
+  return aten_norm(grads);
+#endif
 }
 
 void FusedAdamW::step(double lr) {
@@ -113,53 +172,56 @@ void FusedAdamW::set_lr(double lr) { lr_.fill_(lr); }
 
 void FusedAdamW::update() {
   at::NoGradGuard no_grad;
-  for (const bool decay : {true, false}) {
-    std::vector<at::Tensor> p, g, m, v, s;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      if (decay_[i] != decay || !params_[i].grad().defined() || masters_[i].defined()) continue;
-      p.push_back(params_[i]), g.push_back(params_[i].grad()), m.push_back(exp_avg_[i]);
-      v.push_back(exp_avg_sq_[i]), s.push_back(steps_[i]);
-    }
-    if (!p.empty()) {
+  if (!kernel_) {
+    for (const bool decay : {true, false}) {
+      std::vector<at::Tensor> p, g, m, v, s;
+      for (size_t i = 0; i < params_.size(); ++i) {
+        if (decay_[i] != decay || !params_[i].grad().defined() || masters_[i].defined()) continue;
+        p.push_back(params_[i]), g.push_back(params_[i].grad()), m.push_back(exp_avg_[i]);
+        v.push_back(exp_avg_sq_[i]), s.push_back(steps_[i]);
+      }
+      if (p.empty()) continue;
       at::_foreach_add_(s, 1);
       at::_fused_adamw_(p, g, m, v, /*max_exp_avg_sqs=*/{}, s, lr_, opt_.beta1, opt_.beta2,
                         decay ? opt_.weight_decay : 0.0, opt_.eps, /*amsgrad=*/false, /*maximize=*/false,
                         /*grad_scale=*/c10::nullopt, found_inf_);
       at::_foreach_add_(s, found_inf_, -1);  // a skipped update does not count (torch.optim does the same)
     }
-    update_masters(decay);
   }
+  kernel_update();  // the working copies, or with kernel_ every parameter
 }
 
-void FusedAdamW::update_masters(bool decay) {
+void FusedAdamW::kernel_update() {
 #if LOONGFORGE_WITH_CUDA_KERNELS
   std::vector<kernels::MasterAdamWTensor> table;
-  std::vector<at::Tensor> s;
+  std::vector<at::Tensor> s, keep;
   for (size_t i = 0; i < params_.size(); ++i) {
-    const at::Tensor& g = params_[i].grad();
-    if (decay_[i] != decay || !g.defined() || !masters_[i].defined()) continue;
+    at::Tensor g = params_[i].grad();
+    const bool copy = masters_[i].defined();
+    if (!g.defined() || !(copy || kernel_)) continue;
     const bool half = g.scalar_type() == at::kBFloat16;
-    if ((!half && g.scalar_type() != at::kFloat) || !g.is_contiguous() || g.device() != masters_[i].device())
-      throw TrainingError("bf16 working copy '" + names_[i] + "' got a " + g.toString() + " gradient on " +
-                          g.device().str() + " that is not a contiguous bf16 or fp32 tensor on " +
-                          masters_[i].device().str() + "; set precision.bf16_weights=off");
-    table.push_back({masters_[i].data_ptr<float>(), reinterpret_cast<__nv_bfloat16*>(params_[i].data_ptr()),
+    if ((!half && g.scalar_type() != at::kFloat) || g.device() != params_[i].device())
+      throw TrainingError("parameter '" + names_[i] + "' got a " + g.toString() + " gradient on " +
+                          g.device().str() + ", not a bf16 or fp32 tensor on " + params_[i].device().str() +
+                          (copy ? "; set precision.bf16_weights=off" : ""));
+    if (!g.is_contiguous()) keep.push_back(g = g.contiguous());  // read only; alive until the launch
+    at::Tensor& master = copy ? masters_[i] : params_[i];
+    table.push_back({master.data_ptr<float>(),
+                     copy ? reinterpret_cast<__nv_bfloat16*>(params_[i].data_ptr()) : nullptr,
                      half ? reinterpret_cast<const __nv_bfloat16*>(g.const_data_ptr()) : nullptr,
                      half ? nullptr : g.const_data_ptr<float>(), exp_avg_[i].data_ptr<float>(),
-                     exp_avg_sq_[i].data_ptr<float>(), steps_[i].const_data_ptr<float>(), masters_[i].numel()});
+                     exp_avg_sq_[i].data_ptr<float>(), steps_[i].const_data_ptr<float>(), master.numel(),
+                     static_cast<float>(decay_[i] ? opt_.weight_decay : 0.0)});
     s.push_back(steps_[i]);
   }
   if (table.empty()) return;
   at::_foreach_add_(s, 1);
   const kernels::MasterAdamWScalars k{lr_.const_data_ptr<float>(), found_inf_.const_data_ptr<float>(),
-                                      clip_coef_.const_data_ptr<float>(), opt_.beta1, opt_.beta2,
-                                      decay ? opt_.weight_decay : 0.0, opt_.eps};
+                                      clip_coef_.const_data_ptr<float>(), opt_.beta1, opt_.beta2, opt_.eps};
   const cudaError_t e = kernels::master_adamw(table.data(), static_cast<int>(table.size()), k,
                                               c10::cuda::getCurrentCUDAStream(params_.front().device().index()));
-  if (e != cudaSuccess) throw TrainingError(std::string("master AdamW kernel: ") + cudaGetErrorString(e));
+  if (e != cudaSuccess) throw TrainingError(std::string("AdamW kernel: ") + cudaGetErrorString(e));
   at::_foreach_add_(s, found_inf_, -1);
-#else
-  (void)decay;
 #endif
 }
 

@@ -10,7 +10,8 @@
 //  - clip_grad_norm(max_norm) returns the global L2 norm of the gradients
 //    (over every rank's shard where the state is sharded) as a float32 device
 //    scalar, before clipping, and scales the gradients so that the norm is at
-//    most max_norm when max_norm > 0. It reads nothing back to the host.
+//    most max_norm when max_norm > 0 (FusedAdamW may instead apply that scale
+//    inside the update of step()). It reads nothing back to the host.
 //  - step(lr) updates every parameter that has a gradient, then sets the
 //    gradients to undefined (set_to_none); zero_grad() only does the latter.
 //    After keep_gradients(true) both zero the gradient tensors in place
@@ -183,6 +184,12 @@ class AdamW final : public AdamWBase {
 // gradient into (several micro-batches or ranks).
 enum class CopyGradients { bf16, fp32 };
 
+// FusedAdamW on a GPU (fp32 contiguous parameters) updates through the
+// project's AdamW kernel and takes the norm with its square-sum kernel; its
+// clip_grad_norm then leaves the gradients unscaled and the update applies
+// the coefficient (as it does for bf16 working copies everywhere). On the
+// CPU: ATen's fused AdamW, `_foreach_norm` and `_foreach_mul_`. (Note [The
+// optimizer's kernels] in fused_adamw.cpp.)
 class FusedAdamW final : public AdamWBase {
  public:
   FusedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions options,
@@ -207,7 +214,9 @@ class FusedAdamW final : public AdamWBase {
   void set_step_count(size_t i, int64_t n) override;
   // CopyGradients::fp32: the copies' gradients are zeroed, never dropped.
   bool keeps_gradient(size_t i) const override { return fp32_copy_grads_ && masters_[i].defined(); }
-  void update_masters(bool decay);
+  void kernel_update();  // the working copies through the project's kernel; with kernel_ every parameter
+  at::Tensor aten_norm(const std::vector<at::Tensor>& grads) const;
+  at::Tensor kernel_norm(const std::vector<at::Tensor>& grads);
   const at::Tensor* master_of(const at::Tensor& param) const;  // null: param has no master
   std::vector<at::Tensor> steps_;  // float32 scalars on the parameters' device (as torch.optim keeps them)
   at::Tensor lr_;         // float32 scalar on the device, refilled each step
@@ -215,6 +224,8 @@ class FusedAdamW final : public AdamWBase {
   std::vector<at::Tensor> masters_;  // fp32 master of a bf16 working copy; undefined for the others
   at::Tensor clip_coef_;             // float32 scalar: the last clipping coefficient (1 without clipping)
   bool fp32_copy_grads_ = false;     // CopyGradients::fp32
+  bool kernel_ = false;              // every update and the norm through the project's kernels (fused_adamw.cpp)
+  at::Tensor norm_partials_;         // kernel_: the norm kernel's per-block sums
 };
 
 // Throws ConfigError naming precision.bf16_weights when a parameter asks for
