@@ -131,24 +131,28 @@ std::unique_ptr<StepRunner> make_plain_runner(model::Model& net, bool bf16_autoc
 }
 
 // Note [Compiled step setting]
-// trainer.compiled_step is "off" by default (also ""): the TorchScript step.
-// "auto" takes the package of this model, micro-batch, precision, device and
-// GPU architecture from the cache, compiling it there first when it is
-// missing; a path names one package. Why not auto by default yet: the
-// package has not been measured against the TorchScript step with bf16
-// working copies (the GPU default, which a package turns off) on the GR00T
-// models, and their first compile has not been timed on a GPU (docs/operations.md).
-// Under auto a compile that fails (or a compiler that is not found) is not
-// fatal: the run trains on the TorchScript step after a warning that names
-// the compile's log and the fix, so a model the compiler refuses
-// (scripts/compile_step.py: a model file exported by other model code than
-// the checkout's, a grouped model without the operator library) still trains.
-// A package that cannot serve a micro-batch's shape is never run around
+// trainer.compiled_step is "auto" by default: on CUDA the package of this
+// model, micro-batch, precision, device, GPU architecture and working copies
+// from the cache, compiled there first when it is missing (minutes, with
+// progress in the log and `status`); on the CPU the TorchScript step, where a
+// compile takes minutes of a small machine for a step that is not measured
+// faster. "on" is the cache on any device (the CPU too); "off" (or "") the
+// TorchScript step; a path names one package. Why auto is the GPU default:
+// on gr00t-n1.7-3b the package with bf16 working copies trained at 1.38x the
+// graphed TorchScript step, same GPU, same losses within 0.21%
+// (docs/benchmarks.md, session 49). Under auto or on a compile that fails (or
+// a compiler that is not found) is not fatal: the run trains on the
+// TorchScript step, with CUDA graphs where they apply, after a warning that
+// names the compile's log and the fix, so a model the compiler refuses
+// (scripts/compile_step.py: a model file exported by other model code than the
+// checkout's, a grouped model without the operator library) still trains. A
+// package that cannot serve a micro-batch's shape is never run around
 // eagerly: it is refused (compiled_runner.cpp), naming the setting that fixes it.
-CompiledStepSetting compiled_step_setting(const config::Config& cfg, c10::Device /*device*/) {
+CompiledStepSetting compiled_step_setting(const config::Config& cfg, c10::Device device) {
   const std::string& v = cfg.trainer.compiled_step;
   if (v.empty() || v == "off") return CompiledStepSetting::off;
-  return v == "auto" ? CompiledStepSetting::cache : CompiledStepSetting::path;
+  if (v == "auto") return device.is_cuda() ? CompiledStepSetting::cache : CompiledStepSetting::off;
+  return v == "on" ? CompiledStepSetting::cache : CompiledStepSetting::path;
 }
 
 PreparedPackage prepare_compiled_step(const config::Config& cfg, const model::Model& net, c10::Device device,
@@ -174,7 +178,8 @@ StepMode step_mode(const config::Config& cfg, const model::Model& net, c10::Devi
       // -1: unreadable (the runner says why)
       const int64_t micro = package_micro_batch(m.package), horizon = package_action_horizon(m.package);
       const std::string fix =
-          ": set trainer.compiled_step=auto (compiles one for this run into trainer.compile_cache), or "
+          ": set trainer.compiled_step=auto (=on on the CPU), which compiles one for this run into "
+          "trainer.compile_cache, or "
           "python3 scripts/compile_step.py " + net.info().path + " --batch-size " +
           std::to_string(cfg.trainer.micro_batch_size) + " --action-horizon " +
           std::to_string(cfg.data.action_horizon) + " --device " + (device.is_cuda() ? "cuda" : "cpu") +

@@ -36,8 +36,10 @@ int compile_only(const config::Config& cfg, const comm::WorldInfo& world) {
   if (setting != fusion::CompiledStepSetting::cache)
     LF_LOG(logger("trainer"), warn) << "trainer.compiled_step is "
                                     << (cfg.trainer.compiled_step.empty() ? "\"\"" : cfg.trainer.compiled_step)
+                                    << (device.is_cuda() ? "" : " on the CPU")
                                     << ": a training run with this config does not use the cache; set "
-                                       "trainer.compiled_step=auto for it to";
+                                    << (device.is_cuda() ? "trainer.compiled_step=auto" : "trainer.compiled_step=on")
+                                    << " for it to";
   return 0;
 }
 

@@ -1,8 +1,10 @@
-"""trainer.compiled_step=auto and `loongforge-train --compile-only` (issue #43 item 3): the compiled step's
-package is compiled once on a machine into the package cache (trainer.compile_cache) and reused by later runs.
+"""trainer.compiled_step (auto, the default, on GPUs; on, on any device) and `loongforge-train --compile-only`
+(issue #43 item 3): the compiled step's package is compiled once on a machine into the package cache
+(trainer.compile_cache) and reused by later runs.
 
-Proved on the CPU with n16-tiny (trainer.compiled_step=auto; the default is off). The suite form compiles once (the module fixture `first`) and every assertion reuses it:
-- a first run with auto compiles the package: `status` shows phase "compiling" with the compiler's stage line
+Proved on the CPU with n16-tiny (trainer.compiled_step=on: auto, the default, is off on the CPU). The suite form
+compiles once (the module fixture `first`) and every assertion reuses it:
+- a first run with on compiles the package: `status` shows phase "compiling" with the compiler's stage line
   and the elapsed time; a `--compile-only` started meanwhile waits on the entry's lock and then finds the
   finished package instead of compiling it again; the run trains with the package and names it, "compiled"
   and the compile time, in its run line, `status` and summary.json;
@@ -15,8 +17,9 @@ Proved on the CPU with n16-tiny (trainer.compiled_step=auto; the default is off)
 The long form (label `long`: one compile each) proves that a corrupted entry is compiled again, and that
 another micro-batch and another trainable set are other entries, each compiled once and then hit.
 
-The GPU form (LOONGFORGE_TEST_DEVICE=cuda, `ctest -L gpu`) proves auto on CUDA: the first run compiles an
-entry for the GPU's architecture (sm_XX) and bf16, the second hits it and replays the package as CUDA graphs.
+The GPU form (LOONGFORGE_TEST_DEVICE=cuda, `ctest -L gpu`) proves the default on CUDA (no compiled_step key): the
+first run compiles an entry for the GPU's architecture (sm_XX), bf16 and the bf16 working copies the run keeps,
+the second hits it, keeps the copies and replays the package as CUDA graphs.
 
 Environment (set by ctest): LOONGFORGE_TRAIN, LOONGFORGE_TEST_DATASET, LOONGFORGE_TEST_MODELS,
 LOONGFORGE_TEST_DEVICE (cpu | cuda).
@@ -44,7 +47,7 @@ STEPS = 4
 def command(cache, run_root, *sets, model=MODELS / "n16-tiny.pt", micro=MICRO, compile_only=False):
     cmd = [TRAIN, "--config", str(REPO / "configs/n16-tiny.yaml"), "--set", f"model.path={model}",
            "--set", f"data.path={DATA}", "--set", f"run.output_dir={run_root}", "--set", "run.device=cpu",
-           "--set", "trainer.compiled_step=auto", "--set", f"trainer.compile_cache={cache}",
+           "--set", "trainer.compiled_step=on", "--set", f"trainer.compile_cache={cache}",
            "--set", f"trainer.micro_batch_size={micro}", "--set", f"trainer.max_steps={STEPS}",
            "--set", "logging.interval_steps=1", "--set", "checkpoint.interval_steps=1000",
            "--set", f"control.socket={run_root}/ctl/trainer.sock"]
@@ -63,6 +66,14 @@ def run(cache, run_root, *sets, check=True, **kw):
 
 def summary(run_root):
     return json.loads((Path(run_root) / "n16-tiny-demo" / "summary.json").read_text())
+
+
+def manifest(entry):
+    """The LoongForge manifest inside a package (scripts/compile_step.py writes it into the package's metadata)."""
+    import zipfile
+    with zipfile.ZipFile(entry) as z:
+        name = next(n for n in z.namelist() if n.endswith(".json") and "metadata" in n)
+        return json.loads(json.loads(z.read(name))["loongforge"])
 
 
 def entries(cache):
@@ -135,6 +146,14 @@ def test_a_second_run_hits_the_cache_and_does_not_compile(first, tmp_path):
     assert s["compiled_step"]["source"] == "cache hit" and s["compiled_step"]["compile_s"] == 0
     assert "(cache hit)" in log and "compiled     " in r.stdout  # the run line and the printed summary
     assert s["steps"] == STEPS
+
+
+def test_auto_the_default_trains_the_torchscript_step_on_the_cpu_and_compiles_nothing(tmp_path):
+    cache = tmp_path / "cache"
+    r = run(cache, tmp_path / "auto", "trainer.compiled_step=auto")
+    assert "compiled step off" in r.stdout + r.stderr, (r.stdout + r.stderr)[-2000:]
+    assert "compiled_step" not in summary(tmp_path / "auto") or summary(tmp_path / "auto")["compiled_step"] is None
+    assert not cache.exists() or entries(cache) == []
 
 
 def test_compile_only_on_a_prepared_cache_says_it_is_there(first, tmp_path):
@@ -240,7 +259,6 @@ if os.environ.get("LOONGFORGE_TEST_DEVICE") == "cuda":  # the GPU form (ctest -L
             root.mkdir()
             r = subprocess.run([TRAIN, "--config", str(config), "--set", f"model.path={MODELS / 'n16-tiny.pt'}",
                                 "--set", f"data.path={DATA}", "--set", f"run.output_dir={root}", "--set", "run.device=cuda",
-                                "--set", "trainer.compiled_step=auto",
                                 "--set", f"trainer.compile_cache={cache}", "--set", f"trainer.micro_batch_size={MICRO}",
                                 "--set", f"trainer.max_steps={STEPS}", "--set", "checkpoint.interval_steps=1000",
                                 "--set", f"control.socket={root}/ctl/trainer.sock"],
@@ -252,21 +270,19 @@ if os.environ.get("LOONGFORGE_TEST_DEVICE") == "cuda":  # the GPU form (ctest -L
         [entry] = entries(cache)
         assert entry.startswith(f"n16-tiny-b{MICRO}-cuda-sm_") and "-bf16-" in entry, entry
         assert first_run["source"] == "compiled", log[-3000:]
-        print(f"GPU: compiled {entry} in {first_run['compile_s']:.0f} s")
+        kept = json.loads((tmp_path / "first" / "n16-tiny-demo" / "bf16_weights.json").read_text())
+        assert kept and sorted(manifest(cache / entry)["bf16_weights"]) == sorted(kept)  # it takes the run's copies
+        print(f"GPU: compiled {entry} ({len(kept)} bf16 working copies) in {first_run['compile_s']:.0f} s")
         second, log = gpu_run("second")
         assert second["source"] == "cache hit" and "compiled step: compiling" not in log, log[-3000:]
         assert "replayed as a CUDA graph" in log
+        assert json.loads((tmp_path / "second" / "n16-tiny-demo" / "bf16_weights.json").read_text()) == kept
 
 
 def test_a_package_records_that_it_takes_fp32_weights(first):
     """Without --bf16-weights the manifest lists no working copies, so a run with it keeps none (the optimizer's
     log line names the flag that would make the package take them: src/optim/factory.cpp)."""
-    import zipfile
-    entry = Path(first["cache"]) / entries(first["cache"])[0]
-    with zipfile.ZipFile(entry) as z:
-        name = next(n for n in z.namelist() if n.endswith(".json") and "metadata" in n)
-        manifest = json.loads(json.loads(z.read(name))["loongforge"])
-    assert manifest["bf16_weights"] == []
+    assert manifest(Path(first["cache"]) / entries(first["cache"])[0])["bf16_weights"] == []
 
 
 @pytest.mark.parametrize("case", ["unknown name", "not a list", "fp32 run"])

@@ -87,7 +87,8 @@ def train(out: Path, run: str, model: Path, *sets: str, probe: Path = None) -> s
            "--set", f"run.deterministic={'true' if DEVICE == 'cpu' else 'false'}",
            "--set", f"trainer.micro_batch_size={MICRO}",
            "--set", "trainer.cuda_graphs=off", "--set", "logging.interval_steps=1",
-           "--set", "checkpoint.interval_steps=1000"]
+           "--set", "checkpoint.interval_steps=1000",
+           "--set", "trainer.compiled_step=off"]  # the plain runs (the default on CUDA compiles); tests name a package
     for s in sets:
         cmd += ["--set", s]
     env = dict(os.environ)

@@ -32,6 +32,7 @@ def train(tmp_path: Path, name: str, model: Path, graphs: str):
            "--set", f"run.device={DEVICE}", "--set", f"precision.mode={PRECISION}",
            "--set", "trainer.micro_batch_size=4", "--set", f"trainer.max_steps={STEPS}",
            "--set", f"trainer.cuda_graphs={graphs}", "--set", "logging.interval_steps=1",
+           "--set", "trainer.compiled_step=off",  # the TorchScript step (the default on CUDA compiles a package)
            "--set", "checkpoint.interval_steps=1000"]
     if DEVICE == "cpu":  # bitwise run to run (the per-embodiment backward accumulates in parallel otherwise)
         cmd += ["--set", "run.deterministic=true"]

@@ -151,8 +151,8 @@ enum class GraphMode { off, fallback, required };
 std::unique_ptr<StepRunner> make_compiled_runner(model::Model& net, const std::string& package, bool bf16_autocast,
                                                  GraphMode graphs, c10::Device device);
 
-// trainer.compiled_step resolved for a device (Note [Compiled step setting] in step_runner.cpp): off; cache (auto:
-// the package cache, package_cache.hpp); path (one named package).
+// trainer.compiled_step resolved for a device (Note [Compiled step setting] in step_runner.cpp): off (off, "", auto
+// on the CPU); cache (auto on CUDA, on: the package cache, package_cache.hpp); path (one named package).
 enum class CompiledStepSetting { off, cache, path };
 CompiledStepSetting compiled_step_setting(const config::Config& cfg, c10::Device device);
 

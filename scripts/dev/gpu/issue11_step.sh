@@ -36,7 +36,9 @@
 # more model files to /dev/shm beside the build (a later invocation in the same call finds them;
 # an existing /dev/shm/TAG.pt is not exported again). Section catlin: scripts/dev/gpu/bench_category_linear.py.
 # GPU_TESTS=first: section tests runs only FIRST_TESTS. BUILD=0 skips scripts/dev/gpu/build.sh. PROFILE_LIMIT: seconds
-# for profile_model.py per model file (default 60). FINAL_KILL=1: see train_lf.
+# for profile_model.py per model file (default 60). FINAL_KILL=1: see train_lf. LF_COMPILED_STEP: the
+# trainer.compiled_step of every loongforge-train run (default off: the TorchScript step; the lf-compiled* runs
+# name their package, lf-default takes auto, the product default, from COMPILE_CACHE, default /tmp/lf-cache).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" issue11_step
 steps=${STEPS:-150}
 sections=${SECTIONS:-train profile tests}
@@ -126,7 +128,8 @@ train_lf() {
   timeout $(left ${RUN_LIMIT:-150}) build-gpu/src/daemon/loongforge-train --config $cfg --set model.path=$file \
     --set trainer.max_steps=$steps --set trainer.micro_batch_size=$mb \
     --set trainer.gradient_accumulation_steps=$accum --set run.output_dir=$runs --set run.name=$name --set logging.progress=lines \
-    --set logging.interval_steps=50 --set control.socket=$sock "$@" > "$logs/$name.log" 2>&1 &
+    --set logging.interval_steps=50 --set control.socket=$sock --set trainer.compiled_step=${LF_COMPILED_STEP:-off} \
+    "$@" > "$logs/$name.log" 2>&1 &
   local pid=$!
   local at=${PROFILE_AT:-60}
   if [ "${PROFILE:-1}" = 1 ] && wait_for_step $sock $at $pid; then
@@ -177,6 +180,8 @@ run_one() {  # run_one RUN: one run of section train (the names below)
                         --set adfe.enable=true --set adfe.decode_threads=4 ;;
     lf-compiled-adfe-ckpt) [ -f $pkg ] && train_lf $run $mfile --set trainer.compiled_step=$pkg \
                              --set adfe.enable=true --set adfe.decode_threads=4 "${ckpt[@]}" ;;
+    lf-default)  # the defaults for a GPU (trainer.compiled_step=auto: the package cache COMPILE_CACHE), no engine keys
+      train_lf $run $mfile --set trainer.compiled_step=auto --set trainer.compile_cache=${COMPILE_CACHE:-/tmp/lf-cache} ;;
     lf-graphs) train_lf $run $mfile --set trainer.cuda_graphs=on ;;
     lf-graphs-adfe) train_lf $run $mfile --set trainer.cuda_graphs=on --set adfe.enable=true --set adfe.decode_threads=4 ;;
     lf-graphs-adfe-cpuresize)  # as lf-graphs-adfe with the frames resized on the CPU (data.frame_resize=cpu)

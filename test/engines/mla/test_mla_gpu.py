@@ -31,7 +31,8 @@ CUDA_FP32 = ["run.device=cuda", "precision.mode=fp32", "run.deterministic=true",
 def train(out, *sets):
     cmd = [TRAIN, "--config", str(REPO / "configs/n16-tiny.yaml"), "--set", f"model.path={MODEL}",
            "--set", f"data.path={DATA}", "--set", f"run.output_dir={out}", "--set", "logging.progress=off",
-           "--set", f"trainer.max_steps={STEPS}", "--set", "checkpoint.interval_steps=1000"]
+           "--set", f"trainer.max_steps={STEPS}", "--set", "checkpoint.interval_steps=1000",
+           "--set", "trainer.compiled_step=off"]  # the TorchScript step (the default on CUDA compiles a package)
     for s in [*CUDA_FP32, *sets]:
         cmd += ["--set", s]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
