@@ -36,6 +36,8 @@ if [ "${PART:-1}" = 1 ]; then
     RUN_LIMIT=90 BUDGET=$(( 585 - ($(date +%s) - t0) )) bash scripts/dev/gpu/issue11_step.sh
   tar -czf /tmp/lf-cache.tgz -C /tmp lf-cache && split -b 15M -d /tmp/lf-cache.tgz "$OUT/lf-cache.tgz.part"
 else
+  stamp "the staged model load's GPU test"
+  (cd build-gpu && timeout 60 test/model/test_staged_load_gpu 2>&1 | tail -4)
   stamp "the carried package cache"
   rm -rf $cache && tar -xzf .gpu-carry/lf-cache.tgz -C /tmp && ls -l $cache || exit 1
   env "${common[@]}" SECTIONS="train" BUILD=0 TRAIN_RUNS="${TRAIN_RUNS:-lf-default lf-graphs-adfe ref-opt}" \
