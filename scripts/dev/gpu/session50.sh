@@ -7,10 +7,10 @@
 #     model load goes (model_load_probe.py); then lf-default (no engine or compiled-step key: the cache hit,
 #     ADFE, graphs) with profile-step --kernels. The cache comes back as $OUT/lf-cache.tgz.partNN: `cat` them
 #     into .gpu-carry/lf-cache.tgz for part 2.
-#   PART=2: the build and export again (a fresh machine), the carried cache, then in one call lf-default,
+#   PART=2: the build and export again (a fresh machine), the staged model load's GPU test
+#     (test_staged_load_gpu), the carried cache, then in one call lf-default,
 #     lf-graphs-adfe (the TorchScript step) and ref-opt (our reference's torch.compile + CUDA graphs), STEPS
-#     each; the model load's parts with c10's huge-page allocations and without; `ctest -L gpu -LE long` in
-#     the time left.
+#     each (the runs' logs attribute the staged model load); `ctest -L gpu -LE long` in the time left.
 #   bash scripts/dev/gpu/session50.sh            (carry .gpu-carry)
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" session50
 cache=/tmp/lf-cache
@@ -43,10 +43,6 @@ else
   env "${common[@]}" SECTIONS="train" BUILD=0 TRAIN_RUNS="${TRAIN_RUNS:-lf-default lf-graphs-adfe ref-opt}" \
     STEPS=${STEPS:-100} PROFILE=1 FINAL_KILL=1 RUN_LIMIT=90 BUDGET=$(( 480 - ($(date +%s) - t0) )) \
     bash scripts/dev/gpu/issue11_step.sh
-  stamp "the model load with c10's transparent huge pages (THP_MEM_ALLOC_ENABLE=1) and without"
-  cat /sys/kernel/mm/transparent_hugepage/enabled
-  timeout 60 env THP_MEM_ALLOC_ENABLE=1 python3 scripts/dev/gpu/model_load_probe.py $mfile
-  timeout 60 python3 scripts/dev/gpu/model_load_probe.py $mfile
   left=$(( 585 - ($(date +%s) - t0) ))
   stamp "ctest -L gpu -LE long ($left s left)"
   (cd build-gpu && timeout $left ctest -L gpu -LE long --output-on-failure > "$OUT/ctest-gpu.log" 2>&1
