@@ -58,8 +58,8 @@ class SlabAllocator final : public c10::Allocator {
  public:
   void install(std::shared_ptr<StagedLoad::State> slab) {
     std::lock_guard<std::mutex> lock(mu_);
-    previous_ = c10::GetCPUAllocator();
-    slab_ = std::move(slab);
+    if (c10::Allocator* current = c10::GetCPUAllocator(); current != this) previous_ = current;  // not itself
+    slab_ = std::move(slab);  // a second load at once takes the allocator over; the first's leases stay valid
     c10::SetCPUAllocator(this);
   }
   void remove() {
