@@ -80,9 +80,10 @@ FusedAdamW::FusedAdamW(const std::vector<OptimizedParam>& params, AdamWOptions o
 // On a GPU with fp32 contiguous parameters (the trainer's case) every update
 // goes through this project's AdamW kernel (master_adamw.cuh), parameters
 // with and without working copies in the same launches, and the gradients'
-// norm through its square-sum kernel: at the memory-bandwidth floor
-// (docs/benchmarks.md, the optimizer's floor) where ATen's fused AdamW plus
-// `_foreach_norm` and a `_foreach_mul_` pass of the clipping left 1.27x of it.
+// norm through its square-sum kernel: 1.08x the memory-bandwidth floor for
+// gr00t-n1.7-3b on an H100 (17.6 against 16.3 ms; docs/benchmarks.md, session
+// 50), where ATen's fused AdamW plus `_foreach_norm` and a `_foreach_mul_`
+// pass of the clipping left 1.27x of it.
 // The clipping coefficient is then applied inside the update, so the
 // gradients are left unscaled. Numerics: the update is ATen's fused AdamW's
 // within 1e-6 relative, the norm sums in another order (test_trainer_gpu's
