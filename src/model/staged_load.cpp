@@ -1,9 +1,11 @@
 // Note [Staged model load]
 // torch::jit::load onto a GPU reads every tensor record of the file into
 // fresh host memory from the CPU allocator, then copies it to the device
-// from that pageable memory and drops it. Fresh memory is zeroed by the
-// kernel page by page on first touch: in `perf` of a 3.2 GB file's load on
-// the CPU machine, the kernel's clear_page took 68% of the time. On an H100
+// from that pageable memory and drops it. Fresh memory is faulted in (and
+// zeroed) by the kernel page by page on first touch: in `perf` of a 3.2 GB
+// file's load on the CPU machine (scripts/dev/model_load_perf.sh) the page
+// faults lead the profile (exc_page_fault 14%, with their locks and memory
+// charging about 13% more), ahead of the copy itself (10%). On an H100
 // host, gr00t-n1.7-3b's 12.58 GB file took 6.8 s to load onto the GPU, of
 // which reading its bytes into fresh memory alone took 5.8 s and the
 // pageable copy to the GPU 1.8 s, where a pinned copy of the same bytes takes
