@@ -16,7 +16,7 @@
 // - FusedAdamW's kernels: every parameter, a bf16 working copy's fp32 master
 //   (precision.bf16_weights) or an fp32 parameter, takes the update ATen's
 //   fused AdamW gives the same gradient in fp32 (clipping, both decay groups,
-//   a non-finite norm) within 1e-6, the norm ATen's within 1e-5, the copy is
+//   a non-finite norm) within 1e-6, the norm ATen's within 1e-6, the copy is
 //   the master rounded; with bf16 working copies a run with them trains as a run without, never
 //   synchronises, and checkpoints the fp32 masters; with two micro-batches,
 //   alone, under GCTS with a one-rank NCCL World (reducing inside the graph,
@@ -321,9 +321,10 @@ TEST_CASE("optimizer on a GPU: every parameter, with a bf16 working copy or with
     REQUIRE(worst_master[1] <= 1e-6);
     // The norm: sums of squares per block of 32768 elements, then of those (Note [The optimizer's kernels]), where
     // ATen takes per-tensor norms, then the norm of those; bf16 gradients squared in float over the bf16 values,
-    // the reference's over the same values held as fp32. Float rounding apart, and the clipped moments with it.
-    REQUIRE(worst_norm <= 1e-5);
-    REQUIRE(worst_state <= 1e-4);
+    // the reference's over the same values held as fp32. Float rounding apart (9.3e-8 measured on an H100), and
+    // the clipped moments with it (5.5e-8 measured; bf16 gradients keep the 1e-4 they had before the kernels).
+    REQUIRE(worst_norm <= 1e-6);
+    REQUIRE(worst_state <= (fp32 ? 1e-6 : 1e-4));
   }
 }
 
