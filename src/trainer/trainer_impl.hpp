@@ -28,6 +28,7 @@
 #include "loongforge/comm/world.hpp"
 #include "loongforge/common/engine.hpp"
 #include "loongforge/common/error.hpp"
+#include "loongforge/common/threads.hpp"
 #include "loongforge/config/config.hpp"
 #include "loongforge/data/dataset.hpp"
 #include "loongforge/data/source.hpp"
@@ -160,12 +161,20 @@ struct Trainer::Impl {
   StepRecord record_;  // the step just taken, reported at its boundary
   nlohmann::json compiled_step_;  // the step runner's "package" (fusion::StepMode::package_status); null: off
   double first_step_s_ = -1;  // seconds from the Trainer's construction to the first record of this process
-  // Where that time went (Note [Time to the first step] in trainer_open.cpp): (phase, seconds) in order.
-  std::vector<std::pair<std::string, double>> startup_;
+  // Where that time went (Note [Time to the first step] in trainer_open.cpp), in order: each phase's seconds
+  // and what the trainer thread spent in it (its CPU time, its page faults served from storage, the process's
+  // storage reads).
+  struct StartupPhase {
+    std::string name;
+    double s = 0;
+    ThreadUsage use;
+  };
+  std::vector<StartupPhase> startup_;
   Clock::time_point startup_mark_;  // end of the last phase in startup_
-  double first_batch_ms_ = -1;      // the first step's data wait (the first decode)
+  ThreadUsage startup_use_;         // the trainer thread's usage at startup_mark_
+  bool marking_first_step_ = true;  // step() marks the first step's parts once
   void startup_phase(const char* name);
-  void close_startup();             // at the first record: the first batch and the first step, then one log line
+  void close_startup();             // at the first record: the rest of the first step, then one log line
   nlohmann::json startup_json() const;
   std::string startup_text() const;
   // Set on the fast path (CUDA, an optimizer that skips non-finite updates on

@@ -419,46 +419,74 @@ void Trainer::Impl::open_outputs() {
 // threads), "step runner" (a compiled package loaded), "optimizer" (the
 // gradient path, the moments, the optimizer graph), "resume" (the run
 // directory and a checkpoint read), "first batch" (the first step's data
-// wait: the first decode), and "first step" (the rest: its forward, backward
-// and update, warm-up and capture of the graphs, and on the fast path the
-// wait for its values, read one step late). Logged once, in summary.json and
-// in `status` (time_to_first_step).
+// wait: the first decode), "first forward+backward" (the step runner's first
+// call: on a GPU the host's part, where the first use of every kernel loads
+// it, and the wait for the device once its queue is full), "first update"
+// (clipping and the optimizer's first call; on the plain path also the wait
+// for the step's values) and "first record" (the rest until the step's record:
+// on the fast path the next step's launch and the wait for the values, read
+// one step late). Each phase also carries what the trainer thread spent in it:
+// its CPU time and its page faults served from storage (a library's code
+// mapped but never read, a model file not in the page cache), with the
+// process's bytes read from storage, so a slow phase says whether it
+// computed, read, or waited on the device or another thread. Logged once
+// (phases of 0.05 s or more; the usage for those of 1 s or more), in
+// summary.json and in `status` (time_to_first_step).
 void Trainer::Impl::startup_phase(const char* name) {
   const Clock::time_point now = Clock::now();
-  startup_.emplace_back(name, std::chrono::duration<double>(now - startup_mark_).count());
+  const ThreadUsage use = ThreadUsage::now();
+  startup_.push_back({name, std::chrono::duration<double>(now - startup_mark_).count(), use - startup_use_});
   startup_mark_ = now;
+  startup_use_ = use;
 }
 
 void Trainer::Impl::close_startup() {
   double before = 0;
-  for (const auto& [name, s] : startup_) before += s;
-  const double batch_s = std::max(first_batch_ms_, 0.0) / 1000.0;
-  startup_.emplace_back("first batch", batch_s);
-  startup_.emplace_back("first step", std::max(first_step_s_ - before - batch_s, 0.0));
+  for (const StartupPhase& p : startup_) before += p.s;
+  // The last phase ends where first_step_s_ was taken, so the phases sum to it exactly.
+  startup_.push_back({"first record", std::max(first_step_s_ - before, 0.0), ThreadUsage::now() - startup_use_});
   if (leader_) LF_LOG(logger("trainer"), info) << "first step done " << startup_text();
 }
 
-// "16.4 s after launch: start 1.2 s, model 6.3 s, ..." (the phases of 0.1 s or more).
+// "16.4 s after launch: start 1.2 s, model 6.3 s (cpu 5.1 s, 1203 MB read, 4 page faults from storage), ..."
+// (the phases of 0.05 s or more; what the trainer thread spent for those of 1 s or more).
 std::string Trainer::Impl::startup_text() const {
-  char text[64];
+  char text[160];
   std::snprintf(text, sizeof text, "%.1f s after launch", first_step_s_);
   std::string line = text;
   const char* sep = ": ";
-  for (const auto& [name, s] : startup_) {
-    if (s < 0.05) continue;
-    std::snprintf(text, sizeof text, "%s%s %.1f s", sep, name.c_str(), s);
+  for (const StartupPhase& p : startup_) {
+    if (p.s < 0.05) continue;
+    std::snprintf(text, sizeof text, "%s%s %.1f s", sep, p.name.c_str(), p.s);
     line += text, sep = ", ";
+    if (p.s < 1.0) continue;
+    std::snprintf(text, sizeof text, " (cpu %.1f s", p.use.cpu_s);
+    line += text;
+    if (p.use.storage_read_bytes >= 0) {
+      std::snprintf(text, sizeof text, ", %.0f MB read", static_cast<double>(p.use.storage_read_bytes) / (1 << 20));
+      line += text;
+    }
+    std::snprintf(text, sizeof text, ", %lld page faults from storage)", static_cast<long long>(p.use.major_faults));
+    line += text;
   }
   return line;
 }
 
 nlohmann::json Trainer::Impl::startup_json() const {
   nlohmann::json phases = nlohmann::json::array();  // in order (a JSON object's keys would be sorted)
-  for (const auto& [name, s] : startup_) phases.push_back({{"phase", name}, {"s", s}});
+  for (const StartupPhase& p : startup_)
+    phases.push_back({{"phase", p.name},
+                      {"s", p.s},
+                      {"cpu_s", p.use.cpu_s},
+                      {"major_faults", p.use.major_faults},
+                      {"storage_read_mb", p.use.storage_read_bytes >= 0
+                                              ? nlohmann::json(static_cast<double>(p.use.storage_read_bytes) / (1 << 20))
+                                              : nlohmann::json(nullptr)}});
   return {{"total_s", first_step_s_}, {"phases", phases}};
 }
 
 void Trainer::Impl::open() {
+  startup_use_ = ThreadUsage::now();  // usage is per thread: counted on the thread that opens and trains
   resolve_device();
   // A SIGUSR1/SIGTERM that arrives while the model loads or the ranks rendezvous (Slurm's warning can come
   // early) is kept for the first step boundary instead of killing the process.

@@ -72,7 +72,7 @@ void Trainer::Impl::step() {
   }
   if (s == pos_.step) test_first_step_delay();  // the first step of this process: counted as data wait
   const double data_ms = ms_since(t_step);
-  if (first_batch_ms_ < 0) first_batch_ms_ = data_ms;  // the first decode (Note [Time to the first step])
+  if (marking_first_step_) startup_phase("first batch");  // the first decode (Note [Time to the first step])
   // Host to host: no rank waits for its device here (reducer.hpp).
   const int64_t total_valid = reducer_->agree_counts(comm::StepCounts::combine(micro)).valid;
   const auto world = static_cast<double>(reducer_->world_size());
@@ -106,6 +106,7 @@ void Trainer::Impl::step() {
     comm_ms += ms_since(t0);
   }
   if (comm_timer_) comm_timer_->close_step(s + 1);
+  if (marking_first_step_) startup_phase("first forward+backward");
 
   double step_loss = 0, grad_norm = 0;
   const double lr = schedule_.lr_at(s);
@@ -132,6 +133,10 @@ void Trainer::Impl::step() {
       optimizer_->step(lr);
     else
       optimizer_->zero_grad();  // stop_on_nonfinite=false: skip this update
+  }
+  if (marking_first_step_) {
+    startup_phase("first update");
+    marking_first_step_ = false;
   }
 
   StepRecord& r = record_;

@@ -6,11 +6,14 @@
 #include <cstdint>    // uint32_t
 #include <fstream>    // std::ofstream
 #include <string>
+#include <thread>     // std::thread
+#include <chrono>     // std::chrono
 
 #include "catch_compat.hpp"
 #include "loongforge/common/error.hpp"
 #include "loongforge/common/files.hpp"
 #include "loongforge/common/sha256.hpp"
+#include "loongforge/common/threads.hpp"
 
 using namespace loongforge;
 using lf_catch::Contains;
@@ -69,4 +72,31 @@ TEST_CASE("common: files helpers make, copy, rename and remove trees") {
   REQUIRE_FALSE(path_exists(root));
   remove_tree(root);  // absent: no error
   REQUIRE_THROWS_WITH(sha256_file(root + "/nope"), Contains("cannot read '" + root + "/nope'"));
+}
+
+namespace {
+// Spins the calling thread for `s` seconds of wall time; returns something the compiler must keep.
+double spin(double s) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(s);
+  double x = 0;
+  while (std::chrono::steady_clock::now() < until) x += 1e-9 * x + 1;
+  return x;
+}
+}  // namespace
+
+TEST_CASE("common: a thread's usage counts its own CPU time, not another thread's") {
+  const loongforge::ThreadUsage t0 = loongforge::ThreadUsage::now();
+  CHECK(spin(0.3) > 0);
+  const loongforge::ThreadUsage busy = loongforge::ThreadUsage::now() - t0;
+  CHECK(busy.cpu_s >= 0.1);  // 0.3 s spun; a loaded 2-core machine may run it a third of the time
+  CHECK(busy.major_faults >= 0);
+  const loongforge::ThreadUsage t1 = loongforge::ThreadUsage::now();
+  double other = 0;
+  std::thread worker([&other] { other = spin(0.3); });
+  worker.join();
+  const loongforge::ThreadUsage idle = loongforge::ThreadUsage::now() - t1;
+  CHECK(other > 0);
+  CHECK(idle.cpu_s < 0.05);  // this thread only waited
+  // The process's storage reads never go back; -1 only where the kernel keeps no I/O accounting.
+  CHECK((idle.storage_read_bytes >= 0 || loongforge::ThreadUsage::now().storage_read_bytes == -1));
 }

@@ -89,8 +89,13 @@ def test_a_short_run_shows_progress_writes_metrics_a_checkpoint_and_a_summary(tm
     # The time to the first step, attributed: the phases in order, none negative, summing to the total.
     first = summary["time_to_first_step"]
     assert [p["phase"] for p in first["phases"]] == ["start", "model", "data", "step runner", "optimizer",
-                                                     "resume", "first batch", "first step"]
+                                                     "resume", "first batch", "first forward+backward",
+                                                     "first update", "first record"]
     assert all(p["s"] >= 0 for p in first["phases"])
+    # What the trainer thread spent in each phase: CPU time within the phase's wall time (a little over for the
+    # clocks' resolution), page faults served from storage, and the process's storage reads (null: not counted).
+    assert all(0 <= p["cpu_s"] <= p["s"] + 0.05 and p["major_faults"] >= 0 for p in first["phases"])
+    assert all(p["storage_read_mb"] is None or p["storage_read_mb"] >= 0 for p in first["phases"])
     assert abs(sum(p["s"] for p in first["phases"]) - first["total_s"]) <= 1e-6 * first["total_s"] + 1e-9
     assert first["total_s"] == summary["time_to_first_step_s"]
     assert "first step done " in r.stdout + r.stderr and " s after launch: " in r.stdout

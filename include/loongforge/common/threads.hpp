@@ -17,7 +17,16 @@
 //    (kCheckpointThreadNice), so a checkpoint being hashed and written never
 //    takes a core from the data path (issue #12 item 6). Threads are not
 //    pinned.
+//  - ThreadUsage::now() samples what the calling thread has cost so far: its
+//    CPU time (user + system), its major page faults (pages it touched that
+//    the kernel had to read from storage: a mapped library's code, a file
+//    not in the page cache) and the bytes the whole process has read from
+//    storage (/proc/self/io read_bytes; -1 where the kernel does not say).
+//    Differences of two samples attribute a span of wall time: CPU-bound,
+//    waiting on storage, or neither (waiting on a device or another thread).
 #pragma once
+
+#include <cstdint>
 
 namespace loongforge {
 
@@ -26,5 +35,13 @@ constexpr int kCheckpointThreadNice = 10;  // the checkpoint writer's threads: n
 
 bool lower_thread_priority(int by);
 void set_thread_name(const char* name);
+
+struct ThreadUsage {
+  double cpu_s = 0;                  // this thread's user + system time
+  int64_t major_faults = 0;          // this thread's page faults served from storage
+  int64_t storage_read_bytes = -1;   // the process's bytes read from storage; -1: unknown
+  static ThreadUsage now();
+  ThreadUsage operator-(const ThreadUsage& since) const;
+};
 
 }  // namespace loongforge

@@ -180,7 +180,8 @@ run_one() {  # run_one RUN: one run of section train (the names below)
                         --set adfe.enable=true --set adfe.decode_threads=4 ;;
     lf-compiled-adfe-ckpt) [ -f $pkg ] && train_lf $run $mfile --set trainer.compiled_step=$pkg \
                              --set adfe.enable=true --set adfe.decode_threads=4 "${ckpt[@]}" ;;
-    lf-default)  # the defaults for a GPU (trainer.compiled_step=auto: the package cache COMPILE_CACHE), no engine keys
+    lf-default|lf-default-*)  # the defaults for a GPU (trainer.compiled_step=auto: the package cache COMPILE_CACHE),
+      # no engine keys; lf-default-NAME: the same run again under another name
       train_lf $run $mfile --set trainer.compiled_step=auto --set trainer.compile_cache=${COMPILE_CACHE:-/tmp/lf-cache} ;;
     lf-graphs) train_lf $run $mfile --set trainer.cuda_graphs=on ;;
     lf-graphs-adfe) train_lf $run $mfile --set trainer.cuda_graphs=on --set adfe.enable=true --set adfe.decode_threads=4 ;;
