@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# gr00t-n1.6-3b through the package cache (issue #43), GR00T's default fine-tuning, every dropout 0,
+# state/action width 64 (the bundled data is 44 wide), micro-batch 32, bf16, the bench config, bundled data:
+#   PART=compile (default): build-gpu/ and the export; `loongforge-train --compile-only` with the default
+#     trainer.compiled_step (auto) into the package cache /tmp/lf-cache16, alone on the machine (timed);
+#     lf-default (the package from the cache), STEPS steps (default 100) with profile-step --kernels; the
+#     cache comes back as $OUT/lf-cache16.tgz.partNN (`cat` them into .gpu-carry/lf-cache16.tgz);
+#   PART=compare: the carried cache; lf-default and ref-opt (our reference trainer: torch.compile + CUDA
+#     graphs), STEPS steps each, the steady-state table and ratio, the losses; then `ctest -L gpu -LE long`
+#     in the time left (LIMIT, default 585 s from the start).
+#   PART=compile bash scripts/dev/gpu/session51b.sh        (carry .gpu-carry)
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" session51b
+cache=/tmp/lf-cache16
+common=(MODEL=gr00t-n1.6-3b "EXPORT_SET=max_state_dim=64 max_action_dim=64 gr00t_dropout=0" MB=32 HORIZON=16
+        TAG=g16d0 COMPILE_CACHE=$cache)
+logs=/tmp/lf-logs-g16d0
+cfg=configs/bench/n16-1b-h200.yaml
+env "${common[@]}" SECTIONS="none" bash scripts/dev/gpu/issue11_step.sh || exit 1
+train() {  # train RUNS STEPS PROFILE
+  env "${common[@]}" SECTIONS="train" BUILD=0 TRAIN_RUNS="$1" STEPS=$2 PROFILE=$3 FINAL_KILL=1 RUN_LIMIT=${4:-90} \
+    BUDGET=$(( ${LIMIT:-585} - 10 - ($(date +%s) - t0) )) bash scripts/dev/gpu/issue11_step.sh | grep -vE "^== \[|fewer than"
+}
+if [ "${PART:-compile}" = compile ]; then
+  stamp "--compile-only (trainer.compiled_step at its default), alone on the machine"
+  rm -rf $cache
+  /usr/bin/time -f "compile-only wall %e s" timeout $(( ${LIMIT:-585} - 150 - ($(date +%s) - t0) )) \
+    build-gpu/src/daemon/loongforge-train --config $cfg --set model.path=/dev/shm/g16d0.pt \
+    --set trainer.micro_batch_size=32 --set trainer.compile_cache=$cache --compile-only > "$OUT/compile-only.log" 2>&1
+  echo "compile-only: exit $?"; grep -vE "^\s*$" "$OUT/compile-only.log" | tail -6
+  ls -l $cache
+  tar -czf /tmp/lf-cache16.tgz -C /tmp lf-cache16 && split -b 15M -d /tmp/lf-cache16.tgz "$OUT/lf-cache16.tgz.part"
+  stamp "lf-default (the package from the cache)"
+  train lf-default ${STEPS:-100} 1
+else
+  stamp "the carried package cache"
+  rm -rf $cache && tar -xzf .gpu-carry/lf-cache16.tgz -C /tmp && ls -l $cache/*.pt2 || exit 1
+  train "lf-default ref-opt" ${STEPS:-100} 1 120
+  stamp "losses"
+  python3 - $logs <<'PY'
+import json, sys
+from pathlib import Path
+d = Path(sys.argv[1])
+a, b = ([json.loads(l)["loss"] for l in (d / f"{n}_metrics.jsonl").read_text().splitlines() if l.strip()]
+        for n in ("lf-default", "ref-opt"))
+n = min(len(a), len(b))
+rel = [abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a[:n], b[:n])]
+print(f"losses, lf-default against ref-opt: {n} steps, max relative difference {max(rel):.3g}, "
+      f"median {sorted(rel)[n // 2]:.3g}" if n else "losses: no common steps")
+PY
+  tar -czf "$OUT/logs-g16d0.tgz" -C $logs . 2>/dev/null
+  left=$(( ${LIMIT:-585} - ($(date +%s) - t0) ))
+  if [ $left -gt 30 ]; then
+    stamp "ctest -L gpu -LE long ($left s left)"
+    (cd build-gpu && timeout $left ctest -L gpu -LE long --output-on-failure > "$OUT/ctest-gpu.log" 2>&1
+     echo "ctest exit $?")
+    grep -E "Test +#|tests passed|FAILED|Failed|not bit-identical" "$OUT/ctest-gpu.log" | tail -40
+  fi
+fi
+stamp "done"
