@@ -6,6 +6,7 @@
 
 #include "loongforge/common/error.hpp"
 #include "loongforge/common/log.hpp"
+#include "loongforge/fusion/package_cache.hpp"
 #include "loongforge/fusion/step_runner.hpp"
 #include "loongforge/model/model.hpp"
 #include "loongforge/optim/optimizer.hpp"
@@ -14,6 +15,7 @@
 namespace loongforge::trainer {
 
 int compile_only(const config::Config& cfg, const comm::WorldInfo& world) {
+  fusion::share_cuda_jit_cache(cfg);  // as a training run does (the compile's subprocess inherits it)
   // The device and precision as the trainer resolves them (Trainer::Impl::resolve_device).
   const bool cuda = torch::cuda::is_available();
   if (cfg.run.device == "cuda" && !cuda)

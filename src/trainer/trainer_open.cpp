@@ -21,6 +21,7 @@
 #include "loongforge/engines/dmf/dmf.hpp"
 #include "loongforge/engines/gcts/gcts.hpp"
 #include "loongforge/engines/mla/mla.hpp"
+#include "loongforge/fusion/package_cache.hpp"
 #include "loongforge/memory/memory.hpp"
 #include "stop_signal.hpp"
 #include "trainer_impl.hpp"
@@ -487,6 +488,10 @@ nlohmann::json Trainer::Impl::startup_json() const {
 
 void Trainer::Impl::open() {
   startup_use_ = ThreadUsage::now();  // usage is per thread: counted on the thread that opens and trains
+  // Before the first CUDA call (resolve_device's): the driver reads CUDA_CACHE_PATH once.
+  if (const std::string jit = fusion::share_cuda_jit_cache(cfg_); !jit.empty() && leader_)
+    LF_LOG(logger("trainer"), info) << "CUDA's JIT cache: " << jit
+                                    << " (kernels compiled from PTX on first use, kept beside the compiled packages)";
   resolve_device();
   // A SIGUSR1/SIGTERM that arrives while the model loads or the ranks rendezvous (Slurm's warning can come
   // early) is kept for the first step boundary instead of killing the process.

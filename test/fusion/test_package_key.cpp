@@ -1,10 +1,15 @@
 // The package cache's key (include/loongforge/fusion/package_cache.hpp): a
 // package compiled with bf16 working copies is another entry than one of fp32
-// weights, and the key of fp32 weights is what it was before the field.
+// weights, and the key of fp32 weights is what it was before the field; the
+// CUDA driver's JIT cache is placed beside the packages unless the user chose.
+#include <unistd.h>  // getpid
+
+#include <cstdlib>     // setenv, unsetenv, getenv
 #include <string>
 #include <vector>
 
 #include "catch_compat.hpp"
+#include "loongforge/common/files.hpp"
 #include "loongforge/fusion/package_cache.hpp"
 #include "loongforge/model/model.hpp"
 
@@ -24,4 +29,40 @@ TEST_CASE("package cache: working copies are part of the key, and a key without 
   nlohmann::json without = copies.to_json();
   without.erase("bf16_weights");
   REQUIRE(without == fp32.to_json());  // nothing else differs
+}
+
+TEST_CASE("package cache: the driver's JIT cache goes beside the packages unless the user chose its place") {
+  const std::string root = "/tmp/lf-jit-cache-" + std::to_string(getpid());
+  config::Config cfg;
+  cfg.trainer.compile_cache = root;
+  unsetenv("CUDA_CACHE_PATH");
+  unsetenv("CUDA_CACHE_DISABLE");
+  SECTION("a CPU run leaves the driver alone") {
+    cfg.run.device = "cpu";
+    REQUIRE(fusion::share_cuda_jit_cache(cfg).empty());
+    REQUIRE(std::getenv("CUDA_CACHE_PATH") == nullptr);
+  }
+  SECTION("the user's CUDA_CACHE_PATH or CUDA_CACHE_DISABLE is kept") {
+    setenv("CUDA_CACHE_PATH", "/somewhere/else", 1);
+    REQUIRE(fusion::share_cuda_jit_cache(cfg).empty());
+    REQUIRE(std::string(std::getenv("CUDA_CACHE_PATH")) == "/somewhere/else");
+    unsetenv("CUDA_CACHE_PATH");
+    setenv("CUDA_CACHE_DISABLE", "1", 1);
+    REQUIRE(fusion::share_cuda_jit_cache(cfg).empty());
+    REQUIRE(std::getenv("CUDA_CACHE_PATH") == nullptr);
+  }
+  SECTION("otherwise <cache>/cuda-jit, made") {
+    const std::string dir = fusion::share_cuda_jit_cache(cfg);
+    REQUIRE(dir == root + "/cuda-jit");
+    REQUIRE(std::string(std::getenv("CUDA_CACHE_PATH")) == dir);
+    REQUIRE(is_directory(dir));
+  }
+  SECTION("a cache directory that cannot be made leaves the driver's default") {
+    cfg.trainer.compile_cache = "/proc/no-such-place/cache";
+    REQUIRE(fusion::share_cuda_jit_cache(cfg).empty());
+    REQUIRE(std::getenv("CUDA_CACHE_PATH") == nullptr);
+  }
+  unsetenv("CUDA_CACHE_PATH");
+  unsetenv("CUDA_CACHE_DISABLE");
+  remove_tree(root);
 }

@@ -71,6 +71,18 @@ CompileTools find_compile_tools();
 // trainer.compile_cache, else $LOONGFORGE_CACHE/compiled, else ~/.cache/loongforge/compiled.
 std::string cache_dir(const config::Config& cfg);
 
+// The CUDA driver's JIT cache beside the packages: sets CUDA_CACHE_PATH to
+// <cache_dir(cfg)>/cuda-jit (made when missing) so that kernels the driver
+// compiles from PTX on their first use (seconds of CPU in a machine's first
+// step: Note [The driver's JIT cache] in package_cache.cpp) are kept with the
+// packages and found by every run that finds them, on this machine or any
+// that shares the directory. Does nothing, returning "", for run.device=cpu,
+// when CUDA_CACHE_PATH or CUDA_CACHE_DISABLE is set (the user's choice), or
+// when the directory cannot be made (the driver's default stays). Must run
+// before the process's first CUDA call (the driver reads it once); returns
+// the path it set.
+std::string share_cuda_jit_cache(const config::Config& cfg);
+
 struct PackageKey {
   std::string model_name, model_path, architecture_hash, code_hash;
   std::vector<std::string> trainable;

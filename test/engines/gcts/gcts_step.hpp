@@ -50,6 +50,24 @@ struct Net {
   }
 };
 
+// Note [First use of MKL on two threads]
+// libtorch's MKL (linked into libtorch_cpu) chooses its vector-math kernels
+// at first use. When the two rank threads of test/comm/ranks.hpp make the
+// process's first calls at once, one thread's at::tanh (MKL vmsTanh, asked
+// for high accuracy) can return, for its first few calls, the values of
+// MKL's low-accuracy AVX2 kernel (VML_EP, up to 4.9e-5 off; the same bits
+// as vmsTanh with VML_EP under MKL_ENABLE_INSTRUCTIONS=AVX2). Whichever run
+// of a rank went first then differed bitwise from the later one in every
+// gradient (about 1 process in 65 beside another test's process on a busy
+// 2-core machine; never with the Net run once first). The tests that compare
+// two runs bitwise run the Net once on the calling thread before starting
+// the ranks, so that MKL's set-up is done on one thread.
+inline void warm_up_math() {
+  Net net(c10::kCPU);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
+  net.loss(at::randn({6, 8}, gen), at::randint(0, 2, {6}, gen, at::kLong)).backward();
+}
+
 // GCTS with buckets small enough that the Net has several.
 inline config::Config small_buckets(const std::string& strategy) {
   config::Config cfg;

@@ -52,6 +52,7 @@ TEST_CASE("comm: a post-accumulate-grad hook sees the gradient after accumulatio
 }
 
 TEST_CASE("comm: overlapped reduction equals reduction after backward, bitwise (2 ranks)") {
+  test::warm_up_math();  // Note [First use of MKL on two threads] in gcts_step.hpp
   for (const std::string strategy : {"simple", "hybrid"}) {
     for (const bool sharded : {false, true}) {
       CAPTURE(strategy, sharded);
@@ -81,6 +82,7 @@ TEST_CASE("comm: overlapped reduction equals reduction after backward, bitwise (
 }
 
 TEST_CASE("comm: per-embodiment rows chosen from the agreed batch slots equal rows found from the gradients, bitwise (2 ranks)") {
+  test::warm_up_math();  // Note [First use of MKL on two threads] in gcts_step.hpp
   for (const bool overlap : {false, true}) {
     CAPTURE(overlap);
     std::vector<test::StepResult> agreed(2), found(2);
@@ -123,6 +125,7 @@ TEST_CASE("comm: the step's counts are summed and their slots united host to hos
 }
 
 TEST_CASE("comm: the reduction-in-the-graph protocol, run without a graph, equals reduction after backward, bitwise (2 ranks)") {
+  test::warm_up_math();  // Note [First use of MKL on two threads] in gcts_step.hpp
   for (const std::string strategy : {"simple", "hybrid"}) {
     for (const bool sharded : {false, true}) {
       CAPTURE(strategy, sharded);
