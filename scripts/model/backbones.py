@@ -68,20 +68,25 @@ class EagleProjector(nn.Module):
         return self.fc2(F.gelu(self.fc1(self.norm(x))))
 
 
-def rope_pairs(x: Tensor, cis: Tensor) -> Tensor:
-    """x (B, N, h, d) rotated in float32 as d/2 complex numbers (x[2j], x[2j+1]) times the
-    complex64 table cis (N, d/2) (upstream's own arithmetic: one complex product); back in
-    x's dtype."""
+def rope_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x (B, N, h, d) rotated in float32 as d/2 complex numbers (x[2j], x[2j+1]) times the unit
+    complex table cos + i sin (N, d/2): upstream's one complex product, written in real arithmetic
+    (re = a cos - b sin, im = a sin + b cos, each product rounded, as ATen's complex product on the
+    CPU does), so a compiled step fuses it instead of calling ATen's complex kernels (1.6 ms per
+    gr00t-n1.6-3b step on an H100, docs/benchmarks.md session 51); back in x's dtype."""
     B, N, H, D = x.shape[0], x.shape[1], x.shape[2], x.shape[3]
-    z = torch.view_as_complex(x.float().reshape(B, N, H, D // 2, 2))
-    return torch.view_as_real(z * cis[None, :, None, :]).reshape(B, N, H, D).to(x.dtype)
+    pairs = x.float().reshape(B, N, H, D // 2, 2)
+    a, b = pairs[..., 0], pairs[..., 1]
+    c, s = cos[None, :, None, :], sin[None, :, None, :]
+    return torch.stack((a * c - b * s, a * s + b * c), dim=-1).reshape(B, N, H, D).to(x.dtype)
 
 
 class EagleVisionBlock(VisionBlock):
     """A SigLIP-2 block of Eagle-Block2A-2B-v2 (VisionBlock's parameters): attention restricted by
     `mask` (its windows) when `windowed`, q and k rotated by the 2-D table when `rotary`."""
 
-    def forward(self, x: Tensor, mask: Tensor, windowed: bool, cis: Tensor, rotary: bool) -> Tensor:  # type: ignore[override]
+    def forward(self, x: Tensor, mask: Tensor, windowed: bool, cos: Tensor, sin: Tensor,  # type: ignore[override]
+                rotary: bool) -> Tensor:
         a = self.attn
         h = self.ln1(x)
         B, N, C = h.shape
@@ -89,7 +94,7 @@ class EagleVisionBlock(VisionBlock):
         k = a.k(h).view(B, N, a.heads, a.head_dim)
         v = a.v(h).view(B, N, a.heads, a.head_dim).transpose(1, 2)
         if rotary:
-            q, k = rope_pairs(q, cis), rope_pairs(k, cis)
+            q, k = rope_pairs(q, cos, sin), rope_pairs(k, cos, sin)
         m: Optional[Tensor] = None
         if windowed:
             m = mask
@@ -155,7 +160,9 @@ class EagleVision(nn.Module):
             angles = torch.stack([torch.outer(cols, freqs), torch.outer(rows, freqs)], dim=-1).reshape(P, d // 2)
         else:
             angles = torch.zeros(P, d // 2)
-        self.register_buffer("rope_cis", torch.polar(torch.ones_like(angles), angles), persistent=False)  # (P, d/2)
+        cis = torch.polar(torch.ones_like(angles), angles)  # upstream's table: its parts, bit for bit
+        self.register_buffer("rope_cos", cis.real.contiguous(), persistent=False)  # (P, d/2)
+        self.register_buffer("rope_sin", cis.imag.contiguous(), persistent=False)
 
     def forward(self, images: Tensor) -> Tensor:
         N, g, p, w, G = images.shape[0], self.grid, self.patch, self.width, self.pos_grid
@@ -166,7 +173,7 @@ class EagleVision(nn.Module):
         x = x + pos.reshape(w, g * g).transpose(0, 1).to(x.dtype)            # (N, P, w)
         i = 0
         for blk in self.blocks:
-            x = blk(x, self.window_mask, self.layer_windowed[i], self.rope_cis, self.rotary)
+            x = blk(x, self.window_mask, self.layer_windowed[i], self.rope_cos, self.rope_sin, self.rotary)
             i += 1
         x = self.post_norm(x)
         # Eagle's pixel_shuffle_back: (N, w, g, g) -> pixel_unshuffle -> (N, (g/s)^2, w*s*s), channel-major

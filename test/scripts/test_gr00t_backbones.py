@@ -435,3 +435,27 @@ def test_exact_backbones_freeze_like_upstream():
     assert {n.split(".")[2] for n in train if n.startswith("llm.")} == {"12", "13", "14", "15"}
     m = model.build_model(model.get_config("gr00t-n1.7-3b"), torch.device("meta"))
     assert not any(p.requires_grad for n, p in m.named_parameters() if n.split(".")[0] in ("vision", "llm"))
+
+
+def test_eagles_rotary_in_real_arithmetic_is_upstreams_complex_product():
+    """model.backbones.rope_pairs turns pairs with real products and sums (so a compiled step fuses it):
+    bit for bit ATen's complex product on the CPU's vector path (whole vectors of pairs), within one
+    float32 rounding where its scalar tail fuses a multiply-add; gradients likewise."""
+    from model.backbones import rope_pairs
+    for shape, exact in (((2, 64, 4, 32), True), ((3, 37, 5, 14), False)):
+        B, N, H, D = shape
+        g = torch.Generator().manual_seed(D)
+        x = torch.randn(shape, generator=g)
+        cis = torch.polar(torch.ones(N, D // 2), torch.randn(N, D // 2, generator=g) * 30)
+        ours_in, theirs_in = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+        ours = rope_pairs(ours_in, cis.real.contiguous(), cis.imag.contiguous())
+        z = torch.view_as_complex(theirs_in.reshape(B, N, H, D // 2, 2))
+        theirs = torch.view_as_real(z * cis[None, :, None, :]).reshape(shape)
+        up = torch.randn(shape, generator=g)
+        (ours * up).sum().backward()
+        (theirs * up).sum().backward()
+        for a, b in ((ours, theirs), (ours_in.grad, theirs_in.grad)):
+            if exact:
+                assert torch.equal(a, b)
+            else:
+                torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
