@@ -4,10 +4,13 @@
 #   PART=compile (default): build-gpu/ and the export; `loongforge-train --compile-only` with the default
 #     trainer.compiled_step (auto) into the package cache /tmp/lf-cache16, alone on the machine (timed);
 #     lf-default (the package from the cache), STEPS steps (default 100) with profile-step --kernels; the
-#     cache comes back as $OUT/lf-cache16.tgz.partNN (`cat` them into .gpu-carry/lf-cache16.tgz);
+#     cache, with the driver's JIT cache its runs filled (cuda-jit/), comes back as
+#     $OUT/lf-cache16.tgz.partNN (`cat` them into .gpu-carry/lf-cache16.tgz);
 #   PART=compare: the carried cache; lf-default and ref-opt (our reference trainer: torch.compile + CUDA
-#     graphs), STEPS steps each, the steady-state table and ratio, the losses; then `ctest -L gpu -LE long`
-#     in the time left (LIMIT, default 585 s from the start).
+#     graphs), STEPS steps each, the steady-state table and ratio, the losses (lf-default's log line
+#     `first step done` attributes its first step: on a fresh machine given a cache with cuda-jit/, the
+#     driver's JIT cache); test_masked_patch_embed on the GPU under gdb; then `ctest -L gpu -LE long` in
+#     the time left (LIMIT, default 585 s from the start).
 #   PART=compile bash scripts/dev/gpu/session51b.sh        (carry .gpu-carry)
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" session51b
 cache=/tmp/lf-cache16
@@ -28,9 +31,11 @@ if [ "${PART:-compile}" = compile ]; then
     --set trainer.micro_batch_size=32 --set trainer.compile_cache=$cache --compile-only > "$OUT/compile-only.log" 2>&1
   echo "compile-only: exit $?"; grep -vE "^\s*$" "$OUT/compile-only.log" | tail -6
   ls -l $cache
-  tar -czf /tmp/lf-cache16.tgz -C /tmp lf-cache16 && split -b 15M -d /tmp/lf-cache16.tgz "$OUT/lf-cache16.tgz.part"
   stamp "lf-default (the package from the cache)"
   train lf-default ${STEPS:-100} 1
+  # after the run: the cache's cuda-jit/ (the driver's JIT cache) then holds what its first step compiled
+  du -sh $cache/cuda-jit 2>/dev/null
+  tar -czf /tmp/lf-cache16.tgz -C /tmp lf-cache16 && split -b 15M -d /tmp/lf-cache16.tgz "$OUT/lf-cache16.tgz.part"
 else
   stamp "the carried package cache"
   rm -rf $cache && tar -xzf .gpu-carry/lf-cache16.tgz -C /tmp && ls -l $cache/*.pt2 || exit 1
@@ -48,6 +53,16 @@ print(f"losses, lf-default against ref-opt: {n} steps, max relative difference {
       f"median {sorted(rel)[n // 2]:.3g}" if n else "losses: no common steps")
 PY
   tar -czf "$OUT/logs-g16d0.tgz" -C $logs . 2>/dev/null
+  # The native stack of the masked patch embedding's GPU test that ended in a segmentation fault (session 51).
+  stamp "test_masked_patch_embed on the GPU, under gdb where there is one"
+  py=$(grep "^LOONGFORGE_PYTHON:" build-gpu/CMakeCache.txt | cut -d= -f2)
+  if command -v gdb > /dev/null; then
+    LOONGFORGE_TEST_DEVICE=cuda PYTHONPATH=scripts timeout 120 gdb -batch -ex run -ex bt --args $py -m pytest -q \
+      -p no:cacheprovider test/model/test_masked_patch_embed.py 2>&1 | grep -vE "^\[(New|Thread)" | tail -40
+  else
+    LOONGFORGE_TEST_DEVICE=cuda PYTHONPATH=scripts timeout 120 $py -X faulthandler -m pytest -q -p no:cacheprovider \
+      test/model/test_masked_patch_embed.py 2>&1 | tail -30
+  fi
   left=$(( ${LIMIT:-585} - ($(date +%s) - t0) ))
   if [ $left -gt 30 ]; then
     stamp "ctest -L gpu -LE long ($left s left)"
