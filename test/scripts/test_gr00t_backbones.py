@@ -459,3 +459,25 @@ def test_eagles_rotary_in_real_arithmetic_is_upstreams_complex_product():
                 assert torch.equal(a, b)
             else:
                 torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_eagles_rotary_compiles_to_fused_kernels_without_aten_calls():
+    """Inductor (the compiled step's compiler) generates the rotary's forward and backward itself: no ATen
+    fallback such as the complex form's view_as_complex / complex mul / view_as_real / clone, which ran as
+    separate kernels in gr00t-n1.6-3b's compiled step (docs/benchmarks.md, session 51)."""
+    import re
+    from torch._inductor.utils import run_and_get_code
+    from model.backbones import rope_pairs
+    B, N, H, D = 2, 16, 2, 8
+    cis = torch.polar(torch.ones(N, D // 2), torch.randn(N, D // 2, generator=torch.Generator().manual_seed(1)))
+    cos, sin = cis.real.contiguous(), cis.imag.contiguous()
+
+    def step(q):
+        r = rope_pairs(q, cos, sin)
+        (r * r).sum().backward()
+
+    torch._dynamo.reset()
+    _, codes = run_and_get_code(torch.compile(step), torch.randn(B, N, H, D, requires_grad=True))
+    code = "\n".join(codes)
+    assert "def call" in code  # Inductor's wrapper was generated
+    assert re.findall(r"torch\.ops\.aten\.\w+|extern_kernels\.\w+", code) == []
