@@ -10,10 +10,13 @@
 #include <cstdlib>     // setenv
 #include <exception>   // std::exception_ptr
 #include <functional>  // std::function
+#include <mutex>       // std::call_once
 #include <random>      // std::mt19937, std::random_device
 #include <stdexcept>   // std::runtime_error
 #include <thread>      // std::thread
 #include <vector>      // std::vector
+
+#include <ATen/ATen.h>  // at::tanh, at::linspace (warm_up_vector_math)
 
 #include "loongforge/comm/world.hpp"
 
@@ -54,9 +57,24 @@ inline int64_t free_port() {
   throw std::runtime_error("no free loopback port in [20000, 32000) after 1000 tries");
 }
 
+// MKL's vector math set up on one thread, once, before two rank threads can
+// make the process's first calls at once (Note [First use of MKL on two
+// threads] in test/engines/gcts/gcts_step.hpp: one thread's tanh can then
+// come from MKL's low-accuracy kernel for a few calls, and two runs compared
+// bit for bit differ). A precaution for every two-rank test; the GCTS cases
+// that showed it also warm up with their own model.
+inline void warm_up_vector_math() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const at::Tensor x = at::linspace(-2.0, 2.0, 256).reshape({16, 16}).requires_grad_(true);
+    (at::tanh(x.matmul(x)) + at::sigmoid(x) + at::exp(x) + at::log1p(x.abs())).pow(2).mean().backward();
+  });
+}
+
 // Runs `body(world)` for ranks 0 and 1 on two threads; rethrows a rank's
 // exception on the calling thread (Catch assertions stay on this thread).
 inline void two_ranks(const std::function<void(World&)>& body) {
+  warm_up_vector_math();
   const int64_t port = free_port();
   std::exception_ptr errors[2];
   std::vector<std::thread> ranks;
