@@ -96,10 +96,7 @@ def test_an_images_tokens_do_not_depend_on_the_grid_it_is_padded_into():
     big[0, :, :8, :12] = images[0]
     padded = op(big, weight, bias, torch.tensor([[8, 12], [16, 20]], device=DEVICE))
     grid = padded[0].reshape(4, 5, -1)
-    # bit for bit on the CPU; on a GPU the two GEMMs (6 and 40 rows) may take cuBLAS kernels that sum in
-    # another order, so within float32 rounding there
-    tol = 0 if DEVICE.type == "cpu" else 1e-5
-    torch.testing.assert_close(grid[:2, :3].reshape(6, -1), alone[0], rtol=tol, atol=tol)
+    torch.testing.assert_close(grid[:2, :3].reshape(6, -1), alone[0], rtol=0, atol=0)
     assert grid[2:].abs().sum() == 0 and grid[:, 3:].abs().sum() == 0
 
 

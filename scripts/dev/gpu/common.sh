@@ -50,3 +50,14 @@ for g in comm.get("groups", []):
     print("  " + json.dumps(g)[:300])
 PY
 }
+
+# gpu_tests_in_time_left LIMIT: `ctest -L gpu -LE long` in what is left of LIMIT s from the script's start
+# (nothing with 30 s or less), its log $OUT/ctest-gpu.log, a summary printed.
+gpu_tests_in_time_left() {
+  local left=$(( $1 - ($(date +%s) - t0) ))
+  [ $left -gt 30 ] || return 0
+  stamp "ctest -L gpu -LE long ($left s left)"
+  (cd build-gpu && timeout $left ctest -L gpu -LE long --output-on-failure > "$OUT/ctest-gpu.log" 2>&1
+   echo "ctest exit $?")
+  grep -E "Test +#|tests passed|FAILED|Failed|not bit-identical" "$OUT/ctest-gpu.log" | tail -40
+}

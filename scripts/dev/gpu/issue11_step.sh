@@ -218,17 +218,7 @@ if [ -n "$ran" ]; then
 fi
 if [[ " $ran " == *" lf-graphs-adfe "* && " $ran " == *" lf-graphs-adfe-cpuresize "* ]]; then
   stamp "losses: frames resized on the device (lf-graphs-adfe) against the CPU (lf-graphs-adfe-cpuresize)"
-  python3 - $logs <<'PY'
-import json, sys
-from pathlib import Path
-d = Path(sys.argv[1])
-a, b = ([json.loads(l)["loss"] for l in (d / f"{n}_metrics.jsonl").read_text().splitlines() if l.strip()]
-        for n in ("lf-graphs-adfe", "lf-graphs-adfe-cpuresize"))
-n = min(len(a), len(b))
-same = sum(x == y for x, y in zip(a[:n], b[:n]))
-rel = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a[:n], b[:n])) if n else float("nan")
-print(f"{n} steps: {same} losses equal, max relative difference {rel:.3g}")
-PY
+  python3 scripts/dev/gpu/compare_losses.py $logs lf-graphs-adfe-cpuresize lf-graphs-adfe
 fi
 for c in lf-graphs-adfe lf-compiled-adfe; do
   if [[ " $ran " == *" $c-ckpt "* ]]; then

@@ -1,11 +1,10 @@
 """Puts the shared libraries a GPU run maps out of (or into) the page cache, for attributing a first step.
 
-    python3 scripts/dev/gpu/page_cache.py evict [--pid PID]
-    python3 scripts/dev/gpu/page_cache.py read  [--pid PID]
+    python3 scripts/dev/gpu/page_cache.py evict [--list FILE]
+    python3 scripts/dev/gpu/page_cache.py read
 
-The libraries: with --pid, every file of 1 MiB or more that process maps (its /proc/PID/maps), else
-every .so under torch's package, the nvidia-* wheels' packages, /usr/local/cuda*/ and build-gpu/, and
-the driver's libcuda. `evict` asks the kernel to drop their cached pages (posix_fadvise DONTNEED: a
+The libraries: every .so under torch's package, the nvidia-* wheels' packages, /usr/local/cuda*/ and
+build-gpu/, and the driver's libcuda. `evict` asks the kernel to drop their cached pages (posix_fadvise DONTNEED: a
 file's pages still mapped by a running process stay); `read` reads them whole and prints the time and
 rate (the storage's, for pages that were not cached). Both print the file count and bytes, and
 `--list FILE` writes the paths.
@@ -15,16 +14,6 @@ import glob
 import os
 import sys
 import time
-
-
-def mapped(pid: int) -> list[str]:
-    files = set()
-    with open(f"/proc/{pid}/maps") as f:
-        for line in f:
-            parts = line.split(None, 5)
-            if len(parts) == 6 and parts[5].startswith("/"):
-                files.add(parts[5].strip())
-    return sorted(p for p in files if os.path.isfile(p) and os.path.getsize(p) >= (1 << 20))
 
 
 def candidates() -> list[str]:
@@ -47,10 +36,9 @@ def candidates() -> list[str]:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("action", choices=["evict", "read"])
-    ap.add_argument("--pid", type=int)
     ap.add_argument("--list")
     args = ap.parse_args()
-    files = sorted(set(mapped(args.pid) if args.pid else candidates()))
+    files = candidates()
     total = sum(os.path.getsize(p) for p in files)
     t0 = time.perf_counter()
     for p in files:

@@ -44,12 +44,6 @@ else
   env "${common[@]}" SECTIONS="train" BUILD=0 TRAIN_RUNS="${TRAIN_RUNS:-lf-default lf-graphs-adfe ref-opt}" \
     STEPS=${STEPS:-100} PROFILE=1 FINAL_KILL=1 RUN_LIMIT=90 BUDGET=$(( ${PART2_BUDGET:-480} - ($(date +%s) - t0) )) \
     bash scripts/dev/gpu/issue11_step.sh
-  left=$(( ${PART2_LIMIT:-585} - ($(date +%s) - t0) ))
-  if [ $left -gt 30 ]; then
-    stamp "ctest -L gpu -LE long ($left s left)"
-    (cd build-gpu && timeout $left ctest -L gpu -LE long --output-on-failure > "$OUT/ctest-gpu.log" 2>&1
-     echo "ctest exit $?")
-    grep -E "Test +#|tests passed|FAILED|Failed|not bit-identical" "$OUT/ctest-gpu.log" | tail -40
-  fi
+  gpu_tests_in_time_left ${PART2_LIMIT:-585}
 fi
 stamp "done"

@@ -39,23 +39,7 @@ stamp "ref-opt"
 train ref-opt ${STEPS:-100} 0
 stamp "steady state (steps 51-${STEPS:-100}) and losses"
 python3 scripts/dev/gpu/steady_state.py $logs lf-default ref-opt --skip-steps lf-default:55-75
-python3 - $logs <<'PY'
-import json, sys
-from pathlib import Path
-d = Path(sys.argv[1])
-a, b = ([json.loads(l)["loss"] for l in (d / f"{n}_metrics.jsonl").read_text().splitlines() if l.strip()]
-        for n in ("lf-default", "ref-opt"))
-n = min(len(a), len(b))
-rel = [abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a[:n], b[:n])]
-print(f"losses, lf-default against ref-opt: {n} steps, max relative difference {max(rel):.3g}, "
-      f"median {sorted(rel)[n // 2]:.3g}" if n else "losses: no common steps")
-PY
+python3 scripts/dev/gpu/compare_losses.py $logs lf-default ref-opt
 tar -czf "$OUT/logs-g17d0.tgz" -C $logs . 2>/dev/null
-left=$(( ${LIMIT:-585} - ($(date +%s) - t0) ))
-if [ $left -gt 30 ]; then
-  stamp "ctest -L gpu -LE long ($left s left)"
-  (cd build-gpu && timeout $left ctest -L gpu -LE long --output-on-failure > "$OUT/ctest-gpu.log" 2>&1
-   echo "ctest exit $?")
-  grep -E "Test +#|tests passed|FAILED|Failed|not bit-identical" "$OUT/ctest-gpu.log" | tail -40
-fi
+gpu_tests_in_time_left ${LIMIT:-585}
 stamp "done"

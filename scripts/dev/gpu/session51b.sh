@@ -9,7 +9,8 @@
 #   PART=compare: the carried cache; lf-default and ref-opt (our reference trainer: torch.compile + CUDA
 #     graphs), STEPS steps each, the steady-state table and ratio, the losses (lf-default's log line
 #     `first step done` attributes its first step: on a fresh machine given a cache with cuda-jit/, the
-#     driver's JIT cache); test_masked_patch_embed on the GPU under gdb; then `ctest -L gpu -LE long` in
+#     driver's JIT cache); test_masked_patch_embed on the GPU (its failing assertion, then its crash under
+#     gdb); then `ctest -L gpu -LE long` in
 #     the time left (LIMIT, default 585 s from the start).
 #   PART=compile bash scripts/dev/gpu/session51b.sh        (carry .gpu-carry)
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" session51b
@@ -41,34 +42,17 @@ else
   rm -rf $cache && tar -xzf .gpu-carry/lf-cache16.tgz -C /tmp && ls -l $cache/*.pt2 || exit 1
   train "lf-default ref-opt" ${STEPS:-100} 1 120
   stamp "losses"
-  python3 - $logs <<'PY'
-import json, sys
-from pathlib import Path
-d = Path(sys.argv[1])
-a, b = ([json.loads(l)["loss"] for l in (d / f"{n}_metrics.jsonl").read_text().splitlines() if l.strip()]
-        for n in ("lf-default", "ref-opt"))
-n = min(len(a), len(b))
-rel = [abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a[:n], b[:n])]
-print(f"losses, lf-default against ref-opt: {n} steps, max relative difference {max(rel):.3g}, "
-      f"median {sorted(rel)[n // 2]:.3g}" if n else "losses: no common steps")
-PY
+  python3 scripts/dev/gpu/compare_losses.py $logs lf-default ref-opt
   tar -czf "$OUT/logs-g16d0.tgz" -C $logs . 2>/dev/null
-  # The native stack of the masked patch embedding's GPU test that ended in a segmentation fault (session 51).
-  stamp "test_masked_patch_embed on the GPU, under gdb where there is one"
+  # The masked patch embedding's GPU test (session 51: one assertion failed, then a segmentation fault): the
+  # failing assertion's message alone (-x stops before the crash), then the argument checks under gdb's stack.
+  stamp "test_masked_patch_embed on the GPU"
   py=$(grep "^LOONGFORGE_PYTHON:" build-gpu/CMakeCache.txt | cut -d= -f2)
-  if command -v gdb > /dev/null; then
-    LOONGFORGE_TEST_DEVICE=cuda PYTHONPATH=scripts timeout 120 gdb -batch -ex run -ex bt --args $py -m pytest -q \
-      -p no:cacheprovider test/model/test_masked_patch_embed.py 2>&1 | grep -vE "^\[(New|Thread)" | tail -40
-  else
-    LOONGFORGE_TEST_DEVICE=cuda PYTHONPATH=scripts timeout 120 $py -X faulthandler -m pytest -q -p no:cacheprovider \
-      test/model/test_masked_patch_embed.py 2>&1 | tail -30
-  fi
-  left=$(( ${LIMIT:-585} - ($(date +%s) - t0) ))
-  if [ $left -gt 30 ]; then
-    stamp "ctest -L gpu -LE long ($left s left)"
-    (cd build-gpu && timeout $left ctest -L gpu -LE long --output-on-failure > "$OUT/ctest-gpu.log" 2>&1
-     echo "ctest exit $?")
-    grep -E "Test +#|tests passed|FAILED|Failed|not bit-identical" "$OUT/ctest-gpu.log" | tail -40
-  fi
+  pt=(-m pytest -q -x -p no:cacheprovider test/model/test_masked_patch_embed.py)
+  LOONGFORGE_TEST_DEVICE=cuda PYTHONPATH=scripts timeout 120 $py "${pt[@]}" -k "not bad_arguments" 2>&1 | tail -30
+  dbg=(); command -v gdb > /dev/null && dbg=(gdb -batch -ex run -ex bt --args)
+  LOONGFORGE_TEST_DEVICE=cuda PYTHONPATH=scripts timeout 120 ${dbg[@]+"${dbg[@]}"} $py -X faulthandler "${pt[@]}" \
+    -k bad_arguments 2>&1 | grep -vE "^\[(New|Thread)" | tail -40
+  gpu_tests_in_time_left ${LIMIT:-585}
 fi
 stamp "done"
