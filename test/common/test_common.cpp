@@ -75,28 +75,40 @@ TEST_CASE("common: files helpers make, copy, rename and remove trees") {
 }
 
 namespace {
-// Spins the calling thread for `s` seconds of wall time; returns something the compiler must keep.
-double spin(double s) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(s);
+// Spins the calling thread until it has run `cpu_s` seconds of CPU time by its own ThreadUsage (or
+// 60 s of wall time pass, so that a broken ThreadUsage fails the test instead of hanging it).
+// On a loaded machine the wall time this takes has no bound worth writing; the CPU time does.
+struct Spun {
+  double cpu_s = 0;
+  double wall_s = 0;
+};
+Spun spin_cpu(double cpu_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const loongforge::ThreadUsage u0 = loongforge::ThreadUsage::now();
   double x = 0;
-  while (std::chrono::steady_clock::now() < until) x += 1e-9 * x + 1;
-  return x;
+  Spun spun;
+  while (spun.cpu_s < cpu_s && spun.wall_s < 60) {
+    for (int i = 0; i < 100000; ++i) x += 1e-9 * x + 1;
+    spun.cpu_s = (loongforge::ThreadUsage::now() - u0).cpu_s;
+    spun.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  if (x < 0) spun.cpu_s = -1;  // keeps the loop's arithmetic
+  return spun;
 }
 }  // namespace
 
 TEST_CASE("common: a thread's usage counts its own CPU time, not another thread's") {
-  const loongforge::ThreadUsage t0 = loongforge::ThreadUsage::now();
-  CHECK(spin(0.3) > 0);
-  const loongforge::ThreadUsage busy = loongforge::ThreadUsage::now() - t0;
-  CHECK(busy.cpu_s >= 0.1);  // 0.3 s spun; a loaded 2-core machine may run it a third of the time
-  CHECK(busy.major_faults >= 0);
+  const Spun busy = spin_cpu(0.2);
+  CHECK(busy.cpu_s >= 0.2);
+  CHECK(busy.cpu_s <= busy.wall_s + 0.02);  // a thread runs at most one core's worth (tick slack)
   const loongforge::ThreadUsage t1 = loongforge::ThreadUsage::now();
-  double other = 0;
-  std::thread worker([&other] { other = spin(0.3); });
+  Spun other;
+  std::thread worker([&other] { other = spin_cpu(0.2); });
   worker.join();
   const loongforge::ThreadUsage idle = loongforge::ThreadUsage::now() - t1;
-  CHECK(other > 0);
-  CHECK(idle.cpu_s < 0.05);  // this thread only waited
+  CHECK(other.cpu_s >= 0.2);
+  CHECK(idle.cpu_s < 0.05);  // this thread only waited while the other ran 0.2 s of CPU
+  CHECK(idle.major_faults >= 0);
   // The process's storage reads never go back; -1 only where the kernel keeps no I/O accounting.
   CHECK((idle.storage_read_bytes >= 0 || loongforge::ThreadUsage::now().storage_read_bytes == -1));
 }
