@@ -271,7 +271,7 @@ def main(argv=None) -> int:
             f"{fmt(r.get('host_peak_mb'), '.0f')} | {fmt(r.get('first_step_s'))} | {fmt(r.get('gpu_util'), '.0f')} | "
             f"{r['steady_steps']} ({ended}) |")
     notes = ["", "Notes:"]
-    unbuilt = args.results / "unbuilt_engines.txt"
+    unbuilt = args.results / "unbuilt_engines.txt"  # written by headline.sh before every engine was built
     if unbuilt.exists() and unbuilt.read_text().strip():
         notes.append("- Engines not in this build (loongforge-train's answer to --set <engine>.enable=true): "
                      + " / ".join(x.strip() for x in unbuilt.read_text().splitlines() if x.strip()))

@@ -5,7 +5,8 @@ Contract
     {"batch_dim": "B",
      "dims": {symbol: default size, ...},          # every symbol except B
      "inputs": [{"key", "dtype", "shape" (symbolic), "default_shape"
-                 (symbols resolved except B), "required", "note"}, ...]}
+                 (symbols resolved except B), "required", "note"}, ...],
+     "text_slot_cut": bool}                        # L may be cut to the batch's longest text
   The C++ trainer builds batches from it; `example_batch` below builds random
   ones from the same table, so the table cannot drift from what the model reads.
 - `example_batch(cfg, batch_size, seed, ...)` -> Dict[str, Tensor] of random
@@ -83,7 +84,12 @@ def batch_spec(cfg: ModelConfig) -> Dict:
                        "default_shape": [d.get(s, s) if isinstance(s, str) else s for s in shape],
                        "required": required, "note": note})
     used = {s for i in inputs for s in i["shape"] if isinstance(s, str)}
-    return {"batch_dim": "B", "dims": {k: v for k, v in d.items() if k in used}, "inputs": inputs}
+    # text_slot_cut: the model gives the same loss and gradients when the text slot L is cut to any width at
+    # least the batch's longest text (DMF cuts it to a bucket). True for N16Model: its LM is causal with the
+    # text at the end and its action head masks the pads. A GR00T head attends the pads it is shown (as
+    # upstream's does, which sees the pads of its own batch), so its result depends on L.
+    return {"batch_dim": "B", "dims": {k: v for k, v in d.items() if k in used}, "inputs": inputs,
+            "text_slot_cut": not cfg.gr00t_head}
 
 
 def example_batch(cfg: ModelConfig, batch_size: int, seed: int = 0, with_fm: bool = True,

@@ -4,8 +4,10 @@ backward, from its config.
 
 Contract
 - `flops_per_sample(cfg) -> {"forward_per_sample", "backward_per_sample",
-  "batch_shape", "by_role"}` for the config's default batch shape (num_views,
-  action_horizon, max_text_len, imu/audio tokens when enabled). Used for MFU.
+  "batch_shape", "by_role", "by_text_len"}` for the config's default batch shape
+  (num_views, action_horizon, max_text_len, imu/audio tokens when enabled), and
+  by_text_len[l] = [forward, backward] with the text slot cut to l tokens (DMF).
+  Used for MFU.
 - Only matmul-like work counts: a (M x K) @ (K x N) product is 2*M*N*K FLOPs;
   convolutions count as the equivalent matmul; attention scores (Q K^T) and
   values (P V) are included. Norms, activations, softmax, RoPE, embedding
@@ -37,6 +39,7 @@ against torch.utils.flop_counter on n16-tiny with the math SDPA backend).
 """
 
 from dataclasses import dataclass
+import dataclasses
 from typing import Dict, List
 
 from .config import ModelConfig
@@ -252,4 +255,9 @@ def flops_per_sample(cfg: ModelConfig) -> Dict:
         "backward_per_sample": sum(b.backward for b in bs),
         "batch_shape": batch_shape(cfg),
         "by_role": by_role,
+        # [forward, backward] per sample with the text slot cut to l tokens, l = 0 .. max_text_len (l = 0
+        # counted as 1: a batch keeps one text column); DMF's steps count their FLOPs by it
+        "by_text_len": [[sum(b.forward for b in t), sum(b.backward for b in t)]
+                        for t in (ops(dataclasses.replace(cfg, max_text_len=max(1, l)))
+                                  for l in range(cfg.max_text_len + 1))],
     }

@@ -21,13 +21,6 @@ std::string how_set(const Config& cfg, const std::string& path) {
   return o == "default" || o == kDerivedFromGlobalBatch ? o : "set at " + o;
 }
 
-std::string divisors_of(int64_t n) {
-  std::string s;
-  for (int64_t d = 1; d <= n && d <= 64; ++d)
-    if (n % d == 0) s += (s.empty() ? "" : ", ") + std::to_string(d);
-  return s;
-}
-
 std::string engine_names() {
   std::string s;
   for (const auto& sec : sections())
@@ -145,13 +138,6 @@ void validate(const Config& cfg, const ValidationContext& ctx, std::vector<std::
 
   // Engine rules hold only for an engine that runs (built and enabled).
   auto runs = [&](const char* engine, bool enable) { return enable && ctx.built_engines.count(engine) > 0; };
-  if (runs("dmf", cfg.dmf.enable) && t.gradient_accumulation_steps % cfg.dmf.fusion_batch_size != 0) {
-    add("dmf.fusion_batch_size",
-        "dmf.fusion_batch_size (" + std::to_string(cfg.dmf.fusion_batch_size) +
-            ") must divide trainer.gradient_accumulation_steps (" + std::to_string(t.gradient_accumulation_steps) +
-            ", " + how_set(cfg, "trainer.gradient_accumulation_steps") + "): use one of " +
-            divisors_of(t.gradient_accumulation_steps) + ", or change gradient_accumulation_steps");
-  }
 
   // Both set (a derived accumulation agrees by construction).
   const int64_t derived = global_batch_size(cfg, ctx.world_size);

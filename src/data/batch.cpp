@@ -8,6 +8,7 @@
 #include <cstdio>     // std::snprintf
 #include <cstring>    // std::memcpy
 #include <exception>  // std::rethrow_exception
+#include <map>        // std::map
 #include <mutex>      // std::lock_guard, std::unique_lock
 #include <numeric>    // std::accumulate
 
@@ -325,12 +326,7 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
     throw DataError(ds_.dir() + ": the state column '" + ds_.columns()[state_col_].name + "' and the action column '" +
                     ds_.columns()[action_col_].name + "' are stored with different float types; re-convert the "
                     "dataset (with or without --keep-float64 for both)");
-  for (const auto& c : ds_.columns())
-    if (c.role == "annotation" && c.name.size() >= 16 &&
-        c.name.compare(c.name.size() - 16, 16, "task_description") == 0)
-      task_col_ = c.id;
-  if (task_col_ < 0) task_col_ = ds_.column_by_role("task_index");
-  if (task_col_ < 0) throw DataError(ds_.dir() + ": the dataset has neither a task_description annotation nor task_index");
+  task_col_ = task_column(ds_);
 
   const auto& sc = ds_.columns()[state_col_];
   const auto& ac = ds_.columns()[action_col_];
@@ -895,17 +891,49 @@ void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb,
   const auto& ids = it->second.token_ids;
   int64_t* tok = b["text_tokens"][slot].data_ptr<int64_t>();
   bool* tmask = b["text_mask"][slot].data_ptr<bool>();
-  for (int64_t k = 0; k < std::min<int64_t>(opt_.max_text_len, static_cast<int64_t>(ids.size())); ++k) {
+  const int64_t text_len = std::min<int64_t>(opt_.max_text_len, static_cast<int64_t>(ids.size()));
+  for (int64_t k = 0; k < text_len; ++k) {
     tok[k] = ids[k];
     tmask[k] = true;
-    mb.text_tokens += 1;
   }
+  mb.text_tokens += text_len;
+  mb.text_len_max = std::max(mb.text_len_max, text_len);
 
   if (skipped) {
     b["images"][slot].zero_();
     mb.blank_slots.push_back(slot);  // zeros after a device resize too (frames.hpp model_images)
   }
   b["embodiment_id"][slot].fill_(opt_.embodiment_id);
+}
+
+int task_column(const Dataset& ds) {
+  int col = -1;
+  for (const auto& c : ds.columns())
+    if (c.role == "annotation" && c.name.size() >= 16 &&
+        c.name.compare(c.name.size() - 16, 16, "task_description") == 0)
+      col = c.id;
+  if (col < 0) col = ds.column_by_role("task_index");
+  if (col < 0) throw DataError(ds.dir() + ": the dataset has neither a task_description annotation nor task_index");
+  return col;
+}
+
+std::vector<double> text_length_histogram(const Dataset& ds, int64_t max_text_len) {
+  const int col = task_column(ds);
+  std::vector<double> hist(static_cast<size_t>(std::max<int64_t>(max_text_len, 0)) + 1, 0.0);
+  std::map<int64_t, int64_t> frames_of_task;
+  for (size_t e = 0; e < ds.episodes().size(); ++e) {
+    const ArrayView tasks = ds.array(e, col);
+    const int64_t* t = tasks.as<int64_t>();
+    for (int64_t r = 0; r < tasks.rows; ++r) frames_of_task[t[r]] += 1;
+  }
+  for (const auto& [task, frames] : frames_of_task) {
+    const auto it = ds.tasks().find(task);
+    if (it == ds.tasks().end())
+      throw DataError(ds.dir() + ": a row names task " + std::to_string(task) + ", which is not in the task table");
+    const int64_t len = std::min<int64_t>(max_text_len, static_cast<int64_t>(it->second.token_ids.size()));
+    hist[static_cast<size_t>(len)] += static_cast<double>(frames);
+  }
+  return hist;
 }
 
 std::vector<TensorSpec> micro_batch_spec(const SampleOptions& o) {

@@ -31,6 +31,7 @@ class SyncSource final : public BatchSource {
     r.embodiments = mb.embodiments;
     r.tokens = mb.text_tokens + mb.action_tokens + batch_size_ * image_tokens_per_sample_;
     r.text_tokens = mb.text_tokens;
+    r.text_len_max = mb.text_len_max;
     Phase p(phases, "h2d", step + 1, micro);
     // Through page-locked memory, so the copy is asynchronous (from pageable
     // memory the host would wait for it).

@@ -123,6 +123,9 @@ Model Model::load(const std::string& path, c10::Device device) {
       info.vl_tokens_per_sample = shape.value("S_vl", int64_t{0});
       info.text_slot = shape.value("L", int64_t{0});
     }
+    if (flops.contains("by_text_len"))
+      for (const auto& fb : flops.at("by_text_len")) info.flops_by_text_len.push_back(fb.at(0).get<double>() + fb.at(1).get<double>());
+    info.text_slot_cut = info.batch_spec.value("text_slot_cut", false);
     info.total_params = counts.at("total").get<int64_t>();
     info.trainable_params = counts.at("trainable").get<int64_t>();
     for (const auto& p : params) {

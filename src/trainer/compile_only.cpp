@@ -15,6 +15,10 @@
 namespace loongforge::trainer {
 
 int compile_only(const config::Config& cfg, const comm::WorldInfo& world) {
+  if (cfg.dmf.enable)  // dmf::resolve turns the compiled step off for such a run
+    throw ConfigError("--compile-only with dmf.enable=true: a run with DMF trains the TorchScript step (a compiled "
+                      "package takes one text width and DMF runs several), so no package would be used; set "
+                      "dmf.enable=false to prepare the package of a run without DMF");
   fusion::share_cuda_jit_cache(cfg);  // as a training run does (the compile's subprocess inherits it)
   // The device and precision as the trainer resolves them (Trainer::Impl::resolve_device).
   const bool cuda = torch::cuda::is_available();

@@ -259,7 +259,7 @@ void Trainer::Impl::report_summary(int status) const {
       {"compiled_step", compiled_step_}};
   if (vl_tokens > 0)
     summary["vl_padding"] = {{"vl_tokens", vl_tokens}, {"padding_tokens", vl_padding}, {"share", vl_padding_share},
-                             {"text_slot", net_->info().text_slot}};
+                             {"text_slot", net_->info().text_slot}, {"text_slot_cut", cfg_.dmf.enable}};
   std::ofstream(run_dir_ + "/summary.json") << summary.dump(2) << "\n";
   if (failed_writes_ > 0)
     LF_LOG(log, warn) << failed_writes_ << " checkpoint write(s) failed during the run (see above); newest intact: "
@@ -280,8 +280,9 @@ void Trainer::Impl::report_summary(int status) const {
       h.size());
   if (!compiled_step_.is_null()) std::printf("  compiled     %s\n", compiled_step_text().c_str());
   if (vl_tokens > 0)
-    std::printf("  padding      %.1f%% of the vision-language tokens (unused tokens of the %lld-token text slot)\n",
-                100.0 * vl_padding_share, static_cast<long long>(net_->info().text_slot));
+    std::printf("  padding      %.1f%% of the vision-language tokens (unused tokens of the %lld-token text slot%s)\n",
+                100.0 * vl_padding_share, static_cast<long long>(net_->info().text_slot),
+                cfg_.dmf.enable ? ", cut by DMF to each micro-batch's bucket" : "");
   if (ds.samples_skipped > 0 || ds.videos_bad > 0)
     std::printf("  skipped      %lld sample(s) of %lld bad video(s) (data.on_bad_video=%s; the log names them)\n",
                 static_cast<long long>(ds.samples_skipped), static_cast<long long>(ds.videos_bad),

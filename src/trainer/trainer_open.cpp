@@ -17,6 +17,7 @@
 #include "loongforge/common/log.hpp"
 #include "loongforge/common/sha256.hpp"
 #include "loongforge/data/aspect.hpp"
+#include "loongforge/data/batch.hpp"  // data::text_length_histogram
 #include "loongforge/engines/adfe/adfe.hpp"
 #include "loongforge/engines/dmf/dmf.hpp"
 #include "loongforge/engines/gcts/gcts.hpp"
@@ -519,6 +520,9 @@ void Trainer::Impl::open() {
   };
   persistent("model");
   open_model();
+  // DMF's requirements of the model, before the data opens; it may turn trainer.compiled_step=auto off.
+  if (const std::string note = dmf::resolve(cfg_, net_->info()); !note.empty() && leader_)
+    LF_LOG(logger("trainer"), info) << note;
   startup_phase("model");
 
   // The seams, each through its engine's factory (the plain implementation when the engine is off).
@@ -543,7 +547,10 @@ void Trainer::Impl::open() {
                                   {"compile", compile}});
       },
       copies);
-  runner_ = dmf::make_step_runner(cfg_, *net_, mode, bf16_ && device_.is_cuda(), device_);  // compute
+  runner_ = dmf::make_step_runner(  // compute
+      cfg_, *net_, mode, bf16_ && device_.is_cuda(), device_,
+      cfg_.dmf.enable ? data::text_length_histogram(*dataset_, cfg_.data.max_text_len) : std::vector<double>{},
+      find_engine(engines_, "dmf"));
   if (const nlohmann::json st = runner_->status(); st.is_object() && st.contains("package"))
     compiled_step_ = st["package"];
   startup_phase("step runner");

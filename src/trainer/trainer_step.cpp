@@ -95,6 +95,17 @@ void Trainer::Impl::step() {
   }
   reducer_->begin_step(optimizer_->params(), k);  // GCTS overlap: arms the gradient hooks
   at::Tensor loss = runner_->run(batches, weights, s, *control_);
+  // Each micro-batch's text slot as it ran (DMF cuts it): the step's padding and FLOPs.
+  int64_t text_slot_tokens = 0;
+  double step_flops = 0;
+  for (const auto& b : batches) {
+    const at::Tensor& t = b.tensors.at("text_tokens");
+    text_slot_tokens += t.size(0) * t.size(1);
+    const auto& by_width = net_->info().flops_by_text_len;
+    step_flops += static_cast<double>(t.size(0)) *
+                  (static_cast<size_t>(t.size(1)) < by_width.size() ? by_width[static_cast<size_t>(t.size(1))]
+                                                                   : flops_per_sample_);
+  }
   batches.clear();  // the step's inputs are no longer needed
 
   if (reducer_->reduces()) {  // one rank: a sharded optimizer still takes its gradient shard
@@ -149,10 +160,11 @@ void Trainer::Impl::step() {
   r.data_wait_ms = data_ms;
   r.exposed_comm_ms = comm_ms;
   r.tokens = tokens;
+  r.flops = step_flops;
   if (const auto& info = net_->info(); info.vl_tokens_per_sample > 0) {
     const int64_t samples = k * cfg_.trainer.micro_batch_size;
-    r.vl_tokens = static_cast<double>(samples * info.vl_tokens_per_sample);
-    r.vl_padding_tokens = static_cast<double>(samples * info.text_slot - text_tokens);
+    r.vl_tokens = static_cast<double>(samples * (info.vl_tokens_per_sample - info.text_slot) + text_slot_tokens);
+    r.vl_padding_tokens = static_cast<double>(text_slot_tokens - text_tokens);
   }
   const data::DataStats ds = source_->stats();
   r.samples_skipped = static_cast<double>(ds.samples_skipped);
@@ -250,7 +262,7 @@ void Trainer::Impl::set_step_time(StepRecord& r, double step_ms) const {
   const double samples = static_cast<double>(cfg_.trainer.gradient_accumulation_steps * cfg_.trainer.micro_batch_size);
   r.samples_per_s = samples / (r.step_ms / 1000.0);
   r.tokens_per_s = static_cast<double>(r.tokens) / (r.step_ms / 1000.0);
-  r.mfu = device_.is_cuda() ? flops_per_sample_ * r.samples_per_s / 989e12 : 0.0;
+  r.mfu = device_.is_cuda() ? r.flops / (r.step_ms / 1000.0) / 989e12 : 0.0;
 }
 
 // A held record with its loss and gradient norm read back (waits for them).

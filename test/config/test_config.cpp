@@ -88,7 +88,7 @@ TEST_CASE("config: defaults come from the schema and validate") {
   const Config cfg = default_config({}, ctx);
   REQUIRE(cfg.trainer.micro_batch_size == 8);
   REQUIRE(cfg.gcts.comm_strategy == "hybrid");
-  REQUIRE(cfg.dmf.fusion_batch_size == 1);
+  REQUIRE(cfg.dmf.text_buckets == 4);
   REQUIRE(schema().size() >= 50);
   for (const auto& k : schema()) REQUIRE(value_text(cfg, k.path) == k.default_text);
 }
@@ -172,7 +172,7 @@ TEST_CASE("config: the engine sections commented out in configs/n16.yaml hold th
     REQUIRE(cfg.origin.count(k.path) == 1);
     REQUIRE(value_text(cfg, k.path) == k.default_text);
   }
-  REQUIRE(engine_keys == 24);  // gcts 10, mla 5, adfe 5, dmf 4
+  REQUIRE(engine_keys == 22);  // gcts 10, mla 5, adfe 5, dmf 2
 }
 
 // ---------------------------------------------------------------------------
@@ -273,18 +273,6 @@ TEST_CASE("config: a YAML syntax error names line and column") {
   REQUIRE_THAT(error_of("trainer:\n  max_steps: [1,\n"), Contains("bad.yaml:7:1: YAML syntax error"));
 }
 
-TEST_CASE("config: fusion batch size that does not divide accumulation is a config error") {
-  const auto e = error_of("trainer:\n  gradient_accumulation_steps: 4\ndmf:\n  enable: true\n  fusion_batch_size: 3\n",
-                          {}, with_engines({"dmf"}));
-  REQUIRE_THAT(e, Contains("bad.yaml:9: dmf.fusion_batch_size (3) must divide trainer.gradient_accumulation_steps "
-                           "(4, set at bad.yaml:6): use one of 1, 2, 4"));
-}
-
-TEST_CASE("config: the fusion rule does not apply when DMF is off") {
-  REQUIRE(error_of("trainer:\n  gradient_accumulation_steps: 4\ndmf:\n  enable: false\n  fusion_batch_size: 3\n", {},
-                   with_engines({"dmf"})) == "");
-}
-
 TEST_CASE("config: a global batch and an accumulation both set must agree, and the message shows the derivable one") {
   ValidationContext ctx;
   ctx.world_size = 2;
@@ -338,14 +326,6 @@ TEST_CASE("config: a derived accumulation above its range is rejected") {
   REQUIRE_THAT(error_of("trainer:\n  micro_batch_size: 1\n  global_batch_size: 65537\n"),
                Contains("bad.yaml:7: trainer.global_batch_size (65537) / (micro_batch_size (1) x world size (1)) = "
                         "65537 micro-batches per step, above the limit of 65536: raise micro_batch_size"));
-}
-
-TEST_CASE("config: the fusion rule sees a derived accumulation and says where it came from") {
-  ValidationContext ctx = with_engines({"dmf"});
-  ctx.world_size = 2;
-  REQUIRE_THAT(error_of("trainer:\n  global_batch_size: 64\ndmf:\n  enable: true\n  fusion_batch_size: 3\n", {}, ctx),
-               Contains("bad.yaml:9: dmf.fusion_batch_size (3) must divide trainer.gradient_accumulation_steps "
-                        "(4, derived from trainer.global_batch_size): use one of 1, 2, 4"));
 }
 
 TEST_CASE("config: a zero checkpoint interval is rejected") {
@@ -465,14 +445,14 @@ TEST_CASE("config: an engine key set by --set for an engine not in this build na
 
 TEST_CASE("config: the old n16.yaml with all four engines enabled is rejected, one line per engine") {
   const auto e = error_of("gcts:\n  enable: true\nmla:\n  enable: true\nadfe:\n  enable: true\n"
-                          "dmf:\n  enable: true\n  fusion_batch_size: 2\n");
+                          "dmf:\n  enable: true\n  text_buckets: 2\n");
   REQUIRE_THAT(e, Contains("5 problems in the configuration:\n"
                            "  bad.yaml:6: gcts.enable: the GCTS engine is not in this build yet; remove the key"));
   REQUIRE_THAT(e, Contains("  bad.yaml:8: mla.enable: the MLA engine is not in this build yet; remove the key"));
   REQUIRE_THAT(e, Contains("  bad.yaml:10: adfe.enable: the ADFE engine is not in this build yet; remove the key"));
   REQUIRE_THAT(e, Contains("  bad.yaml:12: dmf.enable: the DMF engine is not in this build yet; remove the key"));
-  REQUIRE_THAT(e, Contains("  bad.yaml:13: dmf.fusion_batch_size: the DMF engine is not in this build yet; remove "
-                           "the key (its default, 1, is what this binary does)\n"));
+  REQUIRE_THAT(e, Contains("  bad.yaml:13: dmf.text_buckets: the DMF engine is not in this build yet; remove "
+                           "the key (its default, 4, is what this binary does)\n"));
 }
 
 TEST_CASE("config: an engine's keys load when the binary reports the engine as built") {

@@ -3,7 +3,8 @@ status shows progress, strategy, engines and world; profile-step writes a
 profile JSON with per-phase times and a Chrome trace that parses, and with
 --kernels its CUDA activity counts (none on a CPU run);
 checkpoint-now produces a checkpoint that validate-checkpoint accepts;
-engine verbs answer that their engine is not in this build or off; stop checkpoints
+engine verbs answer that their engine is off, and debug-dmf with DMF on shows each
+step's text widths; stop checkpoints
 and the trainer exits 0; target selection and error messages are clear.
 """
 import json
@@ -101,10 +102,10 @@ def test_checkpoint_now_writes_a_checkpoint_that_validates(trainer):
     assert status(trainer.socket)["last_checkpoint"] == str(ckpt)
 
 
-def test_engine_verbs_answer_that_their_engine_is_not_built_or_off(trainer):
+def test_engine_verbs_answer_that_their_engine_is_off(trainer):
     r = cli("debug-dmf", "--socket", trainer.socket, check=False)
     assert r.returncode == 3, r.stderr
-    assert "not in this build" in r.stderr and "[engine_off]" in r.stderr
+    assert "off in this run (dmf.enable=false)" in r.stderr and "[engine_off]" in r.stderr
     # MLA is built, and off in this run (a CPU run).
     r = cli("mla-stats", "--socket", trainer.socket, check=False)
     assert r.returncode == 3, r.stderr
@@ -209,5 +210,26 @@ def test_a_killed_trainers_socket_is_removed_when_the_next_trainer_starts(tmp_pa
             assert time.time() < deadline and t.proc.poll() is None, t.output()
             time.sleep(0.05)
         assert not stale.exists()
+    finally:
+        t.kill()
+
+
+def test_debug_dmf_shows_each_micro_batch_s_text_width_with_dmf_on(tmp_path):
+    t = Trainer(tmp_path, "dmf.enable=true")
+    try:
+        t.wait_for_socket()
+        t.wait_for_step(3)
+        out = tmp_path / "dmf.json"
+        cli("debug-dmf", "--socket", t.socket, "--steps", "2", "--output", str(out))
+        d = json.loads(out.read_text())
+        assert d["slot"] == 32 and d["buckets"] == [14]  # every bundled task text has 14 tokens
+        assert len(d["steps"]) == 2 and d["steps"][1]["step"] == d["steps"][0]["step"] + 1
+        for m in (m for s in d["steps"] for m in s["micro_batches"]):
+            assert m["width"] == 14 and m["text_slot_tokens"] == m["samples"] * 14 == m["text_tokens"]
+            assert m["new_shape"] is False  # the first step ran this width already
+        s = status(t.socket)
+        assert s["engines"]["dmf"]["enabled"] is True and s["engines"]["dmf"]["text_buckets"] == [14]
+        r = cli("debug-dmf", "--socket", t.socket, "--steps", "0", check=False)
+        assert r.returncode != 0 and "steps must be an integer in [1, 256]" in r.stderr
     finally:
         t.kill()

@@ -245,6 +245,15 @@ struct TensorSpec {
   at::ScalarType dtype;
 };
 std::vector<TensorSpec> micro_batch_spec(const SampleOptions& options);
+
+// The column that names each row's task: a "*task_description" annotation, else task_index (DataError when
+// the dataset has neither).
+int task_column(const Dataset& dataset);
+
+// hist[l] = rows of the whole dataset whose task text has l tokens once cut to max_text_len (l = 0 ..
+// max_text_len): what DMF chooses the text slot's buckets from. DataError when a row names a task the task
+// table lacks.
+std::vector<double> text_length_histogram(const Dataset& dataset, int64_t max_text_len);
 int64_t micro_batch_bytes(const SampleOptions& options);
 
 // One micro-batch with the counts the trainer needs, taken while filling.
@@ -252,6 +261,7 @@ struct MicroBatch {
   Batch tensors;              // CPU tensors, the model's batch (incl. fm_t, fm_noise)
   int64_t num_valid = 0;      // valid action elements (== sum of action_mask)
   int64_t text_tokens = 0;    // == sum of text_mask
+  int64_t text_len_max = 0;   // the longest row of text_mask (DMF cuts the text slot to its bucket)
   int64_t action_tokens = 0;  // action rows with at least one valid element (== action_mask.amax(2).sum())
   std::vector<int64_t> blank_slots;  // samples skipped for a bad video: zero images (frames.hpp model_images)
   std::vector<int64_t> embodiments;  // the distinct values of "embodiment_id", sorted

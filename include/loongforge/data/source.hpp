@@ -48,6 +48,7 @@ struct ReadyBatch {
   int64_t num_valid = 0;      // valid action elements (the loss is averaged over them)
   int64_t tokens = 0;         // text + action + image tokens (throughput metrics)
   int64_t text_tokens = 0;    // real text tokens (== sum of text_mask): the rest of the text slots is padding
+  int64_t text_len_max = 0;   // the longest sample's real text tokens (known on the host)
   std::vector<int64_t> embodiments;  // the distinct embodiment ids in the batch, sorted (known on the host)
   uint64_t draw_seed = 0;     // the seed of the draws inside the model's forward (fusion::draw_seed; the trainer sets it)
 };

@@ -65,6 +65,11 @@ struct ModelInfo {
   int64_t vl_tokens_per_sample = 0, text_slot = 0;
   double forward_flops_per_sample = 0;
   double backward_flops_per_sample = 0;
+  // flops.json by_text_len: forward + backward per sample with the text slot cut to l tokens, l = 0 .. L;
+  // empty in files without it. text_slot_cut: batch_spec.json's (the result does not depend on L beyond the
+  // longest text); false in files without it.
+  std::vector<double> flops_by_text_len;
+  bool text_slot_cut = false;
   int64_t total_params = 0;
   int64_t trainable_params = 0;
 };

@@ -36,9 +36,11 @@ struct StepRecord {
   // (Note [Exposed communication on the device] in readback.cpp).
   double exposed_comm_ms = 0;
   int64_t tokens = 0;              // tokens of the step (tokens_per_s = tokens / step time)
-  // This rank's vision-language tokens of the step (samples x the model's S_vl) and how many of them are
-  // padding (the text slots' unused tokens); 0 for a model file without S_vl.
+  // This rank's vision-language tokens of the step (samples x the model's S_vl, with each micro-batch's
+  // text slot as it ran: DMF cuts it) and how many of them are padding (the text slots' unused tokens);
+  // 0 for a model file without S_vl.
   double vl_tokens = 0, vl_padding_tokens = 0;
+  double flops = 0;  // the model FLOPs of this rank's step (flops.json, each micro-batch at its text width): MFU
   double samples_skipped = 0;      // this rank's samples skipped for a bad video so far (data.on_bad_video=skip)
   double videos_bad = 0;           // this rank's videos found bad so far
   double data_queue_depth = 0;     // ADFE: micro-batches ready when the step took its last one (0 off ADFE)

@@ -302,6 +302,7 @@ class AsyncSource final : public BatchSource {
         item.batch.embodiments = mb.embodiments;
         item.batch.tokens = mb.text_tokens + mb.action_tokens + batch_size_ * image_tokens_per_sample_;
         item.batch.text_tokens = mb.text_tokens;
+        item.batch.text_len_max = mb.text_len_max;
         const DataStats st = builder_.stats();
         item.samples_skipped = st.samples_skipped, item.videos_bad = st.videos_bad;
         if (device_.is_cuda()) {

@@ -1,13 +1,166 @@
-// DMF's record and its step-runner factory (dmf.hpp). DMF is not built: the
-// fast step's runner runs unchanged.
+// DMF's record, its resolution of the config and its step runner (dmf.hpp):
+// the text slot cut to its bucket.
 #include "loongforge/engines/dmf/dmf.hpp"
+
+#include <algorithm>  // std::max
+#include <deque>      // std::deque
+#include <mutex>      // std::mutex, std::lock_guard
+#include <set>        // std::set
+#include <utility>    // std::move
+
+#include <ATen/ATen.h>  // at::Tensor
+
+#include "loongforge/common/error.hpp"
+#include "loongforge/common/log.hpp"
+#include "loongforge/engines/dmf/text_buckets.hpp"
 
 namespace loongforge::dmf {
 
+namespace {
+
+constexpr size_t kTraceSteps = 256;  // debug-dmf's longest answer
+
+// What debug-dmf shows: written on the trainer thread, read on the control thread.
+class Trace {
+ public:
+  Trace(std::vector<int64_t> widths, int64_t slot) : widths_(std::move(widths)), slot_(slot) {}
+
+  void add(nlohmann::json step) {
+    std::lock_guard<std::mutex> lock(mu_);
+    steps_.push_back(std::move(step));
+    if (steps_.size() > kTraceSteps) steps_.pop_front();
+  }
+  nlohmann::json last(size_t n) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    nlohmann::json steps = nlohmann::json::array();
+    for (size_t i = steps_.size() > n ? steps_.size() - n : 0; i < steps_.size(); ++i) steps.push_back(steps_[i]);
+    return {{"buckets", widths_}, {"slot", slot_}, {"steps", steps}};
+  }
+
+ private:
+  const std::vector<int64_t> widths_;
+  const int64_t slot_;
+  mutable std::mutex mu_;
+  std::deque<nlohmann::json> steps_;
+};
+
+// The fast step's runner behind the text-slot cut (dmf.hpp).
+class TextSlotRunner final : public fusion::StepRunner {
+ public:
+  TextSlotRunner(std::unique_ptr<fusion::StepRunner> inner, std::vector<int64_t> widths,
+                 std::shared_ptr<Trace> trace)
+      : inner_(std::move(inner)), widths_(std::move(widths)), trace_(std::move(trace)) {}
+
+  at::Tensor run(std::vector<data::ReadyBatch>& batches, const std::vector<double>& weights, int64_t step,
+                 PhaseRecorder& phases) override {
+    nlohmann::json micro = nlohmann::json::array();
+    for (auto& b : batches) {
+      at::Tensor& tokens = b.tensors.at("text_tokens");
+      at::Tensor& mask = b.tensors.at("text_mask");
+      const int64_t width = text_bucket(widths_, std::max<int64_t>(b.text_len_max, 1));
+      if (width < tokens.size(1)) {  // a copy: the runners' inputs stay contiguous
+        tokens = tokens.narrow(1, 0, width).contiguous();
+        mask = mask.narrow(1, 0, width).contiguous();
+      }
+      const bool new_shape = seen_.insert(tokens.size(1)).second;
+      micro.push_back({{"samples", tokens.size(0)},
+                       {"text_tokens", b.text_tokens},
+                       {"text_slot_tokens", tokens.size(0) * tokens.size(1)},
+                       {"width", tokens.size(1)},
+                       {"new_shape", new_shape}});
+    }
+    trace_->add({{"step", step + 1}, {"micro_batches", std::move(micro)}});
+    return inner_->run(batches, weights, step, phases);
+  }
+  nlohmann::json status() const override { return inner_->status(); }
+  bool set_graph_reduction(fusion::GraphReduction* r) override { return inner_->set_graph_reduction(r); }
+  bool make_gradients(bool allowed) override { return inner_->make_gradients(allowed); }
+  std::optional<double> take_graph_comm_ms(int64_t step) override { return inner_->take_graph_comm_ms(step); }
+  std::vector<std::string> bf16_weights() const override { return inner_->bf16_weights(); }
+
+ private:
+  std::unique_ptr<fusion::StepRunner> inner_;
+  const std::vector<int64_t> widths_;
+  std::shared_ptr<Trace> trace_;
+  std::set<int64_t> seen_;  // widths run so far (each a shape of its own: a capture where graphs are on)
+};
+
+std::string debug_dmf_args(const nlohmann::json& args) {
+  if (!args.is_object() || !args.contains("steps")) return "";
+  const auto& s = args.at("steps");
+  if (!s.is_number_integer() || s.get<int64_t>() < 1 || s.get<int64_t>() > static_cast<int64_t>(kTraceSteps))
+    return "steps must be an integer in [1, " + std::to_string(kTraceSteps) + "]";
+  return "";
+}
+
+}  // namespace
+
+std::string resolve(config::Config& cfg, const model::ModelInfo& info) {
+  if (!cfg.dmf.enable) {
+    for (const auto& key : config::non_default_keys(cfg, "dmf"))
+      LF_LOG(logger("trainer"), warn) << key << " has no effect: dmf.enable is false (every micro-batch keeps the "
+                                      << "whole text slot); set dmf.enable=true or remove the key";
+    return "";
+  }
+  const std::string model = "the model " + info.path + " (" + info.name + ")";
+  if (!info.text_slot_cut)
+    throw ConfigError("dmf.enable=true: " + model + " gives a result that depends on the width of its text slot " +
+                      (info.batch_spec.contains("text_slot_cut")
+                           ? std::string("(a GR00T head attends the pads it is shown, as upstream's does)")
+                           : std::string("or was exported before scripts/model/export.py recorded whether it does "
+                                         "(re-export it)")) +
+                      ", so DMF cannot cut it; set dmf.enable=false");
+  if (info.flops_by_text_len.size() != static_cast<size_t>(info.text_slot) + 1)
+    throw ConfigError("dmf.enable=true: " + model + " has no FLOPs by text width (flops.json by_text_len), which "
+                      "the MFU of a cut slot needs: re-export it with scripts/model/export.py");
+  if (cfg.data.max_text_len > info.text_slot)  // the FLOPs table ends at the export's slot
+    throw ConfigError("dmf.enable=true: data.max_text_len is " + std::to_string(cfg.data.max_text_len) + ", more than " +
+                      "the text slot of " + std::to_string(info.text_slot) + " tokens " + model +
+                      " was exported with: set data.max_text_len to at most " + std::to_string(info.text_slot));
+  if (cfg.trainer.compiled_step == "on")
+    throw ConfigError("dmf.enable=true and trainer.compiled_step=on: a compiled package takes one text width and "
+                      "DMF runs several; set trainer.compiled_step=off or dmf.enable=false");
+  if (cfg.trainer.compiled_step == "auto") {
+    cfg.trainer.compiled_step = "off";
+    cfg.origin["trainer.compiled_step"] = "dmf.enable=true (a compiled package takes one text width)";
+    return "DMF: trainer.compiled_step=auto runs the TorchScript step (a compiled package takes one text width)";
+  }
+  return "";
+}
+
 std::unique_ptr<fusion::StepRunner> make_step_runner(const config::Config& cfg, model::Model& net,
                                                      const fusion::StepMode& mode, bool bf16_autocast,
-                                                     c10::Device device) {
-  return fusion::make_step_runner(cfg, net, mode, bf16_autocast, device);  // kBuilt is false: no fusion
+                                                     c10::Device device, const std::vector<double>& text_hist,
+                                                     Engine& record) {
+  std::unique_ptr<fusion::StepRunner> inner = fusion::make_step_runner(cfg, net, mode, bf16_autocast, device);
+  if (!cfg.dmf.enable) return inner;
+  if (mode.compiled)  // resolve() turned auto off and refused on
+    throw std::logic_error("dmf: the compiled runner was chosen with dmf.enable=true; call dmf::resolve first");
+  const int64_t micro = cfg.trainer.micro_batch_size, slot = cfg.data.max_text_len;
+  const TextBuckets b = choose_text_buckets(text_hist, micro, cfg.dmf.text_buckets);
+  const double whole = expected_slot_tokens(text_hist, micro, {slot});
+  std::string widths;
+  for (const int64_t w : b.widths) widths += (widths.empty() ? "" : ", ") + std::to_string(w);
+  LF_LOG(logger("trainer"), info) << "DMF: the text slot of " << slot << " tokens is cut to " << widths
+                                  << " by each micro-batch's longest text; expected text-slot tokens per micro-batch "
+                                  << b.expected_slot_tokens << " instead of " << whole << " (" << b.expected_real_tokens
+                                  << " real)";
+  auto trace = std::make_shared<Trace>(b.widths, slot);
+  for (auto& v : record.verbs)
+    if (v.name == "debug-dmf") {
+      v.query = true;
+      v.check_args = debug_dmf_args;
+      v.run = [trace](const nlohmann::json& args) {
+        return trace->last(args.is_object() && args.contains("steps") ? args.at("steps").get<size_t>() : 10);
+      };
+    }
+  record.status = [widths = b.widths, slot, exp = b.expected_slot_tokens, whole] {
+    return nlohmann::json{{"text_buckets", widths},
+                          {"text_slot", slot},
+                          {"expected_text_slot_tokens", exp},
+                          {"whole_slot_tokens", whole}};
+  };
+  return std::make_unique<TextSlotRunner>(std::move(inner), b.widths, std::move(trace));
 }
 
 Engine engine(const config::Config& cfg) {
@@ -18,7 +171,7 @@ Engine engine(const config::Config& cfg) {
   e.arrives_with = "the DMF issue";
   e.built = kBuilt;
   e.enabled = kBuilt && cfg.dmf.enable;
-  e.verbs.push_back(EngineVerb{"debug-dmf", false, nullptr, nullptr});
+  e.verbs.push_back(EngineVerb{"debug-dmf", true, debug_dmf_args, nullptr});
   return e;
 }
 

@@ -1,0 +1,72 @@
+"""DMF's text buckets end to end (n16-tiny, CPU, the bundled dataset, whose task
+texts all have 14 tokens in a 32-token slot): training with dmf.enable=true
+gives the per-step losses of training without it (fp32: within 1e-5 relative),
+its padding is gone from metrics.jsonl and the summary, and the run says what it
+cut. A model whose result depends on the slot (a GR00T head) and a compiled
+step asked for by name are each refused, naming the fix (a dmf key with DMF off:
+test/engines/test_engine_keys.py).
+
+Environment as in test/e2e/test_train_run.py (set by ctest).
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+TRAIN = os.environ.get("LOONGFORGE_TRAIN", str(REPO / "build/src/daemon/loongforge-train"))
+DATA = os.environ.get("LOONGFORGE_TEST_DATASET", str(REPO / "build/test-data/robot_sim.PickNPlace.lf"))
+MODEL = Path(os.environ.get("LOONGFORGE_TEST_MODELS", str(REPO / "build/test-models"))) / "n16-tiny.pt"
+
+
+def train(out, *sets, model=MODEL, steps=4):
+    cmd = [TRAIN, "--config", str(REPO / "configs/n16-tiny.yaml"), "--set", f"model.path={model}",
+           "--set", f"data.path={DATA}", "--set", f"run.output_dir={out}", "--set", f"trainer.max_steps={steps}",
+           "--set", "checkpoint.interval_steps=1000", "--set", "logging.progress=off", "--set", "run.threads=1",
+           "--set", "logging.interval_steps=1"]
+    for s in sets:
+        cmd += ["--set", s]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+
+
+def metrics(out):
+    lines = (Path(out) / "n16-tiny-demo" / "metrics.jsonl").read_text().splitlines()
+    return [r for r in (json.loads(line) for line in lines) if "loss" in r]
+
+
+def test_dmf_cuts_the_text_slot_and_trains_the_same_losses(tmp_path):
+    off = train(tmp_path / "off", "dmf.enable=false")
+    assert off.returncode == 0, off.stderr[-3000:]
+    on = train(tmp_path / "on", "dmf.enable=true")
+    assert on.returncode == 0, on.stderr[-3000:]
+    assert "DMF: the text slot of 32 tokens is cut to 14 by each micro-batch's longest text" in on.stderr
+    m_off, m_on = metrics(tmp_path / "off"), metrics(tmp_path / "on")
+    assert len(m_off) == len(m_on) == 4
+    for a, b in zip(m_off, m_on):
+        assert abs(a["loss"] - b["loss"]) <= 1e-5 * abs(a["loss"]), (a["step"], a["loss"], b["loss"])
+        assert a["vl_padding_tokens"] > 0 and b["vl_padding_tokens"] == 0
+        assert b["vl_tokens"] == a["vl_tokens"] - a["vl_padding_tokens"]  # 18 fewer per sample
+    s_off = json.loads((tmp_path / "off" / "n16-tiny-demo" / "summary.json").read_text())
+    s_on = json.loads((tmp_path / "on" / "n16-tiny-demo" / "summary.json").read_text())
+    assert s_off["vl_padding"]["share"] == 18 / 48 and s_off["vl_padding"]["text_slot_cut"] is False
+    assert s_on["vl_padding"]["share"] == 0 and s_on["vl_padding"]["text_slot_cut"] is True
+    assert "cut by DMF to each micro-batch's bucket" in on.stdout
+
+
+def test_a_model_whose_result_depends_on_the_slot_is_refused_with_its_reason(tmp_path):
+    gr00t = tmp_path / "gr00t-tiny.pt"
+    subprocess.run([sys.executable, str(REPO / "scripts/model/export.py"), "--config", "gr00t-tiny", "--out", str(gr00t)],
+                   check=True, capture_output=True, timeout=240)
+    r = train(tmp_path / "run", "dmf.enable=true", model=gr00t, steps=1)
+    assert r.returncode == 1
+    assert "dmf.enable=true: the model " + str(gr00t) + " (gr00t-tiny) gives a result that depends on the width of " \
+           "its text slot (a GR00T head attends the pads it is shown, as upstream's does), so DMF cannot cut it; " \
+           "set dmf.enable=false" in r.stderr
+
+
+def test_a_compiled_step_asked_for_by_name_is_refused_naming_both_keys(tmp_path):
+    r = train(tmp_path / "a", "dmf.enable=true", "trainer.compiled_step=on", steps=1)
+    assert r.returncode == 1
+    assert "dmf.enable=true and trainer.compiled_step=on: a compiled package takes one text width and DMF runs " \
+           "several; set trainer.compiled_step=off or dmf.enable=false" in r.stderr
