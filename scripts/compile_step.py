@@ -2,6 +2,7 @@
 loongforge-train's compiled runner (trainer.compiled_step; issue #11 item 6).
 
     python3 scripts/compile_step.py MODEL.pt --batch-size 32 --device cuda --precision bf16 --out STEP.pt2
+        [--action-horizon H] [--text-width W]
 
 Contract
 - The package computes, for one micro-batch, what the plain runner computes
@@ -44,9 +45,13 @@ Contract
   replay (src/fusion/step_runner.cpp, Note [Micro-step draws]). The
   manifest's "dropout" names the model's rates and says where the masks
   come from.
+- --text-width W: the batches' text slot is W tokens wide (text_tokens, text_mask: (B, W)) instead of the
+  model's own max_text_len, as DMF cuts it (src/engines/dmf/dmf.cpp, Note [DMF and the package]). Only for a
+  model whose export says its result does not depend on the slot's width (model/batch.py text_slot_cut).
 - Compiling n16-1b at batch 32 for an H200 took 215 s there (docs/benchmarks.md).
 """
 import argparse
+import dataclasses
 import hashlib
 import json
 import sys
@@ -57,7 +62,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from model import ops  # noqa: E402
-from model.batch import example_batch  # noqa: E402
+from model.batch import batch_spec, example_batch  # noqa: E402
 from model.config import ModelConfig  # noqa: E402
 from model.gr00t_head import head_config_for  # noqa: E402
 from model.export import model_code_hash  # noqa: E402
@@ -179,6 +184,8 @@ def main() -> int:
     ap.add_argument("--action-horizon", type=int, default=None,
                     help="data.action_horizon: actions per sample in the batches the trainer will feed "
                          "(default: the model's own horizon)")
+    ap.add_argument("--text-width", type=int, default=None,
+                    help="tokens of the batches' text slot (default: the model's max_text_len); DMF's width")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="bf16", help="precision.mode (bf16: CUDA only)")
     ap.add_argument("--out", required=True, help="package to write (.pt2)")
@@ -239,7 +246,14 @@ def main() -> int:
 
     if args.action_horizon is not None and args.action_horizon < 1:
         fail(f"--action-horizon must be at least 1, got {args.action_horizon}")
-    batch = {k: v.to(dev) for k, v in example_batch(cfg, args.batch_size, seed=0, with_fm=True,
+    width = cfg.max_text_len if args.text_width is None else args.text_width
+    if not 1 <= width <= cfg.max_text_len:
+        fail(f"--text-width must be in [1, {cfg.max_text_len}] (the model's text slot), got {width}")
+    if width != cfg.max_text_len and not batch_spec(cfg)["text_slot_cut"]:
+        fail(f"--text-width {width}: {args.model} ({cfg.name}) gives a result that depends on the width of its "
+             f"text slot (model/batch.py text_slot_cut), so its package takes the whole slot ({cfg.max_text_len})")
+    batch_cfg = dataclasses.replace(cfg, max_text_len=width)  # the batch's shapes only; the model is cfg's
+    batch = {k: v.to(dev) for k, v in example_batch(batch_cfg, args.batch_size, seed=0, with_fm=True,
                                                        horizon=args.action_horizon).items()}
     keys = list(batch)
     nt, nf = len(trainable), len(frozen)
@@ -298,7 +312,7 @@ def main() -> int:
                           **({"aot_inductor.package_cpp_only": True} if args.cpp_only else {})})
     Path(path).replace(out)
     t3 = time.time()
-    print(f"compiled {cfg.name} micro-step (batch {args.batch_size}, {args.device}, {args.precision}): "
+    print(f"compiled {cfg.name} micro-step (batch {args.batch_size}, text {width}, {args.device}, {args.precision}): "
           f"{len(gm.graph.nodes)} graph nodes; trace {t1 - t0:.0f} s, export {t2 - t1:.0f} s, "
           f"compile {t3 - t2:.0f} s -> {out} ({out.stat().st_size / 1e6:.1f} MB)")
     if args.stacks_every > 0:

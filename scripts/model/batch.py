@@ -26,6 +26,7 @@ from torch import Tensor
 
 from .config import ModelConfig
 from .gr00t_head import head_config_for
+from .prompt import IMAGE_SLOT, TEXT_SLOT, parse_ids
 from .tokenizer import BOS, EOS, TOKENIZER_VOCAB
 
 # key, dtype, symbolic shape, required (None = iff the named config flag is on), note
@@ -84,12 +85,27 @@ def batch_spec(cfg: ModelConfig) -> Dict:
                        "default_shape": [d.get(s, s) if isinstance(s, str) else s for s in shape],
                        "required": required, "note": note})
     used = {s for i in inputs for s in i["shape"] if isinstance(s, str)}
-    # text_slot_cut: the model gives the same loss and gradients when the text slot L is cut to any width at
-    # least the batch's longest text (DMF cuts it to a bucket). True for N16Model: its LM is causal with the
-    # text at the end and its action head masks the pads. A GR00T head attends the pads it is shown (as
-    # upstream's does, which sees the pads of its own batch), so its result depends on L.
     return {"batch_dim": "B", "dims": {k: v for k, v in d.items() if k in used}, "inputs": inputs,
-            "text_slot_cut": not cfg.gr00t_head}
+            "text_slot_cut": text_slot_cut(cfg)}
+
+
+def text_slot_cut(cfg: ModelConfig) -> bool:
+    """Whether the model gives the same loss and gradients when its text slot L is cut to any width at least
+    the batch's longest text (DMF cuts it so; test/model/test_text_slot_cut.py).
+
+    True for N16Model: its LM is causal with the text at the end and its action head masks the pads. A GR00T
+    head's vl_self_attention attends pads: without a chat template every pad of the slot, so the result
+    depends on L. A chat-templated import hides the pads common to the whole batch (upstream pads its batch
+    to the longest prompt: model/prompt.py, gr00t_head.py hide_common_pads), which are the ones a cut removes;
+    with the images before the text slot (N1.7) nothing else moves. N1.6's template puts the images after
+    the text, at positions fixed for the whole slot."""
+    if not cfg.gr00t_head:
+        return True
+    if not cfg.chat_template_ids:
+        return False
+    ids = parse_ids(cfg.chat_template_ids)
+    images = [i for i, x in enumerate(ids) if x == IMAGE_SLOT]
+    return TEXT_SLOT in ids and all(i < ids.index(TEXT_SLOT) for i in images)
 
 
 def example_batch(cfg: ModelConfig, batch_size: int, seed: int = 0, with_fm: bool = True,

@@ -84,13 +84,16 @@ nlohmann::json manifest_of(const std::string& path) {
   return it == meta.end() ? nlohmann::json(nullptr) : nlohmann::json::parse(it->second);
 }
 
-// The actions' dimension `dim` in a package's manifest (0: micro-batch, 1: action horizon); -1 when absent.
-int64_t actions_dim_of(const nlohmann::json& m, size_t dim) {
+// Dimension `dim` of batch tensor `key` in a package's manifest; -1 when absent.
+int64_t batch_dim_of(const nlohmann::json& m, const char* key, size_t dim) {
   if (m.is_object())
     for (const auto& e : m.value("batch", nlohmann::json::array()))
-      if (e.at(0) == "actions" && e.at(2).size() > dim) return e.at(2).at(dim).get<int64_t>();
+      if (e.at(0) == key && e.at(2).size() > dim) return e.at(2).at(dim).get<int64_t>();
   return -1;
 }
+
+// The actions' dimension `dim` in a package's manifest (0: micro-batch, 1: action horizon); -1 when absent.
+int64_t actions_dim_of(const nlohmann::json& m, size_t dim) { return batch_dim_of(m, "actions", dim); }
 
 // Why the package at `path` cannot serve `key` ("" when it can): its manifest is read back (an unreadable or
 // truncated file fails here) and compared field by field.
@@ -115,6 +118,8 @@ std::string entry_problem(const std::string& path, const PackageKey& key) {
     return "its manifest lists other trainable parameters";
   if (micro != key.micro_batch) return "it was compiled for micro-batch " + std::to_string(micro);
   if (horizon != key.action_horizon) return "it was compiled for action horizon " + std::to_string(horizon);
+  if (const int64_t width = batch_dim_of(m, "text_tokens", 1); width != key.text_width)
+    return "it was compiled for a text slot of " + std::to_string(width) + " tokens";
   return "";
 }
 
@@ -147,6 +152,7 @@ int run_compiler(const PackageKey& key, const CompileTools& tools, const std::st
   std::vector<std::string> args = {tools.python,         tools.script,     key.model_path,
                                    "--batch-size",       std::to_string(key.micro_batch),
                                    "--action-horizon",   std::to_string(key.action_horizon),
+                                   "--text-width",       std::to_string(key.text_width),
                                    "--device",           key.device,       "--precision",
                                    key.precision,        "--out",          tmp};
   if (!key.bf16_weights.empty()) {  // the list beside the entry's log, read by the compiler
@@ -158,7 +164,9 @@ int run_compiler(const PackageKey& key, const CompileTools& tools, const std::st
   for (const auto& a : args) command += (command.empty() ? "" : " ") + a;
   out << "$ " << command << "\n" << std::flush;
   LF_LOG(log, info) << "compiled step: compiling " << final_path << " (" << key.model_name << ", micro-batch "
-                    << key.micro_batch << ", action horizon " << key.action_horizon << ", " << key.device << (key.gpu_arch.empty() ? "" : " " + key.gpu_arch)
+                    << key.micro_batch << ", action horizon " << key.action_horizon
+                    << (key.text_width != key.model_text_slot ? ", text slot " + std::to_string(key.text_width) : "")
+                    << ", " << key.device << (key.gpu_arch.empty() ? "" : " " + key.gpu_arch)
                     << ", " << key.precision << "; "
                     << (estimate ? "the last compile of this model here took " + fmt_s(*estimate)
                                  : std::string("no earlier compile of this model here to estimate from"))
@@ -307,6 +315,7 @@ nlohmann::json PackageKey::to_json() const {
                       {"precision", precision},      {"device", device},      {"gpu_arch", gpu_arch},
                       {"torch", torch_version},      {"compile_script", script_hash}};
   if (!bf16_weights.empty()) j["bf16_weights"] = bf16_weights;  // absent: the keys of packages before the field
+  if (text_width != model_text_slot) j["text_width"] = text_width;  // absent: the model's own slot, as before
   return j;
 }
 
@@ -317,8 +326,9 @@ std::string PackageKey::file_name() const {
          "-" + precision + "-" + digest().substr(0, 16) + ".pt2";
 }
 
-PackageKey package_key(const model::Model& net, int64_t micro_batch, int64_t action_horizon, bool bf16,
-                       c10::Device device, const CompileTools& tools, const std::vector<std::string>& bf16_weights) {
+PackageKey package_key(const model::Model& net, int64_t micro_batch, int64_t action_horizon, int64_t text_width,
+                       bool bf16, c10::Device device, const CompileTools& tools,
+                       const std::vector<std::string>& bf16_weights) {
   PackageKey k;
   const model::ModelInfo& info = net.info();
   k.model_name = info.name, k.model_path = info.path;
@@ -327,6 +337,8 @@ PackageKey package_key(const model::Model& net, int64_t micro_batch, int64_t act
     if (p.trainable) k.trainable.push_back(p.name);
   k.micro_batch = micro_batch;
   k.action_horizon = action_horizon;
+  k.text_width = text_width;
+  k.model_text_slot = info.text_slot;
   k.precision = bf16 ? "bf16" : "fp32";
   k.device = device.is_cuda() ? "cuda" : "cpu";
 #if LOONGFORGE_WITH_CUDA_KERNELS
@@ -428,6 +440,14 @@ int64_t package_micro_batch(const std::string& path) {
 int64_t package_action_horizon(const std::string& path) {
   try {
     return actions_dim_of(manifest_of(path), 1);
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+int64_t package_text_width(const std::string& path) {
+  try {
+    return batch_dim_of(manifest_of(path), "text_tokens", 1);
   } catch (const std::exception&) {
     return -1;
   }

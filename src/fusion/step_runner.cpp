@@ -157,17 +157,20 @@ CompiledStepSetting compiled_step_setting(const config::Config& cfg, c10::Device
 
 PreparedPackage prepare_compiled_step(const config::Config& cfg, const model::Model& net, c10::Device device,
                                       bool bf16_autocast, const CompileProgress& progress,
-                                      const std::vector<std::string>& bf16_weights) {
+                                      const std::vector<std::string>& bf16_weights, int64_t text_width) {
   const CompileTools tools = find_compile_tools();
   return prepare_package(cache_dir(cfg),
-                         package_key(net, cfg.trainer.micro_batch_size, cfg.data.action_horizon, bf16_autocast, device,
-                                     tools, bf16_weights),
+                         package_key(net, cfg.trainer.micro_batch_size, cfg.data.action_horizon,
+                                     text_width > 0 ? text_width : cfg.data.max_text_len, bf16_autocast, device, tools,
+                                     bf16_weights),
                          tools, progress);
 }
 
 StepMode step_mode(const config::Config& cfg, const model::Model& net, c10::Device device, bool bf16_autocast,
-                   const CompileProgress& progress, const std::vector<std::string>& bf16_weights) {
+                   const CompileProgress& progress, const std::vector<std::string>& bf16_weights,
+                   int64_t text_width) {
   StepMode m;
+  m.text_width = text_width > 0 ? text_width : cfg.data.max_text_len;
   m.graphs = cfg.trainer.cuda_graphs == "on" || (cfg.trainer.cuda_graphs == "auto" && device.is_cuda());
   m.graphs_required = cfg.trainer.cuda_graphs == "on";
   switch (compiled_step_setting(cfg, device)) {
@@ -176,13 +179,15 @@ StepMode step_mode(const config::Config& cfg, const model::Model& net, c10::Devi
     case CompiledStepSetting::path: {
       m.compiled = true, m.package = cfg.trainer.compiled_step;
       // -1: unreadable (the runner says why)
-      const int64_t micro = package_micro_batch(m.package), horizon = package_action_horizon(m.package);
+      const int64_t micro = package_micro_batch(m.package), horizon = package_action_horizon(m.package),
+                    width = package_text_width(m.package);
       const std::string fix =
           ": set trainer.compiled_step=auto (=on on the CPU), which compiles one for this run into "
           "trainer.compile_cache, or "
           "python3 scripts/compile_step.py " + net.info().path + " --batch-size " +
           std::to_string(cfg.trainer.micro_batch_size) + " --action-horizon " +
-          std::to_string(cfg.data.action_horizon) + " --device " + (device.is_cuda() ? "cuda" : "cpu") +
+          std::to_string(cfg.data.action_horizon) + " --text-width " + std::to_string(m.text_width) + " --device " +
+          (device.is_cuda() ? "cuda" : "cpu") +
           " --precision " + (bf16_autocast ? "bf16" : "fp32") + " --out PACKAGE.pt2 and name that";
       if (micro >= 0 && micro != cfg.trainer.micro_batch_size)
         throw ConfigError("trainer.compiled_step: " + m.package + " was compiled for micro-batch " +
@@ -192,12 +197,17 @@ StepMode step_mode(const config::Config& cfg, const model::Model& net, c10::Devi
         throw ConfigError("trainer.compiled_step: " + m.package + " was compiled for " + std::to_string(horizon) +
                           " actions per sample, this run's data.action_horizon is " +
                           std::to_string(cfg.data.action_horizon) + fix);
+      if (width >= 0 && width != m.text_width)
+        throw ConfigError("trainer.compiled_step: " + m.package + " was compiled for a text slot of " +
+                          std::to_string(width) + " tokens, this run's batches have " + std::to_string(m.text_width) +
+                          (m.text_width != cfg.data.max_text_len ? " (DMF's width)" : " (data.max_text_len)") + fix);
       m.package_status = {{"path", m.package}, {"source", "given"}, {"compile_s", 0.0}};
       break;
     }
     case CompiledStepSetting::cache:
       try {
-        const PreparedPackage p = prepare_compiled_step(cfg, net, device, bf16_autocast, progress, bf16_weights);
+        const PreparedPackage p =
+            prepare_compiled_step(cfg, net, device, bf16_autocast, progress, bf16_weights, m.text_width);
         m.compiled = true, m.package = p.path, m.package_from_cache = true, m.package_status = p.to_json();
         m.bf16_weights = bf16_weights;
       } catch (const ConfigError& e) {  // Note [Compiled step setting]: the TorchScript step, loudly
@@ -262,7 +272,8 @@ std::unique_ptr<StepRunner> make_step_runner(const config::Config& cfg, model::M
       LF_LOG(logger("fusion"), warn) << "compiled step: the cached package " << mode.package
                                      << " does not load (" << e.what() << "); compiling it again";
       discard_package(mode.package);
-      const PreparedPackage p = prepare_compiled_step(cfg, net, device, bf16_autocast, nullptr, mode.bf16_weights);
+      const PreparedPackage p =
+          prepare_compiled_step(cfg, net, device, bf16_autocast, nullptr, mode.bf16_weights, mode.text_width);
       package = p.to_json();
       runner = make_compiled_runner(net, p.path, bf16_autocast, graphs, device);
     }

@@ -6,6 +6,9 @@
 
 #include "loongforge/common/error.hpp"
 #include "loongforge/common/log.hpp"
+#include "loongforge/data/batch.hpp"    // data::text_length_histogram
+#include "loongforge/data/dataset.hpp"  // data::Dataset
+#include "loongforge/engines/dmf/dmf.hpp"
 #include "loongforge/fusion/package_cache.hpp"
 #include "loongforge/fusion/step_runner.hpp"
 #include "loongforge/model/model.hpp"
@@ -15,10 +18,6 @@
 namespace loongforge::trainer {
 
 int compile_only(const config::Config& cfg, const comm::WorldInfo& world) {
-  if (cfg.dmf.enable)  // dmf::resolve turns the compiled step off for such a run
-    throw ConfigError("--compile-only with dmf.enable=true: a run with DMF trains the TorchScript step (a compiled "
-                      "package takes one text width and DMF runs several), so no package would be used; set "
-                      "dmf.enable=false to prepare the package of a run without DMF");
   fusion::share_cuda_jit_cache(cfg);  // as a training run does (the compile's subprocess inherits it)
   // The device and precision as the trainer resolves them (Trainer::Impl::resolve_device).
   const bool cuda = torch::cuda::is_available();
@@ -30,10 +29,18 @@ int compile_only(const config::Config& cfg, const comm::WorldInfo& world) {
                                     : c10::Device(c10::kCPU);
   const bool bf16 = on_gpu && (cfg.precision.mode == "bf16" || cfg.precision.mode == "auto");
   model::Model net = model::Model::load(cfg.model.path, device);
+  // With DMF the package takes its one text width, the dataset's longest text (Note [DMF and the package]).
+  dmf::resolve(cfg, net.info());
+  const int64_t text_width =
+      cfg.dmf.enable ? dmf::single_width(dmf::plan(
+                           cfg, data::text_length_histogram(data::Dataset::open(cfg.data.path), cfg.data.max_text_len),
+                           /*compiled_step=*/true))
+                     : 0;
   // the package a training run of this config would take: with the bf16 working copies it keeps
   const std::vector<std::string> copies =
       optim::compiled_working_copies(cfg, net, device, bf16, world.world_size > 1);
-  const fusion::PreparedPackage p = fusion::prepare_compiled_step(cfg, net, device, bf16, nullptr, copies);
+  const fusion::PreparedPackage p =
+      fusion::prepare_compiled_step(cfg, net, device, bf16, nullptr, copies, text_width);
   if (p.compiled)
     std::printf("compiled %s in %.0f s (log: %s)\n", p.path.c_str(), p.compile_s, p.log.c_str());
   else

@@ -520,9 +520,7 @@ void Trainer::Impl::open() {
   };
   persistent("model");
   open_model();
-  // DMF's requirements of the model, before the data opens; it may turn trainer.compiled_step=auto off.
-  if (const std::string note = dmf::resolve(cfg_, net_->info()); !note.empty() && leader_)
-    LF_LOG(logger("trainer"), info) << note;
+  dmf::resolve(cfg_, net_->info());  // DMF's requirements of the model, before the data opens
   startup_phase("model");
 
   // The seams, each through its engine's factory (the plain implementation when the engine is off).
@@ -537,6 +535,10 @@ void Trainer::Impl::open() {
       fusion::compiled_step_setting(cfg_, device_) == fusion::CompiledStepSetting::cache
           ? optim::compiled_working_copies(cfg_, *net_, device_, bf16_cuda, world_ != nullptr)
           : std::vector<std::string>{};
+  // DMF's text widths: one where the compiled step may run (its package takes one; Note [DMF and the package]).
+  const dmf::Plan dmf_plan = dmf::plan(
+      cfg_, cfg_.dmf.enable ? data::text_length_histogram(*dataset_, cfg_.data.max_text_len) : std::vector<double>{},
+      fusion::compiled_step_setting(cfg_, device_) != fusion::CompiledStepSetting::off);
   const fusion::StepMode& mode = mode_ = fusion::step_mode(
       cfg_, *net_, device_, bf16_cuda,
       [this](const nlohmann::json& compile) {
@@ -546,11 +548,9 @@ void Trainer::Impl::open() {
                                   {"world", world_info_.world_size},
                                   {"compile", compile}});
       },
-      copies);
-  runner_ = dmf::make_step_runner(  // compute
-      cfg_, *net_, mode, bf16_ && device_.is_cuda(), device_,
-      cfg_.dmf.enable ? data::text_length_histogram(*dataset_, cfg_.data.max_text_len) : std::vector<double>{},
-      find_engine(engines_, "dmf"));
+      copies, dmf::single_width(dmf_plan));
+  runner_ = dmf::make_step_runner(cfg_, *net_, mode, bf16_ && device_.is_cuda(), device_, dmf_plan,  // compute
+                                  find_engine(engines_, "dmf"));
   if (const nlohmann::json st = runner_->status(); st.is_object() && st.contains("package"))
     compiled_step_ = st["package"];
   startup_phase("step runner");

@@ -10,7 +10,8 @@ compiles once (the module fixture `first`) and every assertion reuses it:
   and the compile time, in its run line, `status` and summary.json;
 - a second run hits the cache (no compile);
 - `--compile-only` on a prepared cache says the package is there and exits 0 (idempotent);
-- a package named by path for another micro-batch is refused at start with the settings that fix it;
+- a package named by path for another micro-batch, action horizon or text slot (DMF's width) is refused at
+  start with the settings that fix it;
 - a model exported by other model code than this checkout's (a changed model-code hash) is another entry,
   whose compile scripts/compile_step.py refuses: `--compile-only` exits 1 with the log's tail and path; a run
   trains on the TorchScript step after a warning that names the log and the fix.
@@ -182,6 +183,16 @@ def test_a_named_package_for_another_action_horizon_is_refused_with_the_fix(firs
     assert r.returncode == 1
     assert "was compiled for 16 actions per sample, this run's data.action_horizon is 8" in r.stderr, r.stderr
     assert "--action-horizon 8" in r.stderr and "trainer.compiled_step=auto" in r.stderr, r.stderr
+
+
+def test_a_named_package_for_the_whole_text_slot_is_refused_when_dmf_cuts_it(first, tmp_path):
+    """With DMF the batches' text slot is its one width (the bundled texts' 14 tokens), not the model's 32."""
+    [entry] = entries(first["cache"])
+    r = run(first["cache"], tmp_path, f"trainer.compiled_step={first['cache'] / entry}", "dmf.enable=true",
+            check=False)
+    assert r.returncode == 1
+    assert "was compiled for a text slot of 32 tokens, this run's batches have 14 (DMF's width)" in r.stderr, r.stderr
+    assert "--text-width 14" in r.stderr and "trainer.compiled_step=auto" in r.stderr, r.stderr
 
 
 def other_code_model(tmp_path):

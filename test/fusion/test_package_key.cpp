@@ -1,6 +1,6 @@
 // The package cache's key (include/loongforge/fusion/package_cache.hpp): a
-// package compiled with bf16 working copies is another entry than one of fp32
-// weights, and the key of fp32 weights is what it was before the field; the
+// package compiled with bf16 working copies, or for a text slot DMF cut, is
+// another entry, and a key without them is what it was before the fields; the
 // CUDA driver's JIT cache is placed beside the packages unless the user chose.
 #include <unistd.h>  // getpid
 
@@ -19,9 +19,9 @@ TEST_CASE("package cache: working copies are part of the key, and a key without 
   const model::Model net = model::Model::load(std::string(LOONGFORGE_TEST_MODELS) + "/n16-tiny.pt", c10::kCPU);
   fusion::CompileTools tools;
   tools.script = std::string(LOONGFORGE_SOURCE_DIR) + "/scripts/compile_step.py";
-  const fusion::PackageKey fp32 = fusion::package_key(net, 2, 16, false, c10::kCPU, tools);
+  const fusion::PackageKey fp32 = fusion::package_key(net, 2, 16, 32, false, c10::kCPU, tools);
   const fusion::PackageKey copies =
-      fusion::package_key(net, 2, 16, false, c10::kCPU, tools, {"connector.fc1.weight"});
+      fusion::package_key(net, 2, 16, 32, false, c10::kCPU, tools, {"connector.fc1.weight"});
   REQUIRE_FALSE(fp32.to_json().contains("bf16_weights"));  // the digests of existing entries stay theirs
   REQUIRE(copies.to_json().at("bf16_weights") == std::vector<std::string>{"connector.fc1.weight"});
   REQUIRE(fp32.digest() != copies.digest());
@@ -29,6 +29,21 @@ TEST_CASE("package cache: working copies are part of the key, and a key without 
   nlohmann::json without = copies.to_json();
   without.erase("bf16_weights");
   REQUIRE(without == fp32.to_json());  // nothing else differs
+}
+
+TEST_CASE("package cache: a text slot cut by DMF is part of the key, and the model's own slot reads as before") {
+  const model::Model net = model::Model::load(std::string(LOONGFORGE_TEST_MODELS) + "/n16-tiny.pt", c10::kCPU);
+  fusion::CompileTools tools;
+  tools.script = std::string(LOONGFORGE_SOURCE_DIR) + "/scripts/compile_step.py";
+  REQUIRE(net.info().text_slot == 32);
+  const fusion::PackageKey whole = fusion::package_key(net, 2, 16, 32, false, c10::kCPU, tools);
+  const fusion::PackageKey cut = fusion::package_key(net, 2, 16, 14, false, c10::kCPU, tools);
+  REQUIRE_FALSE(whole.to_json().contains("text_width"));  // the digests of existing entries stay theirs
+  REQUIRE(cut.to_json().at("text_width") == 14);
+  REQUIRE(cut.digest() != whole.digest());
+  nlohmann::json without = cut.to_json();
+  without.erase("text_width");
+  REQUIRE(without == whole.to_json());  // nothing else differs
 }
 
 TEST_CASE("package cache: the driver's JIT cache goes beside the packages unless the user chose its place") {

@@ -1,9 +1,11 @@
 # DMF cuts a micro-batch's text slot to a width that still holds its longest
 # text (src/engines/dmf). This proves which models allow it: for the n16 family
-# (batch_spec text_slot_cut) the loss and every gradient with the slot cut equal
-# those with the whole slot (fp32, CPU); a GR00T head's loss moves when its slot
-# is cut, so those models say they do not allow it; and the FLOPs the trainer
-# counts for a cut slot are the analytic FLOPs of that width.
+# and a chat-templated GR00T N1.7 import (batch_spec text_slot_cut) the loss and
+# every gradient with the slot cut equal those with the whole slot (fp32, CPU);
+# the loss of a GR00T head without a template, and of an N1.6 template (its
+# images after the text), moves when the slot is cut, so those models say they
+# do not allow it; and the FLOPs the trainer counts for a cut slot are the
+# analytic FLOPs of that width.
 import dataclasses
 
 import pytest
@@ -36,8 +38,13 @@ def build(cfg):
     return m
 
 
-@pytest.mark.parametrize("name, overrides", [("n16-tiny", {}), ("n16-tiny", {"num_views": 2, "use_imu": True})])
-def test_an_n16_model_gives_the_same_loss_and_gradients_with_its_text_slot_cut(name, overrides):
+N17_TEMPLATE = {"chat_template_ids": "1,-1,4,-2,2"}  # an N1.7 import's prompt: head, image, text, tail
+N16_TEMPLATE = {"chat_template_ids": "1,-2,5,-1,2"}  # an N1.6 import's: the text before the image
+
+
+@pytest.mark.parametrize("name, overrides", [("n16-tiny", {}), ("n16-tiny", {"num_views": 2, "use_imu": True}),
+                                             ("gr00t-n1.7-tiny", N17_TEMPLATE)])
+def test_a_model_that_allows_the_cut_gives_the_same_loss_and_gradients_with_its_text_slot_cut(name, overrides):
     cfg = model.get_config(name, **overrides)
     assert batch_spec(cfg)["text_slot_cut"] is True
     m = build(cfg)
@@ -56,7 +63,7 @@ def test_an_n16_model_gives_the_same_loss_and_gradients_with_its_text_slot_cut(n
 
 
 @pytest.mark.parametrize("name", ["gr00t-tiny", "gr00t-n1.6-tiny", "gr00t-n1.7-tiny"])
-def test_a_gr00t_model_says_its_result_depends_on_the_slot_and_it_does(name):
+def test_a_gr00t_model_without_a_template_says_its_result_depends_on_the_slot_and_it_does(name):
     cfg = model.get_config(name)
     assert batch_spec(cfg)["text_slot_cut"] is False
     m = build(cfg)
@@ -64,7 +71,15 @@ def test_a_gr00t_model_says_its_result_depends_on_the_slot_and_it_does(name):
     longest = int(batch["text_mask"].sum(1).max())
     loss0, _ = loss_and_grads(m, batch)
     loss1, _ = loss_and_grads(m, cut(batch, longest))
-    assert abs(loss1.item() - loss0.item()) > 1e-6 * abs(loss0.item())  # the head attends the pads it is shown
+    assert abs(loss1.item() - loss0.item()) > 1e-6 * abs(loss0.item())  # the head attends every pad of the slot
+
+
+def test_an_n16_template_with_its_images_after_the_text_says_it_does_not_allow_the_cut():
+    cfg = model.get_config("gr00t-n1.6-tiny", **N16_TEMPLATE)
+    assert batch_spec(cfg)["text_slot_cut"] is False
+    batch = example_batch(cfg, 2, seed=1)
+    with pytest.raises(IndexError, match="out of bounds"):  # its images' positions are the whole slot's
+        build(cfg)(cut(batch, int(batch["text_mask"].sum(1).max())))
 
 
 @pytest.mark.parametrize("name", ["n16-tiny", "n16-1b", "gr00t-n1.7-3b"])

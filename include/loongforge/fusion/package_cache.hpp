@@ -8,8 +8,8 @@
 //    loads a package (src/fusion/compiled_runner.cpp): the model file's
 //    architecture hash (config.json + params.json: architecture, names,
 //    shapes, freezing), its model-code hash, the trainable parameter names,
-//    the micro-batch size (the rest of the batch's shape follows from the
-//    model config), the precision, the device kind and the GPU architecture
+//    the micro-batch size, the action horizon and the text slot's width (the
+//    rest of the batch's shape follows from the model config), the precision, the device kind and the GPU architecture
 //    (sm_XX), the torch version; and the SHA-256 of the compile script, so a
 //    changed compiler makes new entries. The entry's file is
 //    <model>-b<B>-<device>-<precision>-<digest, 16 hex>.pt2 in the cache
@@ -36,7 +36,8 @@
 //
 // Example:
 //   const CompileTools tools = find_compile_tools();
-//   const PackageKey key = package_key(net, cfg.trainer.micro_batch_size, cfg.data.action_horizon, bf16, device, tools);
+//   const PackageKey key = package_key(net, cfg.trainer.micro_batch_size, cfg.data.action_horizon,
+//                                      cfg.data.max_text_len, bf16, device, tools);
 //   const PreparedPackage p = prepare_package(cache_dir(cfg), key, tools, progress);  // p.path: load it
 #pragma once
 
@@ -88,6 +89,8 @@ struct PackageKey {
   std::vector<std::string> trainable;
   int64_t micro_batch = 0;
   int64_t action_horizon = 0;  // data.action_horizon: the actions' second dimension
+  int64_t text_width = 0;      // the text slot's width in the batches (data.max_text_len, or DMF's width)
+  int64_t model_text_slot = 0; // the model file's own slot (flops.json L): a width equal to it is not in to_json()
   std::string precision;  // fp32 | bf16
   std::string device;     // cpu | cuda
   std::string gpu_arch;   // sm_90, ...; "" on the CPU
@@ -98,8 +101,8 @@ struct PackageKey {
   std::string digest() const;      // SHA-256 (hex) of to_json()
   std::string file_name() const;   // <model>-b<B>-<device>-<precision>-<digest 16>.pt2
 };
-PackageKey package_key(const model::Model& net, int64_t micro_batch, int64_t action_horizon, bool bf16,
-                       c10::Device device, const CompileTools& tools,
+PackageKey package_key(const model::Model& net, int64_t micro_batch, int64_t action_horizon, int64_t text_width,
+                       bool bf16, c10::Device device, const CompileTools& tools,
                        const std::vector<std::string>& bf16_weights = {});
 
 struct PreparedPackage {
@@ -128,6 +131,9 @@ PreparedPackage prepare_package(const std::string& dir, const PackageKey& key, c
 int64_t package_micro_batch(const std::string& path);
 // The action horizon a package was compiled for (its manifest's actions' second dimension); -1 when unreadable.
 int64_t package_action_horizon(const std::string& path);
+// The text slot's width a package was compiled for (its manifest's text_tokens' second dimension); -1 when
+// unreadable.
+int64_t package_text_width(const std::string& path);
 
 // Removes an entry the compiled runner could not load (its file only; the next prepare compiles it).
 void discard_package(const std::string& path);

@@ -158,9 +158,10 @@ CompiledStepSetting compiled_step_setting(const config::Config& cfg, c10::Device
 
 // The cache's package for this config's model, micro-batch, precision and device: a hit, or compiled now
 // (loongforge-train --compile-only; step_mode under auto). Throws ConfigError (CompileFailed) when it cannot.
+// text_width: the text slot's width in the batches (0: data.max_text_len; DMF's single width otherwise).
 PreparedPackage prepare_compiled_step(const config::Config& cfg, const model::Model& net, c10::Device device,
                                       bool bf16_autocast, const CompileProgress& progress,
-                                      const std::vector<std::string>& bf16_weights = {});
+                                      const std::vector<std::string>& bf16_weights = {}, int64_t text_width = 0);
 
 // How the step runs forward and backward, from trainer.compiled_step and
 // trainer.cuda_graphs.
@@ -173,14 +174,18 @@ struct StepMode {
   nlohmann::json package_status;  // {path, source: given | cache hit | compiled | compile failed, compile_s, ...};
                                   // null when trainer.compiled_step is off
   std::vector<std::string> bf16_weights;  // auto: the working copies the cache's package takes (step_mode's argument)
+  int64_t text_width = 0;                 // the text slot's width the package takes (step_mode's argument, resolved)
 };
 // Resolves trainer.compiled_step: under auto prepares the cache's package (a compile reports through
 // `progress`; a failed one falls back to the TorchScript step with a warning). A named package whose micro-batch
 // is not trainer.micro_batch_size throws ConfigError naming the fix.
 // bf16_weights: under auto, the weights the package should take as bf16 working copies
-// (optim::compiled_working_copies; part of the cache's key).
+// (optim::compiled_working_copies; part of the cache's key). text_width: the text slot's width the step's
+// batches will have (0: data.max_text_len; DMF cuts it to one width when the compiled step may run); a named
+// package of another width throws ConfigError too.
 StepMode step_mode(const config::Config& cfg, const model::Model& net, c10::Device device, bool bf16_autocast,
-                   const CompileProgress& progress = nullptr, const std::vector<std::string>& bf16_weights = {});
+                   const CompileProgress& progress = nullptr, const std::vector<std::string>& bf16_weights = {},
+                   int64_t text_width = 0);
 
 // `inner` with `package` as its status()'s "package"; everything else is inner's (make_step_runner wraps the
 // compiled runner so when trainer.compiled_step is not off).

@@ -6,6 +6,7 @@
 #include <deque>      // std::deque
 #include <mutex>      // std::mutex, std::lock_guard
 #include <set>        // std::set
+#include <stdexcept>  // std::logic_error
 #include <utility>    // std::move
 
 #include <ATen/ATen.h>  // at::Tensor
@@ -15,6 +16,17 @@
 #include "loongforge/engines/dmf/text_buckets.hpp"
 
 namespace loongforge::dmf {
+
+// Note [DMF and the package]: a compiled step's package is traced for one
+// batch shape, and the compiled runner refuses any other (never an eager run
+// around it). Several text widths would need a package each, a compile each
+// (minutes on a GPU) and gradients handed from one package's graph to
+// another's within a step. So where the compiled step may run
+// (trainer.compiled_step not off) DMF takes one width, the dataset's longest
+// text (choose_text_buckets with one bucket), and the package is compiled for
+// it (the cache's key holds the width; scripts/compile_step.py --text-width).
+// Without the compiled step the TorchScript step takes any width, and CUDA
+// graphs capture one graph per width.
 
 namespace {
 
@@ -95,18 +107,20 @@ std::string debug_dmf_args(const nlohmann::json& args) {
 
 }  // namespace
 
-std::string resolve(config::Config& cfg, const model::ModelInfo& info) {
+void resolve(const config::Config& cfg, const model::ModelInfo& info) {
   if (!cfg.dmf.enable) {
     for (const auto& key : config::non_default_keys(cfg, "dmf"))
       LF_LOG(logger("trainer"), warn) << key << " has no effect: dmf.enable is false (every micro-batch keeps the "
                                       << "whole text slot); set dmf.enable=true or remove the key";
-    return "";
+    return;
   }
   const std::string model = "the model " + info.path + " (" + info.name + ")";
   if (!info.text_slot_cut)
     throw ConfigError("dmf.enable=true: " + model + " gives a result that depends on the width of its text slot " +
                       (info.batch_spec.contains("text_slot_cut")
-                           ? std::string("(a GR00T head attends the pads it is shown, as upstream's does)")
+                           ? std::string("(its GR00T head attends the pads of the slot; a chat-templated GR00T N1.7 "
+                                         "import's head sees only the pads of its batch, as upstream's does, and "
+                                         "has no such dependence)")
                            : std::string("or was exported before scripts/model/export.py recorded whether it does "
                                          "(re-export it)")) +
                       ", so DMF cannot cut it; set dmf.enable=false");
@@ -117,34 +131,43 @@ std::string resolve(config::Config& cfg, const model::ModelInfo& info) {
     throw ConfigError("dmf.enable=true: data.max_text_len is " + std::to_string(cfg.data.max_text_len) + ", more than " +
                       "the text slot of " + std::to_string(info.text_slot) + " tokens " + model +
                       " was exported with: set data.max_text_len to at most " + std::to_string(info.text_slot));
-  if (cfg.trainer.compiled_step == "on")
-    throw ConfigError("dmf.enable=true and trainer.compiled_step=on: a compiled package takes one text width and "
-                      "DMF runs several; set trainer.compiled_step=off or dmf.enable=false");
-  if (cfg.trainer.compiled_step == "auto") {
-    cfg.trainer.compiled_step = "off";
-    cfg.origin["trainer.compiled_step"] = "dmf.enable=true (a compiled package takes one text width)";
-    return "DMF: trainer.compiled_step=auto runs the TorchScript step (a compiled package takes one text width)";
-  }
-  return "";
 }
+
+Plan plan(const config::Config& cfg, const std::vector<double>& text_hist, bool compiled_step) {
+  Plan p;
+  if (!cfg.dmf.enable) return p;
+  const int64_t micro = cfg.trainer.micro_batch_size;
+  const TextBuckets b = choose_text_buckets(text_hist, micro, compiled_step ? 1 : cfg.dmf.text_buckets);
+  p.widths = b.widths;
+  p.expected_slot_tokens = b.expected_slot_tokens;
+  p.expected_real_tokens = b.expected_real_tokens;
+  p.whole_slot_tokens = expected_slot_tokens(text_hist, micro, {cfg.data.max_text_len});
+  p.one_width_for_package = compiled_step;
+  return p;
+}
+
+int64_t single_width(const Plan& p) { return p.widths.size() == 1 ? p.widths[0] : 0; }
 
 std::unique_ptr<fusion::StepRunner> make_step_runner(const config::Config& cfg, model::Model& net,
                                                      const fusion::StepMode& mode, bool bf16_autocast,
-                                                     c10::Device device, const std::vector<double>& text_hist,
-                                                     Engine& record) {
+                                                     c10::Device device, const Plan& plan, Engine& record) {
   std::unique_ptr<fusion::StepRunner> inner = fusion::make_step_runner(cfg, net, mode, bf16_autocast, device);
   if (!cfg.dmf.enable) return inner;
-  if (mode.compiled)  // resolve() turned auto off and refused on
-    throw std::logic_error("dmf: the compiled runner was chosen with dmf.enable=true; call dmf::resolve first");
-  const int64_t micro = cfg.trainer.micro_batch_size, slot = cfg.data.max_text_len;
-  const TextBuckets b = choose_text_buckets(text_hist, micro, cfg.dmf.text_buckets);
-  const double whole = expected_slot_tokens(text_hist, micro, {slot});
+  if (mode.compiled && (plan.widths.size() != 1 || mode.text_width != plan.widths[0]))
+    throw std::logic_error("dmf: the compiled step's package takes a text slot of " + std::to_string(mode.text_width) +
+                           " tokens, not DMF's one width: pass dmf::single_width(plan) to step_mode");
+  const int64_t slot = cfg.data.max_text_len;
   std::string widths;
-  for (const int64_t w : b.widths) widths += (widths.empty() ? "" : ", ") + std::to_string(w);
+  for (const int64_t w : plan.widths) widths += (widths.empty() ? "" : ", ") + std::to_string(w);
   LF_LOG(logger("trainer"), info) << "DMF: the text slot of " << slot << " tokens is cut to " << widths
-                                  << " by each micro-batch's longest text; expected text-slot tokens per micro-batch "
-                                  << b.expected_slot_tokens << " instead of " << whole << " (" << b.expected_real_tokens
+                                  << (plan.one_width_for_package
+                                          ? " (one width: the compiled step's package takes one)"
+                                          : " by each micro-batch's longest text")
+                                  << "; expected text-slot tokens per micro-batch " << plan.expected_slot_tokens
+                                  << " instead of " << plan.whole_slot_tokens << " (" << plan.expected_real_tokens
                                   << " real)";
+  const TextBuckets b{plan.widths, plan.expected_slot_tokens, plan.expected_real_tokens};
+  const double whole = plan.whole_slot_tokens;
   auto trace = std::make_shared<Trace>(b.widths, slot);
   for (auto& v : record.verbs)
     if (v.name == "debug-dmf") {

@@ -2,8 +2,10 @@
 texts all have 14 tokens in a 32-token slot): training with dmf.enable=true
 gives the per-step losses of training without it (fp32: within 1e-5 relative),
 its padding is gone from metrics.jsonl and the summary, and the run says what it
-cut. A model whose result depends on the slot (a GR00T head) and a compiled
-step asked for by name are each refused, naming the fix (a dmf key with DMF off:
+cut. With the compiled step there is one width, the dataset's longest text, and
+the package (prepared by --compile-only) is compiled for it: the same losses
+again. A model whose result depends on the slot (a GR00T head without a chat
+template) is refused, naming the fix (a dmf key with DMF off:
 test/engines/test_engine_keys.py).
 
 Environment as in test/e2e/test_train_run.py (set by ctest).
@@ -20,14 +22,14 @@ DATA = os.environ.get("LOONGFORGE_TEST_DATASET", str(REPO / "build/test-data/rob
 MODEL = Path(os.environ.get("LOONGFORGE_TEST_MODELS", str(REPO / "build/test-models"))) / "n16-tiny.pt"
 
 
-def train(out, *sets, model=MODEL, steps=4):
+def train(out, *sets, model=MODEL, steps=4, extra=()):
     cmd = [TRAIN, "--config", str(REPO / "configs/n16-tiny.yaml"), "--set", f"model.path={model}",
            "--set", f"data.path={DATA}", "--set", f"run.output_dir={out}", "--set", f"trainer.max_steps={steps}",
            "--set", "checkpoint.interval_steps=1000", "--set", "logging.progress=off", "--set", "run.threads=1",
            "--set", "logging.interval_steps=1"]
     for s in sets:
         cmd += ["--set", s]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    return subprocess.run(cmd + list(extra), capture_output=True, text=True, timeout=280)
 
 
 def metrics(out):
@@ -61,12 +63,26 @@ def test_a_model_whose_result_depends_on_the_slot_is_refused_with_its_reason(tmp
     r = train(tmp_path / "run", "dmf.enable=true", model=gr00t, steps=1)
     assert r.returncode == 1
     assert "dmf.enable=true: the model " + str(gr00t) + " (gr00t-tiny) gives a result that depends on the width of " \
-           "its text slot (a GR00T head attends the pads it is shown, as upstream's does), so DMF cannot cut it; " \
-           "set dmf.enable=false" in r.stderr
+           "its text slot (its GR00T head attends the pads of the slot; a chat-templated GR00T N1.7 import's head " \
+           "sees only the pads of its batch, as upstream's does, and has no such dependence), so DMF cannot cut " \
+           "it; set dmf.enable=false" in r.stderr
 
 
-def test_a_compiled_step_asked_for_by_name_is_refused_naming_both_keys(tmp_path):
-    r = train(tmp_path / "a", "dmf.enable=true", "trainer.compiled_step=on", steps=1)
-    assert r.returncode == 1
-    assert "dmf.enable=true and trainer.compiled_step=on: a compiled package takes one text width and DMF runs " \
-           "several; set trainer.compiled_step=off or dmf.enable=false" in r.stderr
+def test_with_the_compiled_step_dmf_takes_one_width_and_the_package_is_compiled_for_it(tmp_path):
+    cache = tmp_path / "cache"
+    sets = ("dmf.enable=true", "trainer.compiled_step=on", f"trainer.compile_cache={cache}")
+    prep = train(tmp_path / "prep", *sets, extra=["--compile-only"])
+    assert prep.returncode == 0, prep.stderr[-3000:]
+    packages = list(cache.glob("*.pt2"))
+    assert len(packages) == 1 and "text slot 14" in prep.stderr
+    assert "--text-width 14 " in packages[0].with_suffix(".log").read_text()
+    on = train(tmp_path / "on", *sets)
+    assert on.returncode == 0, on.stderr[-3000:]
+    assert "DMF: the text slot of 32 tokens is cut to 14 (one width: the compiled step's package takes one)" in on.stderr
+    s = json.loads((tmp_path / "on" / "n16-tiny-demo" / "summary.json").read_text())
+    assert s["compiled_step"]["source"] == "cache hit" and s["compiled_step"]["path"] == str(packages[0])
+    assert s["vl_padding"]["share"] == 0
+    off = train(tmp_path / "off", "dmf.enable=false", "trainer.compiled_step=off")  # TorchScript, whole slot
+    assert off.returncode == 0, off.stderr[-3000:]
+    for a, b in zip(metrics(tmp_path / "off"), metrics(tmp_path / "on"), strict=True):
+        assert abs(a["loss"] - b["loss"]) <= 1e-5 * abs(a["loss"]), (a["step"], a["loss"], b["loss"])

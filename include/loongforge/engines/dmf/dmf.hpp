@@ -6,30 +6,35 @@
 // smallest of a few widths that holds the micro-batch's longest task text.
 // The widths (dmf.text_buckets at most) are chosen once at start from the
 // dataset's task-text lengths (text_buckets.hpp: the least expected padding
-// for the micro-batch size). Only for models whose result does not depend on
-// the slot's width (batch_spec.json text_slot_cut: the n16 family); the loss
-// and gradients are those of the whole slot (test/model/test_text_slot_cut.py,
-// test/engines/dmf/test_dmf_train.py). Each width is one input shape: the
-// TorchScript step, and CUDA graphs with one graph per width.
+// for the micro-batch size). Where the compiled step may run
+// (trainer.compiled_step not off) there is one width, the dataset's longest
+// text, and the package is compiled for it (its key holds the width). Only
+// for models whose result does not depend on the slot's width
+// (batch_spec.json text_slot_cut: the n16 family and chat-templated GR00T
+// N1.7 imports); the loss and gradients are those of the whole slot
+// (test/model/test_text_slot_cut.py, test/engines/dmf/test_dmf_train.py).
+// With CUDA graphs each width is a graph of its own.
 //
 // What the DMF issue asks beyond this (not built): packing the vision-language
 // sequences into one varlen sequence, cameras at their aspect, micro-batches
-// by token budget across embodiments, buckets for the compiled packages.
+// by token budget across embodiments, several widths with the compiled step.
 //
 // Contract:
-//  - resolve(cfg, info): before step_mode(). dmf.enable=false: warns about
-//    each dmf key set to no effect, returns "". dmf.enable=true: ConfigError
+//  - resolve(cfg, info): after the model loads. dmf.enable=false: warns about
+//    each dmf key set to no effect. dmf.enable=true: ConfigError
 //    when the model's result depends on the slot (naming the model and the
-//    fix), when the model file predates text_slot_cut or by_text_len (re-export),
-//    when data.max_text_len exceeds the export's slot, or with
-//    trainer.compiled_step=on (a package has one text width);
-//    trainer.compiled_step=auto becomes off (recorded as the key's origin)
-//    and the returned line says so.
+//    fix), when the model file predates text_slot_cut or by_text_len
+//    (re-export), or when data.max_text_len exceeds the export's slot.
+//  - plan(cfg, text_hist, compiled_step): the widths (empty when DMF is off):
+//    at most dmf.text_buckets, or one when compiled_step (the compiled step
+//    may run: compiled_step_setting is not off). text_hist:
+//    data::text_length_histogram of the run's dataset. single_width(plan):
+//    the one width, or 0; step_mode takes it as the package's text width.
 //  - make_step_runner(): with dmf.enable=false the fast step's runner
 //    (fusion::make_step_runner), unchanged; with it, that runner wrapped by
-//    the text-slot cut. text_hist: data::text_length_histogram of the run's
-//    dataset (ignored when off). Attaches `debug-dmf` and the status to
-//    `record`. Logs the buckets and the expected padding.
+//    the text-slot cut. Attaches `debug-dmf` and the status to `record`.
+//    Logs the widths and the expected padding. std::logic_error when the
+//    mode's package is for another width than the plan's one.
 //  - The wrapper's run() cuts each ReadyBatch's text tensors (a copy of the
 //    first `width` columns) before the inner runner sees them, so that the
 //    trainer reads each batch's width after run() (its padding and FLOPs).
@@ -40,8 +45,10 @@
 //  - engine(): DMF's record (common/engine.hpp).
 //
 // Example:
-//   const std::string note = dmf::resolve(cfg, net.info());
-//   auto runner = dmf::make_step_runner(cfg, net, mode, bf16_autocast, device, hist, record);
+//   dmf::resolve(cfg, net.info());
+//   const dmf::Plan plan = dmf::plan(cfg, data::text_length_histogram(dataset, cfg.data.max_text_len), compiled);
+//   const fusion::StepMode mode = fusion::step_mode(cfg, net, device, bf16, progress, copies, dmf::single_width(plan));
+//   auto runner = dmf::make_step_runner(cfg, net, mode, bf16_autocast, device, plan, record);
 #pragma once
 
 #include <memory>  // std::unique_ptr
@@ -59,12 +66,19 @@ namespace loongforge::dmf {
 
 constexpr bool kBuilt = true;
 
-std::string resolve(config::Config& cfg, const model::ModelInfo& info);
+void resolve(const config::Config& cfg, const model::ModelInfo& info);
+
+struct Plan {
+  std::vector<int64_t> widths;  // ascending; empty: DMF is off
+  double expected_slot_tokens = 0, whole_slot_tokens = 0, expected_real_tokens = 0;  // per micro-batch
+  bool one_width_for_package = false;  // one width because the compiled step may run
+};
+Plan plan(const config::Config& cfg, const std::vector<double>& text_hist, bool compiled_step);
+int64_t single_width(const Plan& plan);
 
 std::unique_ptr<fusion::StepRunner> make_step_runner(const config::Config& cfg, model::Model& net,
                                                      const fusion::StepMode& mode, bool bf16_autocast,
-                                                     c10::Device device, const std::vector<double>& text_hist,
-                                                     Engine& record);
+                                                     c10::Device device, const Plan& plan, Engine& record);
 
 Engine engine(const config::Config& cfg);
 
