@@ -103,7 +103,8 @@ std::vector<std::pair<std::string, double>> scalars_of(const StepRecord& r) {
           {"data/io_jobs", r.io_jobs},
           {"data/readahead_mb_per_s", r.readahead_mb_per_s},
           {"data/vl_tokens", r.vl_tokens},
-          {"data/vl_padding_tokens", r.vl_padding_tokens}};
+          {"data/vl_padding_tokens", r.vl_padding_tokens},
+          {"data/text_width", r.text_width}};
   for (const auto& [name, value] : r.memory_scalars) s.emplace_back("memory/" + name, value);
   return s;
 }

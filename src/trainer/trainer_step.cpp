@@ -96,11 +96,12 @@ void Trainer::Impl::step() {
   reducer_->begin_step(optimizer_->params(), k);  // GCTS overlap: arms the gradient hooks
   at::Tensor loss = runner_->run(batches, weights, s, *control_);
   // Each micro-batch's text slot as it ran (DMF cuts it): the step's padding and FLOPs.
-  int64_t text_slot_tokens = 0;
+  int64_t text_slot_tokens = 0, text_width = 0;
   double step_flops = 0;
   for (const auto& b : batches) {
     const at::Tensor& t = b.tensors.at("text_tokens");
     text_slot_tokens += t.size(0) * t.size(1);
+    text_width = std::max(text_width, t.size(1));
     const auto& by_width = net_->info().flops_by_text_len;
     step_flops += static_cast<double>(t.size(0)) *
                   (static_cast<size_t>(t.size(1)) < by_width.size() ? by_width[static_cast<size_t>(t.size(1))]
@@ -161,6 +162,7 @@ void Trainer::Impl::step() {
   r.exposed_comm_ms = comm_ms;
   r.tokens = tokens;
   r.flops = step_flops;
+  r.text_width = static_cast<double>(text_width);
   if (const auto& info = net_->info(); info.vl_tokens_per_sample > 0) {
     const int64_t samples = k * cfg_.trainer.micro_batch_size;
     r.vl_tokens = static_cast<double>(samples * (info.vl_tokens_per_sample - info.text_slot) + text_slot_tokens);

@@ -227,6 +227,7 @@ def test_debug_dmf_shows_each_micro_batch_s_text_width_with_dmf_on(tmp_path):
         for m in (m for s in d["steps"] for m in s["micro_batches"]):
             assert m["width"] == 14 and m["text_slot_tokens"] == m["samples"] * 14 == m["text_tokens"]
             assert m["new_shape"] is False  # the first step ran this width already
+            assert m["embodiments"] == [0]  # configs/n16-tiny.yaml: data.embodiment_id 0
         s = status(t.socket)
         assert s["engines"]["dmf"]["enabled"] is True and s["engines"]["dmf"]["text_buckets"] == [14]
         r = cli("debug-dmf", "--socket", t.socket, "--steps", "0", check=False)

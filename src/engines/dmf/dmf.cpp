@@ -76,6 +76,7 @@ class TextSlotRunner final : public fusion::StepRunner {
       }
       const bool new_shape = seen_.insert(tokens.size(1)).second;
       micro.push_back({{"samples", tokens.size(0)},
+                       {"embodiments", b.embodiments},
                        {"text_tokens", b.text_tokens},
                        {"text_slot_tokens", tokens.size(0) * tokens.size(1)},
                        {"width", tokens.size(1)},

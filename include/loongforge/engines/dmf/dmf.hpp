@@ -41,7 +41,8 @@
 //    std::out_of_range (data changed under the buckets) names both lengths.
 //  - debug-dmf (a query, control thread): {"buckets", "slot", "steps": the
 //    last `steps` (1..256, default 10) steps, each {"step", "micro_batches":
-//    [{"samples", "text_tokens", "text_slot_tokens", "width", "new_shape"}]}}.
+//    [{"samples", "embodiments", "text_tokens", "text_slot_tokens", "width",
+//    "new_shape"}]}}.
 //  - engine(): DMF's record (common/engine.hpp).
 //
 // Example:
