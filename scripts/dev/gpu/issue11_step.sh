@@ -183,7 +183,11 @@ run_one() {  # run_one RUN: one run of section train (the names below)
     lf-default|lf-default-*)  # the defaults for a GPU (trainer.compiled_step=auto: the package cache COMPILE_CACHE),
       # no engine keys; lf-default-NAME: the same run again under another name
       train_lf $run $mfile --set trainer.compiled_step=auto --set trainer.compile_cache=${COMPILE_CACHE:-/tmp/lf-cache} ;;
+    lf-dmf)  # lf-default with DMF's text buckets (one width with the compiled step: its own package)
+      train_lf $run $mfile --set trainer.compiled_step=auto --set trainer.compile_cache=${COMPILE_CACHE:-/tmp/lf-cache} \
+        --set dmf.enable=true ;;
     lf-graphs) train_lf $run $mfile --set trainer.cuda_graphs=on ;;
+    lf-graphs-dmf) train_lf $run $mfile --set trainer.cuda_graphs=on --set dmf.enable=true ;;
     lf-graphs-adfe) train_lf $run $mfile --set trainer.cuda_graphs=on --set adfe.enable=true --set adfe.decode_threads=4 ;;
     lf-graphs-adfe-cpuresize)  # as lf-graphs-adfe with the frames resized on the CPU (data.frame_resize=cpu)
       train_lf $run $mfile --set trainer.cuda_graphs=on --set adfe.enable=true --set adfe.decode_threads=4 \
