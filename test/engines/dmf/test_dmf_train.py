@@ -6,7 +6,8 @@ cut. With the compiled step there is one width, the dataset's longest text, and
 the package (prepared by --compile-only) is compiled for it: the same losses
 again. A model whose result depends on the slot (a GR00T head without a chat
 template) is refused, naming the fix (a dmf key with DMF off:
-test/engines/test_engine_keys.py).
+test/engines/test_engine_keys.py). Two Gloo ranks train the same losses with
+DMF as without.
 
 Environment as in test/e2e/test_train_run.py (set by ctest).
 """
@@ -87,3 +88,14 @@ def test_with_the_compiled_step_dmf_takes_one_width_and_the_package_is_compiled_
     assert off.returncode == 0, off.stderr[-3000:]
     for a, b in zip(metrics(tmp_path / "off"), metrics(tmp_path / "on"), strict=True):
         assert abs(a["loss"] - b["loss"]) <= 1e-5 * abs(a["loss"]), (a["step"], a["loss"], b["loss"])
+
+
+def test_two_gloo_ranks_train_the_same_losses_with_dmf(tmp_path):
+    """Each rank cuts its own micro-batches; the job's loss is the ranks' (test/comm/test_multi_rank.py's launch)."""
+    sys.path.insert(0, str(REPO / "test/comm"))
+    from test_multi_rank import launch, losses, wait_all
+    wait_all(launch(tmp_path / "off", 2, "dmf.enable=false", name="off", steps=6), tmp_path / "off")
+    logs = wait_all(launch(tmp_path / "on", 2, "dmf.enable=true", name="on", steps=6), tmp_path / "on")
+    assert logs.count("DMF: the text slot of 32 tokens is cut to 14 by each micro-batch's longest text") == 2
+    for a, b in zip(losses(tmp_path / "off" / "off"), losses(tmp_path / "on" / "on"), strict=True):
+        assert abs(a - b) <= 1e-5 * abs(a), (a, b)
