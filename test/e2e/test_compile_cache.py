@@ -174,25 +174,21 @@ def test_a_named_package_for_another_micro_batch_is_refused_with_the_fix(first, 
     assert "trainer.compiled_step=auto" in r.stderr and f"--batch-size {MICRO + 1}" in r.stderr, r.stderr
 
 
-def test_a_named_package_for_another_action_horizon_is_refused_with_the_fix(first, tmp_path):
-    """A package takes the actions' shape it was compiled for: data.action_horizon is part of it (the GR00T models'
-    own horizon is not the data's: gr00t-n1.7-3b's 40 against the bundled dataset's 16)."""
+@pytest.mark.parametrize("setting, refusal, fix", [
+    # the GR00T models' own horizon is not the data's: gr00t-n1.7-3b's 40 against the bundled dataset's 16
+    ("data.action_horizon=8", "was compiled for 16 actions per sample, this run's data.action_horizon is 8",
+     "--action-horizon 8"),
+    # with DMF the batches' text slot is its one width (the bundled texts' 14 tokens), not the model's 32
+    ("dmf.enable=true", "was compiled for a text slot of 32 tokens, this run's batches have 14 (DMF's width)",
+     "--text-width 14"),
+])
+def test_a_named_package_for_another_batch_shape_is_refused_with_the_fix(first, tmp_path, setting, refusal, fix):
+    """A package takes the batch shape it was compiled for: the action horizon and the text slot's width too."""
     [entry] = entries(first["cache"])
-    r = run(first["cache"], tmp_path, f"trainer.compiled_step={first['cache'] / entry}", "data.action_horizon=8",
-            check=False)
+    r = run(first["cache"], tmp_path, f"trainer.compiled_step={first['cache'] / entry}", setting, check=False)
     assert r.returncode == 1
-    assert "was compiled for 16 actions per sample, this run's data.action_horizon is 8" in r.stderr, r.stderr
-    assert "--action-horizon 8" in r.stderr and "trainer.compiled_step=auto" in r.stderr, r.stderr
-
-
-def test_a_named_package_for_the_whole_text_slot_is_refused_when_dmf_cuts_it(first, tmp_path):
-    """With DMF the batches' text slot is its one width (the bundled texts' 14 tokens), not the model's 32."""
-    [entry] = entries(first["cache"])
-    r = run(first["cache"], tmp_path, f"trainer.compiled_step={first['cache'] / entry}", "dmf.enable=true",
-            check=False)
-    assert r.returncode == 1
-    assert "was compiled for a text slot of 32 tokens, this run's batches have 14 (DMF's width)" in r.stderr, r.stderr
-    assert "--text-width 14" in r.stderr and "trainer.compiled_step=auto" in r.stderr, r.stderr
+    assert refusal in r.stderr, r.stderr
+    assert fix in r.stderr and "trainer.compiled_step=auto" in r.stderr, r.stderr
 
 
 def other_code_model(tmp_path):

@@ -56,10 +56,10 @@ def test_a_model_that_allows_the_cut_gives_the_same_loss_and_gradients_with_its_
         loss1, grads1 = loss_and_grads(m, cut(batch, width))
         assert torch.allclose(loss1, loss0, rtol=1e-6, atol=0), (width, loss0.item(), loss1.item())
         assert grads1.keys() == grads0.keys()
-        scale = max(g.abs().max().item() for g in grads0.values())
         for n, g in grads0.items():
-            # within 1e-5 of the largest gradient element (a key bias's gradient is zero up to rounding: 1e-13)
-            assert (grads1[n] - g).abs().max().item() <= 1e-5 * scale, (width, n)
+            # every gradient within 1e-5 of its own largest element (the bound); atol 1e-10 for the
+            # attention key biases, whose exact gradient is 0 (their entries are rounding noise, about 1e-13)
+            assert (grads1[n] - g).abs().max().item() <= 1e-5 * g.abs().max().item() + 1e-10, (width, n)
 
 
 @pytest.mark.parametrize("name", ["gr00t-tiny", "gr00t-n1.6-tiny", "gr00t-n1.7-tiny"])

@@ -138,47 +138,40 @@ Plan plan(const config::Config& cfg, const std::vector<double>& text_hist, bool 
   Plan p;
   if (!cfg.dmf.enable) return p;
   const int64_t micro = cfg.trainer.micro_batch_size;
-  const TextBuckets b = choose_text_buckets(text_hist, micro, compiled_step ? 1 : cfg.dmf.text_buckets);
-  p.widths = b.widths;
-  p.expected_slot_tokens = b.expected_slot_tokens;
-  p.expected_real_tokens = b.expected_real_tokens;
+  p.buckets = choose_text_buckets(text_hist, micro, compiled_step ? 1 : cfg.dmf.text_buckets);
   p.whole_slot_tokens = expected_slot_tokens(text_hist, micro, {cfg.data.max_text_len});
   p.one_width_for_package = compiled_step;
   return p;
 }
 
-int64_t single_width(const Plan& p) { return p.widths.size() == 1 ? p.widths[0] : 0; }
+int64_t single_width(const Plan& p) { return p.buckets.widths.size() == 1 ? p.buckets.widths[0] : 0; }
 
 std::unique_ptr<fusion::StepRunner> make_step_runner(const config::Config& cfg, model::Model& net,
                                                      const fusion::StepMode& mode, bool bf16_autocast,
                                                      c10::Device device, const Plan& plan, Engine& record) {
   std::unique_ptr<fusion::StepRunner> inner = fusion::make_step_runner(cfg, net, mode, bf16_autocast, device);
   if (!cfg.dmf.enable) return inner;
-  if (mode.compiled && (plan.widths.size() != 1 || mode.text_width != plan.widths[0]))
+  const TextBuckets& b = plan.buckets;
+  if (mode.compiled && mode.text_width != single_width(plan))
     throw std::logic_error("dmf: the compiled step's package takes a text slot of " + std::to_string(mode.text_width) +
                            " tokens, not DMF's one width: pass dmf::single_width(plan) to step_mode");
   const int64_t slot = cfg.data.max_text_len;
   std::string widths;
-  for (const int64_t w : plan.widths) widths += (widths.empty() ? "" : ", ") + std::to_string(w);
+  for (const int64_t w : b.widths) widths += (widths.empty() ? "" : ", ") + std::to_string(w);
   LF_LOG(logger("trainer"), info) << "DMF: the text slot of " << slot << " tokens is cut to " << widths
                                   << (plan.one_width_for_package
                                           ? " (one width: the compiled step's package takes one)"
                                           : " by each micro-batch's longest text")
-                                  << "; expected text-slot tokens per micro-batch " << plan.expected_slot_tokens
-                                  << " instead of " << plan.whole_slot_tokens << " (" << plan.expected_real_tokens
+                                  << "; expected text-slot tokens per micro-batch " << b.expected_slot_tokens
+                                  << " instead of " << plan.whole_slot_tokens << " (" << b.expected_real_tokens
                                   << " real)";
-  const TextBuckets b{plan.widths, plan.expected_slot_tokens, plan.expected_real_tokens};
-  const double whole = plan.whole_slot_tokens;
   auto trace = std::make_shared<Trace>(b.widths, slot);
   for (auto& v : record.verbs)
-    if (v.name == "debug-dmf") {
-      v.query = true;
-      v.check_args = debug_dmf_args;
+    if (v.name == "debug-dmf")  // a query with its argument check since engine()
       v.run = [trace](const nlohmann::json& args) {
         return trace->last(args.is_object() && args.contains("steps") ? args.at("steps").get<size_t>() : 10);
       };
-    }
-  record.status = [widths = b.widths, slot, exp = b.expected_slot_tokens, whole] {
+  record.status = [widths = b.widths, slot, exp = b.expected_slot_tokens, whole = plan.whole_slot_tokens] {
     return nlohmann::json{{"text_buckets", widths},
                           {"text_slot", slot},
                           {"expected_text_slot_tokens", exp},

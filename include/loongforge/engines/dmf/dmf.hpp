@@ -25,7 +25,7 @@
 //    when the model's result depends on the slot (naming the model and the
 //    fix), when the model file predates text_slot_cut or by_text_len
 //    (re-export), or when data.max_text_len exceeds the export's slot.
-//  - plan(cfg, text_hist, compiled_step): the widths (empty when DMF is off):
+//  - plan(cfg, text_hist, compiled_step): the buckets (no widths when DMF is off):
 //    at most dmf.text_buckets, or one when compiled_step (the compiled step
 //    may run: compiled_step_setting is not off). text_hist:
 //    data::text_length_histogram of the run's dataset. single_width(plan):
@@ -60,6 +60,7 @@
 
 #include "loongforge/common/engine.hpp"
 #include "loongforge/config/config.hpp"
+#include "loongforge/engines/dmf/text_buckets.hpp"
 #include "loongforge/fusion/step_runner.hpp"
 #include "loongforge/model/model.hpp"
 
@@ -70,8 +71,8 @@ constexpr bool kBuilt = true;
 void resolve(const config::Config& cfg, const model::ModelInfo& info);
 
 struct Plan {
-  std::vector<int64_t> widths;  // ascending; empty: DMF is off
-  double expected_slot_tokens = 0, whole_slot_tokens = 0, expected_real_tokens = 0;  // per micro-batch
+  TextBuckets buckets;                 // widths empty: DMF is off
+  double whole_slot_tokens = 0;        // per micro-batch without the cut
   bool one_width_for_package = false;  // one width because the compiled step may run
 };
 Plan plan(const config::Config& cfg, const std::vector<double>& text_hist, bool compiled_step);
