@@ -531,14 +531,15 @@ void Trainer::Impl::open() {
   // trainer.compiled_step=auto may compile the package first (minutes): `status` shows it as phase "compiling".
   // Its package takes the bf16 working copies this run would keep (optim::compiled_working_copies).
   const bool bf16_cuda = bf16_ && device_.is_cuda();
+  const fusion::CompiledStepSetting compiled = fusion::compiled_step_setting(cfg_, device_);
   const std::vector<std::string> copies =
-      fusion::compiled_step_setting(cfg_, device_) == fusion::CompiledStepSetting::cache
+      compiled == fusion::CompiledStepSetting::cache
           ? optim::compiled_working_copies(cfg_, *net_, device_, bf16_cuda, world_ != nullptr)
           : std::vector<std::string>{};
   // DMF's text widths: one where the compiled step may run (its package takes one; Note [DMF and the package]).
   const dmf::Plan dmf_plan = dmf::plan(
       cfg_, cfg_.dmf.enable ? data::text_length_histogram(*dataset_, cfg_.data.max_text_len) : std::vector<double>{},
-      fusion::compiled_step_setting(cfg_, device_) != fusion::CompiledStepSetting::off);
+      compiled != fusion::CompiledStepSetting::off);
   const fusion::StepMode& mode = mode_ = fusion::step_mode(
       cfg_, *net_, device_, bf16_cuda,
       [this](const nlohmann::json& compile) {
