@@ -2,13 +2,15 @@
 # Issues #46 (DMF's text buckets) and #43 (the GR00T models' compiled step after the model-code changes of
 # sessions 51-52) on one H100/H200, the bench config, micro-batch 32, bf16, the bundled data:
 #   PART=1 (default), a fresh machine: build-gpu/ and the exports (n16-1b; gr00t-n1.6-3b as g16d0 with
-#     state/action 64 and every dropout 0; gr00t-n1.7-3b as g17d0 with every dropout 0); then the
-#     four packages into the package cache /tmp/lf-cache at once (`--compile-only`: n16-1b whole slot,
-#     n16-1b with dmf.enable=true (width 14), g16d0, g17d0; each timed, logs in $OUT), and while they
-#     compile, test_masked_patch_embed on the GPU (its failing assertion, then its crash under gdb);
-#   PART=2, the same machine while warm: the runs from the cache: n16-1b lf-default, lf-dmf, lf-graphs,
-#     lf-graphs-dmf, lf-plain (STEPS steps each, default 100: the DMF ratios, compiled against plain), and
-#     scripts/bench/dmf_text_cut.py on the GPU (fp32); g16d0 lf-default and ref-opt (our
+#     state/action 64 and every dropout 0; gr00t-n1.7-3b as g17d0 with every dropout 0); n16-1b's
+#     TorchScript step as CUDA graphs without and with DMF, and plain (lf-graphs, lf-graphs-dmf, lf-plain:
+#     STEPS steps each, default 100), alone on the machine; scripts/bench/dmf_text_cut.py on the GPU (fp32);
+#     then the four packages into the package cache /tmp/lf-cache at once, in a process session of their own
+#     that outlives the call (`--compile-only`: n16-1b whole slot, n16-1b with dmf.enable=true (width 14),
+#     g16d0, g17d0; each timed, logs /tmp/compile-NAME.log), and beside them test_masked_patch_embed on the
+#     GPU (its failing assertion, then its crash under gdb);
+#   PART=2, the same machine while warm: waits for the compiles; the runs from the cache: n16-1b
+#     lf-default and lf-dmf (the DMF ratio with the compiled step); g16d0 lf-default and ref-opt (our
 #     reference: torch.compile + CUDA graphs); g17d0 lf-default, 12 steps (fills the cache's cuda-jit/);
 #     the cache's g17d0 entry and cuda-jit/ come back as $OUT/lf-cache17.tgz.partNN (`cat` them into
 #     .gpu-carry/lf-cache17.tgz); then `ctest -L gpu -LE long` in the time left;
@@ -29,25 +31,50 @@ train() {  # train MODEL-VARS-NAME RUNS STEPS PROFILE [RUN_LIMIT]
   env "${vars[@]}" SECTIONS="train" BUILD=0 TRAIN_RUNS="$2" STEPS=$3 PROFILE=$4 FINAL_KILL=1 RUN_LIMIT=${5:-90} \
     BUDGET=$(( LIMIT - 10 - ($(date +%s) - t0) )) bash scripts/dev/gpu/issue11_step.sh | grep -vE "^== \[|fewer than"
 }
-compile_only() {  # compile_only NAME MODEL-FILE [--set k=v ...]: into $cache, log $OUT/compile-NAME.log
+compile_only() {  # compile_only NAME MODEL-FILE [--set k=v ...]: into $cache, log /tmp/compile-NAME.log, exit code .rc
   local name=$1 file=$2; shift 2
-  /usr/bin/time -f "$name: compile-only wall %e s" timeout $(( LIMIT - 15 - ($(date +%s) - t0) )) \
+  /usr/bin/time -f "$name: compile-only wall %e s" timeout 1200 \
     build-gpu/src/daemon/loongforge-train --config $cfg --set model.path=$file --set trainer.micro_batch_size=32 \
-    --set trainer.compile_cache=$cache "$@" --compile-only > "$OUT/compile-$name.log" 2>&1
-  echo "$name: compile-only exit $?"
+    --set trainer.compile_cache=$cache "$@" --compile-only > /tmp/compile-$name.log 2>&1
+  echo $? > /tmp/compile-$name.rc
+}
+wait_compiles() {  # wait_compiles SECONDS: until the four compiles are done or SECONDS pass; their state and logs
+  local end=$(( $(date +%s) + $1 )) n
+  stamp "waiting for the compiles (at most $1 s)"
+  while [ $(date +%s) -lt $end ] && [ $(ls /tmp/compile-*.rc 2>/dev/null | wc -l) -lt 4 ]; do sleep 5; done
+  for n in n16-1b n16-1b-dmf g16d0 g17d0; do
+    echo "-- $n: exit $(cat /tmp/compile-$n.rc 2>/dev/null || echo 'still running')"
+    grep -vE "^\s*$" /tmp/compile-$n.log 2>/dev/null | tail -3 | cut -c1-300
+    cp /tmp/compile-$n.log "$OUT/" 2>/dev/null
+  done
+  tail -2 /tmp/compile-memory.log; ls -l $cache; cat $cache/compile_times.jsonl 2>/dev/null
+  [ $(ls /tmp/compile-*.rc 2>/dev/null | wc -l) -ge 4 ]
 }
 case ${PART:-1} in
 1)
   env "${n16[@]}" SECTIONS="none" EXTRA_EXPORTS="g16d0=gr00t-n1.6-3b:max_state_dim=64,max_action_dim=64,gr00t_dropout=0 g17d0=gr00t-n1.7-3b:gr00t_dropout=0" \
     bash scripts/dev/gpu/issue11_step.sh || exit 1
   ls -l /dev/shm/*.pt
-  (while sleep 30; do echo "[memory] $(free -g | awk '/Mem:/ {print $3 " GB used, " $7 " GB available"}')"; done) & mon=$!
-  stamp "four packages into $cache at once"
-  rm -rf $cache
-  compile_only n16-1b /dev/shm/n16-1b.pt & p1=$!
-  compile_only n16-1b-dmf /dev/shm/n16-1b.pt --set dmf.enable=true & p2=$!
-  compile_only g16d0 /dev/shm/g16d0.pt & p3=$!
-  compile_only g17d0 /dev/shm/g17d0.pt & p4=$!
+  stamp "n16-1b, TorchScript step as CUDA graphs without and with DMF, and plain (alone on the machine)"
+  train n16 "lf-graphs lf-graphs-dmf lf-plain" ${STEPS:-100} 0
+  grep -h "DMF:\|padding " /tmp/lf-logs-n16-1b/lf-graphs-dmf.log /tmp/lf-logs-n16-1b/lf-graphs.log | cut -c1-300
+  python3 scripts/dev/gpu/compare_losses.py /tmp/lf-logs-n16-1b lf-graphs lf-graphs-dmf
+  stamp "DMF at the model: scripts/bench/dmf_text_cut.py on the GPU (fp32, micro-batch 32)"
+  timeout 90 python3 scripts/bench/dmf_text_cut.py --model /dev/shm/n16-1b.pt --config n16-1b --batch 32 --device cuda
+  tar -czf "$OUT/logs-n16-1b-part1.tgz" -C /tmp lf-logs-n16-1b
+  stamp "four packages into $cache at once (their own process session: they go on after this call)"
+  rm -rf $cache /tmp/compile-*
+  # Started 45 s apart: each traces its step on the GPU first (two 3B traces at once may not fit an H100).
+  setsid bash -c "
+    cfg=$cfg; cache=$cache
+    (while sleep 30; do echo \"[memory] \$(free -g | awk '/Mem:/ {print \$3 \" GB used, \" \$7 \" GB available\"}') \$(nvidia-smi --query-gpu=memory.used --format=csv,noheader)\"; done) > /tmp/compile-memory.log 2>&1 & mon=\$!
+    $(declare -f compile_only)
+    compile_only g16d0 /dev/shm/g16d0.pt & p1=\$!; sleep 45
+    compile_only g17d0 /dev/shm/g17d0.pt & p2=\$!; sleep 45
+    compile_only n16-1b /dev/shm/n16-1b.pt & p3=\$!; sleep 30
+    compile_only n16-1b-dmf /dev/shm/n16-1b.pt --set dmf.enable=true & p4=\$!
+    wait \$p1 \$p2 \$p3 \$p4; kill \$mon" \
+    < /dev/null > /tmp/compile-all.log 2>&1 &
   # The masked patch embedding's GPU test (session 51: one assertion failed, then a segmentation fault)
   stamp "test_masked_patch_embed on the GPU (beside the compiles)"
   pt=(-m pytest -q -x -p no:cacheprovider test/model/test_masked_patch_embed.py)
@@ -55,22 +82,14 @@ case ${PART:-1} in
   dbg=(); command -v gdb > /dev/null && dbg=(gdb -batch -ex run -ex bt --args)
   LOONGFORGE_TEST_DEVICE=cuda PYTHONPATH=scripts timeout 120 ${dbg[@]+"${dbg[@]}"} python3 -X faulthandler "${pt[@]}" \
     -k bad_arguments 2>&1 | grep -vE "^\[(New|Thread)" | tail -40
-  stamp "waiting for the compiles"
-  wait $p1 $p2 $p3 $p4
-  for n in n16-1b n16-1b-dmf g16d0 g17d0; do
-    echo "-- $n"; grep -E "compil|cache|wall|rror" "$OUT/compile-$n.log" | grep -v "^\s*$" | tail -5 | cut -c1-300
-  done
-  kill $mon; ls -l $cache; cat $cache/compile_times.jsonl 2>/dev/null
+  wait_compiles $(( LIMIT - 15 - ($(date +%s) - t0) ))
   ;;
 2)
-  ls -l $cache/*.pt2 || exit 1
-  stamp "n16-1b: the defaults (package from the cache) with and without DMF, graphs with and without, plain"
-  train n16 "lf-default lf-dmf lf-graphs lf-graphs-dmf lf-plain" ${STEPS:-100} 0
+  wait_compiles $(( LIMIT - 300 )) || exit 1
+  stamp "n16-1b: the defaults (package from the cache) without and with DMF"
+  train n16 "lf-default lf-dmf" ${STEPS:-100} 0
   python3 scripts/dev/gpu/compare_losses.py /tmp/lf-logs-n16-1b lf-default lf-dmf
   grep -h "DMF:\|padding \|cache" /tmp/lf-logs-n16-1b/lf-dmf.log | cut -c1-300
-  python3 scripts/dev/gpu/compare_losses.py /tmp/lf-logs-n16-1b lf-graphs lf-graphs-dmf
-  stamp "DMF at the model: scripts/bench/dmf_text_cut.py on the GPU (fp32, micro-batch 32)"
-  timeout 90 python3 scripts/bench/dmf_text_cut.py --model /dev/shm/n16-1b.pt --config n16-1b --batch 32 --device cuda
   stamp "g16d0: lf-default (the package from the cache) and ref-opt"
   train g16 "lf-default ref-opt" ${STEPS:-100} 1 120
   python3 scripts/dev/gpu/compare_losses.py /tmp/lf-logs-g16d0 lf-default ref-opt
