@@ -16,6 +16,10 @@
 #     .gpu-carry/lf-cache17.tgz); then `ctest -L gpu -LE long` in the time left;
 #   PART=3, a fresh machine given .gpu-carry/lf-cache17.tgz: build, export g17d0, lf-default (12 steps):
 #     launch to first step with a cached package and the driver's JIT cache carried (issue #43 item 6).
+#   PART=dmf, one call on a fresh machine, DMF alone: build-gpu/ and n16-1b's export; lf-graphs,
+#     lf-graphs-dmf, lf-plain and dmf_text_cut.py as in part 1; n16-1b's two packages compiled at once (whole
+#     slot, width 14) beside test_masked_patch_embed; then lf-default and lf-dmf from the cache (the DMF
+#     ratio with the compiled step) and `ctest -L gpu -LE long` in the time left.
 # Every part ends within LIMIT s (default 585) of its start.
 #   PART=1 bash scripts/dev/gpu/session53.sh        (carry .gpu-carry)
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" session53-part${PART:-1}
@@ -51,6 +55,39 @@ wait_compiles() {  # wait_compiles SECONDS: until the four compiles are done or 
   [ $(ls /tmp/compile-*.rc 2>/dev/null | wc -l) -ge 4 ]
 }
 case ${PART:-1} in
+dmf)
+  env "${n16[@]}" SECTIONS="none" bash scripts/dev/gpu/issue11_step.sh || exit 1
+  stamp "n16-1b, TorchScript step as CUDA graphs without and with DMF, and plain"
+  train n16 "lf-graphs lf-graphs-dmf lf-plain" ${STEPS:-100} 0
+  grep -h "DMF:\|padding " /tmp/lf-logs-n16-1b/lf-graphs-dmf.log /tmp/lf-logs-n16-1b/lf-graphs.log | cut -c1-300
+  python3 scripts/dev/gpu/compare_losses.py /tmp/lf-logs-n16-1b lf-graphs lf-graphs-dmf
+  stamp "DMF at the model: scripts/bench/dmf_text_cut.py on the GPU (fp32, micro-batch 32)"
+  timeout 90 python3 scripts/bench/dmf_text_cut.py --model /dev/shm/n16-1b.pt --config n16-1b --batch 32 --device cuda
+  stamp "n16-1b's two packages into $cache at once"
+  rm -rf $cache /tmp/compile-*
+  compile_only n16-1b /dev/shm/n16-1b.pt & p1=$!; sleep 20
+  compile_only n16-1b-dmf /dev/shm/n16-1b.pt --set dmf.enable=true & p2=$!
+  stamp "test_masked_patch_embed on the GPU (beside the compiles)"
+  pt=(-m pytest -q -x -p no:cacheprovider test/model/test_masked_patch_embed.py)
+  LOONGFORGE_TEST_DEVICE=cuda PYTHONPATH=scripts timeout 100 python3 "${pt[@]}" -k "not bad_arguments" 2>&1 | tail -30
+  dbg=(); command -v gdb > /dev/null && dbg=(gdb -batch -ex run -ex bt --args)
+  LOONGFORGE_TEST_DEVICE=cuda PYTHONPATH=scripts timeout 100 ${dbg[@]+"${dbg[@]}"} python3 -X faulthandler "${pt[@]}" \
+    -k bad_arguments 2>&1 | grep -vE "^\[(New|Thread)" | tail -40
+  stamp "waiting for the two compiles"; wait $p1 $p2
+  for n in n16-1b n16-1b-dmf; do
+    echo "-- $n: exit $(cat /tmp/compile-$n.rc)"; grep -vE "^\s*$" /tmp/compile-$n.log | tail -3 | cut -c1-300
+    cp /tmp/compile-$n.log "$OUT/"
+  done
+  ls -l $cache; cat $cache/compile_times.jsonl 2>/dev/null
+  stamp "n16-1b: the defaults (package from the cache) without and with DMF"
+  train n16 "lf-default lf-dmf" ${STEPS:-100} 0
+  python3 scripts/dev/gpu/compare_losses.py /tmp/lf-logs-n16-1b lf-default lf-dmf
+  grep -h "DMF:\|padding \|cache" /tmp/lf-logs-n16-1b/lf-dmf.log | cut -c1-300
+  stamp "steady state of all five"
+  python3 scripts/dev/gpu/steady_state.py /tmp/lf-logs-n16-1b lf-graphs lf-graphs-dmf lf-plain lf-default lf-dmf
+  tar -czf "$OUT/logs-n16-1b.tgz" -C /tmp lf-logs-n16-1b
+  gpu_tests_in_time_left $LIMIT
+  ;;
 1)
   env "${n16[@]}" SECTIONS="none" EXTRA_EXPORTS="g16d0=gr00t-n1.6-3b:max_state_dim=64,max_action_dim=64,gr00t_dropout=0 g17d0=gr00t-n1.7-3b:gr00t_dropout=0" \
     bash scripts/dev/gpu/issue11_step.sh || exit 1
