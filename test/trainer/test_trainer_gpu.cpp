@@ -59,7 +59,8 @@ config::Config gpu_config(const std::string& name, const std::string& graphs, bo
        "logging.tensorboard=false", "control.enable=false", "trainer.micro_batch_size=4",
        "trainer.gradient_accumulation_steps=2", "trainer.max_steps=30", "checkpoint.interval_steps=1000",
        "optimizer.implementation=fused", "trainer.cuda_graphs=" + graphs,
-       "trainer.compiled_step=off",  // the TorchScript step's graphs (the default on CUDA compiles a package) "gcts.enable=" + std::string(sharded ? "true" : "false"),
+       // the TorchScript step's graphs (the default on CUDA compiles a package)
+       "trainer.compiled_step=off", "gcts.enable=" + std::string(sharded ? "true" : "false"),
        "gcts.shard_optimizer=" + std::string(sharded ? "true" : "false")};
   sets.insert(sets.end(), more.begin(), more.end());
   return config::parse_config_text("{}", "test", sets, ctx);
