@@ -256,7 +256,8 @@ void Trainer::Impl::report_summary(int status) const {
       {"device", device_.str()},
       {"precision", bf16_ ? "bf16" : "fp32"},
       {"bf16_weights", optim::working_copies_json(optimizer_.get())},
-      {"compiled_step", compiled_step_}};
+      {"compiled_step", compiled_step_},
+      {"micro_batch", micro_batch_json()}};
   if (vl_tokens > 0)
     summary["vl_padding"] = {{"vl_tokens", vl_tokens}, {"padding_tokens", vl_padding}, {"share", vl_padding_share},
                              {"text_slot", net_->info().text_slot}, {"text_slot_cut", cfg_.dmf.enable}};
