@@ -4,6 +4,7 @@
 // size over the ranks, and keeps a checkpoint's size on resume.
 #include <algorithm>  // std::min_element
 #include <cstdlib>    // std::getenv, std::strtod
+#include <exception>  // std::exception_ptr, std::rethrow_exception
 #include <string>     // std::string
 #include <vector>     // std::vector
 
@@ -143,8 +144,9 @@ double test_memory_fraction() {
 
 // Note [What the probe does not see]
 // A probe is one forward+backward of the TorchScript model on a synthetic
-// batch (model::make_example_batch: the model's own shapes, with every text
-// and action position real, the longest a batch can be) through the plain
+// batch (model::make_example_batch's sample, the model's own shapes, with
+// every text and action position real, the longest a batch can be, repeated
+// on the device to the probe's size) through the plain
 // runner, after the model is loaded and its frozen weights cast: its peak
 // holds the weights, the gradients and one micro-batch's activations and
 // inputs. Added to it, each term logged: the optimizer's fp32 moments (8
@@ -204,6 +206,12 @@ void Trainer::Impl::resolve_micro_batch() {
   const at::Tensor cpu_state = cpu_gen.get_state(), gpu_state = gpu_gen.get_state();
   std::unique_ptr<fusion::StepRunner> runner = fusion::make_plain_runner(*net_, bf16_);
   NoPhases phases;
+  // One synthetic sample, repeated on the device to each size (the memory of B samples without building them
+  // on the host): every text and action position real, the longest a batch can be.
+  model::Batch one = model::make_example_batch(info, 1, 0);
+  one.at("text_mask").fill_(true);
+  one.at("action_mask").fill_(1.0);
+  for (auto& [key, t] : one) t = t.to(device_);
   auto clear = [&] {
     for (at::Tensor p : net_->trainable_parameters()) p.mutable_grad() = at::Tensor();
     alloc::emptyCache();
@@ -214,10 +222,10 @@ void Trainer::Impl::resolve_micro_batch() {
     alloc::resetPeakStats(dev);
     try {
       std::vector<data::ReadyBatch> batches(1);
-      for (auto& [key, t] : model::make_example_batch(info, b, static_cast<uint64_t>(b))) {
-        if (key == "text_mask") t.fill_(true);
-        if (key == "action_mask") t.fill_(1.0);
-        batches[0].tensors[key] = t.to(device_);
+      for (const auto& [key, t] : one) {
+        std::vector<int64_t> shape = t.sizes().vec();
+        shape[0] = b;
+        batches[0].tensors[key] = t.expand(shape).contiguous();
       }
       runner->run(batches, {1.0}, 0, phases);
       c10::cuda::device_synchronize();
@@ -230,21 +238,24 @@ void Trainer::Impl::resolve_micro_batch() {
   };
   std::string mine;
   MicroBatchChoice c;
+  std::exception_ptr failed;
   try {
     c = choose_micro_batch(in, probe);
     mine = std::to_string(c.micro_batch);
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
+    failed = std::current_exception();
     mine = std::string("!") + e.what();  // every rank stops with it, none waits for the others' choices
   }
+  one.clear();
   clear();
   cpu_gen.set_state(cpu_state), gpu_gen.set_state(gpu_state);
 
   // Several ranks: each probed its own device; all take the smallest choice (every one is a candidate).
   std::vector<std::string> all = world_ ? world_->all_gather_on_hosts(mine) : std::vector<std::string>{mine};
+  if (failed) std::rethrow_exception(failed);
   std::vector<int64_t> chosen;
   for (size_t r = 0; r < all.size(); ++r) {
-    if (!all[r].empty() && all[r][0] == '!')
-      throw ConfigError((all[r] == mine ? std::string() : "rank " + std::to_string(r) + ": ") + all[r].substr(1));
+    if (!all[r].empty() && all[r][0] == '!') throw ConfigError("rank " + std::to_string(r) + ": " + all[r].substr(1));
     chosen.push_back(std::stoll(all[r]));
   }
   const int64_t b = *std::min_element(chosen.begin(), chosen.end());
