@@ -7,6 +7,7 @@
 #include <cstdio>     // std::snprintf
 #include <limits>     // std::numeric_limits
 #include <map>        // std::map
+#include <string>     // std::stoll
 
 #include "loongforge/common/error.hpp"
 
@@ -204,6 +205,18 @@ MicroBatchChoice choose_micro_batch(const MicroBatchInput& in, const Probe& prob
   c.accumulation = in.global_batch / (c.micro_batch * in.world_size);
   if (i > 0) c.larger = cands[i - 1], c.larger_predicted_bytes = predict(c.larger);
   return c;
+}
+
+int64_t agree_on_smallest(const std::vector<std::string>& per_rank) {
+  int64_t smallest = 0;
+  for (size_t r = 0; r < per_rank.size(); ++r) {
+    const std::string& v = per_rank[r];
+    if (!v.empty() && v[0] == '!') throw ConfigError("rank " + std::to_string(r) + ": " + v.substr(1));
+    const int64_t b = std::stoll(v);
+    if (smallest == 0 || b < smallest) smallest = b;
+  }
+  if (smallest <= 0) throw ConfigError("trainer.micro_batch_size auto: no rank's choice to agree on");
+  return smallest;
 }
 
 std::string MicroBatchChoice::text(const MicroBatchInput& in) const {

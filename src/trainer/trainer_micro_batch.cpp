@@ -2,7 +2,6 @@
 // to a number before anything is sized by it. The choosing policy is
 // micro_batch.cpp's (pure); this file measures the device for it, agrees on one
 // size over the ranks, and keeps a checkpoint's size on resume.
-#include <algorithm>  // std::min_element
 #include <cstdlib>    // std::getenv, std::strtod
 #include <exception>  // std::exception_ptr, std::rethrow_exception
 #include <string>     // std::string
@@ -253,12 +252,9 @@ void Trainer::Impl::resolve_micro_batch() {
   // Several ranks: each probed its own device; all take the smallest choice (every one is a candidate).
   std::vector<std::string> all = world_ ? world_->all_gather_on_hosts(mine) : std::vector<std::string>{mine};
   if (failed) std::rethrow_exception(failed);
+  const int64_t b = agree_on_smallest(all);
   std::vector<int64_t> chosen;
-  for (size_t r = 0; r < all.size(); ++r) {
-    if (!all[r].empty() && all[r][0] == '!') throw ConfigError("rank " + std::to_string(r) + ": " + all[r].substr(1));
-    chosen.push_back(std::stoll(all[r]));
-  }
-  const int64_t b = *std::min_element(chosen.begin(), chosen.end());
+  for (const auto& v : all) chosen.push_back(std::stoll(v));
   const std::string where = cfg_.origin["trainer.micro_batch_size"];
   config::resolve_auto_micro_batch(&cfg_, b, w);
   micro_batch_choice_ = c.to_json(in);

@@ -220,3 +220,12 @@ TEST_CASE("micro_batch: every size is probed at most once, even when the confirm
   std::set<int64_t> distinct(dev.asked.begin(), dev.asked.end());
   REQUIRE(distinct.size() == dev.asked.size());
 }
+
+// Several ranks exchange their choices host to host (World::all_gather_on_hosts, tested in test/comm); what
+// they make of them is this function. Only one rank trains with auto in the trainer tests (plumbing).
+TEST_CASE("micro_batch: the ranks agree on the smallest choice, and one rank's failure stops every rank naming it") {
+  REQUIRE(agree_on_smallest({"96"}) == 96);
+  REQUIRE(agree_on_smallest({"96", "64", "128", "96"}) == 64);
+  REQUIRE_THROWS_WITH(agree_on_smallest({"96", "!trainer.micro_batch_size auto: no candidate fits", "64"}),
+                      Contains("rank 1: trainer.micro_batch_size auto: no candidate fits"));
+}

@@ -95,6 +95,13 @@ std::vector<int64_t> candidates(int64_t global_batch, int64_t world_size, int64_
 
 MicroBatchChoice choose_micro_batch(const MicroBatchInput& in, const Probe& probe);
 
+// Several ranks: each rank's choice as gathered in rank order ("96"), or its
+// failure ("!" + message). Returns the smallest choice, which every rank
+// trains with (each is a candidate of the same list, so the smallest is one
+// too, and it fits every rank's device); throws ConfigError naming the first
+// rank that failed and its message.
+int64_t agree_on_smallest(const std::vector<std::string>& per_rank);
+
 // "12.1 GB" (GB = 2^30 bytes); "310 MB" below 1 GB (MB = 2^20 bytes).
 std::string gb_text(double bytes);
 
