@@ -237,6 +237,7 @@ std::string MicroBatchChoice::text(const MicroBatchInput& in) const {
               : std::string("; proportional to the one size measured");
   for (const auto& t : in.later) s += "; " + t.name + " " + gb_text(t.bytes);
   s += ")";
+  if (!in.limit.empty()) s += "; at most " + std::to_string(in.max_micro_batch) + ": " + in.limit;
   if (larger > 0) {
     const ProbeRecord* p = larger_probe();
     s += "; " + std::to_string(larger) +
@@ -274,6 +275,7 @@ nlohmann::json MicroBatchChoice::to_json(const MicroBatchInput& in) const {
                       {"predicted_gb", predicted_bytes / kGiB},
                       {"measured_gb", confirmed_bytes / kGiB}};
   if (larger > 0) j["larger"] = {{"micro_batch", larger}, {"predicted_gb", larger_predicted_bytes / kGiB}};
+  if (!in.limit.empty()) j["limit"] = {{"micro_batch", in.max_micro_batch}, {"why", in.limit}};
   return j;
 }
 

@@ -2,6 +2,8 @@
 // to a number before anything is sized by it. The choosing policy is
 // micro_batch.cpp's (pure); this file measures the device for it, agrees on one
 // size over the ranks, and keeps a checkpoint's size on resume.
+#include <algorithm>  // std::max
+#include <cstdio>     // std::snprintf
 #include <cstdlib>    // std::getenv, std::strtod
 #include <exception>  // std::exception_ptr, std::rethrow_exception
 #include <string>     // std::string
@@ -14,11 +16,13 @@
 #if LOONGFORGE_WITH_CUDA_KERNELS
 #include <c10/cuda/CUDACachingAllocator.h>  // emptyCache, resetPeakStats, getDeviceStats, setMemoryFraction
 #include <c10/cuda/CUDAFunctions.h>         // c10::cuda::device_synchronize
+#include <c10/cuda/CUDAGuard.h>             // c10::cuda::CUDAGuard
 #include <cuda_runtime_api.h>               // cudaMemGetInfo
 #endif
 
 #include "loongforge/common/error.hpp"
 #include "loongforge/common/log.hpp"
+#include "loongforge/engines/adfe/adfe.hpp"  // adfe::enabled (its staging slot caps the choice)
 #include "loongforge/trainer/micro_batch.hpp"
 #include "trainer_impl.hpp"
 
@@ -167,6 +171,7 @@ void Trainer::Impl::resolve_micro_batch() {
   check_micro_batch_auto();
 #if LOONGFORGE_WITH_CUDA_KERNELS
   const c10::DeviceIndex dev = device_.index();
+  const c10::cuda::CUDAGuard on_device(dev);  // cudaMemGetInfo reads the current device
   const double fraction = test_memory_fraction();
   if (fraction < 1.0) alloc::setMemoryFraction(fraction, dev);
   const int64_t w = world_info_.world_size, g = cfg_.trainer.global_batch_size;
@@ -197,6 +202,22 @@ void Trainer::Impl::resolve_micro_batch() {
   double sample_bytes = 0;
   for (const auto& [key, t] : model::make_example_batch(info, 1, 0)) sample_bytes += static_cast<double>(t.nbytes());
   in.later.push_back({"the step's micro-batches", sample_bytes * static_cast<double>(g / w)});
+  // Note [ADFE's slot caps auto]: ADFE stages each micro-batch in a pinned host slot of adfe.slot_mb and
+  // refuses a micro-batch larger than one (adfe::slot_size_problem), so a choice above what a slot holds would
+  // stop the run when its source opens. The candidates stop at that many samples of the batch the probes
+  // use (float images: at least what a slot holds per sample, so the cap never lets a larger one through),
+  // and the line says so; a larger adfe.slot_mb lifts it.
+  if (adfe::enabled(cfg_)) {
+    constexpr double kAlignmentSlack = 1024.0 * 1024.0;  // each tensor's start is aligned in the slot
+    const int64_t fits = static_cast<int64_t>((cfg_.adfe.slot_mb * 1024.0 * 1024.0 - kAlignmentSlack) / sample_bytes);
+    if (fits < in.max_micro_batch) {
+      in.max_micro_batch = std::max<int64_t>(fits, 1);
+      char why[160];
+      std::snprintf(why, sizeof why, "one ADFE staging slot (adfe.slot_mb %g MB) holds %lld samples; raise "
+                    "adfe.slot_mb for larger micro-batches", cfg_.adfe.slot_mb, static_cast<long long>(fits));
+      in.limit = why;
+    }
+  }
   in.later.push_back({"CUDA-graph pool", 0.0});
 
   // The probes: the default generators are put back after them (a probe's forward reseeds them).

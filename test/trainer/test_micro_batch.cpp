@@ -229,3 +229,16 @@ TEST_CASE("micro_batch: the ranks agree on the smallest choice, and one rank's f
   REQUIRE_THROWS_WITH(agree_on_smallest({"96", "!trainer.micro_batch_size auto: no candidate fits", "64"}),
                       Contains("rank 1: trainer.micro_batch_size auto: no candidate fits"));
 }
+
+TEST_CASE("micro_batch: a cap below the key's range (ADFE's staging slot) bounds the candidates and is named") {
+  FakeDevice dev;
+  dev.peak_gb = [](int64_t b) { return 2.0 + 0.01 * static_cast<double>(b); };
+  MicroBatchInput in = input(384, 1, 80.0, 0.0);
+  in.max_micro_batch = 100;
+  in.limit = "one ADFE staging slot (adfe.slot_mb 64 MB) holds 100 samples; raise adfe.slot_mb for larger micro-batches";
+  const MicroBatchChoice c = choose_micro_batch(in, dev.probe());
+  REQUIRE(c.candidates.front() == 96);
+  REQUIRE(c.micro_batch == 96);  // everything fits the device: the cap decides
+  REQUIRE_THAT(c.text(in), Contains("; at most 100: one ADFE staging slot (adfe.slot_mb 64 MB) holds 100 samples"));
+  REQUIRE(c.to_json(in).at("limit").at("micro_batch") == 100);
+}

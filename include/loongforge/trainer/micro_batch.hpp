@@ -57,7 +57,8 @@ struct MemoryTerm {
 struct MicroBatchInput {
   int64_t global_batch = 0;  // trainer.global_batch_size
   int64_t world_size = 1;
-  int64_t max_micro_batch = 65536;   // trainer.micro_batch_size's range
+  int64_t max_micro_batch = 65536;   // trainer.micro_batch_size's range, or less (then `limit` says why)
+  std::string limit;                 // "" or why max_micro_batch is below the key's range (named in the text)
   int64_t max_accumulation = 65536;  // trainer.gradient_accumulation_steps's range
   double capacity_bytes = 0;         // what this process may hold on the device
   double headroom = kMicroBatchHeadroom;
