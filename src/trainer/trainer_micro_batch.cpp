@@ -129,7 +129,7 @@ double reserved_bytes(c10::DeviceIndex device, bool peak) {
 // that fraction of it (c10's setMemoryFraction: an allocation past it is an
 // out-of-memory error) for the whole run, and the probes see the smaller
 // capacity. It exists so that a test on a large GPU can make it look small
-// enough for the choice to step down (test_trainer_gpu); it is no config key,
+// enough for the choice to step down (e2e_micro_batch_auto_gpu); it is no config key,
 // because it changes nothing a training run should want.
 double test_memory_fraction() {
   const char* text = std::getenv("LOONGFORGE_TEST_CUDA_MEMORY_FRACTION");
