@@ -430,7 +430,7 @@ void Trainer::Impl::open_outputs() {
 // phases a user can act on: "start" (the device, the rendezvous, the control
 // socket, the checkpoint chosen), "model" (the file read and its weights put on
 // the device, frozen ones cast), "micro-batch" (trainer.micro_batch_size auto's
-// probes; nothing otherwise), "data" (the dataset's index, the decode
+// probes; only when they run), "data" (the dataset's index, the decode
 // threads), "step runner" (a compiled package loaded), "optimizer" (the
 // gradient path, the moments, the optimizer graph), "resume" (the run
 // directory and a checkpoint read), "first batch" (the first step's data
@@ -536,9 +536,11 @@ void Trainer::Impl::open() {
   open_model();
   dmf::resolve(cfg_, net_->info());  // DMF's requirements of the model, before the data opens
   startup_phase("model");
-  whole_run.reset();     // the probes' memory lives only while they run
-  resolve_micro_batch();  // trainer.micro_batch_size auto, before its first user (the data source)
-  startup_phase("micro-batch");
+  if (micro_batch_unresolved()) {  // trainer.micro_batch_size auto, before its first user (the data source)
+    whole_run.reset();              // the probes' memory lives only while they run
+    resolve_micro_batch();
+    startup_phase("micro-batch");
+  }
 
   // The seams, each through its engine's factory (the plain implementation when the engine is off).
   persistent("data source");
