@@ -58,6 +58,19 @@ int status_run() {
                   w.value("copies", 0LL), static_cast<double>(w.value("elements", 0LL)) / 1e6,
                   w.value("gradients", std::string("?")).c_str());
     }
+    if (s.contains("micro_batch") && s["micro_batch"].is_object()) {  // trainer.micro_batch_size (auto: how chosen)
+      const auto& m = s["micro_batch"];
+      std::printf("  micro-batch %lld x accumulation %lld", m.value("size", 0LL), m.value("accumulation", 0LL));
+      if (m.contains("auto") && m["auto"].is_object()) {
+        const auto& a = m["auto"];
+        if (a.value("source", std::string()) == "checkpoint")
+          std::printf(" (auto: kept from %s)", a.value("checkpoint", std::string("?")).c_str());
+        else
+          std::printf(" (auto: predicted %.1f GB, measured %.1f GB of a %.1f GB budget)", a.value("predicted_gb", 0.0),
+                      a.value("measured_gb", 0.0), a.value("budget_gb", 0.0));
+      }
+      std::printf("\n");
+    }
     std::printf("  strategy    %s\n", s.value("strategy", std::string("?")).c_str());
     if (s.contains("engines")) {
       std::printf("  engines    ");

@@ -7,12 +7,15 @@
 #include <cstdlib>       // std::strtod
 #include <sstream>       // std::ostringstream
 #include <type_traits>   // std::is_same_v
+#include <variant>       // std::holds_alternative
 
 #include "internal.hpp"
 
 namespace loongforge::config {
 
 namespace {
+
+constexpr const char* kAuto = "auto";  // the word an INT_AUTO key takes
 
 std::vector<std::string> split_choices(const char* text) {
   std::vector<std::string> out;
@@ -98,9 +101,11 @@ const Tables& tables() {
 #define LF_DEF_BOOL(s, name, def, help) LF_DEF(s, name, KeyKind::Bool, (def) ? "true" : "false", 0, 0, {}, help)
 #define LF_DEF_STR(s, name, def, help) LF_DEF(s, name, KeyKind::Str, yaml_quote(def), 0, 0, {}, help)
 #define LF_DEF_CHOICE(s, name, def, choices, help) LF_DEF(s, name, KeyKind::Choice, def, 0, 0, split_choices(choices), help)
+#define LF_DEF_INT_AUTO(s, name, def, lo, hi, help) \
+  LF_DEF(s, name, KeyKind::IntAuto, std::to_string(static_cast<int64_t>(def)), static_cast<double>(lo), static_cast<double>(hi), {}, help)
 #define LF_DEF_SECTION(section, help, KEYS)          \
   out.sections.push_back(SectionDef{#section, help, engine_of(#section)}); \
-  KEYS(section, LF_DEF_INT, LF_DEF_FLOAT, LF_DEF_BOOL, LF_DEF_STR, LF_DEF_CHOICE)
+  KEYS(section, LF_DEF_INT, LF_DEF_FLOAT, LF_DEF_BOOL, LF_DEF_STR, LF_DEF_CHOICE, LF_DEF_INT_AUTO)
     LF_CONFIG_SECTIONS(LF_DEF_SECTION)
 #undef LF_DEF_SECTION
 
@@ -114,8 +119,17 @@ const Tables& tables() {
 #define LF_ACC_BOOL(s, name, def, help) LF_ACC(s, name, bool)
 #define LF_ACC_STR(s, name, def, help) LF_ACC(s, name, std::string)
 #define LF_ACC_CHOICE(s, name, def, choices, help) LF_ACC(s, name, std::string)
+// An INT_AUTO key holds an int64 or the word auto (the string "auto" as a Value; the field then reads 0).
+#define LF_ACC_INT_AUTO(s, name, def, lo, hi, help)                                                      \
+  out.access.push_back(detail::KeyAccess{                                                                \
+      nullptr,                                                                                           \
+      [](Config& c, const Value& v) {                                                                    \
+        c.s.name##_auto = std::holds_alternative<std::string>(v);                                        \
+        c.s.name = c.s.name##_auto ? 0 : std::get<int64_t>(v);                                           \
+      },                                                                                                 \
+      [](const Config& c) { return c.s.name##_auto && c.s.name == 0 ? Value(std::string(kAuto)) : Value(c.s.name); }});
 #define LF_ACC_SECTION(section, help, KEYS) \
-  KEYS(section, LF_ACC_INT, LF_ACC_FLOAT, LF_ACC_BOOL, LF_ACC_STR, LF_ACC_CHOICE)
+  KEYS(section, LF_ACC_INT, LF_ACC_FLOAT, LF_ACC_BOOL, LF_ACC_STR, LF_ACC_CHOICE, LF_ACC_INT_AUTO)
     LF_CONFIG_SECTIONS(LF_ACC_SECTION)
 #undef LF_ACC_SECTION
     for (size_t i = 0; i < out.keys.size(); ++i) out.access[i].def = &out.keys[i];
@@ -168,6 +182,7 @@ std::string allowed_text(const KeyDef& def) {
     case KeyKind::Float: return "a number in " + range(false);
     case KeyKind::Bool: return "true or false";
     case KeyKind::Str: return "a string";
+    case KeyKind::IntAuto: return "an integer in " + range(true) + ", or " + kAuto;
     case KeyKind::Choice: {
       std::string s = "one of: ";
       for (size_t i = 0; i < def.choices.size(); ++i) s += (i ? ", " : "") + def.choices[i];
@@ -184,6 +199,9 @@ bool parse_value(const KeyDef& def, const std::string& text, bool plain, Value* 
     return false;
   };
   switch (def.kind) {
+    case KeyKind::IntAuto:
+      if (text == kAuto) return *out = std::string(kAuto), true;  // a word: quoted or not
+      [[fallthrough]];
     case KeyKind::Int: {
       int64_t v = 0;
       auto res = std::from_chars(text.data(), text.data() + text.size(), v);
@@ -272,11 +290,20 @@ std::string print_config(const Config& cfg) {
     }
     auto it = cfg.origin.find(d.path);
     const std::string origin = it == cfg.origin.end() ? "default" : it->second;
-    const std::string source = origin == "default"                ? ""
-                               : origin == kDerivedFromGlobalBatch ? ". Value " + origin
-                                                                   : ". Set by " + origin;
+    const bool chosen = origin.rfind(kChosenByAuto, 0) == 0;  // an INT_AUTO key resolved from auto
+    const std::string source = origin == "default"                           ? ""
+                               : origin == kDerivedFromGlobalBatch || chosen ? ". Value " + origin
+                                                                              : ". Set by " + origin;
     out << "  # " << d.help << ". Allowed: " << detail::allowed_text(d) << ". Default: " << d.default_text
         << source << "\n";
+    // Unset while trainer.micro_batch_size auto waits for its choice (Note [Micro-batch auto] in validate.cpp):
+    // written, it would be an explicit accumulation, which auto refuses.
+    if (d.path == "trainer.gradient_accumulation_steps" && cfg.trainer.micro_batch_size_auto &&
+        cfg.trainer.micro_batch_size == 0) {
+      out << "  # " << d.name << ": derived from trainer.global_batch_size when trainer.micro_batch_size auto is "
+          << "resolved\n";
+      continue;
+    }
     out << "  " << d.name << ": " << detail::format_value(a.get(cfg)) << "\n";
   }
   return out.str();

@@ -5,6 +5,7 @@
 #include <sstream>     // std::ostringstream
 
 #include "internal.hpp"
+#include "loongforge/common/error.hpp"  // ConfigError
 
 namespace loongforge::config::detail {
 
@@ -78,6 +79,38 @@ void check_path(const Config& cfg, const std::string& key, const std::string& pa
   }
 }
 
+// Note [Micro-batch auto]: trainer.micro_batch_size: auto asks the trainer
+// for the largest micro-batch that fits the GPU with the global batch kept
+// (src/trainer/micro_batch.cpp, Note [Choosing the micro-batch]). The global
+// batch is what it keeps, so it must be given (global_batch_size > 0), and the
+// accumulation is what absorbs the choice (G / (B x W)), so it must be left
+// to derive. Until resolved the field reads 0 (never a valid micro-batch), so
+// every rule here that multiplies it is skipped and the accumulation keeps
+// its default, unset; resolve_auto_micro_batch() then sets both at once and
+// checks what derive() checks. Device facts (CPU, MLA) are the trainer's.
+void check_auto_micro_batch(const Config& cfg, const ValidationContext& ctx, std::vector<std::string>* errors) {
+  const auto& t = cfg.trainer;
+  if (!t.micro_batch_size_auto) return;
+  const std::string at = origin_of(cfg, "trainer.micro_batch_size") + ": trainer.micro_batch_size is auto";
+  if (t.global_batch_size == 0)
+    errors->push_back(at + ", which keeps trainer.global_batch_size (samples per optimizer step over all ranks) "
+                           "while it chooses the micro-batch, but global_batch_size is 0 (" +
+                      how_set(cfg, "trainer.global_batch_size") +
+                      "): set trainer.global_batch_size to the global batch to keep, or set micro_batch_size to a "
+                      "number");
+  else if (t.global_batch_size % ctx.world_size != 0)
+    errors->push_back(at + ": trainer.global_batch_size (" + std::to_string(t.global_batch_size) +
+                      ") must be a multiple of the world size (" + std::to_string(ctx.world_size) +
+                      ") for every rank to take an equal share: set global_batch_size to a multiple of " +
+                      std::to_string(ctx.world_size));
+  if (origin_of(cfg, "trainer.gradient_accumulation_steps") != "default")
+    errors->push_back(at + ", which derives trainer.gradient_accumulation_steps from its choice (global_batch_size / "
+                           "(micro_batch_size x world size)), but the accumulation is " +
+                      how_set(cfg, "trainer.gradient_accumulation_steps") + " (" +
+                      std::to_string(t.gradient_accumulation_steps) +
+                      "): remove trainer.gradient_accumulation_steps, or set micro_batch_size to a number");
+}
+
 }  // namespace
 
 // Note [Derived accumulation]: trainer.global_batch_size > 0 fixes the samples
@@ -92,6 +125,7 @@ void derive(Config* cfg, const ValidationContext& ctx, std::vector<std::string>*
     return;
   }
   if (t.global_batch_size == 0 || origin_of(*cfg, "trainer.gradient_accumulation_steps") != "default") return;
+  if (t.micro_batch_size_auto) return;  // derived when the trainer resolves it (Note [Micro-batch auto])
   const int64_t per_step = t.micro_batch_size * ctx.world_size;
   const std::string G = std::to_string(t.global_batch_size), B = std::to_string(t.micro_batch_size),
                     W = std::to_string(ctx.world_size), BW = std::to_string(per_step);
@@ -139,9 +173,11 @@ void validate(const Config& cfg, const ValidationContext& ctx, std::vector<std::
   // Engine rules hold only for an engine that runs (built and enabled).
   auto runs = [&](const char* engine, bool enable) { return enable && ctx.built_engines.count(engine) > 0; };
 
-  // Both set (a derived accumulation agrees by construction).
+  check_auto_micro_batch(cfg, ctx, errors);
+
+  // Both set (a derived accumulation agrees by construction). Not while the micro-batch is auto: it reads 0.
   const int64_t derived = global_batch_size(cfg, ctx.world_size);
-  if (t.global_batch_size != 0 && t.global_batch_size != derived) {
+  if (!t.micro_batch_size_auto && t.global_batch_size != 0 && t.global_batch_size != derived) {
     const int64_t per_step = t.micro_batch_size * ctx.world_size;
     std::string fix = "set it to " + std::to_string(derived) + " or 0 (derived)";
     if (t.global_batch_size % per_step == 0)
@@ -215,6 +251,34 @@ std::vector<std::string> non_default_keys(const Config& cfg, const std::string& 
     found.push_back((it == cfg.origin.end() ? std::string("default") : it->second) + ": " + d.path + "=" + value);
   }
   return found;
+}
+
+}  // namespace loongforge::config
+
+namespace loongforge::config {
+
+void resolve_auto_micro_batch(Config* cfg, int64_t micro_batch, int64_t world_size) {
+  auto& t = cfg->trainer;
+  const std::string key = "trainer.micro_batch_size";
+  if (!t.micro_batch_size_auto)
+    throw ConfigError(key + " is " + std::to_string(t.micro_batch_size) + ", not auto: there is nothing to resolve");
+  const int64_t per_step = micro_batch * world_size;
+  const auto* def = find_key(key);
+  if (micro_batch < static_cast<int64_t>(def->min) || micro_batch > static_cast<int64_t>(def->max) ||
+      world_size < 1 || t.global_batch_size % per_step != 0)
+    throw ConfigError(key + " auto: " + std::to_string(micro_batch) + " x " + std::to_string(world_size) +
+                      " rank(s) is outside " + detail::allowed_text(*def) +
+                      " or does not divide trainer.global_batch_size (" + std::to_string(t.global_batch_size) +
+                      "); every candidate does (a bug in the chooser)");
+  const int64_t k = t.global_batch_size / per_step;
+  if (static_cast<double>(k) > find_key("trainer.gradient_accumulation_steps")->max)
+    throw ConfigError(key + " auto: " + std::to_string(micro_batch) + " needs an accumulation of " +
+                      std::to_string(k) + ", above the key's limit (a bug in the chooser)");
+  auto& origin = cfg->origin[key];
+  origin = kChosenByAuto + (origin.empty() ? std::string("default") : origin);
+  t.micro_batch_size = micro_batch;
+  t.gradient_accumulation_steps = k;
+  cfg->origin["trainer.gradient_accumulation_steps"] = kDerivedFromGlobalBatch;
 }
 
 }  // namespace loongforge::config

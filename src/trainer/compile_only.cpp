@@ -18,6 +18,11 @@
 namespace loongforge::trainer {
 
 int compile_only(const config::Config& cfg, const comm::WorldInfo& world) {
+  if (cfg.trainer.micro_batch_size_auto)
+    throw ConfigError(cfg.origin.at("trainer.micro_batch_size") +
+                      ": trainer.micro_batch_size is auto, which the trainer resolves when it starts, from probes "
+                      "of the GPU (a training run compiles the package for its choice then): --compile-only "
+                      "prepares one micro-batch's package, so name it: --set trainer.micro_batch_size=N");
   fusion::share_cuda_jit_cache(cfg);  // as a training run does (the compile's subprocess inherits it)
   // The device and precision as the trainer resolves them (Trainer::Impl::resolve_device).
   const bool cuda = torch::cuda::is_available();

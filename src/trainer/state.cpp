@@ -248,16 +248,25 @@ int64_t global_batch_of(const checkpoint::Manifest& m, const std::string& dir) {
 }
 }  // namespace
 
-int64_t check_resume(const std::string& dir, const config::Config& cfg, int64_t world_size, std::string* note) {
-  // Only the manifest is read here; resume_from() verifies every file.
-  checkpoint::Manifest manifest;
+namespace {
+// Only the manifest; resume_from() verifies every file.
+checkpoint::Manifest manifest_of(const std::string& dir) {
   try {
     // read_manifest's message names the file and shows only a printable excerpt of a corrupt one.
-    manifest = checkpoint::read_manifest(dir + "/" + checkpoint::kManifest);
+    return checkpoint::read_manifest(dir + "/" + checkpoint::kManifest);
   } catch (const std::exception& e) {
     throw CheckpointError("cannot resume from '" + dir + "': " + e.what() +
                           "; pick another checkpoint, or use --resume latest");
   }
+}
+}  // namespace
+
+int64_t checkpoint_micro_batch(const std::string& dir) {
+  return saved_int(manifest_of(dir), "trainer.micro_batch_size", dir);
+}
+
+int64_t check_resume(const std::string& dir, const config::Config& cfg, int64_t world_size, std::string* note) {
+  const checkpoint::Manifest manifest = manifest_of(dir);
   const int64_t saved_world = manifest.world_size;
   const int64_t global = global_batch_of(manifest, dir);
   const int64_t b = cfg.trainer.micro_batch_size;

@@ -256,7 +256,8 @@ void Trainer::Impl::report_summary(int status) const {
       {"device", device_.str()},
       {"precision", bf16_ ? "bf16" : "fp32"},
       {"bf16_weights", optim::working_copies_json(optimizer_.get())},
-      {"compiled_step", compiled_step_}};
+      {"compiled_step", compiled_step_},
+      {"micro_batch", micro_batch_json()}};
   if (vl_tokens > 0)
     summary["vl_padding"] = {{"vl_tokens", vl_tokens}, {"padding_tokens", vl_padding}, {"share", vl_padding_share},
                              {"text_slot", net_->info().text_slot}, {"text_slot_cut", cfg_.dmf.enable}};
@@ -279,6 +280,12 @@ void Trainer::Impl::report_summary(int status) const {
       steady.warmup_steps == 1 ? "" : "s", startup_text().c_str(), mean.samples_per_s, 100.0 * mean.data_wait_fraction,
       h.size());
   if (!compiled_step_.is_null()) std::printf("  compiled     %s\n", compiled_step_text().c_str());
+  if (!micro_batch_choice_.is_null())  // trainer.micro_batch_size auto
+    std::printf("  micro-batch  %lld x accumulation %lld (trainer.micro_batch_size auto: %s)\n",
+                static_cast<long long>(cfg_.trainer.micro_batch_size),
+                static_cast<long long>(cfg_.trainer.gradient_accumulation_steps),
+                micro_batch_choice_.value("source", "") == "checkpoint" ? "the checkpoint's"
+                                                                        : "chosen from probes of the GPU, see the log");
   if (vl_tokens > 0)
     std::printf("  padding      %.1f%% of the vision-language tokens (unused tokens of the %lld-token text slot%s)\n",
                 100.0 * vl_padding_share, static_cast<long long>(net_->info().text_slot),

@@ -60,6 +60,11 @@ struct Trainer::Impl {
   std::string choose_resume_dir();
   void check_preemption_lead();
   void adopt_checkpoint_batch(const std::string& resume_dir);
+  // trainer.micro_batch_size: auto (trainer_micro_batch.cpp)
+  bool micro_batch_unresolved() const;
+  void keep_checkpoint_micro_batch(const std::string& resume_dir);  // a resume keeps the checkpoint's
+  void check_micro_batch_auto() const;  // what auto cannot do (the CPU, MLA, fault.enable), before the model loads
+  void resolve_micro_batch();           // after the model loads: probes the device, agrees over the ranks
   void open_model();
   void open_data();
   void open_fast_path(const fusion::StepMode& mode, bool made_gradients);
@@ -160,6 +165,8 @@ struct Trainer::Impl {
   int64_t tokens_per_view_ = 0;
   StepRecord record_;  // the step just taken, reported at its boundary
   nlohmann::json compiled_step_;  // the step runner's "package" (fusion::StepMode::package_status); null: off
+  nlohmann::json micro_batch_choice_;  // how trainer.micro_batch_size auto was resolved; null: a number was set
+  nlohmann::json micro_batch_json() const;  // for `status` and the summary
   double first_step_s_ = -1;  // seconds from the Trainer's construction to the first record of this process
   // Where that time went (Note [Time to the first step] in trainer_open.cpp), in order: each phase's seconds
   // and what the trainer thread spent in it (its CPU time, its page faults served from storage, the process's

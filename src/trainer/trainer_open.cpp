@@ -286,6 +286,7 @@ void Trainer::Impl::prepare_process() {
 // The checkpoint decides the accumulation before anything is sized by it (its global batch is kept).
 void Trainer::Impl::adopt_checkpoint_batch(const std::string& resume_dir) {
   if (resume_dir.empty()) return;
+  if (micro_batch_unresolved()) keep_checkpoint_micro_batch(resume_dir);  // Note [Micro-batch auto on resume]
   std::string note;
   const int64_t k = check_resume(resume_dir, cfg_, world_info_.world_size, &note);
   if (k != cfg_.trainer.gradient_accumulation_steps) {
@@ -358,7 +359,11 @@ void Trainer::Impl::log_run_line() const {
                     " rows: those whose action chunk ends inside its episode, as Isaac-GR00T N1.6 samples)"
               : std::string())
       << ", global batch " << pos_.global_batch << " (" << cfg_.trainer.micro_batch_size << " x "
-      << cfg_.trainer.gradient_accumulation_steps << " x " << world_info_.world_size << " ranks), "
+      << cfg_.trainer.gradient_accumulation_steps << " x " << world_info_.world_size << " ranks"
+      << (micro_batch_choice_.is_null()                          ? ""
+          : micro_batch_choice_.value("source", "") == "checkpoint" ? ", micro-batch auto: the checkpoint's"
+                                                                     : ", micro-batch chosen by auto")
+      << "), "
       << pos_.steps_per_epoch << " steps per epoch, AdamW "
       << (optimizer_->sharded()
               ? std::string(fused ? "fused, " : "") + "sharded over " + std::to_string(world_info_.world_size) + " rank(s)"
@@ -368,6 +373,13 @@ void Trainer::Impl::log_run_line() const {
       << optim::working_copies_note(*optimizer_) << ", gradient communication " << reducer_->strategy()
       << (graph_reduction_ ? " until the last micro-batch's graph is captured with it" : "") << ", steps "
       << pos_.step + 1 << ".." << last_step_ << ", compiled step " << compiled_step_text();
+}
+
+// `status` and summary.json: the micro-batch, its accumulation and, with auto, how it was chosen.
+nlohmann::json Trainer::Impl::micro_batch_json() const {
+  return {{"size", cfg_.trainer.micro_batch_size},
+          {"accumulation", cfg_.trainer.gradient_accumulation_steps},
+          {"auto", micro_batch_choice_}};
 }
 
 // "off", "PATH (cache hit)", "PATH (compiled in 95 s)", "PATH (given)", "not used (compile failed)".
@@ -417,7 +429,8 @@ void Trainer::Impl::open_outputs() {
 // From launch (the Trainer's construction) to the first step's record, in the
 // phases a user can act on: "start" (the device, the rendezvous, the control
 // socket, the checkpoint chosen), "model" (the file read and its weights put on
-// the device, frozen ones cast), "data" (the dataset's index, the decode
+// the device, frozen ones cast), "micro-batch" (trainer.micro_batch_size auto's
+// probes; only when they run), "data" (the dataset's index, the decode
 // threads), "step runner" (a compiled package loaded), "optimizer" (the
 // gradient path, the moments, the optimizer graph), "resume" (the run
 // directory and a checkpoint read), "first batch" (the first step's data
@@ -510,6 +523,7 @@ void Trainer::Impl::open() {
   const std::string resume_dir = choose_resume_dir();
   check_preemption_lead();  // Note [Preemption lead time] in trainer_close.cpp
   adopt_checkpoint_batch(resume_dir);
+  check_micro_batch_auto();  // before the model loads: the CPU cannot choose a micro-batch
   startup_phase("start");
   // What lives the whole run is allocated from here to the fast path, each
   // part under its label (MLA's persistent arena; memory seam).
@@ -522,6 +536,11 @@ void Trainer::Impl::open() {
   open_model();
   dmf::resolve(cfg_, net_->info());  // DMF's requirements of the model, before the data opens
   startup_phase("model");
+  if (micro_batch_unresolved()) {  // trainer.micro_batch_size auto, before its first user (the data source)
+    whole_run.reset();              // the probes' memory lives only while they run
+    resolve_micro_batch();
+    startup_phase("micro-batch");
+  }
 
   // The seams, each through its engine's factory (the plain implementation when the engine is off).
   persistent("data source");

@@ -386,6 +386,7 @@ void Trainer::Impl::publish(const char* phase, const StepRecord* r) {
                        {"rank", world_info_.rank},
                        {"world", world_info_.world_size},
                        {"global_batch", pos_.global_batch},
+                       {"micro_batch", micro_batch_json()},
                        {"strategy", reducer_->strategy()},
                        {"engines", engines},
                        {"last_checkpoint", last_ckpt_},

@@ -112,7 +112,7 @@ TEST_CASE("config: print-config output loads back to the same values") {
   const Config a = parse_config_text(paths_yaml() + "run:\n  name: \"a: b # c\"\ntrainer:\n  max_steps: 7\n",
                                      "a.yaml");
   const std::string printed = print_config(a);
-  REQUIRE_THAT(printed, Contains("# Samples per micro-batch per rank. Allowed: an integer in [1, 65536]"));
+  REQUIRE_THAT(printed, Contains("# Samples per micro-batch per rank; auto = the largest micro-batch"));
   const Config b = parse_config_text(printed, "printed.yaml");
   for (const auto& k : schema()) REQUIRE(value_text(a, k.path) == value_text(b, k.path));
 }
@@ -204,8 +204,8 @@ TEST_CASE("config: a far-off unknown key lists the section's keys") {
 }
 
 TEST_CASE("config: a word where an integer belongs is a type error with the range") {
-  REQUIRE_THAT(error_of("trainer:\n  micro_batch_size: eight\n"),
-               Contains("bad.yaml:6: trainer.micro_batch_size: expected an integer in [1, 65536], got 'eight'"));
+  REQUIRE_THAT(error_of("trainer:\n  max_steps: eight\n"),
+               Contains("bad.yaml:6: trainer.max_steps: expected an integer in [1, inf], got 'eight'"));
 }
 
 TEST_CASE("config: a fraction where an integer belongs is a type error") {
@@ -215,7 +215,7 @@ TEST_CASE("config: a fraction where an integer belongs is a type error") {
 
 TEST_CASE("config: a quoted number is a string, not an integer") {
   REQUIRE_THAT(error_of("trainer:\n  micro_batch_size: \"8\"\n"),
-               Contains("trainer.micro_batch_size: expected an integer in [1, 65536], got '8'"));
+               Contains("trainer.micro_batch_size: expected an integer in [1, 65536], or auto, got '8'"));
 }
 
 TEST_CASE("config: zero micro-batch size is out of range") {
@@ -326,6 +326,110 @@ TEST_CASE("config: a derived accumulation above its range is rejected") {
   REQUIRE_THAT(error_of("trainer:\n  micro_batch_size: 1\n  global_batch_size: 65537\n"),
                Contains("bad.yaml:7: trainer.global_batch_size (65537) / (micro_batch_size (1) x world size (1)) = "
                         "65537 micro-batches per step, above the limit of 65536: raise micro_batch_size"));
+}
+
+// ---- trainer.micro_batch_size: auto (Note [Micro-batch auto] in src/config/validate.cpp)
+
+TEST_CASE("config: micro_batch_size auto with a global batch loads unresolved, the accumulation left to derive") {
+  ValidationContext two;
+  two.world_size = 2;
+  const Config cfg =
+      parse_config_text(paths_yaml() + "trainer:\n  micro_batch_size: auto\n  global_batch_size: 384\n", "a.yaml", {}, two);
+  REQUIRE(cfg.trainer.micro_batch_size_auto);
+  REQUIRE(cfg.trainer.micro_batch_size == 0);  // never a valid micro-batch: nothing may size by it yet
+  REQUIRE(cfg.trainer.gradient_accumulation_steps == 1);
+  REQUIRE(cfg.origin.count("trainer.gradient_accumulation_steps") == 0);  // still unset
+  REQUIRE(value_text(cfg, "trainer.micro_batch_size") == "auto");
+  // --print-config writes auto, which loads again; the key's allowed values name it.
+  const std::string printed = print_config(cfg);
+  REQUIRE_THAT(printed, Contains("Allowed: an integer in [1, 65536], or auto. Default: 8. Set by a.yaml:6\n"
+                                 "  micro_batch_size: auto\n"));
+  // The accumulation is written as a comment while it waits for the choice, so the output loads again.
+  REQUIRE_THAT(printed, Contains("\n  # gradient_accumulation_steps: derived from trainer.global_batch_size when "
+                                 "trainer.micro_batch_size auto is resolved\n"));
+  REQUIRE(parse_config_text(printed, "printed.yaml", {}, two).trainer.micro_batch_size_auto);
+  // --set takes it too, and a number set after it wins.
+  ValidationContext no_paths;
+  no_paths.require_paths = false;
+  REQUIRE(default_config({"trainer.global_batch_size=64", "trainer.micro_batch_size=auto"}, no_paths)
+              .trainer.micro_batch_size_auto);
+  const Config number = default_config(
+      {"trainer.global_batch_size=64", "trainer.micro_batch_size=auto", "trainer.micro_batch_size=16"}, no_paths);
+  REQUIRE(!number.trainer.micro_batch_size_auto);
+  REQUIRE(number.trainer.micro_batch_size == 16);
+  REQUIRE(number.trainer.gradient_accumulation_steps == 4);
+}
+
+TEST_CASE("config: micro_batch_size auto resolved derives the accumulation and prints as the chosen number") {
+  ValidationContext two;
+  two.world_size = 2;
+  Config cfg =
+      parse_config_text(paths_yaml() + "trainer:\n  micro_batch_size: auto\n  global_batch_size: 384\n", "a.yaml", {}, two);
+  resolve_auto_micro_batch(&cfg, 48, 2);
+  REQUIRE(cfg.trainer.micro_batch_size == 48);
+  REQUIRE(cfg.trainer.micro_batch_size_auto);  // what the key said is kept beside the choice
+  REQUIRE(cfg.trainer.gradient_accumulation_steps == 4);
+  REQUIRE(global_batch_size(cfg, 2) == 384);
+  REQUIRE(cfg.origin.at("trainer.micro_batch_size") == "chosen for auto, set at a.yaml:6");
+  REQUIRE(value_text(cfg, "trainer.micro_batch_size") == "48");
+  // The run directory's config.yaml: the choice, loadable as a fixed micro-batch of the same global batch.
+  const std::string printed = print_config(cfg);
+  REQUIRE_THAT(printed, Contains("Value chosen for auto, set at a.yaml:6\n  micro_batch_size: 48\n"));
+  const Config again = parse_config_text(printed, "printed.yaml", {}, two);
+  REQUIRE(again.trainer.micro_batch_size == 48);
+  REQUIRE(again.trainer.gradient_accumulation_steps == 4);
+  // A choice that does not divide the global batch is a bug, refused by name.
+  Config other =
+      parse_config_text(paths_yaml() + "trainer:\n  micro_batch_size: auto\n  global_batch_size: 384\n", "a.yaml", {}, two);
+  REQUIRE_THROWS_WITH(resolve_auto_micro_batch(&other, 7, 2), Contains("trainer.micro_batch_size auto: 7 x 2 rank(s)"));
+}
+
+TEST_CASE("config: micro_batch_size auto without a global batch is refused, naming both keys and the fix") {
+  REQUIRE_THAT(error_of("trainer:\n  micro_batch_size: auto\n"),
+               Contains("bad.yaml:6: trainer.micro_batch_size is auto, which keeps trainer.global_batch_size (samples "
+                        "per optimizer step over all ranks) while it chooses the micro-batch, but global_batch_size is "
+                        "0 (default): set trainer.global_batch_size to the global batch to keep, or set "
+                        "micro_batch_size to a number"));
+}
+
+TEST_CASE("config: micro_batch_size auto with an explicit accumulation is refused, naming where it was set") {
+  REQUIRE_THAT(error_of("trainer:\n  micro_batch_size: auto\n  global_batch_size: 64\n  gradient_accumulation_steps: 2\n"),
+               Contains("bad.yaml:6: trainer.micro_batch_size is auto, which derives "
+                        "trainer.gradient_accumulation_steps from its choice (global_batch_size / (micro_batch_size x "
+                        "world size)), but the accumulation is set at bad.yaml:8 (2): remove "
+                        "trainer.gradient_accumulation_steps, or set micro_batch_size to a number"));
+  REQUIRE_THAT(error_of("trainer:\n  micro_batch_size: auto\n  global_batch_size: 64\n",
+                        {"trainer.gradient_accumulation_steps=1"}),
+               Contains("but the accumulation is set at --set (1)"));
+}
+
+TEST_CASE("config: micro_batch_size auto with a global batch the world size does not divide is refused") {
+  ValidationContext three;
+  three.world_size = 3;
+  REQUIRE_THAT(error_of("trainer:\n  micro_batch_size: auto\n  global_batch_size: 64\n", {}, three),
+               Contains("bad.yaml:6: trainer.micro_batch_size is auto: trainer.global_batch_size (64) must be a "
+                        "multiple of the world size (3) for every rank to take an equal share"));
+}
+
+TEST_CASE("config: micro_batch_size takes only a positive integer or the word auto") {
+  REQUIRE_THAT(error_of("trainer:\n  micro_batch_size: Auto\n  global_batch_size: 64\n"),
+               Contains("bad.yaml:6: trainer.micro_batch_size: expected an integer in [1, 65536], or auto, got 'Auto'"));
+  REQUIRE_THAT(error_of("trainer:\n  micro_batch_size: max\n"),
+               Contains("bad.yaml:6: trainer.micro_batch_size: expected an integer in [1, 65536], or auto, got 'max'"));
+  REQUIRE_THAT(error_of("trainer:\n  micro_batch_size: -4\n"),
+               Contains("bad.yaml:6: trainer.micro_batch_size: -4 is out of range: allowed an integer in [1, 65536], "
+                        "or auto"));
+  REQUIRE_THAT(error_of("", {"trainer.micro_batch_size=autos"}),
+               Contains("--set: trainer.micro_batch_size: expected an integer in [1, 65536], or auto, got 'autos'"));
+  // Quoted, auto is still the word (a quoted number is still not a number: above).
+  REQUIRE(error_of("trainer:\n  micro_batch_size: \"auto\"\n  global_batch_size: 64\n").empty());
+}
+
+TEST_CASE("config: only micro_batch_size takes auto among the integer keys") {
+  for (const auto& k : schema())
+    if (k.kind == KeyKind::IntAuto) REQUIRE(k.path == "trainer.micro_batch_size");
+  REQUIRE_THAT(error_of("trainer:\n  max_steps: auto\n"),
+               Contains("trainer.max_steps: expected an integer in [1, inf], got 'auto'"));
 }
 
 TEST_CASE("config: a zero checkpoint interval is rejected") {

@@ -246,3 +246,54 @@ TEST_CASE("trainer: precision.bf16_weights=on is refused on a CPU run, naming th
   REQUIRE(a.history().size() == 2);
   REQUIRE(read_json(a.run_dir() + "/summary.json").at("bf16_weights").is_null());  // no copies kept
 }
+
+// trainer.micro_batch_size: auto on the CPU (the choosing itself: test_micro_batch; on a GPU: e2e_micro_batch_auto_gpu).
+TEST_CASE("trainer: micro_batch_size auto is refused on a CPU run before the model loads, saying why and naming the fix") {
+  const std::string out = fresh_dir("mb-auto-cpu");
+  trainer::Trainer t(tiny_config(out, {"trainer.micro_batch_size=auto", "trainer.global_batch_size=8",
+                                       "trainer.max_steps=2"}),
+                     comm::WorldInfo{});
+  try {
+    t.open();
+    FAIL("open() accepted micro_batch_size auto on a CPU run");
+  } catch (const ConfigError& e) {
+    const std::string msg = e.what();
+    CHECK_THAT(msg, Contains("--set: trainer.micro_batch_size is auto, which sizes the micro-batch to the GPU's "
+                             "memory, but this run is on the CPU (run.device=cpu): there is no device memory to fit"));
+    CHECK_THAT(msg, Contains("Set trainer.micro_batch_size to a number"));
+  }
+  REQUIRE_FALSE(path_exists(out + "/r"));  // refused before anything was written
+}
+
+TEST_CASE("trainer: a resume with micro_batch_size auto keeps the checkpoint's micro-batch, also on the CPU, and "
+          "continues as the uninterrupted run") {
+  const std::string out = fresh_dir("mb-auto-resume");
+  // Straight: 4 steps of 2 x 2 samples. Cut: the same, stopped after 2 steps with a checkpoint.
+  trainer::Trainer straight(tiny_config(out, {"run.name=straight", "trainer.global_batch_size=4", "trainer.max_steps=4"}),
+                            comm::WorldInfo{});
+  REQUIRE(straight.run() == 0);
+  {
+    trainer::Trainer cut(tiny_config(out, {"trainer.global_batch_size=4", "trainer.max_steps=4",
+                                           "trainer.steps_per_run=2"}),
+                         comm::WorldInfo{});
+    REQUIRE(cut.run() == 0);
+  }
+  trainer::Trainer resumed(tiny_config(out, {"trainer.micro_batch_size=auto", "trainer.global_batch_size=4",
+                                             "trainer.max_steps=4", "checkpoint.resume=latest"}),
+                           comm::WorldInfo{});
+  REQUIRE(resumed.run() == 0);
+  const std::vector<double> all = losses_of(straight);
+  REQUIRE(losses_of(resumed) == std::vector<double>(all.begin() + 2, all.end()));  // exact, steps 3 and 4
+  const nlohmann::json mb = read_json(resumed.run_dir() + "/summary.json").at("micro_batch");
+  REQUIRE(mb.at("size") == 2);
+  REQUIRE(mb.at("accumulation") == 2);
+  REQUIRE(mb.at("auto").at("source") == "checkpoint");
+  REQUIRE_THAT(mb.at("auto").at("checkpoint").get<std::string>(), Contains("epoch_0_step_2"));
+  // The run directory's config.yaml records the size it trained with and where it came from.
+  std::ifstream in(resumed.run_dir() + "/config.yaml");
+  const std::string config_yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE_THAT(config_yaml, Contains("Value chosen for auto, set at --set, kept from "));
+  REQUIRE_THAT(config_yaml, Contains("\n  micro_batch_size: 2\n"));
+  // A run with a number says nothing of auto.
+  REQUIRE(read_json(straight.run_dir() + "/summary.json").at("micro_batch").at("auto").is_null());
+}

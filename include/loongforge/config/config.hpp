@@ -15,6 +15,12 @@
 //  - trainer.gradient_accumulation_steps is derived from
 //    trainer.global_batch_size when that is > 0 and the accumulation is not
 //    set (origin "derived from trainer.global_batch_size").
+//  - trainer.micro_batch_size: auto is accepted only with
+//    trainer.global_batch_size > 0 and an unset accumulation; it loads as
+//    micro_batch_size 0 with micro_batch_size_auto set, and nothing here
+//    multiplies it (the accumulation stays unset, derived when the trainer
+//    resolves it: resolve_auto_micro_batch; Note [Micro-batch auto] in
+//    validate.cpp).
 //  - Pure: no threads, no I/O except reading the given file and, when
 //    require_paths is set, checking that model.path and data.path exist.
 //  - Never: guesses a type, silently ignores a key, or clamps a value.
@@ -45,16 +51,22 @@ namespace loongforge::config {
 #define LF_FIELD_BOOL(s, name, def, help) bool name = def;
 #define LF_FIELD_STR(s, name, def, help) std::string name = def;
 #define LF_FIELD_CHOICE(s, name, def, choices, help) std::string name = def;
-#define LF_SECTION_STRUCT(section, help, KEYS)                                                 \
-  struct section##_section {                                                                  \
-    KEYS(section, LF_FIELD_INT, LF_FIELD_FLOAT, LF_FIELD_BOOL, LF_FIELD_STR, LF_FIELD_CHOICE) \
+// An INT_AUTO key set to `auto` reads 0 (never a valid value) with name##_auto true until resolved; the
+// resolved value keeps name##_auto true (what the key said) beside the number that was chosen.
+#define LF_FIELD_INT_AUTO(s, name, def, lo, hi, help) \
+  int64_t name = def;                                 \
+  bool name##_auto = false;
+#define LF_SECTION_STRUCT(section, help, KEYS)                                                                    \
+  struct section##_section {                                                                                     \
+    KEYS(section, LF_FIELD_INT, LF_FIELD_FLOAT, LF_FIELD_BOOL, LF_FIELD_STR, LF_FIELD_CHOICE, LF_FIELD_INT_AUTO) \
   } section;
 
 struct Config {
   LF_CONFIG_SECTIONS(LF_SECTION_STRUCT)
 
-  // Where each key's value came from: "file.yaml:12", "--set", "default" or
-  // kDerivedFromGlobalBatch.
+  // Where each key's value came from: "file.yaml:12", "--set", "default",
+  // kDerivedFromGlobalBatch, or for an INT_AUTO key resolved from `auto`
+  // kChosenByAuto followed by where `auto` was set.
   std::map<std::string, std::string> origin;
   // The engines of the binary that validated it (ValidationContext::built_engines);
   // print_config marks the sections of the others as not in this build.
@@ -63,6 +75,8 @@ struct Config {
 
 // The origin of trainer.gradient_accumulation_steps when it was derived.
 inline constexpr const char* kDerivedFromGlobalBatch = "derived from trainer.global_batch_size";
+// The origin's prefix of an INT_AUTO key resolved from `auto` ("chosen for auto, set at run.yaml:7").
+inline constexpr const char* kChosenByAuto = "chosen for auto, set at ";
 
 #undef LF_SECTION_STRUCT
 #undef LF_FIELD_INT
@@ -70,11 +84,12 @@ inline constexpr const char* kDerivedFromGlobalBatch = "derived from trainer.glo
 #undef LF_FIELD_BOOL
 #undef LF_FIELD_STR
 #undef LF_FIELD_CHOICE
+#undef LF_FIELD_INT_AUTO
 
 // ---------------------------------------------------------------------------
 // The schema (one entry per key, in keys.def order).
 
-enum class KeyKind { Int, Float, Bool, Str, Choice };
+enum class KeyKind { Int, Float, Bool, Str, Choice, IntAuto };  // IntAuto: Int or the word auto
 
 struct KeyDef {
   std::string section;
@@ -82,7 +97,7 @@ struct KeyDef {
   std::string path;  // "section.name"
   KeyKind kind;
   std::string default_text;  // as it would be written in YAML
-  double min = 0;            // Int/Float only
+  double min = 0;            // Int/Float/IntAuto only
   double max = 0;
   std::vector<std::string> choices;  // Choice only
   std::string help;
@@ -131,6 +146,13 @@ std::string value_text(const Config& cfg, const std::string& path);
 
 // Derived values.
 int64_t global_batch_size(const Config& cfg, int64_t world_size);
+
+// trainer.micro_batch_size: auto, resolved to `micro_batch` on `world_size`
+// ranks: sets the micro-batch (origin kChosenByAuto + where auto was set) and
+// derives the accumulation G / (B x W) (Note [Micro-batch auto] in
+// validate.cpp). Throws ConfigError when the key is not auto or `micro_batch`
+// x `world_size` does not divide the global batch.
+void resolve_auto_micro_batch(Config* cfg, int64_t micro_batch, int64_t world_size);
 
 // The keys of `section` other than `<section>.enable` whose value is not
 // their default, each as "<origin>: <key>=<value>" (origin as in

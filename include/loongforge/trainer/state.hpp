@@ -88,6 +88,11 @@ nlohmann::json optimizer_json(const nlohmann::json& trainer_state);
 // when the accumulation changes.
 int64_t check_resume(const std::string& dir, const config::Config& cfg, int64_t world_size, std::string* note);
 
+// The micro-batch size the checkpoint in `dir` trained with (its manifest's
+// trainer.micro_batch_size), which a resume with trainer.micro_batch_size
+// auto keeps (Note [Micro-batch auto on resume] in trainer_micro_batch.cpp).
+int64_t checkpoint_micro_batch(const std::string& dir);
+
 // Loads `dir` into `net`, `optimizer`, the default generators and the
 // engines; returns trainer_state.json. Every file is verified first; an
 // unverified preemption save is checked against its CRC-32s and, with
