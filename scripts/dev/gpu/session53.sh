@@ -18,7 +18,7 @@
 #     launch to first step with a cached package and the driver's JIT cache carried (issue #43 item 6).
 #   PART=dmf, one call on a fresh machine, DMF alone: build-gpu/ and n16-1b's export; lf-graphs,
 #     lf-graphs-dmf, lf-plain and dmf_text_cut.py as in part 1; n16-1b's two packages compiled at once (whole
-#     slot, width 14) beside test_masked_patch_embed; then lf-default and lf-dmf from the cache (the DMF
+#     slot, width 14) beside test_masked_patch_embed and the micro-batch auto GPU test; then lf-default and lf-dmf from the cache (the DMF
 #     ratio with the compiled step) and `ctest -L gpu -LE long` in the time left.
 # Every part ends within LIMIT s (default 585) of its start.
 #   PART=1 bash scripts/dev/gpu/session53.sh        (carry .gpu-carry)
@@ -73,6 +73,10 @@ dmf)
   dbg=(); command -v gdb > /dev/null && dbg=(gdb -batch -ex run -ex bt --args)
   LOONGFORGE_TEST_DEVICE=cuda PYTHONPATH=scripts timeout 100 ${dbg[@]+"${dbg[@]}"} python3 -X faulthandler "${pt[@]}" \
     -k bad_arguments 2>&1 | grep -vE "^\[(New|Thread)" | tail -40
+  stamp "trainer.micro_batch_size auto on the GPU (beside the compiles: the probes see what the compiles hold)"
+  (cd build-gpu && timeout 200 ctest -R "e2e_micro_batch_auto_gpu|test_micro_batch" --output-on-failure \
+     > "$OUT/ctest-mb-auto.log" 2>&1; echo "ctest exit $?")
+  grep -E "Test +#|tests passed|auto|FAILED|Error|assert" "$OUT/ctest-mb-auto.log" | cut -c1-400 | tail -30
   stamp "waiting for the two compiles"; wait $p1 $p2
   for n in n16-1b n16-1b-dmf; do
     echo "-- $n: exit $(cat /tmp/compile-$n.rc)"; grep -vE "^\s*$" /tmp/compile-$n.log | tail -3 | cut -c1-300
