@@ -19,7 +19,8 @@
 #   PART=dmf, one call on a fresh machine, DMF alone: build-gpu/ and n16-1b's export; lf-graphs and
 #     lf-graphs-dmf as in part 1; n16-1b's two packages compiled at once (whole
 #     slot, width 14) beside test_masked_patch_embed and the micro-batch auto GPU test; then lf-default and lf-dmf from the cache (the DMF
-#     ratio with the compiled step); dmf_text_cut.py and `ctest -L gpu -LE long` in the time left.
+#     ratio with the compiled step); dmf_text_cut.py and `ctest -L gpu -LE long` in the time left. COMPILE=0:
+#     neither the packages nor the two runs from them.
 # Every part ends within LIMIT s (default 585) of its start.
 #   PART=1 bash scripts/dev/gpu/session53.sh        (carry .gpu-carry)
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" session53-part${PART:-1}
@@ -61,10 +62,13 @@ dmf)
   train n16 "lf-graphs lf-graphs-dmf" ${STEPS:-100} 0
   grep -h "DMF:\|padding " /tmp/lf-logs-n16-1b/lf-graphs-dmf.log /tmp/lf-logs-n16-1b/lf-graphs.log | cut -c1-300
   python3 scripts/dev/gpu/compare_losses.py /tmp/lf-logs-n16-1b lf-graphs lf-graphs-dmf
-  stamp "n16-1b's two packages into $cache at once"
-  rm -rf $cache /tmp/compile-*
-  compile_only n16-1b /dev/shm/n16-1b.pt & p1=$!; sleep 20
-  compile_only n16-1b-dmf /dev/shm/n16-1b.pt --set dmf.enable=true & p2=$!
+  p1=""; p2=""
+  if [ "${COMPILE:-1}" = 1 ]; then  # COMPILE=0: no packages, no lf-default / lf-dmf (a short call)
+    stamp "n16-1b's two packages into $cache at once"
+    rm -rf $cache /tmp/compile-*
+    compile_only n16-1b /dev/shm/n16-1b.pt & p1=$!; sleep 20
+    compile_only n16-1b-dmf /dev/shm/n16-1b.pt --set dmf.enable=true & p2=$!
+  fi
   stamp "test_masked_patch_embed on the GPU (beside the compiles)"
   pt=(-m pytest -q -x -p no:cacheprovider test/model/test_masked_patch_embed.py)
   LOONGFORGE_TEST_DEVICE=cuda PYTHONPATH=scripts timeout 100 python3 "${pt[@]}" -k "not bad_arguments" 2>&1 | tail -30
@@ -75,18 +79,20 @@ dmf)
   (cd build-gpu && timeout 200 ctest -R "e2e_micro_batch_auto_gpu|test_micro_batch" --output-on-failure \
      > "$OUT/ctest-mb-auto.log" 2>&1; echo "ctest exit $?")
   grep -E "Test +#|tests passed|auto|FAILED|Error|assert" "$OUT/ctest-mb-auto.log" | cut -c1-400 | tail -30
-  stamp "waiting for the two compiles"; wait $p1 $p2
-  for n in n16-1b n16-1b-dmf; do
-    echo "-- $n: exit $(cat /tmp/compile-$n.rc)"; grep -vE "^\s*$" /tmp/compile-$n.log | tail -3 | cut -c1-300
-    cp /tmp/compile-$n.log "$OUT/"
-  done
-  ls -l $cache; cat $cache/compile_times.jsonl 2>/dev/null
-  stamp "n16-1b: the defaults (package from the cache) without and with DMF"
-  train n16 "lf-default lf-dmf" ${STEPS:-100} 0
-  python3 scripts/dev/gpu/compare_losses.py /tmp/lf-logs-n16-1b lf-default lf-dmf
-  grep -h "DMF:\|padding \|cache" /tmp/lf-logs-n16-1b/lf-dmf.log | cut -c1-300
-  stamp "steady state of the four"
-  python3 scripts/dev/gpu/steady_state.py /tmp/lf-logs-n16-1b lf-graphs lf-graphs-dmf lf-default lf-dmf
+  if [ -n "$p1" ]; then
+    stamp "waiting for the two compiles"; wait $p1 $p2
+    for n in n16-1b n16-1b-dmf; do
+      echo "-- $n: exit $(cat /tmp/compile-$n.rc)"; grep -vE "^\s*$" /tmp/compile-$n.log | tail -3 | cut -c1-300
+      cp /tmp/compile-$n.log "$OUT/"
+    done
+    ls -l $cache; cat $cache/compile_times.jsonl 2>/dev/null
+    stamp "n16-1b: the defaults (package from the cache) without and with DMF"
+    train n16 "lf-default lf-dmf" ${STEPS:-100} 0
+    python3 scripts/dev/gpu/compare_losses.py /tmp/lf-logs-n16-1b lf-default lf-dmf
+    grep -h "DMF:\|padding \|cache" /tmp/lf-logs-n16-1b/lf-dmf.log | cut -c1-300
+    stamp "steady state of the four"
+    python3 scripts/dev/gpu/steady_state.py /tmp/lf-logs-n16-1b lf-graphs lf-graphs-dmf lf-default lf-dmf
+  fi
   tar -czf "$OUT/logs-n16-1b.tgz" -C /tmp lf-logs-n16-1b
   if [ $(( LIMIT - ($(date +%s) - t0) )) -gt 60 ]; then
     stamp "DMF at the model: scripts/bench/dmf_text_cut.py on the GPU (fp32, micro-batch 32)"
