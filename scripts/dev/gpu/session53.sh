@@ -21,6 +21,8 @@
 #     slot, width 14) beside test_masked_patch_embed and the micro-batch auto GPU test; then lf-default and lf-dmf from the cache (the DMF
 #     ratio with the compiled step); dmf_text_cut.py and `ctest -L gpu -LE long` in the time left. COMPILE=0:
 #     neither the packages nor the two runs from them.
+#   PART=short, a call of a few minutes: the build and export; the micro-batch auto GPU test; lf-graphs and
+#     lf-graphs-dmf; test_masked_patch_embed while time is left.
 # Every part ends within LIMIT s (default 585) of its start.
 #   PART=1 bash scripts/dev/gpu/session53.sh        (carry .gpu-carry)
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" session53-part${PART:-1}
@@ -56,6 +58,24 @@ wait_compiles() {  # wait_compiles SECONDS: until the four compiles are done or 
   [ $(ls /tmp/compile-*.rc 2>/dev/null | wc -l) -ge 4 ]
 }
 case ${PART:-1} in
+short)
+  env "${n16[@]}" SECTIONS="none" bash scripts/dev/gpu/issue11_step.sh || exit 1
+  stamp "trainer.micro_batch_size auto on the GPU"
+  (cd build-gpu && timeout 150 ctest -R "e2e_micro_batch_auto_gpu|test_micro_batch" --output-on-failure \
+     > "$OUT/ctest-mb-auto.log" 2>&1; echo "ctest exit $?")
+  grep -E "Test +#|tests passed|auto|FAILED|Error|assert" "$OUT/ctest-mb-auto.log" | cut -c1-400 | tail -30
+  stamp "n16-1b, TorchScript step as CUDA graphs without and with DMF"
+  train n16 "lf-graphs lf-graphs-dmf" ${STEPS:-100} 0 60
+  grep -h "DMF:\|padding " /tmp/lf-logs-n16-1b/lf-graphs-dmf.log /tmp/lf-logs-n16-1b/lf-graphs.log | cut -c1-300
+  python3 scripts/dev/gpu/compare_losses.py /tmp/lf-logs-n16-1b lf-graphs lf-graphs-dmf
+  tar -czf "$OUT/logs-n16-1b.tgz" -C /tmp lf-logs-n16-1b
+  left=$(( LIMIT - 5 - ($(date +%s) - t0) ))
+  if [ $left -gt 20 ]; then
+    stamp "test_masked_patch_embed on the GPU ($left s)"
+    LOONGFORGE_TEST_DEVICE=cuda PYTHONPATH=scripts timeout $left python3 -X faulthandler -m pytest -q -x -p no:cacheprovider \
+      test/model/test_masked_patch_embed.py -k "not bad_arguments" 2>&1 | tail -30
+  fi
+  ;;
 dmf)
   env "${n16[@]}" SECTIONS="none" bash scripts/dev/gpu/issue11_step.sh || exit 1
   stamp "n16-1b, TorchScript step as CUDA graphs without and with DMF"
