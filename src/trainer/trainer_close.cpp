@@ -261,6 +261,11 @@ void Trainer::Impl::report_summary(int status) const {
   if (vl_tokens > 0)
     summary["vl_padding"] = {{"vl_tokens", vl_tokens}, {"padding_tokens", vl_padding}, {"share", vl_padding_share},
                              {"text_slot", net_->info().text_slot}, {"text_slot_cut", cfg_.dmf.enable}};
+  // DMF's widths and how often a micro-batch's shape was one the run had seen (Note [DMF's shape counts]).
+  nlohmann::json dmf_shapes;
+  for (const auto& e : engines_)
+    if (e.name == "dmf" && e.on()) dmf_shapes = e.status_json();
+  if (dmf_shapes.is_object() && dmf_shapes.contains("micro_batches")) summary["dmf"] = dmf_shapes;
   std::ofstream(run_dir_ + "/summary.json") << summary.dump(2) << "\n";
   if (failed_writes_ > 0)
     LF_LOG(log, warn) << failed_writes_ << " checkpoint write(s) failed during the run (see above); newest intact: "
@@ -290,6 +295,15 @@ void Trainer::Impl::report_summary(int status) const {
     std::printf("  padding      %.1f%% of the vision-language tokens (unused tokens of the %lld-token text slot%s)\n",
                 100.0 * vl_padding_share, static_cast<long long>(net_->info().text_slot),
                 cfg_.dmf.enable ? ", cut by DMF to each micro-batch's bucket" : "");
+  if (summary.contains("dmf")) {
+    std::string widths;
+    for (const auto& [w, n] : dmf_shapes["micro_batches_by_width"].items())
+      widths += (widths.empty() ? "" : ", ") + w + " (" + std::to_string(n.get<int64_t>()) + ")";
+    std::printf("  DMF          text widths run (micro-batches): %s; %lld new shape(s), %.1f%% of micro-batches "
+                "reused a shape (a CUDA graph or the package)\n",
+                widths.c_str(), static_cast<long long>(dmf_shapes["new_shapes"].get<int64_t>()),
+                100.0 * dmf_shapes["shape_reuse"].get<double>());
+  }
   if (ds.samples_skipped > 0 || ds.videos_bad > 0)
     std::printf("  skipped      %lld sample(s) of %lld bad video(s) (data.on_bad_video=%s; the log names them)\n",
                 static_cast<long long>(ds.samples_skipped), static_cast<long long>(ds.videos_bad),

@@ -4,10 +4,12 @@
 
 #include <algorithm>  // std::max
 #include <deque>      // std::deque
+#include <map>        // std::map
 #include <mutex>      // std::mutex, std::lock_guard
 #include <set>        // std::set
 #include <stdexcept>  // std::logic_error
-#include <utility>    // std::move
+#include <utility>    // std::move, std::pair
+#include <vector>     // std::vector
 
 #include <ATen/ATen.h>  // at::Tensor
 
@@ -37,10 +39,31 @@ class Trace {
  public:
   Trace(std::vector<int64_t> widths, int64_t slot) : widths_(std::move(widths)), slot_(slot) {}
 
-  void add(nlohmann::json step) {
+  // One step's micro-batches, and for each micro-batch its width and whether the width was new to the run.
+  void add(nlohmann::json step, const std::vector<std::pair<int64_t, bool>>& widths) {
     std::lock_guard<std::mutex> lock(mu_);
     steps_.push_back(std::move(step));
     if (steps_.size() > kTraceSteps) steps_.pop_front();
+    for (const auto& [width, is_new] : widths) {
+      ++runs_by_width_[width];
+      new_shapes_ += is_new ? 1 : 0;
+    }
+  }
+  // Note [DMF's shape counts]: each width is a batch shape of its own. With
+  // CUDA graphs a new shape is captured (after its eager warm-up calls) and
+  // every later micro-batch of that width replays the graph; with the
+  // compiled step there is one width, its package's. So the share of
+  // micro-batches whose width the run had already seen is the hit rate of the
+  // graphs or the package (issue #46 asks at least 95% after warm-up).
+  nlohmann::json shape_counts() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t all = 0;
+    nlohmann::json by_width = nlohmann::json::object();
+    for (const auto& [width, n] : runs_by_width_) all += n, by_width[std::to_string(width)] = n;
+    return {{"micro_batches", all},
+            {"micro_batches_by_width", by_width},
+            {"new_shapes", new_shapes_},
+            {"shape_reuse", all > 0 ? static_cast<double>(all - new_shapes_) / static_cast<double>(all) : 0.0}};
   }
   nlohmann::json last(size_t n) const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -54,6 +77,8 @@ class Trace {
   const int64_t slot_;
   mutable std::mutex mu_;
   std::deque<nlohmann::json> steps_;
+  std::map<int64_t, int64_t> runs_by_width_;  // micro-batches run at each width
+  int64_t new_shapes_ = 0;                     // micro-batches whose width was new to the run
 };
 
 // The fast step's runner behind the text-slot cut (dmf.hpp).
@@ -66,6 +91,7 @@ class TextSlotRunner final : public fusion::StepRunner {
   at::Tensor run(std::vector<data::ReadyBatch>& batches, const std::vector<double>& weights, int64_t step,
                  PhaseRecorder& phases) override {
     nlohmann::json micro = nlohmann::json::array();
+    std::vector<std::pair<int64_t, bool>> widths;
     for (auto& b : batches) {
       at::Tensor& tokens = b.tensors.at("text_tokens");
       at::Tensor& mask = b.tensors.at("text_mask");
@@ -81,8 +107,9 @@ class TextSlotRunner final : public fusion::StepRunner {
                        {"text_slot_tokens", tokens.size(0) * tokens.size(1)},
                        {"width", tokens.size(1)},
                        {"new_shape", new_shape}});
+      widths.emplace_back(tokens.size(1), new_shape);
     }
-    trace_->add({{"step", step + 1}, {"micro_batches", std::move(micro)}});
+    trace_->add({{"step", step + 1}, {"micro_batches", std::move(micro)}}, widths);
     return inner_->run(batches, weights, step, phases);
   }
   nlohmann::json status() const override { return inner_->status(); }
@@ -171,11 +198,13 @@ std::unique_ptr<fusion::StepRunner> make_step_runner(const config::Config& cfg, 
       v.run = [trace](const nlohmann::json& args) {
         return trace->last(args.is_object() && args.contains("steps") ? args.at("steps").get<size_t>() : 10);
       };
-  record.status = [widths = b.widths, slot, exp = b.expected_slot_tokens, whole = plan.whole_slot_tokens] {
-    return nlohmann::json{{"text_buckets", widths},
-                          {"text_slot", slot},
-                          {"expected_text_slot_tokens", exp},
-                          {"whole_slot_tokens", whole}};
+  record.status = [trace, widths = b.widths, slot, exp = b.expected_slot_tokens, whole = plan.whole_slot_tokens] {
+    nlohmann::json j = {{"text_buckets", widths},
+                        {"text_slot", slot},
+                        {"expected_text_slot_tokens", exp},
+                        {"whole_slot_tokens", whole}};
+    j.update(trace->shape_counts());  // Note [DMF's shape counts]
+    return j;
   };
   return std::make_unique<TextSlotRunner>(std::move(inner), b.widths, std::move(trace));
 }

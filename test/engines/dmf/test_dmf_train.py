@@ -2,7 +2,7 @@
 texts all have 14 tokens in a 32-token slot): training with dmf.enable=true
 gives the per-step losses of training without it (fp32: within 1e-5 relative),
 its padding is gone from metrics.jsonl and the summary, and the run says what it
-cut. With the compiled step there is one width, the dataset's longest text, and
+cut and how often a micro-batch's shape was one it had run before. With the compiled step there is one width, the dataset's longest text, and
 the package (prepared by --compile-only) is compiled for it: the same losses
 again. A model whose result depends on the slot (a GR00T head without a chat
 template) is refused, naming the fix (a dmf key with DMF off:
@@ -56,6 +56,12 @@ def test_dmf_cuts_the_text_slot_and_trains_the_same_losses(tmp_path):
     assert s_off["vl_padding"]["share"] == 18 / 48 and s_off["vl_padding"]["text_slot_cut"] is False
     assert s_on["vl_padding"]["share"] == 0 and s_on["vl_padding"]["text_slot_cut"] is True
     assert "cut by DMF to each micro-batch's bucket" in on.stdout
+    # Each width is a shape of its own: the first micro-batch at 14 is a new one, the other three reuse it.
+    assert "dmf" not in s_off
+    assert s_on["dmf"]["micro_batches"] == 4 and s_on["dmf"]["micro_batches_by_width"] == {"14": 4}
+    assert s_on["dmf"]["new_shapes"] == 1 and s_on["dmf"]["shape_reuse"] == 0.75
+    assert ("DMF          text widths run (micro-batches): 14 (4); 1 new shape(s), 75.0% of micro-batches reused a "
+            "shape (a CUDA graph or the package)") in on.stdout
 
 
 def test_a_model_whose_result_depends_on_the_slot_is_refused_with_its_reason(tmp_path):
@@ -83,7 +89,7 @@ def test_with_the_compiled_step_dmf_takes_one_width_and_the_package_is_compiled_
     assert "DMF: the text slot of 32 tokens is cut to 14 (one width: the compiled step's package takes one)" in on.stderr
     s = json.loads((tmp_path / "on" / "n16-tiny-demo" / "summary.json").read_text())
     assert s["compiled_step"]["source"] == "cache hit" and s["compiled_step"]["path"] == str(packages[0])
-    assert s["vl_padding"]["share"] == 0
+    assert s["vl_padding"]["share"] == 0 and s["dmf"]["micro_batches_by_width"] == {"14": 4}
     off = train(tmp_path / "off", "dmf.enable=false", "trainer.compiled_step=off")  # TorchScript, whole slot
     assert off.returncode == 0, off.stderr[-3000:]
     for a, b in zip(metrics(tmp_path / "off"), metrics(tmp_path / "on"), strict=True):
