@@ -57,24 +57,33 @@ wait_compiles() {  # wait_compiles SECONDS: until the four compiles are done or 
   tail -2 /tmp/compile-memory.log; ls -l $cache; cat $cache/compile_times.jsonl 2>/dev/null
   [ $(ls /tmp/compile-*.rc 2>/dev/null | wc -l) -ge 4 ]
 }
+masked_patch_embed_gpu() {  # masked_patch_embed_gpu SECONDS: the op's GPU test (session 51: one assertion
+  # failed, then a segmentation fault): the failing assertion alone (-x stops before the crash), then the
+  # argument checks under gdb's stack; each at most SECONDS
+  local pt=(-m pytest -q -x -p no:cacheprovider test/model/test_masked_patch_embed.py) dbg=()
+  stamp "test_masked_patch_embed on the GPU"
+  LOONGFORGE_TEST_DEVICE=cuda PYTHONPATH=scripts timeout $1 python3 "${pt[@]}" -k "not bad_arguments" 2>&1 | tail -30
+  command -v gdb > /dev/null && dbg=(gdb -batch -ex run -ex bt --args)
+  LOONGFORGE_TEST_DEVICE=cuda PYTHONPATH=scripts timeout $1 ${dbg[@]+"${dbg[@]}"} python3 -X faulthandler "${pt[@]}" \
+    -k bad_arguments 2>&1 | grep -vE "^\[(New|Thread)" | tail -40
+}
+micro_batch_auto_gpu() {  # micro_batch_auto_gpu SECONDS: trainer.micro_batch_size auto's tests (log $OUT/ctest-mb-auto.log)
+  stamp "trainer.micro_batch_size auto on the GPU"
+  (cd build-gpu && timeout $1 ctest -R "e2e_micro_batch_auto_gpu|test_micro_batch" --output-on-failure \
+     > "$OUT/ctest-mb-auto.log" 2>&1; echo "ctest exit $?")
+  grep -E "Test +#|tests passed|auto|FAILED|Error|assert" "$OUT/ctest-mb-auto.log" | cut -c1-400 | tail -30
+}
 case ${PART:-1} in
 short)
   env "${n16[@]}" SECTIONS="none" bash scripts/dev/gpu/issue11_step.sh || exit 1
-  stamp "trainer.micro_batch_size auto on the GPU"
-  (cd build-gpu && timeout 150 ctest -R "e2e_micro_batch_auto_gpu|test_micro_batch" --output-on-failure \
-     > "$OUT/ctest-mb-auto.log" 2>&1; echo "ctest exit $?")
-  grep -E "Test +#|tests passed|auto|FAILED|Error|assert" "$OUT/ctest-mb-auto.log" | cut -c1-400 | tail -30
+  micro_batch_auto_gpu 150
   stamp "n16-1b, TorchScript step as CUDA graphs without and with DMF"
   train n16 "lf-graphs lf-graphs-dmf" ${STEPS:-100} 0 60
   grep -h "DMF:\|padding " /tmp/lf-logs-n16-1b/lf-graphs-dmf.log /tmp/lf-logs-n16-1b/lf-graphs.log | cut -c1-300
   python3 scripts/dev/gpu/compare_losses.py /tmp/lf-logs-n16-1b lf-graphs lf-graphs-dmf
   tar -czf "$OUT/logs-n16-1b.tgz" -C /tmp lf-logs-n16-1b
   left=$(( LIMIT - 5 - ($(date +%s) - t0) ))
-  if [ $left -gt 20 ]; then
-    stamp "test_masked_patch_embed on the GPU ($left s)"
-    LOONGFORGE_TEST_DEVICE=cuda PYTHONPATH=scripts timeout $left python3 -X faulthandler -m pytest -q -x -p no:cacheprovider \
-      test/model/test_masked_patch_embed.py -k "not bad_arguments" 2>&1 | tail -30
-  fi
+  [ $left -gt 20 ] && masked_patch_embed_gpu $(( left / 2 ))
   ;;
 dmf)
   env "${n16[@]}" SECTIONS="none" bash scripts/dev/gpu/issue11_step.sh || exit 1
@@ -89,16 +98,8 @@ dmf)
     compile_only n16-1b /dev/shm/n16-1b.pt & p1=$!; sleep 20
     compile_only n16-1b-dmf /dev/shm/n16-1b.pt --set dmf.enable=true & p2=$!
   fi
-  stamp "test_masked_patch_embed on the GPU (beside the compiles)"
-  pt=(-m pytest -q -x -p no:cacheprovider test/model/test_masked_patch_embed.py)
-  LOONGFORGE_TEST_DEVICE=cuda PYTHONPATH=scripts timeout 100 python3 "${pt[@]}" -k "not bad_arguments" 2>&1 | tail -30
-  dbg=(); command -v gdb > /dev/null && dbg=(gdb -batch -ex run -ex bt --args)
-  LOONGFORGE_TEST_DEVICE=cuda PYTHONPATH=scripts timeout 100 ${dbg[@]+"${dbg[@]}"} python3 -X faulthandler "${pt[@]}" \
-    -k bad_arguments 2>&1 | grep -vE "^\[(New|Thread)" | tail -40
-  stamp "trainer.micro_batch_size auto on the GPU (beside the compiles: the probes see what the compiles hold)"
-  (cd build-gpu && timeout 200 ctest -R "e2e_micro_batch_auto_gpu|test_micro_batch" --output-on-failure \
-     > "$OUT/ctest-mb-auto.log" 2>&1; echo "ctest exit $?")
-  grep -E "Test +#|tests passed|auto|FAILED|Error|assert" "$OUT/ctest-mb-auto.log" | cut -c1-400 | tail -30
+  masked_patch_embed_gpu 100  # beside the compiles, as the next: correctness, not timings
+  micro_batch_auto_gpu 200
   if [ -n "$p1" ]; then
     stamp "waiting for the two compiles"; wait $p1 $p2
     for n in n16-1b n16-1b-dmf; do
@@ -144,13 +145,7 @@ dmf)
     compile_only n16-1b-dmf /dev/shm/n16-1b.pt --set dmf.enable=true & p4=\$!
     wait \$p1 \$p2 \$p3 \$p4; kill \$mon" \
     < /dev/null > /tmp/compile-all.log 2>&1 &
-  # The masked patch embedding's GPU test (session 51: one assertion failed, then a segmentation fault)
-  stamp "test_masked_patch_embed on the GPU (beside the compiles)"
-  pt=(-m pytest -q -x -p no:cacheprovider test/model/test_masked_patch_embed.py)
-  LOONGFORGE_TEST_DEVICE=cuda PYTHONPATH=scripts timeout 120 python3 "${pt[@]}" -k "not bad_arguments" 2>&1 | tail -30
-  dbg=(); command -v gdb > /dev/null && dbg=(gdb -batch -ex run -ex bt --args)
-  LOONGFORGE_TEST_DEVICE=cuda PYTHONPATH=scripts timeout 120 ${dbg[@]+"${dbg[@]}"} python3 -X faulthandler "${pt[@]}" \
-    -k bad_arguments 2>&1 | grep -vE "^\[(New|Thread)" | tail -40
+  masked_patch_embed_gpu 120  # beside the compiles
   wait_compiles $(( LIMIT - 15 - ($(date +%s) - t0) ))
   ;;
 2)
