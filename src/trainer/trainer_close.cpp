@@ -300,7 +300,7 @@ void Trainer::Impl::report_summary(int status) const {
     for (const auto& [w, n] : dmf_shapes["micro_batches_by_width"].items())
       widths += (widths.empty() ? "" : ", ") + w + " (" + std::to_string(n.get<int64_t>()) + ")";
     std::printf("  DMF          text widths run (micro-batches): %s; %lld new shape(s), %.1f%% of micro-batches "
-                "reused a shape (a CUDA graph or the package)\n",
+                "reused a shape already run (with CUDA graphs: a replay)\n",
                 widths.c_str(), static_cast<long long>(dmf_shapes["new_shapes"].get<int64_t>()),
                 100.0 * dmf_shapes["shape_reuse"].get<double>());
   }

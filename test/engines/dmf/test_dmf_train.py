@@ -61,7 +61,7 @@ def test_dmf_cuts_the_text_slot_and_trains_the_same_losses(tmp_path):
     assert s_on["dmf"]["micro_batches"] == 4 and s_on["dmf"]["micro_batches_by_width"] == {"14": 4}
     assert s_on["dmf"]["new_shapes"] == 1 and s_on["dmf"]["shape_reuse"] == 0.75
     assert ("DMF          text widths run (micro-batches): 14 (4); 1 new shape(s), 75.0% of micro-batches reused a "
-            "shape (a CUDA graph or the package)") in on.stdout
+            "shape already run (with CUDA graphs: a replay)") in on.stdout
 
 
 def test_a_model_whose_result_depends_on_the_slot_is_refused_with_its_reason(tmp_path):
