@@ -168,48 +168,58 @@ PreparedPackage prepare_compiled_step(const config::Config& cfg, const model::Mo
 
 StepMode step_mode(const config::Config& cfg, const model::Model& net, c10::Device device, bool bf16_autocast,
                    const CompileProgress& progress, const std::vector<std::string>& bf16_weights,
-                   int64_t text_width) {
+                   const std::vector<int64_t>& text_widths) {
   StepMode m;
-  m.text_width = text_width > 0 ? text_width : cfg.data.max_text_len;
+  m.text_widths = text_widths.empty() ? std::vector<int64_t>{cfg.data.max_text_len} : text_widths;
   m.graphs = cfg.trainer.cuda_graphs == "on" || (cfg.trainer.cuda_graphs == "auto" && device.is_cuda());
   m.graphs_required = cfg.trainer.cuda_graphs == "on";
   switch (compiled_step_setting(cfg, device)) {
     case CompiledStepSetting::off:
       break;
     case CompiledStepSetting::path: {
-      m.compiled = true, m.package = cfg.trainer.compiled_step;
+      const std::string package = cfg.trainer.compiled_step;
+      if (m.text_widths.size() > 1)
+        throw ConfigError("trainer.compiled_step names one package (" + package + "), which serves one text width, " +
+                          "but DMF cuts the text slot to " + std::to_string(m.text_widths.size()) +
+                          " widths (dmf.package_buckets is " + std::to_string(cfg.dmf.package_buckets) +
+                          "): set dmf.package_buckets=1, or trainer.compiled_step=auto (=on on the CPU), which " +
+                          "compiles a package for each width into trainer.compile_cache");
+      const int64_t text_width = m.text_widths[0];
+      m.compiled = true, m.packages = {package};
       // -1: unreadable (the runner says why)
-      const int64_t micro = package_micro_batch(m.package), horizon = package_action_horizon(m.package),
-                    width = package_text_width(m.package);
+      const int64_t micro = package_micro_batch(package), horizon = package_action_horizon(package),
+                    width = package_text_width(package);
       const std::string fix =
           ": set trainer.compiled_step=auto (=on on the CPU), which compiles one for this run into "
           "trainer.compile_cache, or "
           "python3 scripts/compile_step.py " + net.info().path + " --batch-size " +
           std::to_string(cfg.trainer.micro_batch_size) + " --action-horizon " +
-          std::to_string(cfg.data.action_horizon) + " --text-width " + std::to_string(m.text_width) + " --device " +
+          std::to_string(cfg.data.action_horizon) + " --text-width " + std::to_string(text_width) + " --device " +
           (device.is_cuda() ? "cuda" : "cpu") +
           " --precision " + (bf16_autocast ? "bf16" : "fp32") + " --out PACKAGE.pt2 and name that";
       if (micro >= 0 && micro != cfg.trainer.micro_batch_size)
-        throw ConfigError("trainer.compiled_step: " + m.package + " was compiled for micro-batch " +
+        throw ConfigError("trainer.compiled_step: " + package + " was compiled for micro-batch " +
                           std::to_string(micro) + ", this run's trainer.micro_batch_size is " +
                           std::to_string(cfg.trainer.micro_batch_size) + fix);
       if (horizon >= 0 && horizon != cfg.data.action_horizon)
-        throw ConfigError("trainer.compiled_step: " + m.package + " was compiled for " + std::to_string(horizon) +
+        throw ConfigError("trainer.compiled_step: " + package + " was compiled for " + std::to_string(horizon) +
                           " actions per sample, this run's data.action_horizon is " +
                           std::to_string(cfg.data.action_horizon) + fix);
-      if (width >= 0 && width != m.text_width)
-        throw ConfigError("trainer.compiled_step: " + m.package + " was compiled for a text slot of " +
-                          std::to_string(width) + " tokens, this run's batches have " + std::to_string(m.text_width) +
-                          (m.text_width != cfg.data.max_text_len ? " (DMF's width)" : " (data.max_text_len)") + fix);
-      m.package_status = {{"path", m.package}, {"source", "given"}, {"compile_s", 0.0}};
+      if (width >= 0 && width != text_width)
+        throw ConfigError("trainer.compiled_step: " + package + " was compiled for a text slot of " +
+                          std::to_string(width) + " tokens, this run's batches have " + std::to_string(text_width) +
+                          (text_width != cfg.data.max_text_len ? " (DMF's width)" : " (data.max_text_len)") + fix);
+      m.package_status = {{"path", package}, {"source", "given"}, {"compile_s", 0.0}};
       break;
     }
     case CompiledStepSetting::cache:
       try {
-        const PreparedPackage p =
-            prepare_compiled_step(cfg, net, device, bf16_autocast, progress, bf16_weights, m.text_width);
-        m.compiled = true, m.package = p.path, m.package_from_cache = true, m.package_status = p.to_json();
-        m.bf16_weights = bf16_weights;
+        std::vector<PreparedPackage> prepared;
+        for (const int64_t width : m.text_widths)  // one package per width (DMF's package buckets), in turn
+          prepared.push_back(prepare_compiled_step(cfg, net, device, bf16_autocast, progress, bf16_weights, width));
+        m.compiled = true, m.package_from_cache = true, m.bf16_weights = bf16_weights;
+        for (const auto& p : prepared) m.packages.push_back(p.path);
+        m.package_status = packages_status(prepared, m.text_widths);
       } catch (const ConfigError& e) {  // Note [Compiled step setting]: the TorchScript step, loudly
         LF_LOG(logger("fusion"), warn)
             << "compiled step: NOT USED, this run trains on the slower TorchScript step. " << e.what()
@@ -221,6 +231,24 @@ StepMode step_mode(const config::Config& cfg, const model::Model& net, c10::Devi
       break;
   }
   return m;
+}
+
+nlohmann::json packages_status(const std::vector<PreparedPackage>& prepared, const std::vector<int64_t>& text_widths) {
+  if (prepared.size() == 1) return prepared[0].to_json();
+  // Several (DMF's package buckets): the first's path, "compiled" when any was, the compiles' sum, and each.
+  nlohmann::json each = nlohmann::json::array();
+  bool any_compiled = false;
+  double compile_s = 0, waited_s = 0;
+  for (size_t i = 0; i < prepared.size(); ++i) {
+    nlohmann::json one = prepared[i].to_json();
+    one["text_width"] = text_widths.at(i);
+    each.push_back(std::move(one));
+    any_compiled = any_compiled || prepared[i].compiled;
+    compile_s += prepared[i].compile_s, waited_s += prepared[i].waited_s;
+  }
+  return {{"path", prepared[0].path},   {"source", any_compiled ? "compiled" : "cache hit"},
+          {"compile_s", compile_s},     {"waited_s", waited_s},
+          {"text_widths", text_widths}, {"packages", each}};
 }
 
 namespace {
@@ -263,20 +291,21 @@ std::unique_ptr<StepRunner> make_step_runner(const config::Config& cfg, model::M
   std::unique_ptr<StepRunner> runner;
   nlohmann::json package = mode.package_status;
   if (mode.compiled) {
-    try {
-      runner = make_compiled_runner(net, mode.package, bf16_autocast, graphs, device);
-    } catch (const ConfigError& e) {
-      if (!mode.package_from_cache) throw;
-      // A cached package whose manifest read back but whose code does not load (a damaged library inside): once
-      // more from scratch; a second failure is the runner's error.
-      LF_LOG(logger("fusion"), warn) << "compiled step: the cached package " << mode.package
-                                     << " does not load (" << e.what() << "); compiling it again";
-      discard_package(mode.package);
-      const PreparedPackage p =
-          prepare_compiled_step(cfg, net, device, bf16_autocast, nullptr, mode.bf16_weights, mode.text_width);
-      package = p.to_json();
-      runner = make_compiled_runner(net, p.path, bf16_autocast, graphs, device);
-    }
+    // A cached package whose manifest read back but whose code does not load (a damaged library inside): that
+    // package once more from scratch; a second failure is the runner's error.
+    PackageReload reload;
+    if (mode.package_from_cache)
+      reload = [&](size_t i, const ConfigError& e) {
+        LF_LOG(logger("fusion"), warn) << "compiled step: the cached package " << mode.packages.at(i)
+                                       << " does not load (" << e.what() << "); compiling it again";
+        discard_package(mode.packages.at(i));
+        const PreparedPackage p = prepare_compiled_step(cfg, net, device, bf16_autocast, nullptr, mode.bf16_weights,
+                                                        mode.text_widths.at(i));
+        if (mode.packages.size() == 1) package = p.to_json();
+        else package["packages"][i] = p.to_json(), package["packages"][i]["text_width"] = mode.text_widths.at(i);
+        return p.path;
+      };
+    runner = make_compiled_runner(net, mode.packages, bf16_autocast, graphs, device, reload);
   } else if (mode.graphs) {
     runner = make_graph_runner(net, bf16_autocast, mode.graphs_required, device);
   } else {

@@ -34,22 +34,29 @@ int compile_only(const config::Config& cfg, const comm::WorldInfo& world) {
                                     : c10::Device(c10::kCPU);
   const bool bf16 = on_gpu && (cfg.precision.mode == "bf16" || cfg.precision.mode == "auto");
   model::Model net = model::Model::load(cfg.model.path, device);
-  // With DMF the package takes its one text width, the dataset's longest text (Note [DMF and the package]).
+  // With DMF a package for each of its widths (dmf.package_buckets at most; Note [DMF and the package]).
   dmf::resolve(cfg, net.info());
-  const int64_t text_width =
-      cfg.dmf.enable ? dmf::single_width(dmf::plan(
-                           cfg, data::text_length_histogram(data::Dataset::open(cfg.data.path), cfg.data.max_text_len),
-                           /*compiled_step=*/true))
-                     : 0;
+  std::vector<int64_t> widths = {0};  // 0: data.max_text_len
+  if (cfg.dmf.enable)
+    widths = dmf::package_widths(dmf::plan(
+        cfg, data::text_length_histogram(data::Dataset::open(cfg.data.path), cfg.data.max_text_len),
+        /*compiled_step=*/true));
   // the package a training run of this config would take: with the bf16 working copies it keeps
   const std::vector<std::string> copies =
       optim::compiled_working_copies(cfg, net, device, bf16, world.world_size > 1);
-  const fusion::PreparedPackage p =
-      fusion::prepare_compiled_step(cfg, net, device, bf16, nullptr, copies, text_width);
-  if (p.compiled)
-    std::printf("compiled %s in %.0f s (log: %s)\n", p.path.c_str(), p.compile_s, p.log.c_str());
-  else
-    std::printf("already prepared: %s\n", p.path.c_str());
+  for (size_t i = 0; i < widths.size(); ++i) {
+    const fusion::PreparedPackage p =
+        fusion::prepare_compiled_step(cfg, net, device, bf16, nullptr, copies, widths[i]);
+    const std::string which =
+        widths.size() > 1 ? " (text width " + std::to_string(widths[i]) + ", package " + std::to_string(i + 1) +
+                                " of " + std::to_string(widths.size()) + ")"
+                          : "";
+    if (p.compiled)
+      std::printf("compiled %s%s in %.0f s (log: %s)\n", p.path.c_str(), which.c_str(), p.compile_s, p.log.c_str());
+    else
+      std::printf("already prepared: %s%s\n", p.path.c_str(), which.c_str());
+    std::fflush(stdout);
+  }
   const fusion::CompiledStepSetting setting = fusion::compiled_step_setting(cfg, device);
   if (setting != fusion::CompiledStepSetting::cache)
     LF_LOG(logger("trainer"), warn) << "trainer.compiled_step is "

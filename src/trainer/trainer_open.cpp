@@ -382,15 +382,22 @@ nlohmann::json Trainer::Impl::micro_batch_json() const {
           {"auto", micro_batch_choice_}};
 }
 
-// "off", "PATH (cache hit)", "PATH (compiled in 95 s)", "PATH (given)", "not used (compile failed)".
+// "off", "PATH (cache hit)", "PATH (compiled in 95 s)", "PATH (given)", "not used (compile failed)";
+// several packages: "2 packages, text widths 6, 14 (first PATH) (cache hit)".
 std::string Trainer::Impl::compiled_step_text() const {
   if (compiled_step_.is_null()) return "off";
   const std::string source = compiled_step_.value("source", "");
   if (source == "compile failed") return "not used (its compile failed: see the warning above)";
   char compile_s[32];
   std::snprintf(compile_s, sizeof compile_s, "%.0f s", compiled_step_.value("compile_s", 0.0));
-  return compiled_step_.value("path", "") + " (" + (source == "compiled" ? "compiled in " + std::string(compile_s)
-                                                                           : source) + ")";
+  std::string what = compiled_step_.value("path", "");
+  if (compiled_step_.contains("packages")) {  // DMF's package buckets: one per text width
+    std::string widths;
+    for (const auto& w : compiled_step_["text_widths"]) widths += (widths.empty() ? "" : ", ") + w.dump();
+    what = std::to_string(compiled_step_["packages"].size()) + " packages, text widths " + widths + " (first " +
+           what + ")";
+  }
+  return what + " (" + (source == "compiled" ? "compiled in " + std::string(compile_s) : source) + ")";
 }
 
 // Progress (rank 0 reports for the job: its loss is the one of the whole job) and the checkpoint writer.
@@ -555,7 +562,7 @@ void Trainer::Impl::open() {
       compiled == fusion::CompiledStepSetting::cache
           ? optim::compiled_working_copies(cfg_, *net_, device_, bf16_cuda, world_ != nullptr)
           : std::vector<std::string>{};
-  // DMF's text widths: one where the compiled step may run (its package takes one; Note [DMF and the package]).
+  // DMF's text widths: a package for each where the compiled step may run (Note [DMF and the package]).
   const dmf::Plan dmf_plan = dmf::plan(
       cfg_, cfg_.dmf.enable ? data::text_length_histogram(*dataset_, cfg_.data.max_text_len) : std::vector<double>{},
       compiled != fusion::CompiledStepSetting::off);
@@ -568,7 +575,7 @@ void Trainer::Impl::open() {
                                   {"world", world_info_.world_size},
                                   {"compile", compile}});
       },
-      copies, dmf::single_width(dmf_plan));
+      copies, dmf::package_widths(dmf_plan));
   runner_ = dmf::make_step_runner(cfg_, *net_, mode, bf16_ && device_.is_cuda(), device_, dmf_plan,  // compute
                                   find_engine(engines_, "dmf"));
   if (const nlohmann::json st = runner_->status(); st.is_object() && st.contains("package"))

@@ -172,7 +172,7 @@ TEST_CASE("config: the engine sections commented out in configs/n16.yaml hold th
     REQUIRE(cfg.origin.count(k.path) == 1);
     REQUIRE(value_text(cfg, k.path) == k.default_text);
   }
-  REQUIRE(engine_keys == 22);  // gcts 10, mla 5, adfe 5, dmf 2
+  REQUIRE(engine_keys == 23);  // gcts 10, mla 5, adfe 5, dmf 3
 }
 
 // ---------------------------------------------------------------------------

@@ -77,7 +77,7 @@ TEST_CASE("replays at different steps draw other dropout masks, at the same step
   data::ReadyBatch batch;
   for (auto& [key, t] : model::make_example_batch(net.info(), kMicro, 7)) batch.tensors[key] = t.to(cuda);
 
-  auto graphed = fusion::make_compiled_runner(net, package, false, fusion::GraphMode::required, cuda);
+  auto graphed = fusion::make_compiled_runner(net, {package}, false, fusion::GraphMode::required, cuda);
   for (int64_t s = 0; s < 3; ++s) step(*graphed, net, batch, s);  // the uncaptured warm-up calls
   const Result a = step(*graphed, net, batch, 10);  // captured, then replayed
   const Result b = step(*graphed, net, batch, 11);
@@ -88,7 +88,7 @@ TEST_CASE("replays at different steps draw other dropout masks, at the same step
   REQUIRE(st.at("replays").get<int64_t>() == 3);
   REQUIRE(st.at("capture_failures").get<int64_t>() == 0);  // every call after the warm-up replayed
 
-  auto called = fusion::make_compiled_runner(net, package, false, fusion::GraphMode::off, cuda);
+  auto called = fusion::make_compiled_runner(net, {package}, false, fusion::GraphMode::off, cuda);
   const Result c = step(*called, net, batch, 10);
   std::printf("replay step 10: loss %.9g grads %.9g; step 11: %.9g %.9g; step 10 again: %.9g %.9g; "
               "call step 10: %.9g %.9g\n", a.loss, a.grads, b.loss, b.grads, a2.loss, a2.grads, c.loss, c.grads);

@@ -44,14 +44,18 @@
 // micro-batch's forward + backward as one call of an AOTInductor package
 // built by scripts/compile_step.py for this model's architecture, device,
 // precision and micro-batch shape; it accumulates the package's gradients
-// into .grad. Phase "forward_backward". A micro-batch of another shape
+// into .grad. Given several packages (DMF's package buckets: one per text
+// width) each micro-batch runs the one of its text slot's width, in the
+// same order and arithmetic. Phase "forward_backward". A micro-batch of another shape
 // throws DataError naming the fix (never an eager run around the package). A
 // package that does not match throws ConfigError naming the difference and
 // the command that rebuilds it. With graphs (CUDA, not
 // GraphMode::off) the package call and loss * w are captured as CUDA graphs
 // after kGraphWarmupCalls calls and replayed: the first micro-batch's graph
-// outputs become .grad (so the optimizer need not keep gradients), a later
-// micro-batch's graph adds its gradients into them; a failed capture throws
+// outputs become .grad (so the optimizer need not keep gradients; with
+// several packages it copies them into one set the packages share, which
+// becomes .grad), a later micro-batch's graph adds its gradients into them
+// (each package has its two graphs); a failed capture throws
 // (required) or is logged, counted, and the package runs uncaptured
 // (fallback).
 //
@@ -75,6 +79,7 @@
 #pragma once
 
 #include <cstdint>  // int64_t
+#include <functional>  // std::function
 #include <memory>   // std::unique_ptr
 #include <optional> // std::optional
 #include <string>   // std::string
@@ -145,11 +150,17 @@ std::unique_ptr<StepRunner> make_plain_runner(model::Model& net, bool bf16_autoc
 std::unique_ptr<StepRunner> make_graph_runner(model::Model& net, bool bf16_autocast, bool required,
                                               c10::Device device);
 
-// AOTInductor package (see above). graphs: trainer.cuda_graphs (off, auto =
-// fallback on CUDA devices, on = required).
+// AOTInductor packages (see above): one, or one per text width (DMF's
+// package buckets; Note [Several packages] in compiled_runner.cpp). graphs:
+// trainer.cuda_graphs (off, auto = fallback on CUDA devices, on = required).
+// reload(i, e): called when packages[i] does not load (e: the ConfigError);
+// returns the path of a package to load instead (the cache's, compiled
+// again) or throws; null: the ConfigError propagates.
 enum class GraphMode { off, fallback, required };
-std::unique_ptr<StepRunner> make_compiled_runner(model::Model& net, const std::string& package, bool bf16_autocast,
-                                                 GraphMode graphs, c10::Device device);
+using PackageReload = std::function<std::string(size_t, const ConfigError&)>;
+std::unique_ptr<StepRunner> make_compiled_runner(model::Model& net, const std::vector<std::string>& packages,
+                                                 bool bf16_autocast, GraphMode graphs, c10::Device device,
+                                                 const PackageReload& reload = nullptr);
 
 // trainer.compiled_step resolved for a device (Note [Compiled step setting] in step_runner.cpp): off (off, "", auto
 // on the CPU); cache (auto on CUDA, on: the package cache, package_cache.hpp); path (one named package).
@@ -158,7 +169,7 @@ CompiledStepSetting compiled_step_setting(const config::Config& cfg, c10::Device
 
 // The cache's package for this config's model, micro-batch, precision and device: a hit, or compiled now
 // (loongforge-train --compile-only; step_mode under auto). Throws ConfigError (CompileFailed) when it cannot.
-// text_width: the text slot's width in the batches (0: data.max_text_len; DMF's single width otherwise).
+// text_width: the text slot's width in the batches (0: data.max_text_len; else one of DMF's widths).
 PreparedPackage prepare_compiled_step(const config::Config& cfg, const model::Model& net, c10::Device device,
                                       bool bf16_autocast, const CompileProgress& progress,
                                       const std::vector<std::string>& bf16_weights = {}, int64_t text_width = 0);
@@ -166,26 +177,32 @@ PreparedPackage prepare_compiled_step(const config::Config& cfg, const model::Mo
 // How the step runs forward and backward, from trainer.compiled_step and
 // trainer.cuda_graphs.
 struct StepMode {
-  bool compiled = false;         // the compiled runner runs `package`
+  bool compiled = false;         // the compiled runner runs `packages`
   bool graphs = false;           // CUDA graphs: trainer.cuda_graphs=on, or auto on a CUDA device
   bool graphs_required = false;  // trainer.cuda_graphs=on: a failed capture is a ConfigError
-  std::string package;           // the package file (compiled)
+  std::vector<std::string> packages;  // the package files (compiled): one per text width, text_widths' order
   bool package_from_cache = false;
   nlohmann::json package_status;  // {path, source: given | cache hit | compiled | compile failed, compile_s, ...};
-                                  // null when trainer.compiled_step is off
+                                  // several packages: the first's path, "compiled" when any was, the sum of the
+                                  // compiles, "text_widths" and "packages" (each's); null when compiled_step is off
   std::vector<std::string> bf16_weights;  // auto: the working copies the cache's package takes (step_mode's argument)
-  int64_t text_width = 0;                 // the text slot's width the package takes (step_mode's argument, resolved)
+  std::vector<int64_t> text_widths;       // the text slot's widths the batches will have (step_mode's argument,
+                                          // resolved: {data.max_text_len} when none was given)
 };
-// Resolves trainer.compiled_step: under auto prepares the cache's package (a compile reports through
-// `progress`; a failed one falls back to the TorchScript step with a warning). A named package whose micro-batch
-// is not trainer.micro_batch_size throws ConfigError naming the fix.
+// Resolves trainer.compiled_step: under auto prepares the cache's package for each text width (a compile reports
+// through `progress`; a failed one falls back to the TorchScript step with a warning). A named package whose
+// micro-batch is not trainer.micro_batch_size throws ConfigError naming the fix.
 // bf16_weights: under auto, the weights the package should take as bf16 working copies
-// (optim::compiled_working_copies; part of the cache's key). text_width: the text slot's width the step's
-// batches will have (0: data.max_text_len; DMF cuts it to one width when the compiled step may run); a named
-// package of another width throws ConfigError too.
+// (optim::compiled_working_copies; part of the cache's key). text_widths: the text slot's widths the step's
+// batches will have, ascending (empty: data.max_text_len; DMF's widths where the compiled step may run, a package
+// for each, dmf::package_widths); a named package of another width, or several widths with a named package, throw
+// ConfigError too.
 StepMode step_mode(const config::Config& cfg, const model::Model& net, c10::Device device, bool bf16_autocast,
                    const CompileProgress& progress = nullptr, const std::vector<std::string>& bf16_weights = {},
-                   int64_t text_width = 0);
+                   const std::vector<int64_t>& text_widths = {});
+
+// StepMode::package_status of packages prepared for these widths (one: its own to_json()).
+nlohmann::json packages_status(const std::vector<PreparedPackage>& prepared, const std::vector<int64_t>& text_widths);
 
 // `inner` with `package` as its status()'s "package"; everything else is inner's (make_step_runner wraps the
 // compiled runner so when trainer.compiled_step is not off).

@@ -21,6 +21,9 @@
 #     slot, width 14) beside test_masked_patch_embed and the micro-batch auto GPU test; then lf-default and lf-dmf from the cache (the DMF
 #     ratio with the compiled step); dmf_text_cut.py and `ctest -L gpu -LE long` in the time left. COMPILE=0:
 #     neither the packages nor the two runs from them.
+#   PART=4, the same machine after part 2 (build-gpu/ kept): dmf_packages_gpu (DMF's two packages for two text
+#     widths, their CUDA graphs and shared gradients: n16-tiny fp32, two compiles), the micro-batch auto GPU
+#     test, test_masked_patch_embed, then `ctest -L gpu -LE long` in the time left.
 #   PART=short, a call of a few minutes: the build and export; the micro-batch auto GPU test; lf-graphs and
 #     lf-graphs-dmf; test_masked_patch_embed while time is left.
 # Every part ends within LIMIT s (default 585) of its start.
@@ -74,6 +77,18 @@ micro_batch_auto_gpu() {  # micro_batch_auto_gpu SECONDS: trainer.micro_batch_si
   grep -E "Test +#|tests passed|auto|FAILED|Error|assert" "$OUT/ctest-mb-auto.log" | cut -c1-400 | tail -30
 }
 case ${PART:-1} in
+4)
+  [ -x build-gpu/src/daemon/loongforge-train ] || { echo "part 4 needs part 1's build-gpu/ (the same warm machine)"; exit 1; }
+  cmake --build build-gpu > /tmp/build4.log 2>&1 || { tail -30 /tmp/build4.log; exit 1; }
+  stamp "dmf_packages_gpu: two packages, two text widths, CUDA graphs required"
+  (cd build-gpu && timeout 400 ctest -R "^dmf_packages_gpu$" --output-on-failure > "$OUT/ctest-dmf-packages.log" 2>&1
+   echo "ctest exit $?")
+  grep -E "Test +#|tests passed|FAILED|assert|Error" "$OUT/ctest-dmf-packages.log" | cut -c1-400 | tail -20
+  micro_batch_auto_gpu 150
+  left=$(( LIMIT - 60 - ($(date +%s) - t0) ))
+  [ $left -gt 40 ] && masked_patch_embed_gpu $(( left / 3 ))
+  gpu_tests_in_time_left $LIMIT
+  ;;
 short)
   env "${n16[@]}" SECTIONS="none" bash scripts/dev/gpu/issue11_step.sh || exit 1
   micro_batch_auto_gpu 150

@@ -21,14 +21,15 @@ namespace loongforge::dmf {
 
 // Note [DMF and the package]: a compiled step's package is traced for one
 // batch shape, and the compiled runner refuses any other (never an eager run
-// around it). Several text widths would need a package each, a compile each
-// (minutes on a GPU) and gradients handed from one package's graph to
-// another's within a step. So where the compiled step may run
-// (trainer.compiled_step not off) DMF takes one width, the dataset's longest
-// text (choose_text_buckets with one bucket), and the package is compiled for
-// it (the cache's key holds the width; scripts/compile_step.py --text-width).
-// Without the compiled step the TorchScript step takes any width, and CUDA
-// graphs capture one graph per width.
+// around it). So where the compiled step may run (trainer.compiled_step not
+// off) each width is a package of its own, compiled into the cache (its key
+// holds the width; scripts/compile_step.py --text-width), and the compiled
+// runner runs each micro-batch through the package of its width (Note
+// [Several packages] in src/fusion/compiled_runner.cpp). A compile takes
+// minutes on a GPU (n16-1b: 290 s), so the widths there are at most
+// dmf.package_buckets, 1 by default: the dataset's longest text, one
+// compile. Without the compiled step the TorchScript step takes any width,
+// and CUDA graphs capture one graph per width (dmf.text_buckets at most).
 
 namespace {
 
@@ -164,14 +165,18 @@ void resolve(const config::Config& cfg, const model::ModelInfo& info) {
 Plan plan(const config::Config& cfg, const std::vector<double>& text_hist, bool compiled_step) {
   Plan p;
   if (!cfg.dmf.enable) return p;
+  if (!compiled_step && cfg.dmf.package_buckets != 1)
+    LF_LOG(logger("trainer"), warn) << "dmf.package_buckets has no effect: the compiled step does not run "
+                                    << "(trainer.compiled_step is off, or auto on the CPU), so DMF cuts to at most "
+                                    << "dmf.text_buckets widths; remove the key or set trainer.compiled_step";
   const int64_t micro = cfg.trainer.micro_batch_size;
-  p.buckets = choose_text_buckets(text_hist, micro, compiled_step ? 1 : cfg.dmf.text_buckets);
+  p.buckets = choose_text_buckets(text_hist, micro, compiled_step ? cfg.dmf.package_buckets : cfg.dmf.text_buckets);
   p.whole_slot_tokens = expected_slot_tokens(text_hist, micro, {cfg.data.max_text_len});
-  p.one_width_for_package = compiled_step;
+  p.for_packages = compiled_step;
   return p;
 }
 
-int64_t single_width(const Plan& p) { return p.buckets.widths.size() == 1 ? p.buckets.widths[0] : 0; }
+std::vector<int64_t> package_widths(const Plan& p) { return p.buckets.widths; }
 
 std::unique_ptr<fusion::StepRunner> make_step_runner(const config::Config& cfg, model::Model& net,
                                                      const fusion::StepMode& mode, bool bf16_autocast,
@@ -179,16 +184,17 @@ std::unique_ptr<fusion::StepRunner> make_step_runner(const config::Config& cfg, 
   std::unique_ptr<fusion::StepRunner> inner = fusion::make_step_runner(cfg, net, mode, bf16_autocast, device);
   if (!cfg.dmf.enable) return inner;
   const TextBuckets& b = plan.buckets;
-  if (mode.compiled && mode.text_width != single_width(plan))
-    throw std::logic_error("dmf: the compiled step's package takes a text slot of " + std::to_string(mode.text_width) +
-                           " tokens, not DMF's one width: pass dmf::single_width(plan) to step_mode");
+  if (mode.compiled && mode.text_widths != b.widths)
+    throw std::logic_error("dmf: the compiled step's packages take other text widths than DMF's: pass "
+                           "dmf::package_widths(plan) to step_mode");
   const int64_t slot = cfg.data.max_text_len;
   std::string widths;
   for (const int64_t w : b.widths) widths += (widths.empty() ? "" : ", ") + std::to_string(w);
   LF_LOG(logger("trainer"), info) << "DMF: the text slot of " << slot << " tokens is cut to " << widths
-                                  << (plan.one_width_for_package
-                                          ? " (one width: the compiled step's package takes one)"
-                                          : " by each micro-batch's longest text")
+                                  << (!plan.for_packages ? " by each micro-batch's longest text"
+                                      : b.widths.size() == 1 ? " (one width: the compiled step's package takes one)"
+                                                             : " by each micro-batch's longest text (the compiled "
+                                                               "step: a package for each width)")
                                   << "; expected text-slot tokens per micro-batch " << b.expected_slot_tokens
                                   << " instead of " << plan.whole_slot_tokens << " (" << b.expected_real_tokens
                                   << " real)";

@@ -4,7 +4,8 @@ gives the per-step losses of training without it (fp32: within 1e-5 relative),
 its padding is gone from metrics.jsonl and the summary, and the run says what it
 cut and how often a micro-batch's shape was one it had run before. With the compiled step there is one width, the dataset's longest text, and
 the package (prepared by --compile-only) is compiled for it: the same losses
-again. A model whose result depends on the slot (a GR00T head without a chat
+again; with dmf.package_buckets=2 on a copy of the dataset whose texts have 6 or 14 tokens, a package for each
+width, each micro-batch through the package of its width, the same losses. A model whose result depends on the slot (a GR00T head without a chat
 template) is refused, naming the fix (a dmf key with DMF off:
 test/engines/test_engine_keys.py). Two Gloo ranks train the same losses with
 DMF as without.
@@ -94,6 +95,68 @@ def test_with_the_compiled_step_dmf_takes_one_width_and_the_package_is_compiled_
     assert off.returncode == 0, off.stderr[-3000:]
     for a, b in zip(metrics(tmp_path / "off"), metrics(tmp_path / "on"), strict=True):
         assert abs(a["loss"] - b["loss"]) <= 1e-5 * abs(a["loss"]), (a["step"], a["loss"], b["loss"])
+
+
+def varied_texts_dataset(root):
+    """The bundled dataset with its five task texts cut to 6, 6, 6, 6 and 14 tokens (BOS ... EOS): a copy of its
+    loongforge_dataset.json beside links to its shard and videos."""
+    root.mkdir()
+    src = Path(DATA)
+    doc = json.loads((src / "loongforge_dataset.json").read_text())
+    episode_tasks = sorted({t for e in doc["episodes"] for t in e["task_indices"]} - {1})  # 1: "valid"
+    assert len(episode_tasks) == 5
+    for t in doc["tasks"]:
+        if t["task_index"] in episode_tasks[:4]:
+            t["token_ids"] = t["token_ids"][:5] + [t["token_ids"][-1]]
+            t["token_count"] = 6
+    (root / "loongforge_dataset.json").write_text(json.dumps(doc))
+    for entry in src.iterdir():
+        if entry.name != "loongforge_dataset.json":
+            (root / entry.name).symlink_to(entry)
+    return root
+
+
+def test_with_two_package_buckets_each_text_width_trains_through_its_own_package(tmp_path):
+    """dmf.package_buckets=2: two widths (6 and 14), a package compiled for each, each micro-batch through the
+    package of its width (two micro-batches a step); the losses of the TorchScript step with the whole slot.
+    LOONGFORGE_TEST_DEVICE=cuda (dmf_packages_gpu): fp32 on the GPU with CUDA graphs required, 12 steps, so each
+    package's first and accumulating graphs are captured and replayed, adding into the gradients the packages
+    share; the losses within 1e-4 there (the package's kernels and the TorchScript step's sum in other orders)."""
+    gpu = os.environ.get("LOONGFORGE_TEST_DEVICE", "cpu") == "cuda"
+    steps, tol = (12, 1e-4) if gpu else (6, 1e-5)
+    data = varied_texts_dataset(tmp_path / "data")
+    common = (f"data.path={data}", "trainer.micro_batch_size=2", "trainer.gradient_accumulation_steps=2")
+    if gpu:
+        common += ("run.device=cuda", "precision.mode=fp32", "trainer.cuda_graphs=on")
+    cache = tmp_path / "cache"
+    sets = common + ("dmf.enable=true", "dmf.package_buckets=2", "trainer.compiled_step=on",
+                     f"trainer.compile_cache={cache}")
+    prep = train(tmp_path / "prep", *sets, extra=["--compile-only"])
+    assert prep.returncode == 0, prep.stderr[-3000:]
+    packages = sorted(cache.glob("*.pt2"))
+    assert len(packages) == 2
+    assert "(text width 6, package 1 of 2)" in prep.stdout and "(text width 14, package 2 of 2)" in prep.stdout
+    logs = " ".join(p.with_suffix(".log").read_text() for p in packages)
+    assert "--text-width 6 " in logs and "--text-width 14 " in logs
+    on = train(tmp_path / "on", *sets, steps=steps)
+    assert on.returncode == 0, on.stderr[-3000:]
+    assert ("DMF: the text slot of 32 tokens is cut to 6, 14 by each micro-batch's longest text (the compiled step: "
+            "a package for each width)") in on.stderr
+    s = json.loads((tmp_path / "on" / "n16-tiny-demo" / "summary.json").read_text())
+    assert s["compiled_step"]["source"] == "cache hit" and s["compiled_step"]["text_widths"] == [6, 14]
+    assert sorted(p["path"] for p in s["compiled_step"]["packages"]) == [str(p) for p in packages]
+    by_width = s["dmf"]["micro_batches_by_width"]
+    assert set(by_width) == {"6", "14"} and sum(by_width.values()) == 2 * steps, by_width  # both packages ran
+    assert "2 packages, text widths 6, 14 (first " in on.stdout
+    assert "compiled step: a package per text width (6 tokens: " in on.stderr
+    if gpu:
+        assert "captured the compiled step as a CUDA graph (first micro-batch, text slot" in on.stderr
+        assert "captured the compiled step as a CUDA graph (accumulating micro-batches, text slot" in on.stderr
+    off = train(tmp_path / "off", *common, "dmf.enable=false", "trainer.compiled_step=off", steps=steps)
+    assert off.returncode == 0, off.stderr[-3000:]
+    for a, b in zip(metrics(tmp_path / "off"), metrics(tmp_path / "on"), strict=True):
+        assert a["text_width"] == 32 and b["text_width"] in (6, 14)
+        assert abs(a["loss"] - b["loss"]) <= tol * abs(a["loss"]), (a["step"], a["loss"], b["loss"])
 
 
 def test_two_gloo_ranks_train_the_same_losses_with_dmf(tmp_path):

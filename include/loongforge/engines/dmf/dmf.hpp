@@ -7,8 +7,9 @@
 // The widths (dmf.text_buckets at most) are chosen once at start from the
 // dataset's task-text lengths (text_buckets.hpp: the least expected padding
 // for the micro-batch size). Where the compiled step may run
-// (trainer.compiled_step not off) there is one width, the dataset's longest
-// text, and the package is compiled for it (its key holds the width). Only
+// (trainer.compiled_step not off) each width is a package of its own
+// (its cache key holds the width) and the widths are at most
+// dmf.package_buckets (1 by default: the dataset's longest text). Only
 // for models whose result does not depend on the slot's width
 // (batch_spec.json text_slot_cut: the n16 family and chat-templated GR00T
 // N1.7 imports); the loss and gradients are those of the whole slot
@@ -17,7 +18,7 @@
 //
 // What the DMF issue asks beyond this (not built): packing the vision-language
 // sequences into one varlen sequence, cameras at their aspect, micro-batches
-// by token budget across embodiments, several widths with the compiled step.
+// by token budget across embodiments.
 //
 // Contract:
 //  - resolve(cfg, info): after the model loads. dmf.enable=false: warns about
@@ -26,15 +27,17 @@
 //    fix), when the model file predates text_slot_cut or by_text_len
 //    (re-export), or when data.max_text_len exceeds the export's slot.
 //  - plan(cfg, text_hist, compiled_step): the buckets (no widths when DMF is off):
-//    at most dmf.text_buckets, or one when compiled_step (the compiled step
-//    may run: compiled_step_setting is not off). text_hist:
-//    data::text_length_histogram of the run's dataset. single_width(plan):
-//    the one width, or 0; step_mode takes it as the package's text width.
+//    at most dmf.text_buckets, or dmf.package_buckets when compiled_step
+//    (the compiled step may run: compiled_step_setting is not off; without
+//    it a dmf.package_buckets other than 1 is warned about as without
+//    effect). text_hist: data::text_length_histogram of the run's dataset.
+//    package_widths(plan): the widths (empty when DMF is off); step_mode
+//    takes them as its packages' text widths.
 //  - make_step_runner(): with dmf.enable=false the fast step's runner
 //    (fusion::make_step_runner), unchanged; with it, that runner wrapped by
 //    the text-slot cut. Attaches `debug-dmf` and the status to `record`.
 //    Logs the widths and the expected padding. std::logic_error when the
-//    mode's package is for another width than the plan's one.
+//    mode's packages are for other widths than the plan's.
 //  - The wrapper's run() cuts each ReadyBatch's text tensors (a copy of the
 //    first `width` columns) before the inner runner sees them, so that the
 //    trainer reads each batch's width after run() (its padding and FLOPs).
@@ -48,7 +51,7 @@
 // Example:
 //   dmf::resolve(cfg, net.info());
 //   const dmf::Plan plan = dmf::plan(cfg, data::text_length_histogram(dataset, cfg.data.max_text_len), compiled);
-//   const fusion::StepMode mode = fusion::step_mode(cfg, net, device, bf16, progress, copies, dmf::single_width(plan));
+//   const fusion::StepMode mode = fusion::step_mode(cfg, net, device, bf16, progress, copies, dmf::package_widths(plan));
 //   auto runner = dmf::make_step_runner(cfg, net, mode, bf16_autocast, device, plan, record);
 #pragma once
 
@@ -73,10 +76,10 @@ void resolve(const config::Config& cfg, const model::ModelInfo& info);
 struct Plan {
   TextBuckets buckets;                 // widths empty: DMF is off
   double whole_slot_tokens = 0;        // per micro-batch without the cut
-  bool one_width_for_package = false;  // one width because the compiled step may run
+  bool for_packages = false;           // the compiled step may run: each width is a package
 };
 Plan plan(const config::Config& cfg, const std::vector<double>& text_hist, bool compiled_step);
-int64_t single_width(const Plan& plan);
+std::vector<int64_t> package_widths(const Plan& plan);
 
 std::unique_ptr<fusion::StepRunner> make_step_runner(const config::Config& cfg, model::Model& net,
                                                      const fusion::StepMode& mode, bool bf16_autocast,
