@@ -53,7 +53,8 @@ class Trace {
   // Note [DMF's shape counts]: each width is a batch shape of its own. With
   // CUDA graphs a new shape is captured (after its eager warm-up calls) and
   // every later micro-batch of that width replays the graph; with the
-  // compiled step there is one width, its package's. So the share of
+  // compiled step each width is a package (and, with graphs, its own
+  // captures). So the share of
   // micro-batches whose width the run had already seen is the hit rate of the
   // graphs or the package (issue #46 asks at least 95% after warm-up).
   nlohmann::json shape_counts() const {

@@ -2,8 +2,8 @@
 texts all have 14 tokens in a 32-token slot): training with dmf.enable=true
 gives the per-step losses of training without it (fp32: within 1e-5 relative),
 its padding is gone from metrics.jsonl and the summary, and the run says what it
-cut and how often a micro-batch's shape was one it had run before. With the compiled step there is one width, the dataset's longest text, and
-the package (prepared by --compile-only) is compiled for it: the same losses
+cut and how often a micro-batch's shape was one it had run before. With the compiled step there is one width by
+default, the dataset's longest text, and the package (prepared by --compile-only) is compiled for it: the same losses
 again; with dmf.package_buckets=2 on a copy of the dataset whose texts have 6 or 14 tokens, a package for each
 width, each micro-batch through the package of its width, the same losses. A model whose result depends on the slot (a GR00T head without a chat
 template) is refused, naming the fix (a dmf key with DMF off:
