@@ -20,7 +20,7 @@
 #     lf-graphs-dmf as in part 1; n16-1b's two packages compiled at once (whole
 #     slot, width 14) beside test_masked_patch_embed and the micro-batch auto GPU test; then lf-default and lf-dmf from the cache (the DMF
 #     ratio with the compiled step); dmf_text_cut.py and `ctest -L gpu -LE long` in the time left. COMPILE=0:
-#     neither the packages nor the two runs from them.
+#     neither the packages nor the two runs from them; dmf_packages_gpu (n16-tiny's two packages) instead.
 #   PART=4, the same machine after part 2 (build-gpu/ kept): dmf_packages_gpu (DMF's two packages for two text
 #     widths, their CUDA graphs and shared gradients: n16-tiny fp32, two compiles), the micro-batch auto GPU
 #     test, test_masked_patch_embed, then `ctest -L gpu -LE long` in the time left.
@@ -76,14 +76,17 @@ micro_batch_auto_gpu() {  # micro_batch_auto_gpu SECONDS: trainer.micro_batch_si
      > "$OUT/ctest-mb-auto.log" 2>&1; echo "ctest exit $?")
   grep -E "Test +#|tests passed|auto|FAILED|Error|assert" "$OUT/ctest-mb-auto.log" | cut -c1-400 | tail -30
 }
+dmf_packages_gpu() {  # dmf_packages_gpu SECONDS: DMF's two packages for two text widths on the GPU (log in $OUT)
+  stamp "dmf_packages_gpu: two packages, two text widths, CUDA graphs required"
+  (cd build-gpu && timeout $1 ctest -R "^dmf_packages_gpu$" --output-on-failure > "$OUT/ctest-dmf-packages.log" 2>&1
+   echo "ctest exit $?")
+  grep -E "Test +#|tests passed|FAILED|assert|Error" "$OUT/ctest-dmf-packages.log" | cut -c1-400 | tail -20
+}
 case ${PART:-1} in
 4)
   [ -x build-gpu/src/daemon/loongforge-train ] || { echo "part 4 needs part 1's build-gpu/ (the same warm machine)"; exit 1; }
   cmake --build build-gpu > /tmp/build4.log 2>&1 || { tail -30 /tmp/build4.log; exit 1; }
-  stamp "dmf_packages_gpu: two packages, two text widths, CUDA graphs required"
-  (cd build-gpu && timeout 400 ctest -R "^dmf_packages_gpu$" --output-on-failure > "$OUT/ctest-dmf-packages.log" 2>&1
-   echo "ctest exit $?")
-  grep -E "Test +#|tests passed|FAILED|assert|Error" "$OUT/ctest-dmf-packages.log" | cut -c1-400 | tail -20
+  dmf_packages_gpu 400
   micro_batch_auto_gpu 150
   left=$(( LIMIT - 60 - ($(date +%s) - t0) ))
   [ $left -gt 40 ] && masked_patch_embed_gpu $(( left / 3 ))
@@ -115,6 +118,7 @@ dmf)
   fi
   masked_patch_embed_gpu 100  # beside the compiles, as the next: correctness, not timings
   micro_batch_auto_gpu 200
+  [ -z "$p1" ] && dmf_packages_gpu 240  # COMPILE=0: the GPU compiles two small packages instead
   if [ -n "$p1" ]; then
     stamp "waiting for the two compiles"; wait $p1 $p2
     for n in n16-1b n16-1b-dmf; do
