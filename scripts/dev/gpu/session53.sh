@@ -63,6 +63,7 @@ wait_compiles() {  # wait_compiles SECONDS: until the four compiles are done or 
 masked_patch_embed_gpu() {  # masked_patch_embed_gpu SECONDS: the op's GPU test (session 51: one assertion
   # failed, then a segmentation fault): the failing assertion alone (-x stops before the crash), then the
   # argument checks under gdb's stack; each at most SECONDS
+  [ "$1" -gt 20 ] || { echo "${FUNCNAME[0]}: skipped, $1 s left"; return 0; }
   local pt=(-m pytest -q -x -p no:cacheprovider test/model/test_masked_patch_embed.py) dbg=()
   stamp "test_masked_patch_embed on the GPU"
   LOONGFORGE_TEST_DEVICE=cuda PYTHONPATH=scripts timeout $1 python3 "${pt[@]}" -k "not bad_arguments" 2>&1 | tail -30
@@ -71,12 +72,19 @@ masked_patch_embed_gpu() {  # masked_patch_embed_gpu SECONDS: the op's GPU test 
     -k bad_arguments 2>&1 | grep -vE "^\[(New|Thread)" | tail -40
 }
 micro_batch_auto_gpu() {  # micro_batch_auto_gpu SECONDS: trainer.micro_batch_size auto's tests (log $OUT/ctest-mb-auto.log)
+  [ "$1" -gt 20 ] || { echo "${FUNCNAME[0]}: skipped, $1 s left"; return 0; }
   stamp "trainer.micro_batch_size auto on the GPU"
   (cd build-gpu && timeout $1 ctest -R "e2e_micro_batch_auto_gpu|test_micro_batch" --output-on-failure \
      > "$OUT/ctest-mb-auto.log" 2>&1; echo "ctest exit $?")
   grep -E "Test +#|tests passed|auto|FAILED|Error|assert" "$OUT/ctest-mb-auto.log" | cut -c1-400 | tail -30
 }
+cap() {  # cap SECONDS: SECONDS, or less: what is left of LIMIT less 15 s (0 when nothing is)
+  local left=$(( LIMIT - 15 - ($(date +%s) - t0) ))
+  [ $left -lt 0 ] && left=0
+  echo $(( $1 < left ? $1 : left ))
+}
 dmf_packages_gpu() {  # dmf_packages_gpu SECONDS: DMF's two packages for two text widths on the GPU (log in $OUT)
+  [ "$1" -gt 20 ] || { echo "${FUNCNAME[0]}: skipped, $1 s left"; return 0; }
   stamp "dmf_packages_gpu: two packages, two text widths, CUDA graphs required"
   (cd build-gpu && timeout $1 ctest -R "^dmf_packages_gpu$" --output-on-failure > "$OUT/ctest-dmf-packages.log" 2>&1
    echo "ctest exit $?")
@@ -116,9 +124,9 @@ dmf)
     compile_only n16-1b /dev/shm/n16-1b.pt & p1=$!; sleep 20
     compile_only n16-1b-dmf /dev/shm/n16-1b.pt --set dmf.enable=true & p2=$!
   fi
-  masked_patch_embed_gpu 100  # beside the compiles, as the next: correctness, not timings
-  micro_batch_auto_gpu 200
-  [ -z "$p1" ] && dmf_packages_gpu 240  # COMPILE=0: the GPU compiles two small packages instead
+  [ -z "$p1" ] && dmf_packages_gpu $(cap 240)  # COMPILE=0: the GPU compiles two small packages instead
+  micro_batch_auto_gpu $(cap 200)
+  masked_patch_embed_gpu $(cap 100)  # beside the compiles, as the next: correctness, not timings
   if [ -n "$p1" ]; then
     stamp "waiting for the two compiles"; wait $p1 $p2
     for n in n16-1b n16-1b-dmf; do

@@ -22,6 +22,8 @@ REPO = Path(__file__).resolve().parents[3]
 TRAIN = os.environ.get("LOONGFORGE_TRAIN", str(REPO / "build/src/daemon/loongforge-train"))
 DATA = os.environ.get("LOONGFORGE_TEST_DATASET", str(REPO / "build/test-data/robot_sim.PickNPlace.lf"))
 MODEL = Path(os.environ.get("LOONGFORGE_TEST_MODELS", str(REPO / "build/test-models"))) / "n16-tiny.pt"
+sys.path.insert(0, str(REPO / "scripts/bench"))
+from dmf_varied_texts import varied_texts_dataset  # noqa: E402
 
 
 def train(out, *sets, model=MODEL, steps=4, extra=()):
@@ -97,25 +99,6 @@ def test_with_the_compiled_step_dmf_takes_one_width_and_the_package_is_compiled_
         assert abs(a["loss"] - b["loss"]) <= 1e-5 * abs(a["loss"]), (a["step"], a["loss"], b["loss"])
 
 
-def varied_texts_dataset(root):
-    """The bundled dataset with its five task texts cut to 6, 6, 6, 6 and 14 tokens (BOS ... EOS): a copy of its
-    loongforge_dataset.json beside links to its shard and videos."""
-    root.mkdir()
-    src = Path(DATA)
-    doc = json.loads((src / "loongforge_dataset.json").read_text())
-    episode_tasks = sorted({t for e in doc["episodes"] for t in e["task_indices"]} - {1})  # 1: "valid"
-    assert len(episode_tasks) == 5
-    for t in doc["tasks"]:
-        if t["task_index"] in episode_tasks[:4]:
-            t["token_ids"] = t["token_ids"][:5] + [t["token_ids"][-1]]
-            t["token_count"] = 6
-    (root / "loongforge_dataset.json").write_text(json.dumps(doc))
-    for entry in src.iterdir():
-        if entry.name != "loongforge_dataset.json":
-            (root / entry.name).symlink_to(entry)
-    return root
-
-
 def test_with_two_package_buckets_each_text_width_trains_through_its_own_package(tmp_path):
     """dmf.package_buckets=2: two widths (6 and 14), a package compiled for each, each micro-batch through the
     package of its width (two micro-batches a step); the losses of the TorchScript step with the whole slot.
@@ -124,7 +107,7 @@ def test_with_two_package_buckets_each_text_width_trains_through_its_own_package
     share; the losses within 1e-4 there (the package's kernels and the TorchScript step's sum in other orders)."""
     gpu = os.environ.get("LOONGFORGE_TEST_DEVICE", "cpu") == "cuda"
     steps, tol = (12, 1e-4) if gpu else (6, 1e-5)
-    data = varied_texts_dataset(tmp_path / "data")
+    data = varied_texts_dataset(DATA, tmp_path / "data")  # texts of 6, 6, 6, 6 and 14 tokens
     common = (f"data.path={data}", "trainer.micro_batch_size=2", "trainer.gradient_accumulation_steps=2")
     if gpu:
         common += ("run.device=cuda", "precision.mode=fp32", "trainer.cuda_graphs=on")
