@@ -24,6 +24,8 @@
 #   PART=4, the same machine after part 2 (build-gpu/ kept): dmf_packages_gpu (DMF's two packages for two text
 #     widths, their CUDA graphs and shared gradients: n16-tiny fp32, two compiles), the micro-batch auto GPU
 #     test, test_masked_patch_embed, then `ctest -L gpu -LE long` in the time left.
+#   PART=tests, a short call on a fresh machine: the build; dmf_packages_gpu, the micro-batch auto GPU test,
+#     test_masked_patch_embed, then `ctest -L gpu -LE long`, each capped by what is left of LIMIT.
 #   PART=short, a call of a few minutes: the build and export; the micro-batch auto GPU test; lf-graphs and
 #     lf-graphs-dmf; test_masked_patch_embed while time is left.
 # Every part ends within LIMIT s (default 585) of its start.
@@ -91,6 +93,13 @@ dmf_packages_gpu() {  # dmf_packages_gpu SECONDS: DMF's two packages for two tex
   grep -E "Test +#|tests passed|FAILED|assert|Error" "$OUT/ctest-dmf-packages.log" | cut -c1-400 | tail -20
 }
 case ${PART:-1} in
+tests)  # a short call on a fresh machine: the build, then the GPU tests of this code, most wanted first
+  stamp "build"; bash scripts/dev/gpu/build.sh || exit 1
+  dmf_packages_gpu $(cap 240)
+  micro_batch_auto_gpu $(cap 150)
+  masked_patch_embed_gpu $(cap 60)
+  gpu_tests_in_time_left $LIMIT
+  ;;
 4)
   [ -x build-gpu/src/daemon/loongforge-train ] || { echo "part 4 needs part 1's build-gpu/ (the same warm machine)"; exit 1; }
   cmake --build build-gpu > /tmp/build4.log 2>&1 || { tail -30 /tmp/build4.log; exit 1; }
