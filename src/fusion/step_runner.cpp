@@ -272,6 +272,7 @@ class PackagedRunner final : public StepRunner {
   bool make_gradients(bool allowed) override { return inner_->make_gradients(allowed); }
   std::optional<double> take_graph_comm_ms(int64_t step) override { return inner_->take_graph_comm_ms(step); }
   std::vector<std::string> bf16_weights() const override { return inner_->bf16_weights(); }
+  std::vector<std::pair<std::string, double>> step_scalars() const override { return inner_->step_scalars(); }
 
  private:
   std::unique_ptr<StepRunner> inner_;

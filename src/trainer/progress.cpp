@@ -106,6 +106,7 @@ std::vector<std::pair<std::string, double>> scalars_of(const StepRecord& r) {
           {"data/vl_padding_tokens", r.vl_padding_tokens},
           {"data/text_width", r.text_width}};
   for (const auto& [name, value] : r.memory_scalars) s.emplace_back("memory/" + name, value);
+  for (const auto& [name, value] : r.engine_scalars) s.emplace_back("engines/" + name, value);
   return s;
 }
 

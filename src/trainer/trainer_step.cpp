@@ -191,6 +191,7 @@ void Trainer::Impl::step() {
   const memory::Stats mem = memory::stats(device_);
   r.peak_mem_mb = device_.is_cuda() ? mem.peak_device_mb : mem.peak_host_mb;
   r.memory_scalars = mem.scalars;
+  r.engine_scalars = runner_->step_scalars();
   steps_done_ = s + 1;
   after_first_step();  // fault.comm_timeout_s from here on
 }

@@ -90,13 +90,16 @@ def test_edge_cases_equal_the_reference(name, shape, valid):
 
 
 def test_an_images_tokens_do_not_depend_on_the_grid_it_is_padded_into():
+    """Bit for bit on the CPU; on a GPU within 1e-5 (H100, 2026-12-07: the padded grid's GEMM sums in another
+    order than the image's own, 1.4e-6 apart at most), the padding's tokens exactly 0 on both."""
+    tol = 0 if DEVICE.type == "cpu" else 1e-5
     images, weight, bias, _ = case(N=1, H=8, W=12)
     alone = op(images, weight, bias, torch.tensor([[8, 12]], device=DEVICE))        # its own 2 x 3 patches
     big = torch.randn(2, 3, 16, 20, device=DEVICE)
     big[0, :, :8, :12] = images[0]
     padded = op(big, weight, bias, torch.tensor([[8, 12], [16, 20]], device=DEVICE))
     grid = padded[0].reshape(4, 5, -1)
-    torch.testing.assert_close(grid[:2, :3].reshape(6, -1), alone[0], rtol=0, atol=0)
+    torch.testing.assert_close(grid[:2, :3].reshape(6, -1), alone[0], rtol=tol, atol=tol)
     assert grid[2:].abs().sum() == 0 and grid[:, 3:].abs().sum() == 0
 
 

@@ -83,6 +83,7 @@
 #include <memory>   // std::unique_ptr
 #include <optional> // std::optional
 #include <string>   // std::string
+#include <utility>  // std::pair
 #include <vector>   // std::vector
 
 #include <ATen/core/Tensor.h>  // at::Tensor
@@ -132,6 +133,9 @@ class StepRunner {
   // The compiled runner only: the trainable parameters its package takes as bf16 working copies (the
   // manifest's "bf16_weights", scripts/compile_step.py --bf16-weights); empty elsewhere.
   virtual std::vector<std::string> bf16_weights() const { return {}; }
+  // Fields for metrics.jsonl after run() (the trainer writes them under "engines/"): DMF's shape counts so
+  // far (dmf.hpp); empty elsewhere.
+  virtual std::vector<std::pair<std::string, double>> step_scalars() const { return {}; }
 };
 
 // The seed of micro-batch `micro`'s draws in 0-based step `step` on `rank`

@@ -53,6 +53,7 @@ struct StepRecord {
   double readahead_mb_per_s = 0;  // ADFE: video MB its I/O threads read ahead since the previous step's end, per second
   // The allocator's own fields (memory::Stats::scalars; MLA: mla_fragmentation, ...), after the others.
   std::vector<std::pair<std::string, double>> memory_scalars;
+  std::vector<std::pair<std::string, double>> engine_scalars;  // the step runner's (DMF's shape counts)
 };
 
 // The scalars of a record, by their TensorBoard tag (also the metrics.jsonl

@@ -119,6 +119,14 @@ class TextSlotRunner final : public fusion::StepRunner {
   bool make_gradients(bool allowed) override { return inner_->make_gradients(allowed); }
   std::optional<double> take_graph_comm_ms(int64_t step) override { return inner_->take_graph_comm_ms(step); }
   std::vector<std::string> bf16_weights() const override { return inner_->bf16_weights(); }
+  // Note [DMF's shape counts], so far in the run: metrics.jsonl's dmf_micro_batches, dmf_new_shapes and
+  // dmf_shape_reuse.
+  std::vector<std::pair<std::string, double>> step_scalars() const override {
+    const nlohmann::json c = trace_->shape_counts();
+    return {{"dmf_micro_batches", c["micro_batches"].get<double>()},
+            {"dmf_new_shapes", c["new_shapes"].get<double>()},
+            {"dmf_shape_reuse", c["shape_reuse"].get<double>()}};
+  }
 
  private:
   std::unique_ptr<fusion::StepRunner> inner_;

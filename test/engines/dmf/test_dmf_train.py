@@ -54,6 +54,10 @@ def test_dmf_cuts_the_text_slot_and_trains_the_same_losses(tmp_path):
         assert a["vl_padding_tokens"] > 0 and b["vl_padding_tokens"] == 0
         assert b["vl_tokens"] == a["vl_tokens"] - a["vl_padding_tokens"]  # 18 fewer per sample
         assert a["text_width"] == 32 and b["text_width"] == 14
+        # Note [DMF's shape counts] so far in the run: one new shape (the first micro-batch), then reuse
+        assert "dmf_new_shapes" not in a
+        assert (b["dmf_micro_batches"], b["dmf_new_shapes"]) == (b["step"], 1)
+        assert b["dmf_shape_reuse"] == (b["step"] - 1) / b["step"]
     s_off = json.loads((tmp_path / "off" / "n16-tiny-demo" / "summary.json").read_text())
     s_on = json.loads((tmp_path / "on" / "n16-tiny-demo" / "summary.json").read_text())
     assert s_off["vl_padding"]["share"] == 18 / 48 and s_off["vl_padding"]["text_slot_cut"] is False

@@ -42,6 +42,9 @@
 //    first `width` columns) before the inner runner sees them, so that the
 //    trainer reads each batch's width after run() (its padding and FLOPs).
 //    std::out_of_range (data changed under the buckets) names both lengths.
+//    Its step_scalars(): the run's counts so far for metrics.jsonl
+//    (dmf_micro_batches, dmf_new_shapes, dmf_shape_reuse: Note [DMF's shape
+//    counts]).
 //  - debug-dmf (a query, control thread): {"buckets", "slot", "steps": the
 //    last `steps` (1..256, default 10) steps, each {"step", "micro_batches":
 //    [{"samples", "embodiments", "text_tokens", "text_slot_tokens", "width",
