@@ -53,6 +53,10 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import report  # noqa: E402  (the headline report: its metrics.jsonl reader and number format)
+from report import load_jsonl  # noqa: E402
+
 ALLOCATORS = ("caching", "expandable", "mla")
 ALLOCATOR_NAMES = {"caching": "PyTorch caching allocator",
                    "expandable": "caching allocator, expandable_segments:True",
@@ -72,17 +76,8 @@ LOG_TAIL_LINES = 80  # where classify looks for the failure's message
 
 def read_records(path: Path) -> List[dict]:
     """The per-step records of a metrics.jsonl (events and lines cut short by a kill are left out)."""
-    out = []
-    if not path.exists():
-        return out
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and "step" in rec and "loss" in rec and "samples_per_s" in rec:
-            out.append(rec)
-    return out
+    return [r for r in load_jsonl(path)
+            if isinstance(r, dict) and "step" in r and "loss" in r and "samples_per_s" in r]
 
 
 def read_smi_mib(path: Path) -> List[float]:
@@ -229,7 +224,7 @@ def bitwise_verdict(caching: List[dict], mla: List[dict], steps: int) -> dict:
 # ------------------------------------------------------------------------------------------- the report
 
 def fmt(v, spec: str = ".1f", none: str = "not measured") -> str:
-    return none if v is None else format(v, spec)
+    return report.fmt(v, spec, none)
 
 
 def bitwise_text(b: Optional[dict]) -> str:
