@@ -121,9 +121,7 @@ struct Package {
 // graph holds the address of one first graph's outputs. A step whose first
 // micro-batch ran another package's first graph would then add into
 // tensors that are not .grad. So with several packages every first graph
-// copies its gradients into one set shared by the packages (allocated once,
-// before the first capture, in the trainable parameters' dtypes and shapes
-// as the package's outputs have them) and every accumulating graph adds into
+// copies its gradients into one set shared by the packages and every accumulating graph adds into
 // that set: one copy of the gradients per step that one package does not pay
 // (estimated, not measured: a billion trainable float32 parameters' gradients
 // read and written once, 8 GB, about 2.5 ms at an H100's 3.35 TB/s). The set is allocated by

@@ -166,6 +166,29 @@ PreparedPackage prepare_compiled_step(const config::Config& cfg, const model::Mo
                          tools, progress);
 }
 
+namespace {
+
+// StepMode::package_status of packages prepared for these widths (one: its own to_json()).
+nlohmann::json packages_status(const std::vector<PreparedPackage>& prepared, const std::vector<int64_t>& text_widths) {
+  if (prepared.size() == 1) return prepared[0].to_json();
+  // Several (DMF's package buckets): the first's path, "compiled" when any was, the compiles' sum, and each.
+  nlohmann::json each = nlohmann::json::array();
+  bool any_compiled = false;
+  double compile_s = 0, waited_s = 0;
+  for (size_t i = 0; i < prepared.size(); ++i) {
+    nlohmann::json one = prepared[i].to_json();
+    one["text_width"] = text_widths.at(i);
+    each.push_back(std::move(one));
+    any_compiled = any_compiled || prepared[i].compiled;
+    compile_s += prepared[i].compile_s, waited_s += prepared[i].waited_s;
+  }
+  return {{"path", prepared[0].path},   {"source", any_compiled ? "compiled" : "cache hit"},
+          {"compile_s", compile_s},     {"waited_s", waited_s},
+          {"text_widths", text_widths}, {"packages", each}};
+}
+
+}  // namespace
+
 StepMode step_mode(const config::Config& cfg, const model::Model& net, c10::Device device, bool bf16_autocast,
                    const CompileProgress& progress, const std::vector<std::string>& bf16_weights,
                    const std::vector<int64_t>& text_widths) {
@@ -233,24 +256,6 @@ StepMode step_mode(const config::Config& cfg, const model::Model& net, c10::Devi
   return m;
 }
 
-nlohmann::json packages_status(const std::vector<PreparedPackage>& prepared, const std::vector<int64_t>& text_widths) {
-  if (prepared.size() == 1) return prepared[0].to_json();
-  // Several (DMF's package buckets): the first's path, "compiled" when any was, the compiles' sum, and each.
-  nlohmann::json each = nlohmann::json::array();
-  bool any_compiled = false;
-  double compile_s = 0, waited_s = 0;
-  for (size_t i = 0; i < prepared.size(); ++i) {
-    nlohmann::json one = prepared[i].to_json();
-    one["text_width"] = text_widths.at(i);
-    each.push_back(std::move(one));
-    any_compiled = any_compiled || prepared[i].compiled;
-    compile_s += prepared[i].compile_s, waited_s += prepared[i].waited_s;
-  }
-  return {{"path", prepared[0].path},   {"source", any_compiled ? "compiled" : "cache hit"},
-          {"compile_s", compile_s},     {"waited_s", waited_s},
-          {"text_widths", text_widths}, {"packages", each}};
-}
-
 namespace {
 
 // A runner with the compiled step's package named in its status ({"package": ...}).
@@ -302,8 +307,13 @@ std::unique_ptr<StepRunner> make_step_runner(const config::Config& cfg, model::M
         discard_package(mode.packages.at(i));
         const PreparedPackage p = prepare_compiled_step(cfg, net, device, bf16_autocast, nullptr, mode.bf16_weights,
                                                         mode.text_widths.at(i));
-        if (mode.packages.size() == 1) package = p.to_json();
-        else package["packages"][i] = p.to_json(), package["packages"][i]["text_width"] = mode.text_widths.at(i);
+        if (mode.packages.size() == 1) {
+          package = p.to_json();
+        } else {  // this package's entry, and the whole's source and compile time with it
+          package["packages"][i] = p.to_json(), package["packages"][i]["text_width"] = mode.text_widths.at(i);
+          package["source"] = "compiled";
+          package["compile_s"] = package["compile_s"].get<double>() + p.compile_s;
+        }
         return p.path;
       };
     runner = make_compiled_runner(net, mode.packages, bf16_autocast, graphs, device, reload);

@@ -575,7 +575,7 @@ void Trainer::Impl::open() {
                                   {"world", world_info_.world_size},
                                   {"compile", compile}});
       },
-      copies, dmf::package_widths(dmf_plan));
+      copies, dmf_plan.buckets.widths);
   runner_ = dmf::make_step_runner(cfg_, *net_, mode, bf16_ && device_.is_cuda(), device_, dmf_plan,  // compute
                                   find_engine(engines_, "dmf"));
   if (const nlohmann::json st = runner_->status(); st.is_object() && st.contains("package"))

@@ -199,14 +199,11 @@ struct StepMode {
 // bf16_weights: under auto, the weights the package should take as bf16 working copies
 // (optim::compiled_working_copies; part of the cache's key). text_widths: the text slot's widths the step's
 // batches will have, ascending (empty: data.max_text_len; DMF's widths where the compiled step may run, a package
-// for each, dmf::package_widths); a named package of another width, or several widths with a named package, throw
+// for each, dmf::Plan's widths); a named package of another width, or several widths with a named package, throw
 // ConfigError too.
 StepMode step_mode(const config::Config& cfg, const model::Model& net, c10::Device device, bool bf16_autocast,
                    const CompileProgress& progress = nullptr, const std::vector<std::string>& bf16_weights = {},
                    const std::vector<int64_t>& text_widths = {});
-
-// StepMode::package_status of packages prepared for these widths (one: its own to_json()).
-nlohmann::json packages_status(const std::vector<PreparedPackage>& prepared, const std::vector<int64_t>& text_widths);
 
 // `inner` with `package` as its status()'s "package"; everything else is inner's (make_step_runner wraps the
 // compiled runner so when trainer.compiled_step is not off).

@@ -185,8 +185,6 @@ Plan plan(const config::Config& cfg, const std::vector<double>& text_hist, bool 
   return p;
 }
 
-std::vector<int64_t> package_widths(const Plan& p) { return p.buckets.widths; }
-
 std::unique_ptr<fusion::StepRunner> make_step_runner(const config::Config& cfg, model::Model& net,
                                                      const fusion::StepMode& mode, bool bf16_autocast,
                                                      c10::Device device, const Plan& plan, Engine& record) {
@@ -195,7 +193,7 @@ std::unique_ptr<fusion::StepRunner> make_step_runner(const config::Config& cfg, 
   const TextBuckets& b = plan.buckets;
   if (mode.compiled && mode.text_widths != b.widths)
     throw std::logic_error("dmf: the compiled step's packages take other text widths than DMF's: pass "
-                           "dmf::package_widths(plan) to step_mode");
+                           "plan.buckets.widths to step_mode");
   const int64_t slot = cfg.data.max_text_len;
   std::string widths;
   for (const int64_t w : b.widths) widths += (widths.empty() ? "" : ", ") + std::to_string(w);

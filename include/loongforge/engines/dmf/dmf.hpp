@@ -31,8 +31,8 @@
 //    (the compiled step may run: compiled_step_setting is not off; without
 //    it a dmf.package_buckets other than 1 is warned about as without
 //    effect). text_hist: data::text_length_histogram of the run's dataset.
-//    package_widths(plan): the widths (empty when DMF is off); step_mode
-//    takes them as its packages' text widths.
+//    plan.buckets.widths (empty when DMF is off) are what step_mode takes
+//    as its packages' text widths.
 //  - make_step_runner(): with dmf.enable=false the fast step's runner
 //    (fusion::make_step_runner), unchanged; with it, that runner wrapped by
 //    the text-slot cut. Attaches `debug-dmf` and the status to `record`.
@@ -54,7 +54,7 @@
 // Example:
 //   dmf::resolve(cfg, net.info());
 //   const dmf::Plan plan = dmf::plan(cfg, data::text_length_histogram(dataset, cfg.data.max_text_len), compiled);
-//   const fusion::StepMode mode = fusion::step_mode(cfg, net, device, bf16, progress, copies, dmf::package_widths(plan));
+//   const fusion::StepMode mode = fusion::step_mode(cfg, net, device, bf16, progress, copies, plan.buckets.widths);
 //   auto runner = dmf::make_step_runner(cfg, net, mode, bf16_autocast, device, plan, record);
 #pragma once
 
@@ -82,7 +82,6 @@ struct Plan {
   bool for_packages = false;           // the compiled step may run: each width is a package
 };
 Plan plan(const config::Config& cfg, const std::vector<double>& text_hist, bool compiled_step);
-std::vector<int64_t> package_widths(const Plan& plan);
 
 std::unique_ptr<fusion::StepRunner> make_step_runner(const config::Config& cfg, model::Model& net,
                                                      const fusion::StepMode& mode, bool bf16_autocast,
