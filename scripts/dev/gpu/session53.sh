@@ -26,6 +26,9 @@
 #     test, test_masked_patch_embed, then `ctest -L gpu -LE long` in the time left.
 #   PART=tests, a short call on a fresh machine: the build; dmf_packages_gpu, the micro-batch auto GPU test,
 #     test_masked_patch_embed, then `ctest -L gpu -LE long`, each capped by what is left of LIMIT.
+#   PART=5, one call on a fresh machine given .gpu-carry/lf-cache17.tgz (session 55): the build; which bad call
+#     of the custom operators crashes the process (scripts/dev/gpu/op_throw_probe.py); the micro-batch auto
+#     GPU test; then part 3 (g17d0's first step on a fresh machine from the carried cache).
 #   PART=short, a call of a few minutes: the build and export; the micro-batch auto GPU test; lf-graphs and
 #     lf-graphs-dmf; test_masked_patch_embed while time is left.
 # Every part ends within LIMIT s (default 585) of its start.
@@ -200,6 +203,19 @@ dmf)
   mkdir -p /tmp/c17/lf-cache && cp -r $cache/cuda-jit $cache/gr00t-n1.7*.pt2 $cache/compile_times.jsonl /tmp/c17/lf-cache/ &&
     tar -czf /tmp/lf-cache17.tgz -C /tmp/c17 lf-cache && split -b 15M -d /tmp/lf-cache17.tgz "$OUT/lf-cache17.tgz.part"
   ls -l "$OUT"
+  gpu_tests_in_time_left $LIMIT
+  ;;
+5)
+  stamp "build"; bash scripts/dev/gpu/build.sh || exit 1
+  stamp "custom operators: a bad call raises or crashes (each in its own process)"
+  PYTHONPATH=scripts timeout 100 python3 scripts/dev/gpu/op_throw_probe.py
+  micro_batch_auto_gpu $(cap 200)
+  env "${g17[@]}" SECTIONS="none" bash scripts/dev/gpu/issue11_step.sh || exit 1
+  rm -rf $cache && tar -xzf .gpu-carry/lf-cache17.tgz -C /tmp && ls -l $cache/*.pt2 && du -sh $cache/cuda-jit || exit 1
+  stamp "g17d0: lf-default on a fresh machine given the cache (12 steps), then again"
+  train g17 "lf-default lf-default-warm" 12 0 90
+  grep -h "first step done" /tmp/lf-logs-g17d0/lf-default*.log
+  tar -czf "$OUT/logs-g17d0.tgz" -C /tmp lf-logs-g17d0
   gpu_tests_in_time_left $LIMIT
   ;;
 3)
