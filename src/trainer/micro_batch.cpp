@@ -23,10 +23,14 @@ namespace loongforge::trainer {
 // smaller) fit the line, so the expensive sizes are not all tried. A probe
 // is one real forward+backward, so its peak includes the gradients; what
 // the run allocates later and a probe does not (optimizer moments, working
-// copies, communication buffers) comes in as `later`, estimated by the
-// trainer term by term. The largest candidate with a + b x B + later under
-// the budget (capacity less kMicroBatchHeadroom) is then measured once at
-// its own size: the line is a model, the confirmation is the fact. A
+// copies, communication buffers, the data source's micro-batches) comes in
+// as `later`, estimated by the trainer term by term, each a fixed part plus
+// a part per sample (the data source holds more for a larger B), so later(B)
+// is evaluated at every candidate compared. The largest candidate with
+// a + b x B + later(B) under the budget (capacity less kMicroBatchHeadroom)
+// is then measured once at its own size, and its measured peak plus later(B)
+// must stay under the budget too: the line is a model, the confirmation is
+// the fact. A
 // confirmation that runs out of memory rules out it and everything larger;
 // one that measures over the budget shows the peak bends upward (attention
 // grows faster than linearly with a longer sequence, the allocator rounds
@@ -74,6 +78,23 @@ std::string gb_text(double bytes) {
   return text;
 }
 
+double later_at(const std::vector<MemoryTerm>& terms, int64_t micro_batch) {
+  double sum = 0;
+  for (const auto& t : terms) sum += t.at(micro_batch);
+  return sum;
+}
+
+std::vector<MemoryTerm> data_terms(const DataMemory& d) {
+  std::vector<MemoryTerm> terms;
+  terms.push_back({"the step's micro-batches", d.sample_bytes * static_cast<double>(d.step_samples), 0.0});
+  if (d.adfe) {
+    terms.push_back({"ADFE's ready micro-batches (prefetch_factor " + std::to_string(d.prefetch_factor) + " + 1)", 0.0,
+                     d.sample_bytes * static_cast<double>(d.prefetch_factor + 1)});
+    if (d.frame_bytes > 0) terms.push_back({"frames before the device resize", 0.0, d.frame_bytes});
+  }
+  return terms;
+}
+
 std::vector<int64_t> candidates(int64_t global_batch, int64_t world_size, int64_t max_micro_batch,
                                 int64_t max_accumulation) {
   std::vector<int64_t> out;
@@ -98,7 +119,6 @@ const ProbeRecord* MicroBatchChoice::larger_probe() const {
 MicroBatchChoice choose_micro_batch(const MicroBatchInput& in, const Probe& probe) {
   MicroBatchChoice c;
   c.candidates = candidates(in.global_batch, in.world_size, in.max_micro_batch, in.max_accumulation);
-  for (const auto& t : in.later) c.later_bytes += t.bytes;
   c.budget_bytes = in.capacity_bytes * (1.0 - in.headroom);
   const std::string G = std::to_string(in.global_batch), W = std::to_string(in.world_size);
   const std::string prefix = "trainer.micro_batch_size auto: ";
@@ -125,14 +145,14 @@ MicroBatchChoice choose_micro_batch(const MicroBatchInput& in, const Probe& prob
     slope = std::max(0.0, (y1 - y0) / (x1 - x0));  // a noisy decrease is no reason to predict less for more
     a = y0 - slope * x0;
   };
-  auto predict = [&](int64_t b) { return a + slope * static_cast<double>(b) + c.later_bytes; };
+  auto predict = [&](int64_t b) { return a + slope * static_cast<double>(b) + later_at(in.later, b); };
   auto budget_text = [&] {
     return gb_text(c.budget_bytes) + " budget (" + gb_text(in.capacity_bytes) + " less " +
            std::to_string(static_cast<int>(in.headroom * 100.0 + 0.5)) + "% headroom, Note [Micro-batch headroom])";
   };
-  auto later_text = [&] {
+  auto later_text = [&](int64_t b) {  // each term at a micro-batch of b
     std::string s;
-    for (const auto& t : in.later) s += (s.empty() ? "" : ", ") + t.name + " " + gb_text(t.bytes);
+    for (const auto& t : in.later) s += (s.empty() ? "" : ", ") + t.name + " " + gb_text(t.at(b));
     return s.empty() ? std::string("nothing") : s;
   };
 
@@ -171,7 +191,7 @@ MicroBatchChoice choose_micro_batch(const MicroBatchInput& in, const Probe& prob
     return ConfigError(prefix + "no candidate fits: the smallest, " + std::to_string(smallest) + ", is " +
                        (smallest >= smallest_oom ? std::string("out of memory in its probe")
                                                  : "predicted at " + gb_text(predict(smallest))) +
-                       " (the probe's peak plus " + later_text() + ") against the " + budget_text() +
+                       " (the probe's peak plus " + later_text(smallest) + ") against the " + budget_text() +
                        "; lower what the run holds (gcts.shard_optimizer=true over several ranks, "
                        "precision.mode=bf16), train on more ranks for a smaller share per rank, or set "
                        "micro_batch_size to a number to try it anyway");
@@ -182,9 +202,10 @@ MicroBatchChoice choose_micro_batch(const MicroBatchInput& in, const Probe& prob
     const int64_t b = cands[i];
     const double predicted = predict(b);
     const ProbeResult r = run(b, "confirm");
-    if (!r.out_of_memory && r.peak_bytes + c.later_bytes <= c.budget_bytes) {
+    if (!r.out_of_memory && r.peak_bytes + later_at(in.later, b) <= c.budget_bytes) {
       c.micro_batch = b;
       c.predicted_bytes = predicted;
+      c.later_bytes = later_at(in.later, b);
       c.confirmed_bytes = r.peak_bytes + c.later_bytes;
       break;
     }
@@ -235,15 +256,15 @@ std::string MicroBatchChoice::text(const MicroBatchInput& in) const {
   }
   s += fitted ? "; line " + gb_text(intercept_bytes) + " + " + gb_text(per_sample_bytes) + " per sample"
               : std::string("; proportional to the one size measured");
-  for (const auto& t : in.later) s += "; " + t.name + " " + gb_text(t.bytes);
+  for (const auto& t : in.later) s += "; " + t.name + " " + gb_text(t.at(micro_batch));  // at the chosen size
   s += ")";
   if (!in.limit.empty()) s += "; at most " + std::to_string(in.max_micro_batch) + ": " + in.limit;
   if (larger > 0) {
     const ProbeRecord* p = larger_probe();
     s += "; " + std::to_string(larger) +
-         (p == nullptr                ? " predicted " + gb_text(larger_predicted_bytes)
+         (p == nullptr              ? " predicted " + gb_text(larger_predicted_bytes)
           : p->result.out_of_memory ? std::string(" ran out of memory in its probe")
-                                    : " measured " + gb_text(p->result.peak_bytes + later_bytes));
+                                    : " measured " + gb_text(p->result.peak_bytes + later_at(in.later, larger)));
   }
   return s;
 }
@@ -257,7 +278,11 @@ nlohmann::json MicroBatchChoice::to_json(const MicroBatchInput& in) const {
                            {"peak_gb", p.result.out_of_memory ? nlohmann::json(nullptr)
                                                               : nlohmann::json(p.result.peak_bytes / kGiB)}});
   nlohmann::json later_json = nlohmann::json::array();
-  for (const auto& t : in.later) later_json.push_back({{"name", t.name}, {"gb", t.bytes / kGiB}});
+  for (const auto& t : in.later)  // gb: at the chosen micro-batch, = fixed_gb + per_sample_gb x micro_batch
+    later_json.push_back({{"name", t.name},
+                          {"gb", t.at(micro_batch) / kGiB},
+                          {"fixed_gb", t.bytes / kGiB},
+                          {"per_sample_gb", t.per_sample_bytes / kGiB}});
   nlohmann::json j = {{"micro_batch", micro_batch},
                       {"source", "probed"},
                       {"candidates", candidates},

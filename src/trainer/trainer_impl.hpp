@@ -66,7 +66,8 @@ struct Trainer::Impl {
   void check_micro_batch_auto() const;  // what auto cannot do (the CPU, MLA, fault.enable), before the model loads
   void resolve_micro_batch();           // after the model loads: probes the device, agrees over the ranks
   void open_model();
-  void open_data();
+  void open_dataset();  // the dataset and sample_options_ but the micro-batch (auto sizes the data's memory from them)
+  void open_data();     // the data source, once the micro-batch is known
   void open_fast_path(const fusion::StepMode& mode, bool made_gradients);
   void open_run_dir(const std::string& resume_dir);
   void write_working_copies() const;  // <run dir>/bf16_weights.json (scripts/compile_step.py --bf16-weights)

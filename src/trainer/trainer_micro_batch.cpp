@@ -22,6 +22,7 @@
 
 #include "loongforge/common/error.hpp"
 #include "loongforge/common/log.hpp"
+#include "loongforge/data/batch.hpp"         // data::micro_batch_spec (what the data source holds)
 #include "loongforge/engines/adfe/adfe.hpp"  // adfe::enabled (its staging slot caps the choice)
 #include "loongforge/trainer/micro_batch.hpp"
 #include "trainer_impl.hpp"
@@ -157,15 +158,57 @@ double test_memory_fraction() {
 // gcts.shard_optimizer), the bf16 working copies where they may be made (2
 // bytes per trainable element, an upper bound: only weights that linear layers
 // alone read get one), the gradient communication's buffers on several ranks
-// (one gradient's size in the reduce dtype, an upper bound), and the step's
-// other micro-batches, which the data source holds on the device together
-// (G / W samples in all). The CUDA-graph pool is logged at 0: a graph holds
+// (one gradient's size in the reduce dtype, an upper bound), and what the
+// data source holds on the device, which grows with the micro-batch (Note
+// [The data's device memory]). The CUDA-graph pool is logged at 0: a graph holds
 // the activations of one micro-batch, which the probe already counts, and the
 // eager warm-up's blocks it leaves cached are released by the allocator when
 // a capture needs the room. The compiled step (trainer.compiled_step) is
 // compiled afterwards for the chosen size and is not what was measured; it
 // and everything else unseen is what the headroom is for (Note [Micro-batch
 // headroom] in micro_batch.cpp).
+//
+// Note [The data's device memory]
+// The terms count the data as the run's source holds it on the device, sized
+// from the run's SampleOptions (built before the choice: open_dataset in
+// trainer_open.cpp) through data::micro_batch_spec, the tensors both sources
+// allocate; not from the model's example batch, whose images are float at the
+// model's size where frames resized on the device are staged as uint8 camera
+// frames (for n16-tiny on the bundled dataset: 196,608 bytes a view at
+// 256 x 256 x 3 against 49,152 at 3 x 64 x 64 floats). From the code:
+//  - The trainer takes every micro-batch of a step before it runs any
+//    (Trainer::Impl::step: their valid counts weight the losses) and drops
+//    them after the backward: G / W samples, as the model takes them (float
+//    images once finish_images ran), are on the device at the step's peak.
+//    "the step's micro-batches", fixed.
+//  - ADFE on a CUDA device (AsyncSource::produce and stage): the producer
+//    stages each micro-batch into device tensors allocated on its copy stream,
+//    resizes its frames there (finish_images), and only then waits for room
+//    in a queue of at most prefetch_factor. While a step runs, the queue
+//    refills: prefetch_factor ready micro-batches plus the one staged and
+//    waiting, each of B samples. "ADFE's ready micro-batches
+//    (prefetch_factor P + 1)", (P + 1) x B samples.
+//  - With frames resized on the device (SampleOptions::frames_on_device,
+//    data.frame_resize), the staged micro-batch's images are uint8 frames at
+//    the cameras' cropped size; resize_frames allocates the float images
+//    beside them (frames.cpp), and the uint8 ones are freed when it returns.
+//    The producer may stage while the step runs: "frames before the device
+//    resize", B samples of frames.
+//  - The caching allocator reuses a freed block only for the stream it was
+//    allocated on, so what the copy stream frees is not the main stream's
+//    activations' to take (a wholly free segment is released to the device
+//    when an allocation would fail; a partly used one is not).
+//  - The plain source (adfe.enable=false: data/source.cpp) copies and
+//    resizes on the trainer's stream when the step asks, one micro-batch at
+//    a time: the step's micro-batches only. The uint8 frames it frees before
+//    the forward go back to the stream whose activations reuse them.
+// One micro-batch is counted twice: the probe's peak holds its own inputs,
+// and the step's micro-batches include one of B samples. That stays as a
+// margin for what the terms round away (the allocator's block sizes, a
+// segment the copy stream leaves partly free). The ADFE terms are not yet
+// measured on a GPU: under the 420 MB cap of docs/benchmarks.md (2026-12-07,
+// n16-tiny, B = 128) they add about 62 MB to the terms that left a training
+// step ~60 MB short.
 void Trainer::Impl::resolve_micro_batch() {
   if (!micro_batch_unresolved()) return;
   check_micro_batch_auto();
@@ -199,22 +242,47 @@ void Trainer::Impl::resolve_micro_batch() {
   if (w > 1)
     in.later.push_back({"gradient communication buffers",
                         (cfg_.gcts.enable && cfg_.gcts.reduce_dtype == "bf16" ? 2.0 : 4.0) * trainable});
-  double sample_bytes = 0;
-  for (const auto& [key, t] : model::make_example_batch(info, 1, 0)) sample_bytes += static_cast<double>(t.nbytes());
-  in.later.push_back({"the step's micro-batches", sample_bytes * static_cast<double>(g / w)});
+  // The data source's micro-batches, as it stages and holds them (Note [The data's device memory]).
+  const data::SampleOptions& so = sample_options_;
+  const auto spec_bytes = [](data::SampleOptions o, bool frames_on_device, const char* only) {
+    o.micro_batch_size = 1, o.frames_on_device = frames_on_device;
+    double bytes = 0;
+    for (const auto& t : data::micro_batch_spec(o)) {
+      if (only != nullptr && t.key != only) continue;
+      double n = static_cast<double>(c10::elementSize(t.dtype));
+      for (const int64_t d : t.shape) n *= static_cast<double>(d);
+      bytes += n;
+    }
+    return bytes;
+  };
+  const bool adfe_on = adfe::enabled(cfg_);
+  DataMemory data;
+  data.step_samples = g / w;
+  data.sample_bytes = spec_bytes(so, false, nullptr);  // float images, as finish_images leaves them
+  data.adfe = adfe_on, data.prefetch_factor = cfg_.adfe.prefetch_factor;
+  data.frame_bytes = so.frames_on_device ? spec_bytes(so, true, "images") : 0.0;  // uint8 frames before the resize
+  for (MemoryTerm& t : data_terms(data)) in.later.push_back(std::move(t));
   // Note [ADFE's slot caps auto]: ADFE stages each micro-batch in a pinned host slot of adfe.slot_mb and
   // refuses a micro-batch larger than one (adfe::slot_size_problem), so a choice above what a slot holds would
-  // stop the run when its source opens. The candidates stop at that many samples of the batch the probes
-  // use (float images: at least what a slot holds per sample, so the cap never lets a larger one through),
-  // and the line says so; a larger adfe.slot_mb lifts it.
-  if (adfe::enabled(cfg_)) {
-    constexpr double kAlignmentSlack = 1024.0 * 1024.0;  // each tensor's start is aligned in the slot
-    const int64_t fits = static_cast<int64_t>((cfg_.adfe.slot_mb * 1024.0 * 1024.0 - kAlignmentSlack) / sample_bytes);
+  // stop the run when its source opens. The candidates stop at the largest micro-batch whose staged bytes
+  // (adfe::staged_bytes: uint8 camera frames with frames resized on the device, each tensor aligned) fit a
+  // slot, exactly what the source checks, and the line says so; a larger adfe.slot_mb lifts it. A slot that
+  // holds not one sample is the source's error, raised here before any probe.
+  if (adfe_on) {
+    const int64_t fits = adfe::largest_micro_batch_in_slot(so, cfg_.adfe.slot_mb);
+    if (fits == 0) {
+      data::SampleOptions one = so;
+      one.micro_batch_size = 1;
+      throw ConfigError(adfe::slot_size_problem(one, cfg_.adfe.slot_mb));
+    }
     if (fits < in.max_micro_batch) {
-      in.max_micro_batch = std::max<int64_t>(fits, 1);
-      char why[160];
-      std::snprintf(why, sizeof why, "one ADFE staging slot (adfe.slot_mb %g MB) holds %lld samples; raise "
-                    "adfe.slot_mb for larger micro-batches", cfg_.adfe.slot_mb, static_cast<long long>(fits));
+      in.max_micro_batch = fits;
+      char why[200];
+      std::snprintf(why, sizeof why,
+                    "one ADFE staging slot (adfe.slot_mb %g MB) holds %lld samples as staged (%.0f kB "
+                    "each); raise adfe.slot_mb for larger micro-batches",
+                    cfg_.adfe.slot_mb, static_cast<long long>(fits),
+                    static_cast<double>(adfe::staged_bytes(so, fits)) / static_cast<double>(fits) / 1024.0);
       in.limit = why;
     }
   }

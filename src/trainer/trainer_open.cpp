@@ -146,7 +146,10 @@ void choose_frame_resize(data::SampleOptions& so, const data::Dataset& ds, const
 
 }  // namespace
 
-void Trainer::Impl::open_data() {
+// The dataset and the options the data source is built with (sample_options_), all but the micro-batch,
+// which trainer.micro_batch_size auto may still choose: the choice sizes the data's device memory from them
+// (Note [The data's device memory] in trainer_micro_batch.cpp). open_data() completes them.
+void Trainer::Impl::open_dataset() {
   const auto& mc = net_->info().config;
   dataset_ = std::make_unique<data::Dataset>(data::Dataset::open(cfg_.data.path));
   data::SampleOptions so;
@@ -166,8 +169,7 @@ void Trainer::Impl::open_data() {
                       "order is already episode by episode): set data.shuffle=true or data.sampler=uniform");
   so.on_bad_video = cfg_.data.on_bad_video;
   so.seed = static_cast<uint64_t>(cfg_.run.seed);
-  so.micro_batch_size = cfg_.trainer.micro_batch_size;
-  so.accumulation = cfg_.trainer.gradient_accumulation_steps;
+  so.micro_batch_size = 0, so.accumulation = 0;  // open_data's, once the micro-batch is known
   so.rank = world_info_.rank;
   so.world = world_info_.world_size;
   so.image_size = mc.at("image_size").get<int64_t>();
@@ -223,7 +225,13 @@ void Trainer::Impl::open_data() {
   // What the model's resize does with each camera's aspect (kept, squashed, cropped, padded), counted: said once per run.
   if (leader_) LF_LOG(logger("data"), info) << data::camera_aspect_line(*dataset_, so);
   sample_options_ = so;
-  source_ = adfe::make_source(cfg_, *dataset_, so, device_, tokens_per_view_);  // the data seam
+}
+
+// The data seam, with the micro-batch (set or chosen by now).
+void Trainer::Impl::open_data() {
+  sample_options_.micro_batch_size = cfg_.trainer.micro_batch_size;
+  sample_options_.accumulation = cfg_.trainer.gradient_accumulation_steps;
+  source_ = adfe::make_source(cfg_, *dataset_, sample_options_, device_, tokens_per_view_);
 }
 
 void Trainer::Impl::open_run_dir(const std::string& resume_dir) {
@@ -436,9 +444,10 @@ void Trainer::Impl::open_outputs() {
 // From launch (the Trainer's construction) to the first step's record, in the
 // phases a user can act on: "start" (the device, the rendezvous, the control
 // socket, the checkpoint chosen), "model" (the file read and its weights put on
-// the device, frozen ones cast), "micro-batch" (trainer.micro_batch_size auto's
-// probes; only when they run), "data" (the dataset's index, the decode
-// threads), "step runner" (a compiled package loaded), "optimizer" (the
+// the device, frozen ones cast), "data" (the dataset's index, the decode
+// threads; with trainer.micro_batch_size auto the index before the probes and
+// the source after them, one phase), "micro-batch" (auto's probes; only when
+// they run), "step runner" (a compiled package loaded), "optimizer" (the
 // gradient path, the moments, the optimizer graph), "resume" (the run
 // directory and a checkpoint read), "first batch" (the first step's data
 // wait: the first decode), "first forward+backward" (the step runner's first
@@ -457,9 +466,21 @@ void Trainer::Impl::open_outputs() {
 void Trainer::Impl::startup_phase(const char* name) {
   const Clock::time_point now = Clock::now();
   const ThreadUsage use = ThreadUsage::now();
-  startup_.push_back({name, std::chrono::duration<double>(now - startup_mark_).count(), use - startup_use_});
+  const StartupPhase part{name, std::chrono::duration<double>(now - startup_mark_).count(), use - startup_use_};
   startup_mark_ = now;
   startup_use_ = use;
+  // A phase in two parts ("data": the dataset before auto's probes, the source after them) is one phase.
+  for (StartupPhase& p : startup_)
+    if (p.name == part.name) {
+      p.s += part.s;
+      p.use.cpu_s += part.use.cpu_s;
+      p.use.major_faults += part.use.major_faults;
+      p.use.storage_read_bytes = p.use.storage_read_bytes >= 0 && part.use.storage_read_bytes >= 0
+                                     ? p.use.storage_read_bytes + part.use.storage_read_bytes
+                                     : -1;
+      return;
+    }
+  startup_.push_back(part);
 }
 
 void Trainer::Impl::close_startup() {
@@ -543,16 +564,20 @@ void Trainer::Impl::open() {
   open_model();
   dmf::resolve(cfg_, net_->info());  // DMF's requirements of the model, before the data opens
   startup_phase("model");
+  persistent("data source");
+  // The dataset and the sample options first: auto sizes the data's device memory from them.
+  open_dataset();
   if (micro_batch_unresolved()) {  // trainer.micro_batch_size auto, before its first user (the data source)
-    whole_run.reset();              // the probes' memory lives only while they run
+    startup_phase("data");
+    whole_run.reset();  // the probes' memory lives only while they run
     resolve_micro_batch();
     startup_phase("micro-batch");
+    persistent("data source");
   }
 
   // The seams, each through its engine's factory (the plain implementation when the engine is off).
-  persistent("data source");
   open_data();  // data: adfe::make_source
-  startup_phase("data");
+  startup_phase("data");  // with auto, added to the dataset's part before the probes
   persistent("step runner");
   // trainer.compiled_step=auto may compile the package first (minutes): `status` shows it as phase "compiling".
   // Its package takes the bf16 working copies this run would keep (optim::compiled_working_copies).

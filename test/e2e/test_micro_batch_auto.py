@@ -1,6 +1,7 @@
 """trainer.micro_batch_size: auto on a GPU, through the real binaries (label
-gpu; written on a CPU machine and not yet run on a GPU: docs/mla.md's
-feature table says so until it has been).
+gpu; run on an H100 on 2026-12-07, where the step-down case ran out of
+memory; the data source's terms sized as ADFE stages its micro-batches since
+then are not yet run on a GPU: docs/mla.md's feature table says so).
 
 - n16-tiny with a global batch of 256 and auto: the chosen micro-batch
   divides the global batch, the accumulation makes up the rest, the run
@@ -53,7 +54,10 @@ def gb(text):
 
 
 def predicted_gb(auto, b):
-    return auto["intercept_gb"] + auto["per_sample_gb"] * b + sum(t["gb"] for t in auto["later"])
+    """The prediction at a micro-batch of b: the probes' line plus every term at b (a fixed part and a part
+    per sample: the data source's micro-batches, Note [The data's device memory])."""
+    return auto["intercept_gb"] + auto["per_sample_gb"] * b + sum(t["fixed_gb"] + t["per_sample_gb"] * b
+                                                                  for t in auto["later"])
 
 
 def test_auto_chooses_a_divisor_of_the_global_batch_trains_and_the_log_summary_and_status_agree(tmp_path):
@@ -83,6 +87,12 @@ def test_auto_chooses_a_divisor_of_the_global_batch_trains_and_the_log_summary_a
     assert auto["measured_gb"] <= auto["budget_gb"] < auto["capacity_gb"]
     assert abs(gb(m.group(7)) - auto["budget_gb"]) <= 0.06  # the log's budget, as rounded there
     assert any(term["name"] == "optimizer moments" and term["gb"] > 0 for term in auto["later"])
+    # The data source's terms as ADFE (on by default on a GPU) stages them: its queue grows with the micro-batch.
+    names = [term["name"] for term in auto["later"]]
+    assert "the step's micro-batches" in names and "ADFE's ready micro-batches (prefetch_factor 4 + 1)" in names
+    for term in auto["later"]:  # each term as logged, at the chosen micro-batch
+        assert abs(term["gb"] - (term["fixed_gb"] + term["per_sample_gb"] * b)) < 1e-9
+    assert abs(predicted_gb(auto, b) - auto["predicted_gb"]) < 1e-6
     # `status` said the same while it trained, in JSON and in its text.
     assert during["micro_batch"] == mb
     assert f"micro-batch {b} x accumulation {k} (auto: predicted" in text

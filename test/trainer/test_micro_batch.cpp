@@ -4,9 +4,13 @@
 // largest first; a linear peak gives the largest candidate under the budget
 // after two fit probes and one confirmation; a confirmation that runs out of
 // memory or measures over the budget steps down; one candidate, many
-// divisors and probes that run out of memory at small sizes are handled; the
-// log line and the JSON say what was chosen and why. The probes on a real GPU
-// are test_trainer_gpu's.
+// divisors and probes that run out of memory at small sizes are handled; a
+// term that grows per sample (the data source's micro-batches) is evaluated
+// at each candidate, in the prediction and in the confirmation, and can turn
+// a candidate that fits without it away; the data source's terms come out of
+// their numbers as Note [The data's device memory] says; the log line and the
+// JSON say what was chosen and why, each term at the chosen size. The probes
+// on a real GPU are e2e_micro_batch_auto_gpu's.
 #include <cmath>    // std::fabs
 #include <set>      // std::set
 #include <string>   // std::string
@@ -230,15 +234,119 @@ TEST_CASE("micro_batch: the ranks agree on the smallest choice, and one rank's f
                       Contains("rank 1: trainer.micro_batch_size auto: no candidate fits"));
 }
 
+TEST_CASE("micro_batch: a term per sample is evaluated at each candidate and turns away one that fits without it") {
+  FakeDevice dev;
+  dev.peak_gb = [](int64_t b) { return 2.0 + 0.5 * static_cast<double>(b); };
+  // Without the per-sample term 96 is chosen (the linear-peak case above); with 0.2 GB a sample more,
+  // 96 needs 59.6 + 19.2 = 78.8 GB of the 72 GB budget and 64 needs 2 + 32 + 9.6 + 12.8 = 56.4 GB.
+  MicroBatchInput in = input(384, 1, 80.0, 9.6);
+  REQUIRE(choose_micro_batch(in, dev.probe()).micro_batch == 96);
+  in.later.push_back({"ADFE's ready micro-batches (prefetch_factor 4 + 1)", 0.0, 0.2 * kGiB});
+  dev.asked.clear();
+  const MicroBatchChoice c = choose_micro_batch(in, dev.probe());
+  REQUIRE(c.micro_batch == 64);
+  REQUIRE(c.accumulation == 6);
+  REQUIRE(dev.asked == std::vector<int64_t>{8, 16, 64});  // 96 is never probed: its prediction is over
+  REQUIRE(std::fabs(c.later_bytes / kGiB - (9.6 + 12.8)) < 1e-9);
+  REQUIRE(std::fabs(c.predicted_bytes / kGiB - 56.4) < 1e-9);
+  REQUIRE(std::fabs(c.confirmed_bytes / kGiB - 56.4) < 1e-9);
+  REQUIRE(c.larger == 96);
+  REQUIRE(std::fabs(c.larger_predicted_bytes / kGiB - 78.8) < 1e-9);
+  // The text gives each term at the chosen micro-batch; the JSON also its two parts.
+  REQUIRE_THAT(c.text(in), Contains("; optimizer moments 9.6 GB; ADFE's ready micro-batches (prefetch_factor 4 + 1) "
+                                    "12.8 GB); 96 predicted 78.8 GB"));
+  const nlohmann::json later = c.to_json(in).at("later");
+  REQUIRE(later.size() == 2);
+  REQUIRE(later.at(0).at("name") == "optimizer moments");
+  REQUIRE(std::fabs(later.at(0).at("gb").get<double>() - 9.6) < 1e-9);
+  REQUIRE(std::fabs(later.at(0).at("fixed_gb").get<double>() - 9.6) < 1e-9);
+  REQUIRE(later.at(0).at("per_sample_gb").get<double>() == 0.0);
+  REQUIRE(later.at(1).at("name") == "ADFE's ready micro-batches (prefetch_factor 4 + 1)");
+  REQUIRE(std::fabs(later.at(1).at("gb").get<double>() - 12.8) < 1e-9);
+  REQUIRE(later.at(1).at("fixed_gb").get<double>() == 0.0);
+  REQUIRE(std::fabs(later.at(1).at("per_sample_gb").get<double>() - 0.2) < 1e-9);
+  // What the GPU test recomputes: the line plus every term's two parts at the chosen size is the prediction.
+  const nlohmann::json j = c.to_json(in);
+  double predicted = j.at("intercept_gb").get<double>() + j.at("per_sample_gb").get<double>() * 64;
+  for (const auto& t : later) predicted += t.at("fixed_gb").get<double>() + t.at("per_sample_gb").get<double>() * 64;
+  REQUIRE(std::fabs(predicted - j.at("predicted_gb").get<double>()) < 1e-9);
+}
+
+TEST_CASE("micro_batch: a confirmation adds the per-sample terms at its size and steps down when they push it over") {
+  FakeDevice dev;
+  // The line through 8 and 16 (0.5 GB a sample) under-predicts 96, which measures 55 GB: with 9.6 GB fixed
+  // and 0.1 GB a sample, 96 is predicted at 50 + 9.6 + 9.6 = 69.2 GB (fits) but confirmed at 55 + 19.2 =
+  // 74.2 GB (over); the line through 16 and 96 then predicts 64 at 37 + 9.6 + 6.4 = 53 GB, which it measures.
+  dev.peak_gb = [](int64_t b) {
+    const double x = static_cast<double>(b);
+    return b <= 16 ? 2.0 + 0.5 * x : 1.0 + 0.5625 * x;
+  };
+  MicroBatchInput in = input(384, 1, 80.0, 9.6);
+  in.later.push_back({"frames before the device resize", 0.0, 0.1 * kGiB});
+  const MicroBatchChoice c = choose_micro_batch(in, dev.probe());
+  REQUIRE(dev.asked == std::vector<int64_t>{8, 16, 96, 64});
+  REQUIRE(c.micro_batch == 64);
+  REQUIRE(std::fabs(c.confirmed_bytes / kGiB - 53.0) < 1e-9);
+  REQUIRE_THAT(c.text(in), Contains("; frames before the device resize 6.4 GB); 96 measured 74.2 GB"));
+  // Without the term 96's confirmation (55 + 9.6 GB) fits.
+  in.later.pop_back();
+  dev.asked.clear();
+  REQUIRE(choose_micro_batch(in, dev.probe()).micro_batch == 96);
+}
+
+TEST_CASE("micro_batch: the smallest candidate's error gives the per-sample terms at its size") {
+  FakeDevice dev;
+  dev.peak_gb = [](int64_t b) { return 10.0 + 0.1 * static_cast<double>(b); };
+  MicroBatchInput in = input(64, 1, 80.0, 70.0);
+  in.later.push_back({"ADFE's ready micro-batches (prefetch_factor 4 + 1)", 0.0, 0.5 * kGiB});
+  REQUIRE_THROWS_WITH(choose_micro_batch(in, dev.probe()),
+                      Contains("the smallest, 1, is predicted at 80.6 GB (the probe's peak plus optimizer moments "
+                               "70.0 GB, ADFE's ready micro-batches (prefetch_factor 4 + 1) 512 MB)"));
+}
+
+TEST_CASE("micro_batch: the data's terms: the step's samples, ADFE's queue plus one, the frames before the resize") {
+  // n16-tiny's sample on the bundled dataset: 61,996 bytes as the model takes it (a 3 x 64 x 64 float view
+  // and the rest), 196,608 bytes of a 256 x 256 x 3 uint8 camera frame before the device resize.
+  DataMemory d;
+  d.step_samples = 256, d.sample_bytes = 61996.0, d.adfe = true, d.prefetch_factor = 4, d.frame_bytes = 196608.0;
+  const std::vector<MemoryTerm> adfe = data_terms(d);
+  REQUIRE(adfe.size() == 3);
+  REQUIRE(adfe[0].name == "the step's micro-batches");
+  REQUIRE(adfe[0].bytes == 256.0 * 61996.0);
+  REQUIRE(adfe[0].per_sample_bytes == 0.0);
+  REQUIRE(adfe[1].name == "ADFE's ready micro-batches (prefetch_factor 4 + 1)");
+  REQUIRE(adfe[1].bytes == 0.0);
+  REQUIRE(adfe[1].per_sample_bytes == 5.0 * 61996.0);
+  REQUIRE(adfe[2].name == "frames before the device resize");
+  REQUIRE(adfe[2].per_sample_bytes == 196608.0);
+  // At 128 samples (the H100 run of docs/benchmarks.md, 2026-12-07): 15 + 38 + 24 MB, about 62 MB more than the
+  // step's micro-batches alone.
+  REQUIRE(gb_text(adfe[0].at(128)) == "15 MB");
+  REQUIRE(gb_text(adfe[1].at(128)) == "38 MB");
+  REQUIRE(gb_text(adfe[2].at(128)) == "24 MB");
+  REQUIRE(gb_text(later_at(adfe, 128) - adfe[0].at(128)) == "62 MB");
+  // Frames resized on the CPU: no frames term; the plain source: the step's micro-batches only.
+  d.frame_bytes = 0;
+  REQUIRE(data_terms(d).size() == 2);
+  d.adfe = false, d.frame_bytes = 196608.0;
+  const std::vector<MemoryTerm> plain = data_terms(d);
+  REQUIRE(plain.size() == 1);
+  REQUIRE(plain[0].name == "the step's micro-batches");
+  REQUIRE(later_at(plain, 1) == later_at(plain, 4096));  // nothing of it grows with the micro-batch
+}
+
 TEST_CASE("micro_batch: a cap below the key's range (ADFE's staging slot) bounds the candidates and is named") {
   FakeDevice dev;
   dev.peak_gb = [](int64_t b) { return 2.0 + 0.01 * static_cast<double>(b); };
   MicroBatchInput in = input(384, 1, 80.0, 0.0);
   in.max_micro_batch = 100;
-  in.limit = "one ADFE staging slot (adfe.slot_mb 64 MB) holds 100 samples; raise adfe.slot_mb for larger micro-batches";
+  in.limit =
+      "one ADFE staging slot (adfe.slot_mb 64 MB) holds 100 samples as staged (655 kB each); raise adfe.slot_mb for "
+      "larger micro-batches";
   const MicroBatchChoice c = choose_micro_batch(in, dev.probe());
   REQUIRE(c.candidates.front() == 96);
   REQUIRE(c.micro_batch == 96);  // everything fits the device: the cap decides
-  REQUIRE_THAT(c.text(in), Contains("; at most 100: one ADFE staging slot (adfe.slot_mb 64 MB) holds 100 samples"));
+  REQUIRE_THAT(c.text(in),
+               Contains("; at most 100: one ADFE staging slot (adfe.slot_mb 64 MB) holds 100 samples as staged"));
   REQUIRE(c.to_json(in).at("limit").at("micro_batch") == 100);
 }

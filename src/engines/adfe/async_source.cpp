@@ -74,17 +74,6 @@ void lower_priority() {
 constexpr int64_t kSlotAlign = 256;  // bytes: each tensor of a pinned slot starts aligned
 int64_t aligned(int64_t bytes) { return (bytes + kSlotAlign - 1) / kSlotAlign * kSlotAlign; }
 
-// Bytes one micro-batch takes in a pinned slot.
-int64_t slot_bytes_needed(const SampleOptions& options) {
-  int64_t bytes = 0;
-  for (const auto& t : micro_batch_spec(options)) {
-    int64_t n = static_cast<int64_t>(c10::elementSize(t.dtype));
-    for (const int64_t d : t.shape) n *= d;
-    bytes += aligned(n);
-  }
-  return bytes;
-}
-
 // Threads running `job` (BatchBuilder::prefetch: the decode threads; BatchBuilder::readahead:
 // the I/O threads) on the keys handed to them, first come first served.
 class WorkPool {
@@ -401,8 +390,36 @@ class AsyncSource final : public BatchSource {
 
 }  // namespace
 
+int64_t staged_bytes(const SampleOptions& options, int64_t micro_batch) {
+  SampleOptions sized = options;
+  sized.micro_batch_size = micro_batch;
+  int64_t bytes = 0;
+  for (const auto& t : micro_batch_spec(sized)) {  // the tensors stage() packs, in any order: each aligned
+    int64_t n = static_cast<int64_t>(c10::elementSize(t.dtype));
+    for (const int64_t d : t.shape) n *= d;
+    bytes += aligned(n);
+  }
+  return bytes;
+}
+
+int64_t largest_micro_batch_in_slot(const SampleOptions& options, double slot_mb) {
+  const double slot = slot_mb * (1 << 20);
+  const auto fits = [&](int64_t b) { return static_cast<double>(staged_bytes(options, b)) <= slot; };
+  if (!fits(1)) return 0;
+  // staged_bytes grows with the micro-batch: double past the slot, then bisect (fits(lo), !fits(hi)).
+  constexpr int64_t kMost = int64_t{1} << 40;  // a bound no real slot reaches (every sample has an action)
+  int64_t lo = 1, hi = 2;
+  while (hi < kMost && fits(hi)) lo = hi, hi *= 2;
+  if (hi >= kMost) return lo;
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
 std::string slot_size_problem(const SampleOptions& options, double slot_mb) {
-  const int64_t need = slot_bytes_needed(options);
+  const int64_t need = staged_bytes(options, options.micro_batch_size);
   if (static_cast<double>(need) <= slot_mb * (1 << 20)) return "";
   char text[512];
   const double need_mb = static_cast<double>(need) / (1 << 20);

@@ -8,8 +8,11 @@
 // (on_bad_video=error), and is skipped with the same counts
 // (on_bad_video=skip); that it stops cleanly with decodes and a full queue
 // in flight; that I/O threads (level 0) read each coming video's file ahead
-// once without changing a bit or an error; and that a micro-batch too large
-// for a pinned slot is refused naming adfe.slot_mb and the size needed.
+// once without changing a bit or an error; that a micro-batch too large
+// for a pinned slot is refused naming adfe.slot_mb and the size needed; and
+// that the staged size and the largest micro-batch a slot holds (what
+// trainer.micro_batch_size auto caps its candidates at) count uint8 camera
+// frames where frames are resized on the device, exactly as that refusal does.
 #include <chrono>      // std::chrono::steady_clock
 #include <filesystem>  // std::filesystem::copy_file
 #include <string>      // std::string
@@ -282,4 +285,27 @@ TEST_CASE("adfe: a micro-batch larger than a pinned slot is refused naming adfe.
                       Contains("trainer.micro_batch_size 64, 2 view(s) of 224 px") &&
                       Contains("set adfe.slot_mb to at least 75"));
   REQUIRE(micro_batch_bytes(o) > 64 * 3 * 224 * 224 * 4 * 2);  // the images and the rest
+}
+
+TEST_CASE("adfe: the staged size counts uint8 camera frames, and the largest micro-batch a slot holds is exact") {
+  SampleOptions floats = options();  // frames resized on the CPU: float 3 x 64 x 64 images
+  SampleOptions frames = options();  // on the device: the camera's uint8 256 x 256 x 3 frames
+  frames.frames_on_device = true, frames.frame_height = 256, frames.frame_width = 256;
+  // One sample: the image, then state, actions, action_mask, text_tokens, text_mask, embodiment_id, fm_t and
+  // fm_noise, each tensor's start aligned to 256 bytes (the three (16, 64) floats and the state already are).
+  const int64_t rest = 256 + 3 * 16 * 64 * 4 + 32 * 8 + 256 + 256 + 256;
+  REQUIRE(adfe::staged_bytes(frames, 1) == 256 * 256 * 3 + rest);
+  REQUIRE(adfe::staged_bytes(floats, 1) == 3 * 64 * 64 * 4 + rest);
+  REQUIRE(adfe::staged_bytes(frames, 4) == 4 * 256 * 256 * 3 + 4 * (256 + 3 * 16 * 64 * 4 + 32 * 8) + 256 + 256 + 256);
+  // The largest micro-batch in a 64 MB slot is the one the source accepts, the next one it refuses.
+  const int64_t fits = adfe::largest_micro_batch_in_slot(frames, 64.0);
+  REQUIRE(fits == 64 * 1048576 / (256 * 256 * 3 + 256 + 3 * 16 * 64 * 4 + 32 * 8 + 32 + 8 + 4));  // 320
+  frames.micro_batch_size = fits;
+  REQUIRE(adfe::slot_size_problem(frames, 64.0).empty());
+  frames.micro_batch_size = fits + 1;
+  REQUIRE_THAT(adfe::slot_size_problem(frames, 64.0), Contains("adfe.slot_mb is 64 MB but one micro-batch needs"));
+  // Sized as float model images a slot would seem to hold three times as many: the cap must not use them.
+  REQUIRE(adfe::largest_micro_batch_in_slot(floats, 64.0) > 3 * fits);
+  // Not one sample: 0.
+  REQUIRE(adfe::largest_micro_batch_in_slot(frames, 0.1) == 0);
 }

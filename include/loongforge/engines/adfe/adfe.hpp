@@ -44,10 +44,18 @@
 //    past the last step (never handed out).
 //  - On a CUDA device: each micro-batch is packed into one of prefetch_factor
 //    pinned host slots of adfe.slot_mb (a ConfigError at construction when a
-//    micro-batch does not fit, naming the key and the size needed) and
-//    copied to the device on a separate copy stream by the producer; next()
+//    micro-batch does not fit, naming the key and the size needed:
+//    staged_bytes) and copied to the device on a separate copy stream by the
+//    producer, which also resizes uint8 frames there (finish_images); next()
 //    makes the caller's current stream wait for that copy (an event) and
 //    records the tensors' use on it. On the CPU the tensors are handed over.
+//  - Device memory (CUDA): the micro-batches are allocated on the copy
+//    stream, so the caching allocator keeps their blocks for that stream.
+//    Live at once: the prefetch_factor micro-batches of the queue, one staged
+//    micro-batch waiting for room in it, and the ones the trainer has taken
+//    and not dropped (a step's, G / W samples); while one is resized, its
+//    uint8 frames besides (Note [The data's device memory] in
+//    src/trainer/trainer_micro_batch.cpp).
 //  - Destruction stops and joins every thread (a decode in flight finishes
 //    first: at most one video per thread).
 //
@@ -105,6 +113,18 @@ std::unique_ptr<data::BatchSource> make_async_source(const data::Dataset& datase
 // The ConfigError text when a micro-batch of `options` does not fit in a slot
 // of `slot_mb` ("" when it fits).
 std::string slot_size_problem(const data::SampleOptions& options, double slot_mb);
+
+// Bytes one micro-batch of `micro_batch` samples of `options` (its
+// micro_batch_size replaced) takes in a pinned slot as ADFE stages it: the
+// tensors of data::micro_batch_spec, with frames_on_device uint8 camera
+// frames at their cropped size (not the model's float images), each tensor's
+// start aligned. What slot_size_problem compares with adfe.slot_mb.
+int64_t staged_bytes(const data::SampleOptions& options, int64_t micro_batch);
+
+// The largest micro-batch whose staged_bytes fit a slot of `slot_mb` MB (2^20
+// bytes); 0 when not even one sample does. trainer.micro_batch_size auto's cap
+// (Note [ADFE's slot caps auto] in src/trainer/trainer_micro_batch.cpp).
+int64_t largest_micro_batch_in_slot(const data::SampleOptions& options, double slot_mb);
 
 Engine engine(const config::Config& cfg);
 
