@@ -36,6 +36,28 @@ except Exception as e:
     print("raised:", type(e).__name__, str(e).splitlines()[0][:160])
 """
 
+# Which C++ runtime the process maps once torch and the operator library are loaded (two copies of
+# libstdc++ or libgcc_s, or a library of another compiler's, are the usual cause of a throw that crashes).
+MAPS = r"""
+import torch
+from model import ops
+print("library", ops.load())
+libs = set()
+for line in open("/proc/self/maps"):
+    path = line.split()[-1]
+    if any(k in path for k in ("libstdc++", "libgcc_s", "libc10.so", "libloongforge_ops", "libcudart")):
+        libs.add(path)
+print("mapped:", *sorted(libs), sep="\n  ")
+"""
+r = subprocess.run([sys.executable, "-c", MAPS], capture_output=True, text=True, timeout=120)
+print(r.stdout.strip() or r.stderr.strip()[-500:])
+lib = next((l.split()[1] for l in r.stdout.splitlines() if l.startswith("library")), None)
+if lib:
+    ldd = subprocess.run(["ldd", lib], capture_output=True, text=True)
+    print("ldd (C++ runtime, torch, CUDA):", *[l.strip() for l in ldd.stdout.splitlines()
+                                             if any(k in l for k in ("stdc++", "gcc_s", "c10", "torch", "cudart"))],
+          sep="\n  ")
+
 for name, call in CASES.items():
     r = subprocess.run([sys.executable, "-X", "faulthandler", "-c", BODY.format(call=call)],
                        capture_output=True, text=True, timeout=120)
