@@ -205,10 +205,11 @@ double test_memory_fraction() {
 // One micro-batch is counted twice: the probe's peak holds its own inputs,
 // and the step's micro-batches include one of B samples. That stays as a
 // margin for what the terms round away (the allocator's block sizes, a
-// segment the copy stream leaves partly free). The ADFE terms are not yet
-// measured on a GPU: under the 420 MB cap of docs/benchmarks.md (2026-12-07,
-// n16-tiny, B = 128) they add about 62 MB to the terms that left a training
-// step ~60 MB short.
+// segment the copy stream leaves partly free). Under the 420 MB cap of
+// docs/benchmarks.md (2026-12-07, n16-tiny, B = 128) the ADFE terms add about
+// 62 MB to the terms that left a training step ~60 MB short; with them auto
+// steps down there and the smaller choice trains (e2e_micro_batch_auto_gpu,
+// an H100, session 55). Each term's own size was not measured apart.
 void Trainer::Impl::resolve_micro_batch() {
   if (!micro_batch_unresolved()) return;
   check_micro_batch_auto();
