@@ -4,8 +4,10 @@ gives the per-step losses of training without it (fp32: within 1e-5 relative),
 its padding is gone from metrics.jsonl and the summary, and the run says what it
 cut and how often a micro-batch's shape was one it had run before. With the compiled step there is one width by
 default, the dataset's longest text, and the package (prepared by --compile-only) is compiled for it: the same losses
-again; with dmf.package_buckets=2 on a copy of the dataset whose texts have 6 or 14 tokens, a package for each
-width, each micro-batch through the package of its width, the same losses. A model whose result depends on the slot (a GR00T head without a chat
+again; with dmf.package_buckets=2, a package for each width, each micro-batch through the package of its width, the
+same losses. The compiled-step cases train on a copy of the dataset whose texts have 6 or 14 tokens and share one
+package cache and one whole-slot TorchScript run (the `varied` fixture): the width-14 package of the first case is the
+second's too, so the two compile three packages' worth of work as two. A model whose result depends on the slot (a GR00T head without a chat
 template) is refused, naming the fix (a dmf key with DMF off:
 test/engines/test_engine_keys.py). Two Gloo ranks train the same losses with
 DMF as without.
@@ -14,9 +16,12 @@ Environment as in test/e2e/test_train_run.py (set by ctest).
 """
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 TRAIN = os.environ.get("LOONGFORGE_TRAIN", str(REPO / "build/src/daemon/loongforge-train"))
@@ -83,41 +88,53 @@ def test_a_model_whose_result_depends_on_the_slot_is_refused_with_its_reason(tmp
            "it; set dmf.enable=false" in r.stderr
 
 
-def test_with_the_compiled_step_dmf_takes_one_width_and_the_package_is_compiled_for_it(tmp_path):
-    cache = tmp_path / "cache"
-    sets = ("dmf.enable=true", "trainer.compiled_step=on", f"trainer.compile_cache={cache}")
+@pytest.fixture(scope="module")
+def varied(tmp_path_factory):
+    """What the compiled-step cases share: the varied copy of the dataset (texts of 6, 6, 6, 6 and 14 tokens), the
+    settings (micro-batch 2 with accumulation 2; LOONGFORGE_TEST_DEVICE=cuda: fp32 with CUDA graphs required, 12
+    steps), one package cache, and the TorchScript step's run with the whole slot that both compare with."""
+    gpu = os.environ.get("LOONGFORGE_TEST_DEVICE", "cpu") == "cuda"
+    root = tmp_path_factory.mktemp("varied")
+    common = (f"data.path={varied_texts_dataset(DATA, root / 'data')}", "trainer.micro_batch_size=2",
+              "trainer.gradient_accumulation_steps=2")
+    if gpu:
+        common += ("run.device=cuda", "precision.mode=fp32", "trainer.cuda_graphs=on")
+    steps, tol = (12, 1e-4) if gpu else (6, 1e-5)
+    off = train(root / "off", *common, "dmf.enable=false", "trainer.compiled_step=off", steps=steps)
+    assert off.returncode == 0, off.stderr[-3000:]
+    return dict(gpu=gpu, common=common, steps=steps, tol=tol, cache=root / "cache", off=metrics(root / "off"))
+
+
+def test_with_the_compiled_step_dmf_takes_one_width_and_the_package_is_compiled_for_it(tmp_path, varied):
+    """One width by default (dmf.package_buckets 1): the dataset's longest text, 14 tokens, for every micro-batch."""
+    sets = varied["common"] + ("dmf.enable=true", "trainer.compiled_step=on", f"trainer.compile_cache={varied['cache']}")
     prep = train(tmp_path / "prep", *sets, extra=["--compile-only"])
     assert prep.returncode == 0, prep.stderr[-3000:]
-    packages = list(cache.glob("*.pt2"))
-    assert len(packages) == 1 and "text slot 14" in prep.stderr
-    assert "--text-width 14 " in packages[0].with_suffix(".log").read_text()
-    on = train(tmp_path / "on", *sets)
+    prepared = re.findall(r"(/\S+\.pt2)\b", prep.stdout)  # "compiled PATH in ..." or "already prepared: PATH"
+    assert len(prepared) == 1 and "package 1 of" not in prep.stdout, prep.stdout  # one package
+    package = Path(prepared[0])
+    assert package.is_file() and "--text-width 14 " in package.with_suffix(".log").read_text()
+    on = train(tmp_path / "on", *sets, steps=varied["steps"])
     assert on.returncode == 0, on.stderr[-3000:]
     assert "DMF: the text slot of 32 tokens is cut to 14 (one width: the compiled step's package takes one)" in on.stderr
     s = json.loads((tmp_path / "on" / "n16-tiny-demo" / "summary.json").read_text())
-    assert s["compiled_step"]["source"] == "cache hit" and s["compiled_step"]["path"] == str(packages[0])
-    assert s["vl_padding"]["share"] == 0 and s["dmf"]["micro_batches_by_width"] == {"14": 4}
-    off = train(tmp_path / "off", "dmf.enable=false", "trainer.compiled_step=off")  # TorchScript, whole slot
-    assert off.returncode == 0, off.stderr[-3000:]
-    for a, b in zip(metrics(tmp_path / "off"), metrics(tmp_path / "on"), strict=True):
-        assert abs(a["loss"] - b["loss"]) <= 1e-5 * abs(a["loss"]), (a["step"], a["loss"], b["loss"])
+    assert s["compiled_step"]["source"] == "cache hit" and s["compiled_step"]["path"] == str(package)
+    assert s["dmf"]["micro_batches_by_width"] == {"14": 2 * varied["steps"]}
+    assert 0 < s["vl_padding"]["share"] < 0.5  # the shorter texts padded to 14, not to the slot of 32
+    for a, b in zip(varied["off"], metrics(tmp_path / "on"), strict=True):
+        assert a["text_width"] == 32 and b["text_width"] == 14
+        assert abs(a["loss"] - b["loss"]) <= varied["tol"] * abs(a["loss"]), (a["step"], a["loss"], b["loss"])
 
 
-def test_with_two_package_buckets_each_text_width_trains_through_its_own_package(tmp_path):
+def test_with_two_package_buckets_each_text_width_trains_through_its_own_package(tmp_path, varied):
     """dmf.package_buckets=2: two widths (6 and 14), a package compiled for each, each micro-batch through the
     package of its width (two micro-batches a step); the losses of the TorchScript step with the whole slot.
     LOONGFORGE_TEST_DEVICE=cuda (dmf_packages_gpu): fp32 on the GPU with CUDA graphs required, 12 steps, so each
     package's first and accumulating graphs are captured and replayed, adding into the gradients the packages
     share; the losses within 1e-4 there (the package's kernels and the TorchScript step's sum in other orders)."""
-    gpu = os.environ.get("LOONGFORGE_TEST_DEVICE", "cpu") == "cuda"
-    steps, tol = (12, 1e-4) if gpu else (6, 1e-5)
-    data = varied_texts_dataset(DATA, tmp_path / "data")  # texts of 6, 6, 6, 6 and 14 tokens
-    common = (f"data.path={data}", "trainer.micro_batch_size=2", "trainer.gradient_accumulation_steps=2")
-    if gpu:
-        common += ("run.device=cuda", "precision.mode=fp32", "trainer.cuda_graphs=on")
-    cache = tmp_path / "cache"
-    sets = common + ("dmf.enable=true", "dmf.package_buckets=2", "trainer.compiled_step=on",
-                     f"trainer.compile_cache={cache}")
+    gpu, steps, tol, cache = varied["gpu"], varied["steps"], varied["tol"], varied["cache"]
+    sets = varied["common"] + ("dmf.enable=true", "dmf.package_buckets=2", "trainer.compiled_step=on",
+                               f"trainer.compile_cache={cache}")
     prep = train(tmp_path / "prep", *sets, extra=["--compile-only"])
     assert prep.returncode == 0, prep.stderr[-3000:]
     packages = sorted(cache.glob("*.pt2"))
@@ -139,9 +156,7 @@ def test_with_two_package_buckets_each_text_width_trains_through_its_own_package
     if gpu:
         assert "captured the compiled step as a CUDA graph (first micro-batch, text slot" in on.stderr
         assert "captured the compiled step as a CUDA graph (accumulating micro-batches, text slot" in on.stderr
-    off = train(tmp_path / "off", *common, "dmf.enable=false", "trainer.compiled_step=off", steps=steps)
-    assert off.returncode == 0, off.stderr[-3000:]
-    for a, b in zip(metrics(tmp_path / "off"), metrics(tmp_path / "on"), strict=True):
+    for a, b in zip(varied["off"], metrics(tmp_path / "on"), strict=True):
         assert a["text_width"] == 32 and b["text_width"] in (6, 14)
         assert abs(a["loss"] - b["loss"]) <= tol * abs(a["loss"]), (a["step"], a["loss"], b["loss"])
 
