@@ -73,6 +73,7 @@ def test_auto_chooses_a_divisor_of_the_global_batch_trains_and_the_log_summary_a
     out = t.output()
     m = LINE.search(out)
     assert m, out[-5000:]
+    print("the whole GPU:", m.group(0))  # kept in the GPU scripts' logs (ctest -V; PYTEST_ARGS -s)
     b, global_batch, b_again, k = (int(m.group(i)) for i in (1, 2, 3, 4))
     assert global_batch == G and b_again == b and G % b == 0 and b * k == G
 
@@ -122,6 +123,7 @@ def test_a_gpu_made_smaller_makes_auto_step_down_and_the_smaller_choice_trains_u
     out = second.stdout + second.stderr
     m = LINE.search(out)
     assert m, out[-5000:]
+    print(f"under a cap of {budget_gb / (1 - auto['headroom']):.3f} GB (fraction {fraction:.6f}):", m.group(0))
     small = json.loads((tmp_path / "second/n16-tiny-demo/summary.json").read_text())["micro_batch"]
     b = small["size"]
     assert int(m.group(1)) == b < top and G % b == 0
