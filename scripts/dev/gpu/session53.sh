@@ -95,6 +95,16 @@ dmf_packages_gpu() {  # dmf_packages_gpu SECONDS: DMF's two packages for two tex
    echo "ctest exit $?")
   grep -E "Test +#|tests passed|FAILED|assert|Error" "$OUT/ctest-dmf-packages.log" | cut -c1-400 | tail -20
 }
+first_step_from_cache() {  # g17d0 exported, .gpu-carry/lf-cache17.tgz as the package cache; lf-default twice
+  # (launch to first step on a machine given the cache and the driver's JIT cache), then the GPU tests in the time left
+  env "${g17[@]}" SECTIONS="none" bash scripts/dev/gpu/issue11_step.sh || exit 1
+  rm -rf $cache && tar -xzf .gpu-carry/lf-cache17.tgz -C /tmp && ls -l $cache/*.pt2 && du -sh $cache/cuda-jit || exit 1
+  stamp "g17d0: lf-default on a fresh machine given the cache (12 steps), then again"
+  train g17 "lf-default lf-default-warm" 12 0 90
+  grep -h "first step done" /tmp/lf-logs-g17d0/lf-default*.log
+  tar -czf "$OUT/logs-g17d0.tgz" -C /tmp lf-logs-g17d0
+  gpu_tests_in_time_left $LIMIT
+}
 case ${PART:-1} in
 tests)  # a short call on a fresh machine: the build, then the GPU tests of this code, most wanted first
   stamp "build"; bash scripts/dev/gpu/build.sh || exit 1
@@ -210,22 +220,10 @@ dmf)
   stamp "custom operators: a bad call raises or crashes (each in its own process)"
   PYTHONPATH=scripts timeout 100 python3 scripts/dev/gpu/op_throw_probe.py
   micro_batch_auto_gpu $(cap 200)
-  env "${g17[@]}" SECTIONS="none" bash scripts/dev/gpu/issue11_step.sh || exit 1
-  rm -rf $cache && tar -xzf .gpu-carry/lf-cache17.tgz -C /tmp && ls -l $cache/*.pt2 && du -sh $cache/cuda-jit || exit 1
-  stamp "g17d0: lf-default on a fresh machine given the cache (12 steps), then again"
-  train g17 "lf-default lf-default-warm" 12 0 90
-  grep -h "first step done" /tmp/lf-logs-g17d0/lf-default*.log
-  tar -czf "$OUT/logs-g17d0.tgz" -C /tmp lf-logs-g17d0
-  gpu_tests_in_time_left $LIMIT
+  first_step_from_cache
   ;;
 3)
-  env "${g17[@]}" SECTIONS="none" bash scripts/dev/gpu/issue11_step.sh || exit 1
-  rm -rf $cache && tar -xzf .gpu-carry/lf-cache17.tgz -C /tmp && ls -l $cache/*.pt2 && du -sh $cache/cuda-jit || exit 1
-  stamp "g17d0: lf-default on a fresh machine given the cache (12 steps), then again"
-  train g17 "lf-default lf-default-warm" 12 0 90
-  grep -h "first step done" /tmp/lf-logs-g17d0/lf-default*.log
-  tar -czf "$OUT/logs-g17d0.tgz" -C /tmp lf-logs-g17d0
-  gpu_tests_in_time_left $LIMIT
+  first_step_from_cache
   ;;
 esac
 stamp "done"
