@@ -57,4 +57,13 @@ ThreadUsage ThreadUsage::operator-(const ThreadUsage& since) const {
   return d;
 }
 
+ThreadUsage ThreadUsage::operator+(const ThreadUsage& more) const {
+  ThreadUsage t;
+  t.cpu_s = cpu_s + more.cpu_s;
+  t.major_faults = major_faults + more.major_faults;
+  t.storage_read_bytes =
+      storage_read_bytes >= 0 && more.storage_read_bytes >= 0 ? storage_read_bytes + more.storage_read_bytes : -1;
+  return t;
+}
+
 }  // namespace loongforge

@@ -953,13 +953,15 @@ std::vector<TensorSpec> micro_batch_spec(const SampleOptions& o) {
           {"fm_noise", {B, H, A}, at::kFloat}};                                     // (B, H, A)
 }
 
+int64_t TensorSpec::bytes() const {
+  int64_t n = static_cast<int64_t>(c10::elementSize(dtype));
+  for (const int64_t d : shape) n *= d;
+  return n;
+}
+
 int64_t micro_batch_bytes(const SampleOptions& options) {
   int64_t bytes = 0;
-  for (const auto& t : micro_batch_spec(options)) {
-    int64_t n = static_cast<int64_t>(c10::elementSize(t.dtype));
-    for (const int64_t d : t.shape) n *= d;
-    bytes += n;
-  }
+  for (const auto& t : micro_batch_spec(options)) bytes += t.bytes();
   return bytes;
 }
 

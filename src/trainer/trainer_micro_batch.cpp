@@ -22,7 +22,7 @@
 
 #include "loongforge/common/error.hpp"
 #include "loongforge/common/log.hpp"
-#include "loongforge/data/batch.hpp"         // data::micro_batch_spec (what the data source holds)
+#include "loongforge/data/batch.hpp"         // data::micro_batch_bytes, micro_batch_spec (what the data holds)
 #include "loongforge/engines/adfe/adfe.hpp"  // adfe::enabled (its staging slot caps the choice)
 #include "loongforge/trainer/micro_batch.hpp"
 #include "trainer_impl.hpp"
@@ -245,23 +245,18 @@ void Trainer::Impl::resolve_micro_batch() {
                         (cfg_.gcts.enable && cfg_.gcts.reduce_dtype == "bf16" ? 2.0 : 4.0) * trainable});
   // The data source's micro-batches, as it stages and holds them (Note [The data's device memory]).
   const data::SampleOptions& so = sample_options_;
-  const auto spec_bytes = [](data::SampleOptions o, bool frames_on_device, const char* only) {
-    o.micro_batch_size = 1, o.frames_on_device = frames_on_device;
-    double bytes = 0;
-    for (const auto& t : data::micro_batch_spec(o)) {
-      if (only != nullptr && t.key != only) continue;
-      double n = static_cast<double>(c10::elementSize(t.dtype));
-      for (const int64_t d : t.shape) n *= static_cast<double>(d);
-      bytes += n;
-    }
-    return bytes;
-  };
+  data::SampleOptions sample = so;  // a sample as the model takes it: float images, as finish_images leaves them
+  sample.micro_batch_size = 1, sample.frames_on_device = false;
   const bool adfe_on = adfe::enabled(cfg_);
   DataMemory data;
   data.step_samples = g / w;
-  data.sample_bytes = spec_bytes(so, false, nullptr);  // float images, as finish_images leaves them
+  data.sample_bytes = static_cast<double>(data::micro_batch_bytes(sample));
   data.adfe = adfe_on, data.prefetch_factor = cfg_.adfe.prefetch_factor;
-  data.frame_bytes = so.frames_on_device ? spec_bytes(so, true, "images") : 0.0;  // uint8 frames before the resize
+  if (so.frames_on_device) {  // a sample's uint8 frames before the device resize
+    sample.frames_on_device = true;
+    for (const data::TensorSpec& t : data::micro_batch_spec(sample))
+      if (t.key == "images") data.frame_bytes = static_cast<double>(t.bytes());
+  }
   for (MemoryTerm& t : data_terms(data)) in.later.push_back(std::move(t));
   // Note [ADFE's slot caps auto]: ADFE stages each micro-batch in a pinned host slot of adfe.slot_mb and
   // refuses a micro-batch larger than one (adfe::slot_size_problem), so a choice above what a slot holds would

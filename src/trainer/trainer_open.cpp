@@ -472,12 +472,7 @@ void Trainer::Impl::startup_phase(const char* name) {
   // A phase in two parts ("data": the dataset before auto's probes, the source after them) is one phase.
   for (StartupPhase& p : startup_)
     if (p.name == part.name) {
-      p.s += part.s;
-      p.use.cpu_s += part.use.cpu_s;
-      p.use.major_faults += part.use.major_faults;
-      p.use.storage_read_bytes = p.use.storage_read_bytes >= 0 && part.use.storage_read_bytes >= 0
-                                     ? p.use.storage_read_bytes + part.use.storage_read_bytes
-                                     : -1;
+      p.s += part.s, p.use = p.use + part.use;
       return;
     }
   startup_.push_back(part);

@@ -42,6 +42,7 @@ struct ThreadUsage {
   int64_t storage_read_bytes = -1;   // the process's bytes read from storage; -1: unknown
   static ThreadUsage now();
   ThreadUsage operator-(const ThreadUsage& since) const;
+  ThreadUsage operator+(const ThreadUsage& more) const;  // two spans' usage together (a phase in two parts)
 };
 
 }  // namespace loongforge

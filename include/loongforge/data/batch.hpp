@@ -243,6 +243,7 @@ struct TensorSpec {
   std::string key;
   std::vector<int64_t> shape;
   at::ScalarType dtype;
+  int64_t bytes() const;  // the tensor's size: its elements times the dtype's size
 };
 std::vector<TensorSpec> micro_batch_spec(const SampleOptions& options);
 

@@ -394,11 +394,7 @@ int64_t staged_bytes(const SampleOptions& options, int64_t micro_batch) {
   SampleOptions sized = options;
   sized.micro_batch_size = micro_batch;
   int64_t bytes = 0;
-  for (const auto& t : micro_batch_spec(sized)) {  // the tensors stage() packs, in any order: each aligned
-    int64_t n = static_cast<int64_t>(c10::elementSize(t.dtype));
-    for (const int64_t d : t.shape) n *= d;
-    bytes += aligned(n);
-  }
+  for (const auto& t : micro_batch_spec(sized)) bytes += aligned(t.bytes());  // the tensors stage() packs, each aligned
   return bytes;
 }
 
