@@ -63,6 +63,37 @@ endif()
 # TorchConfig adds its flags globally (e.g. -D_GLIBCXX_USE_CXX11_ABI); keep them.
 set(Torch_VERSION_STRING "${Torch_VERSION}")
 
+# --- One C++ runtime: the shared libstdc++ that libtorch uses ------------------
+# Note [One C++ runtime]: libtorch links the shared libstdc++. A binary of ours
+# linked against a static copy defines its own __cxa_throw, and an exception it
+# throws into libtorch's catch (an operator's TORCH_CHECK reaching Python) kills
+# the process with SIGSEGV instead of raising: the GPU machine's compiler
+# wrapper (/opt/gcc/bin/g++, -B a directory that holds libstdc++.a only) did
+# this to libloongforge_ops.so (sessions 54-56, scripts/dev/gpu/op_throw_probe.py).
+# So every link names the shared runtime before the compiler's own -lstdc++,
+# and the test build_cxx_runtime checks that no binary of ours defines
+# __cxa_throw.
+foreach(_lf_name libstdc++.so libstdc++.so.6)
+  execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=${_lf_name}
+                  OUTPUT_VARIABLE _lf_stdcxx OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  if(IS_ABSOLUTE "${_lf_stdcxx}" AND EXISTS "${_lf_stdcxx}")
+    break()
+  endif()
+  unset(_lf_stdcxx)
+endforeach()
+if(NOT _lf_stdcxx)
+  find_library(_lf_stdcxx NAMES libstdc++.so.6 PATHS /usr/lib/x86_64-linux-gnu /lib/x86_64-linux-gnu /usr/lib64)
+endif()
+if(_lf_stdcxx)
+  get_filename_component(LOONGFORGE_STDCXX "${_lf_stdcxx}" REALPATH)
+  set(CMAKE_CXX_STANDARD_LIBRARIES "${CMAKE_CXX_STANDARD_LIBRARIES} \"${LOONGFORGE_STDCXX}\"")
+  set(CMAKE_CUDA_STANDARD_LIBRARIES "${CMAKE_CUDA_STANDARD_LIBRARIES} \"${LOONGFORGE_STDCXX}\"")
+  message(STATUS "C++ runtime: ${LOONGFORGE_STDCXX} (shared, as libtorch's; Note [One C++ runtime])")
+else()
+  message(WARNING "no shared libstdc++ found (${CMAKE_CXX_COMPILER} -print-file-name=libstdc++.so): the binaries "
+                  "link whatever -lstdc++ resolves to; build_cxx_runtime fails if that is a static copy")
+endif()
+
 # --- Small C++ libraries ------------------------------------------------------
 find_package(Threads REQUIRED)
 find_package(CLI11 REQUIRED)

@@ -172,7 +172,7 @@ TEST_CASE("config: the engine sections commented out in configs/n16.yaml hold th
     REQUIRE(cfg.origin.count(k.path) == 1);
     REQUIRE(value_text(cfg, k.path) == k.default_text);
   }
-  REQUIRE(engine_keys == 23);  // gcts 10, mla 5, adfe 5, dmf 3
+  REQUIRE(engine_keys == 24);  // gcts 10, mla 6, adfe 5, dmf 3
 }
 
 // ---------------------------------------------------------------------------
@@ -200,7 +200,7 @@ TEST_CASE("config: a far-off unknown section lists the valid sections") {
 TEST_CASE("config: a far-off unknown key lists the section's keys") {
   REQUIRE_THAT(error_of("mla:\n  qqqqqqqqqq: 1\n"),
                Contains("unknown key 'mla.qqqqqqqqqq'; keys of section 'mla': enable, persistent_gb, global_pool_gb, "
-                        "segment_mb, fallback_cudamalloc"));
+                        "segment_mb, virtual_memory, fallback_cudamalloc"));
 }
 
 TEST_CASE("config: a word where an integer belongs is a type error with the range") {

@@ -26,11 +26,14 @@ namespace loongforge::mla {
 // persistent bytes are counted: mla-stats, the out-of-memory message):
 //  - persistent: one arena of mla.persistent_gb cudaMalloc'd at install when
 //    set (it then never grows: a request past it is an explained
-//    out-of-memory error), else ranges of mla.segment_mb as needed;
+//    out-of-memory error), else grown as needed (below);
 //  - activation: the arena of mla.global_pool_gb when set (same rule), else
 //    ranges as needed;
-//  - other: everything else, in ranges of mla.segment_mb (or the request
-//    rounded up to 2 MiB when larger) as needed.
+//  - other: everything else, grown as needed.
+// A pool grown as needed sits on one virtual range (Note [Virtual pools]),
+// or, with mla.virtual_memory=false or on a device without virtual memory
+// management, on ranges of mla.segment_mb (or the request rounded up to
+// 2 MiB when larger) cudaMalloc'd as needed.
 // A CUDA graph capture (libtorch's beginAllocateToPool: trainer.cuda_graphs,
 // the optimizer's graph) gets a pool of its own (kept per MempoolId, as
 // PyTorch's private pools: its blocks are never handed to work outside the
@@ -52,6 +55,33 @@ namespace loongforge::mla {
 // every outstanding event) the request goes to plain cudaMalloc with a
 // warning when mla.fallback_cudamalloc is on; else c10::OutOfMemoryError with
 // explain_out_of_memory()'s text.
+
+// Note [Virtual pools]
+// --------------------
+// A pool over separately cudaMalloc'd ranges cannot put one block across two
+// ranges, so its free memory splinters: on an H100, gr00t-n1.7-3b's full
+// fine-tuning at micro-batch 64 ran out of memory in the other pool with
+// 16.1 GiB free there in blocks of at most 1.12 GiB, where PyTorch's
+// allocator with expandable_segments trained (scripts/bench/mla_compare.sh,
+// session 56). With mla.virtual_memory (the default where the device has the
+// driver's virtual memory management), each pool without an arena sits
+// instead on one VirtualRange (virtual_range.hpp): an address range as large
+// as the device, reserved once, whose 2 MiB granules get physical memory when
+// a block over them is handed out (back()). The pool's logic is unchanged: one
+// range, best fit, coalescing; so a free block is never cut by a range's end.
+// When the device has no memory left to back a block, reclaim() waits for the
+// device to be idle (every event, cudaDeviceSynchronize) and gives back the
+// memory of every granule lying wholly inside a run of free blocks, in every
+// virtual pool, and the allocation is tried again; not during a CUDA graph
+// capture (nothing may be waited for then: the request fails as before).
+// Graph pools' chunks are allocated blocks of their source pool, so their
+// memory is never given back while a graph may replay into it. Statistics
+// count a virtual pool in backed memory: reserved = backed, free = backed
+// less in use, largest free = the backed granules wholly inside free runs (a
+// request can take all of them once they are mapped where it lands), so
+// fragmentation there is the granules' slack that free blocks share with
+// allocated ones. Backing a granule counts as a cudaMalloc call
+// (cuda_malloc_calls, and after step 1).
 
 namespace {
 
@@ -113,6 +143,7 @@ DeviceAllocator::DeviceAllocator(DeviceOptions options, int device) : options_(s
 
 DeviceAllocator::~DeviceAllocator() {
   for (cudaEvent_t e : spare_events_) (void)cudaEventDestroy(e);
+  for (auto& v : virtual_) (void)v.release();  // never given back: tensors may outlive the allocator at exit
 }
 
 void DeviceAllocator::reserve_arenas() {
@@ -198,24 +229,33 @@ void* DeviceAllocator::allocate_locked(size_t bytes, cudaStream_t stream) {
       return p;
     }
   }
-  out_of_memory(c, fixed_[static_cast<size_t>(c)], pool_name(c), pool(c).stats(), bytes);
+  out_of_memory(c, fixed_[static_cast<size_t>(c)], pool_name(c), physical_stats(c), bytes);
 }
 
 uint64_t DeviceAllocator::allocate_in(Category c, size_t bytes, cudaStream_t stream) {
   Pool& p = pool(c);
   const auto s = reinterpret_cast<StreamId>(stream);
-  if (auto a = p.allocate(bytes, c, s)) return a->addr;
+  auto take = [&]() -> uint64_t {  // a block, backed by memory (Note [Virtual pools])
+    auto a = p.allocate(bytes, c, s);
+    if (!a) return 0;
+    if (back(c, a->addr, a->bytes)) return a->addr;
+    p.free(a->addr);
+    return 0;
+  };
+  if (const uint64_t a = take()) return a;
   if (!capturing()) {
     poll_events();
-    if (auto a = p.allocate(bytes, c, s)) return a->addr;
+    if (const uint64_t a = take()) return a;
   }
   if (!fixed_[static_cast<size_t>(c)] && grow(c, p.class_bytes(bytes))) {
-    if (auto a = p.allocate(bytes, c, s)) return a->addr;
+    if (const uint64_t a = take()) return a;
   }
   if (!capturing()) {  // every block freed on another stream, once its work is done
     p.fence_all();
     synchronize_events();
-    if (auto a = p.allocate(bytes, c, s)) return a->addr;
+    if (const uint64_t a = take()) return a;
+    if (reclaim())  // the memory of the virtual pools' free blocks, for this one
+      if (const uint64_t a = take()) return a;
   }
   return 0;
 }
@@ -239,6 +279,22 @@ uint64_t DeviceAllocator::allocate_in_graph(GraphPool& g, size_t bytes, cudaStre
 }
 
 bool DeviceAllocator::grow(Category c, uint64_t at_least) {
+  const size_t ci = static_cast<size_t>(c);
+  if (options_.virtual_memory && virtual_supported_ < 0) {
+    virtual_supported_ = VirtualRange::supported(device_) ? 1 : 0;
+    if (!virtual_supported_)
+      LF_LOG(logger("mla"), warn) << "MLA: device " << device_
+                                  << " has no virtual memory management: its pools grow by cudaMalloc'd ranges "
+                                     "(mla.segment_mb), as with mla.virtual_memory=false";
+  }
+  if (options_.virtual_memory && virtual_supported_ == 1) {
+    if (virtual_[ci]) return false;  // the range is as large as the device: nothing to add
+    size_t free_b = 0, total_b = 0;
+    C10_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    virtual_[ci] = std::make_unique<VirtualRange>(device_, total_b);
+    pool(c).add_range(virtual_[ci]->base(), virtual_[ci]->bytes());
+    return true;
+  }
   const uint64_t bytes = std::max(options_.segment_bytes, round_up(at_least, kChunkBytes));
   void* p = cuda_malloc(bytes);
   if (p == nullptr) return false;
@@ -248,6 +304,63 @@ bool DeviceAllocator::grow(Category c, uint64_t at_least) {
                           pool(c).options().alignment_bytes;
   pool(c).add_range(base, usable);
   return true;
+}
+
+bool DeviceAllocator::back(Category c, uint64_t addr, uint64_t bytes) {
+  VirtualRange* v = virtual_[static_cast<size_t>(c)].get();
+  if (v == nullptr || addr < v->base() || addr >= v->base() + v->bytes()) return true;
+  c10::cuda::CUDAStreamCaptureModeGuard relaxed(cudaStreamCaptureModeRelaxed);
+  const uint64_t before = v->map_calls();
+  const bool ok = v->map(addr, bytes);
+  const uint64_t made = v->map_calls() - before;
+  cuda_malloc_calls_ += made;
+  if (steps_done_ >= 1) cuda_malloc_calls_after_step1_ += made;
+  cuda_malloc_bytes_ += made * v->granule();
+  return ok;
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> DeviceAllocator::free_runs(Category c) const {
+  std::vector<std::pair<uint64_t, uint64_t>> runs;
+  for (const BlockInfo& b : pools_[static_cast<size_t>(c)]->blocks()) {
+    if (b.state == BlockInfo::State::kAllocated) continue;
+    if (!runs.empty() && runs.back().first + runs.back().second == b.addr)
+      runs.back().second += b.bytes;
+    else
+      runs.emplace_back(b.addr, b.bytes);
+  }
+  return runs;
+}
+
+bool DeviceAllocator::reclaim() {
+  bool any = false;
+  for (const auto& v : virtual_) any = any || (v && v->mapped_bytes() > 0);
+  if (!any) return false;
+  c10::cuda::CUDAStreamCaptureModeGuard relaxed(cudaStreamCaptureModeRelaxed);
+  for (auto& p : pools_) p->fence_all();
+  synchronize_events();
+  C10_CUDA_CHECK(cudaDeviceSynchronize());  // no work in flight may touch a granule given back
+  uint64_t bytes = 0;
+  for (size_t c = 0; c < virtual_.size(); ++c)
+    if (virtual_[c])
+      for (const auto& [addr, len] : free_runs(static_cast<Category>(c))) bytes += virtual_[c]->unmap_inside(addr, len);
+  if (bytes == 0) return false;
+  ++reclaims_, reclaimed_bytes_ += bytes;
+  LF_LOG(logger("mla"), debug) << "MLA: gave back " << format_bytes(bytes) << " under free blocks (reclaim "
+                               << reclaims_ << ")";
+  return true;
+}
+
+PoolStats DeviceAllocator::physical_stats(Category c) {
+  PoolStats s = pool(c).stats();
+  const VirtualRange* v = virtual_[static_cast<size_t>(c)].get();
+  if (v == nullptr) return s;
+  s.reserved_bytes = v->mapped_bytes() + (s.reserved_bytes - v->bytes());  // backed, plus any other range
+  s.free_bytes = s.reserved_bytes > s.in_use_bytes ? s.reserved_bytes - s.in_use_bytes : 0;
+  s.pending_bytes = std::min(s.pending_bytes, s.free_bytes);
+  uint64_t whole = 0;
+  for (const auto& [addr, len] : free_runs(c)) whole += v->mapped_inside(addr, len);
+  s.largest_free_bytes = std::min(whole, s.free_bytes);
+  return s;
 }
 
 void* DeviceAllocator::cuda_malloc(uint64_t bytes) {
@@ -487,7 +600,7 @@ void DeviceAllocator::totals_mb(double& in_use, double& reserved, double& peak) 
   std::lock_guard<std::mutex> lock(mutex_);
   const auto b = in_use_by_category();
   uint64_t res = fallback_bytes_;
-  for (auto& p : pools_) res += p->stats().reserved_bytes;
+  for (int c = 0; c < kCategoryCount; ++c) res += physical_stats(static_cast<Category>(c)).reserved_bytes;
   in_use = static_cast<double>(b[0] + b[1] + b[2]) / kMb;
   reserved = static_cast<double>(res) / kMb;
   peak = static_cast<double>(peak_in_use_) / kMb;
@@ -500,9 +613,14 @@ nlohmann::json DeviceAllocator::stats_json() {
   uint64_t reserved = fallback_bytes_, free_bytes = 0, largest = 0;
   nlohmann::json pools;
   for (int c = 0; c < kCategoryCount; ++c) {
-    const PoolStats s = pools_[static_cast<size_t>(c)]->stats();
+    const PoolStats s = physical_stats(static_cast<Category>(c));
     nlohmann::json pj = pool_json(s);
     pj["fixed_arena"] = fixed_[static_cast<size_t>(c)];
+    if (const VirtualRange* v = virtual_[static_cast<size_t>(c)].get())
+      pj["virtual"] = {{"address_range_mb", static_cast<double>(v->bytes()) / kMb},
+                       {"backed_mb", static_cast<double>(v->mapped_bytes()) / kMb},
+                       {"given_back_mb", static_cast<double>(v->unmapped_bytes()) / kMb},
+                       {"granule_mb", static_cast<double>(v->granule()) / kMb}};
     pools[category_name(static_cast<Category>(c))] = pj;
     reserved += s.reserved_bytes;
     free_bytes += s.free_bytes;
@@ -530,6 +648,9 @@ nlohmann::json DeviceAllocator::stats_json() {
   j["cuda_malloc_calls"] = cuda_malloc_calls_;
   j["cuda_malloc_calls_after_step_1"] = cuda_malloc_calls_after_step1_;
   j["cuda_malloc_mb"] = static_cast<double>(cuda_malloc_bytes_) / kMb;
+  j["virtual_memory"] = virtual_supported_ == 1;
+  j["reclaims"] = reclaims_;
+  j["reclaimed_mb"] = static_cast<double>(reclaimed_bytes_) / kMb;
   j["fallback_allocations"] = fallback_allocations_;
   j["fallback_in_use_mb"] = static_cast<double>(fallback_bytes_) / kMb;
   j["events_outstanding"] = events_.size();

@@ -22,6 +22,7 @@
 
 #include "loongforge/engines/mla/oom.hpp"
 #include "loongforge/engines/mla/pool.hpp"
+#include "virtual_range.hpp"
 
 namespace loongforge::mla {
 
@@ -29,6 +30,7 @@ struct DeviceOptions {
   uint64_t persistent_bytes = 0;       // mla.persistent_gb: the persistent arena, reserved at install (0: grown)
   uint64_t activation_bytes = 0;       // mla.global_pool_gb: the activation arena, reserved at install (0: none)
   uint64_t segment_bytes = 64u << 20;  // mla.segment_mb: the unit a pool without an arena grows by
+  bool virtual_memory = true;          // mla.virtual_memory: Note [Virtual pools] in device_allocator.cpp
   bool fallback_cudamalloc = false;    // mla.fallback_cudamalloc
   OomReport keys;                      // the run's keys, for the out-of-memory message
 };
@@ -87,6 +89,15 @@ class DeviceAllocator {
   uint64_t allocate_in(Category c, size_t bytes, cudaStream_t stream);  // 0: none
   uint64_t allocate_in_graph(GraphPool& g, size_t bytes, cudaStream_t stream);
   bool grow(Category c, uint64_t at_least);
+  // Note [Virtual pools]: backs the block [addr, addr + bytes) of `c`'s pool when it sits on a
+  // virtual range (true when it does not); false when the device has no memory left.
+  bool back(Category c, uint64_t addr, uint64_t bytes);
+  // Gives back the memory under every free block of the virtual pools (the device idle first); whether any.
+  bool reclaim();
+  // Runs of blocks that are not allocated in `c`'s pool, in address order: (addr, bytes).
+  std::vector<std::pair<uint64_t, uint64_t>> free_runs(Category c) const;
+  // pool(c).stats(), with reserved/free/largest free counted in backed memory for a virtual pool.
+  PoolStats physical_stats(Category c);
   void* cuda_malloc(uint64_t bytes);  // counted; nullptr when the device is full
   [[noreturn]] void out_of_memory(Category c, bool fixed, const std::string& pool_name, const PoolStats& s,
                                   size_t bytes);
@@ -104,6 +115,9 @@ class DeviceAllocator {
   std::mutex mutex_;
   std::array<std::unique_ptr<Pool>, kCategoryCount> pools_;
   std::array<bool, kCategoryCount> fixed_{};  // an arena of a set size: it does not grow
+  std::array<std::unique_ptr<VirtualRange>, kCategoryCount> virtual_{};  // Note [Virtual pools]
+  int virtual_supported_ = -1;                                           // -1: not asked yet
+  uint64_t reclaims_ = 0, reclaimed_bytes_ = 0;
   std::unordered_map<uintptr_t, Where> where_;
   std::map<MempoolKey, GraphPool> graphs_;
   std::vector<std::pair<MempoolKey, std::function<bool(cudaStream_t)>>> captures_;

@@ -52,6 +52,11 @@ void install(const config::Config& cfg, c10::Device device) {
   o.activation_bytes = static_cast<uint64_t>(cfg.mla.global_pool_gb * kGiB);
   o.segment_bytes = static_cast<uint64_t>(cfg.mla.segment_mb) << 20;
   o.fallback_cudamalloc = cfg.mla.fallback_cudamalloc;
+  o.virtual_memory = cfg.mla.virtual_memory;
+  if (o.virtual_memory && cfg.origin.count("mla.segment_mb"))
+    LF_LOG(logger("mla"), warn) << cfg.origin.at("mla.segment_mb")
+                                << ": mla.segment_mb is used only where a pool cannot sit on a virtual range "
+                                   "(mla.virtual_memory=false, or a device without virtual memory management)";
   o.keys.micro_batch_size = cfg.trainer.micro_batch_size;
   o.keys.gradient_accumulation_steps = cfg.trainer.gradient_accumulation_steps;
   o.keys.precision_mode = cfg.precision.mode == "auto" ? "bf16" : cfg.precision.mode;  // auto: bf16 on GPUs
@@ -93,7 +98,8 @@ void install(const config::Config& cfg, c10::Device device) {
                                                      : std::string("grown as needed"))
                               << ", activation arena "
                               << (o.activation_bytes ? format_bytes(o.activation_bytes) : std::string("none"))
-                              << ", ranges of " << cfg.mla.segment_mb << " MiB)";
+                              << (cfg.mla.virtual_memory ? std::string(", the others on virtual ranges)")
+                                                         : ", ranges of " + std::to_string(cfg.mla.segment_mb) + " MiB)");
 #endif
 }
 

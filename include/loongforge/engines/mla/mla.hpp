@@ -21,7 +21,7 @@
 // What it needs: a CUDA device, and install() before the first CUDA
 // allocation of the process (libtorch refuses to swap an allocator in use).
 // Config: the `mla` section of keys.def (enable, persistent_gb,
-// global_pool_gb, segment_mb, fallback_cudamalloc). With mla.enable=false
+// global_pool_gb, segment_mb, virtual_memory, fallback_cudamalloc). With mla.enable=false
 // install() warns about each of those keys set to a non-default value (Note
 // [Keys of an engine that is off] in src/config/validate.cpp) and installs
 // nothing. mla.enable=true on a CPU run is a ConfigError (MLA manages CUDA
