@@ -52,10 +52,9 @@
 # own action horizon, the TorchScript step (trainer.compiled_step=off: a package would be compiled per
 # micro-batch, minutes each), no gradient accumulation.
 #
-# Default ladders (H100, 80 GB; estimates, not measurements): both models hold 47 GB of fp32 weights,
-# gradients and AdamW moments (gr00t-n1.7-3b 3144 M parameters, n16-3b 3082 M). gr00t-n1.7-3b peaked at
-# 51.5 GB at micro-batch 16 (docs/benchmarks.md), so a few hundred MB a sample: "128 96 64 32". n16-3b's
-# TorchScript step peaked at 67.9 GB at 32 and 83.6 GB at 64 (H200, 2026-12-01): "56 48 40 32".
+# Default ladders (H100, 80 GB), from session 56's run (docs/mla.md): gr00t-n1.7-3b's largest micro-batch was
+# 48 (caching allocator, MLA on cudaMalloc'd ranges) and 64 (expandable segments): "96 80 64 48"; every
+# allocator trained n16-3b at 56, the old ladder's top: "72 64 56 48".
 # shellcheck source=scripts/dev/gpu/common.sh  # cd to the repository, OUT, the log $OUT/mla_compare.log, t0, stamp
 source "$(dirname "${BASH_SOURCE[0]}")/../dev/gpu/common.sh" mla_compare
 LIMIT=${LIMIT:-585}
@@ -84,7 +83,7 @@ left() { echo $(( LIMIT - RESERVE - ($(date +%s) - t0) )); }  # seconds left for
 ladder_of() {  # ladder_of MODEL: MB_LADDER_<model>, else the default above
   local var="MB_LADDER_${1//[^A-Za-z0-9]/_}"
   local dflt=""
-  case $1 in gr00t-n1.7-3b) dflt="128 96 64 32" ;; n16-3b) dflt="56 48 40 32" ;; esac
+  case $1 in gr00t-n1.7-3b) dflt="96 80 64 48" ;; n16-3b) dflt="72 64 56 48" ;; esac
   echo "${!var:-$dflt}"
 }
 horizon_of() { PYTHONPATH=scripts python3 -c "from model.config import get_config; print(get_config('$1').action_horizon)"; }

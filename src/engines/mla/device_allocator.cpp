@@ -63,8 +63,8 @@ namespace loongforge::mla {
 // fine-tuning at micro-batch 64 ran out of memory in the other pool with
 // 16.1 GiB free there in blocks of at most 1.12 GiB, where PyTorch's
 // allocator with expandable_segments trained (scripts/bench/mla_compare.sh,
-// session 56). With mla.virtual_memory (the default where the device has the
-// driver's virtual memory management), each pool without an arena sits
+// session 56). With mla.virtual_memory (off by default, experimental: see
+// below; it needs the driver's virtual memory management), each pool without an arena sits
 // instead on one VirtualRange (virtual_range.hpp): an address range as large
 // as the device, reserved once, whose 2 MiB granules get physical memory when
 // a block over them is handed out (back()). The pool's logic is unchanged: one
@@ -82,6 +82,16 @@ namespace loongforge::mla {
 // fragmentation there is the granules' slack that free blocks share with
 // allocated ones. Backing a granule counts as a cudaMalloc call
 // (cuda_malloc_calls, and after step 1).
+// Measured on an H100 (session 56): n16-3b full fine-tuning trained at
+// micro-batch 72 as fast as expandable segments (221.3 against 220.9
+// samples/s), but with 487 granules backed after step 1 (the pages given
+// back at each step's peak are backed again); gr00t-n1.7-3b's full
+// fine-tuning at micro-batch 64 gave a NaN loss at step 3 (not understood
+// yet: a page given back under a block that some work still reads would do
+// it, and so would a captured graph reading a freed tensor); n16-tiny
+// backed 5 granules after step 1 with no memory pressure (each granule is
+// backed on its own, where cudaMalloc'd ranges leave segment_mb of slack).
+// Hence off by default.
 
 namespace {
 
@@ -289,6 +299,7 @@ bool DeviceAllocator::grow(Category c, uint64_t at_least) {
   }
   if (options_.virtual_memory && virtual_supported_ == 1) {
     if (virtual_[ci]) return false;  // the range is as large as the device: nothing to add
+    c10::cuda::CUDAStreamCaptureModeGuard relaxed(cudaStreamCaptureModeRelaxed);
     size_t free_b = 0, total_b = 0;
     C10_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     virtual_[ci] = std::make_unique<VirtualRange>(device_, total_b);

@@ -30,7 +30,7 @@ struct DeviceOptions {
   uint64_t persistent_bytes = 0;       // mla.persistent_gb: the persistent arena, reserved at install (0: grown)
   uint64_t activation_bytes = 0;       // mla.global_pool_gb: the activation arena, reserved at install (0: none)
   uint64_t segment_bytes = 64u << 20;  // mla.segment_mb: the unit a pool without an arena grows by
-  bool virtual_memory = true;          // mla.virtual_memory: Note [Virtual pools] in device_allocator.cpp
+  bool virtual_memory = false;         // mla.virtual_memory: Note [Virtual pools] in device_allocator.cpp
   bool fallback_cudamalloc = false;    // mla.fallback_cudamalloc
   OomReport keys;                      // the run's keys, for the out-of-memory message
 };
