@@ -40,7 +40,8 @@
 # Knobs: MODELS ("gr00t-n1.7-3b n16-3b"), MB_LADDER_<model>, STEPS (12), WARMUP (5), LIMIT (585 s for the
 # whole call), RUN_LIMIT, RUN_MIN, ALLOCATORS ("caching expandable mla"), GRAPHS (trainer.cuda_graphs: on,
 # so that a capture that runs out of memory ends the run instead of training eagerly), MLA_SETS (more
-# --set for the MLA runs, space separated: "mla.global_pool_gb=60"), BITWISE (1), BITWISE_MODEL (n16-1b),
+# --set for the MLA runs, space separated: "mla.global_pool_gb=60"; "mla.virtual_memory=true" for the experimental
+# virtual pools), BITWISE (1), BITWISE_MODEL (n16-1b),
 # BITWISE_MB, BITWISE_STEPS, BITWISE_MIN (150), BUILD (1), STATE, FRESH; EXTRA_SETS (key=value for every run)
 # and TRAIN_BIN (the trainer, default build-gpu's) let the script's logic be tried on a CPU, with a stand-in
 # nvidia-smi first in PATH (one that prints a number every 0.5 s for -lms and nothing for compute-apps):
