@@ -9,6 +9,7 @@
 #include <mutex>      // std::once_flag
 #include <stdexcept>  // std::runtime_error
 #include <string>     // std::string
+#include <utility>    // std::pair
 
 namespace loongforge::mla {
 
@@ -152,20 +153,23 @@ bool VirtualRange::map(uint64_t addr, uint64_t bytes) {
   return true;
 }
 
-uint64_t VirtualRange::mapped_inside(uint64_t addr, uint64_t bytes) const {
+std::pair<uint64_t, uint64_t> VirtualRange::granules_inside(uint64_t addr, uint64_t bytes) const {
   const uint64_t lo = std::max(addr, base_), hi = std::min(addr + bytes, base_ + bytes_);
-  if (hi <= lo) return 0;
+  if (hi <= lo) return {0, 0};
   const uint64_t first = (lo - base_ + granule_ - 1) / granule_, end = (hi - base_) / granule_;
+  return {first, std::max(first, end)};
+}
+
+uint64_t VirtualRange::mapped_inside(uint64_t addr, uint64_t bytes) const {
+  const auto [first, end] = granules_inside(addr, bytes);
   uint64_t n = 0;
   for (uint64_t i = first; i < end; ++i) n += handles_[i] != 0;
   return n * granule_;
 }
 
 uint64_t VirtualRange::unmap_inside(uint64_t addr, uint64_t bytes) {
-  const uint64_t lo = std::max(addr, base_), hi = std::min(addr + bytes, base_ + bytes_);
-  if (hi <= lo) return 0;
   const Driver& d = driver();
-  const uint64_t first = (lo - base_ + granule_ - 1) / granule_, end = (hi - base_) / granule_;
+  const auto [first, end] = granules_inside(addr, bytes);
   uint64_t n = 0;
   for (uint64_t i = first; i < end; ++i) {
     if (handles_[i] == 0) continue;

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>  // uint64_t
+#include <utility>  // std::pair
 #include <vector>   // std::vector
 
 namespace loongforge::mla {
@@ -49,6 +50,9 @@ class VirtualRange {
   uint64_t mapped_inside(uint64_t addr, uint64_t bytes) const;
 
  private:
+  // The granules [first, end) lying wholly inside [addr, addr + bytes) and the range.
+  std::pair<uint64_t, uint64_t> granules_inside(uint64_t addr, uint64_t bytes) const;
+
   int device_ = 0;
   uint64_t base_ = 0, bytes_ = 0, granule_ = 0;
   std::vector<unsigned long long> handles_;  // per granule: its CUmemGenericAllocationHandle, 0 = not backed

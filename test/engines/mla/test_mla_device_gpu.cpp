@@ -32,64 +32,65 @@ struct DeviceFill {
   ~DeviceFill() { (void)cudaFree(p); }
 };
 
-// Twelve blocks of 150 MiB, every other one freed again: 900 MiB free in the
-// pool in holes of 152 MiB (the size class), about 250 MiB left on the device.
-std::vector<void*> fragment(DeviceAllocator& a, cudaStream_t s) {
+// A device with about 2 GiB free, and an allocator on it whose other pool
+// holds twelve blocks of 150 MiB, every other one freed again: 900 MiB free
+// in the pool in holes of 152 MiB (the size class), about 250 MiB left on
+// the device. The kept blocks go back when it ends.
+struct FragmentedPool {
+  cudaStream_t stream = nullptr;
+  DeviceAllocator allocator;
+  DeviceFill fill{2048 * kMiB};
   std::vector<void*> kept;
-  std::vector<void*> blocks;
-  for (int i = 0; i < 12; ++i) blocks.push_back(a.allocate(150 * kMiB, 0, s));
-  for (int i = 0; i < 12; ++i) {
-    if (i % 2) {
-      a.release(blocks[static_cast<size_t>(i)], s);
-    } else {
-      kept.push_back(blocks[static_cast<size_t>(i)]);
+
+  explicit FragmentedPool(bool virtual_memory) : allocator(options(virtual_memory), 0) {
+    REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
+    std::vector<void*> blocks;
+    for (int i = 0; i < 12; ++i) blocks.push_back(allocator.allocate(150 * kMiB, 0, stream));
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      if (i % 2)
+        allocator.release(blocks[i], stream);
+      else
+        kept.push_back(blocks[i]);
     }
   }
-  return kept;
-}
+  ~FragmentedPool() {
+    for (void* p : kept) allocator.release(p, stream);
+    (void)cudaStreamDestroy(stream);
+  }
+  static DeviceOptions options(bool virtual_memory) {
+    REQUIRE(cudaSetDevice(0) == cudaSuccess);
+    DeviceOptions o;
+    o.virtual_memory = virtual_memory;
+    return o;
+  }
+};
 
 }  // namespace
 
 TEST_CASE("mla device: a virtual pool gives the memory under its free blocks to a request larger than any of them") {
   REQUIRE(VirtualRange::supported(0));
-  REQUIRE(cudaSetDevice(0) == cudaSuccess);
-  cudaStream_t s = nullptr;
-  REQUIRE(cudaStreamCreate(&s) == cudaSuccess);
-  DeviceOptions o;
-  o.virtual_memory = true;
-  DeviceAllocator a(o, 0);
-  DeviceFill fill(2048 * kMiB);
-  const std::vector<void*> kept = fragment(a, s);
-  void* big = a.allocate(600 * kMiB, 0, s);
+  FragmentedPool f(/*virtual_memory=*/true);
+  void* big = f.allocator.allocate(600 * kMiB, 0, f.stream);
   REQUIRE(big != nullptr);
-  REQUIRE(cudaMemsetAsync(big, 7, 600 * kMiB, s) == cudaSuccess);  // backed: the device may write all of it
-  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
-  const nlohmann::json j = a.stats_json();
+  REQUIRE(cudaMemsetAsync(big, 7, 600 * kMiB, f.stream) == cudaSuccess);  // backed: the device may write all of it
+  REQUIRE(cudaStreamSynchronize(f.stream) == cudaSuccess);
+  const nlohmann::json j = f.allocator.stats_json();
   INFO(j.dump());
   REQUIRE(j["virtual_memory"].get<bool>());
   REQUIRE(j["reclaims"].get<int>() >= 1);
   REQUIRE(j["reclaimed_mb"].get<double>() >= 6 * 150.0);
   REQUIRE(j["pools"]["other"]["in_use_mb"].get<double>() <= j["pools"]["other"]["reserved_mb"].get<double>());
-  a.release(big, s);
-  for (void* p : kept) a.release(p, s);
+  f.allocator.release(big, f.stream);
 }
 
 TEST_CASE("mla device: pools over cudaMalloc'd ranges run out of memory there, with the bytes free in the pool") {
-  REQUIRE(cudaSetDevice(0) == cudaSuccess);
-  cudaStream_t s = nullptr;
-  REQUIRE(cudaStreamCreate(&s) == cudaSuccess);
-  DeviceOptions o;
-  o.virtual_memory = false;
-  DeviceAllocator a(o, 0);
-  DeviceFill fill(2048 * kMiB);
-  const std::vector<void*> kept = fragment(a, s);
+  FragmentedPool f(/*virtual_memory=*/false);
   std::string message;
   try {
-    (void)a.allocate(600 * kMiB, 0, s);
+    (void)f.allocator.allocate(600 * kMiB, 0, f.stream);
   } catch (const c10::OutOfMemoryError& e) {
     message = e.what();
   }
   INFO(message);
   REQUIRE(message.find("does not fit in the other pool") != std::string::npos);
-  for (void* p : kept) a.release(p, s);
 }
