@@ -30,10 +30,10 @@ namespace loongforge::mla {
 //  - activation: the arena of mla.global_pool_gb when set (same rule), else
 //    ranges as needed;
 //  - other: everything else, grown as needed.
-// A pool grown as needed sits on one virtual range (Note [Virtual pools]),
-// or, with mla.virtual_memory=false or on a device without virtual memory
-// management, on ranges of mla.segment_mb (or the request rounded up to
-// 2 MiB when larger) cudaMalloc'd as needed.
+// A pool grown as needed sits on ranges of mla.segment_mb (or the request
+// rounded up to 2 MiB when larger) cudaMalloc'd as needed, or, with the
+// experimental mla.virtual_memory on a device with virtual memory
+// management, on one virtual range (Note [Virtual pools]).
 // A CUDA graph capture (libtorch's beginAllocateToPool: trainer.cuda_graphs,
 // the optimizer's graph) gets a pool of its own (kept per MempoolId, as
 // PyTorch's private pools: its blocks are never handed to work outside the
