@@ -85,26 +85,36 @@ def losses(metrics_path):
         return [json.loads(line)["loss"] for line in f if line.strip()]
 
 
-def run_cpp(tmp_path, model, steps, train_sets):
-    """loongforge-train on one model file -> (its losses, the arguments it ran with)."""
+def cpp_args(tmp_path, model, steps, train_sets):
+    """loongforge-train's arguments for one model file (the reference trainer reads the same)."""
     sets = [f"model.path={model}", f"data.path={DATA}", f"trainer.max_steps={steps}", "run.device=cpu",
             "precision.mode=fp32", "logging.progress=off", "checkpoint.interval_steps=100000", "run.deterministic=true",
             f"run.output_dir={tmp_path}", "run.name=cpp"] + train_sets
     cpp = ["--config", str(REPO / "configs/n16-tiny.yaml")]
     for s in sets:
         cpp += ["--set", s]
-    subprocess.run([TRAIN] + cpp, check=True, stdout=subprocess.DEVNULL)
-    return losses(tmp_path / "cpp" / "metrics.jsonl"), cpp
+    return cpp
+
+
+def run_cpp(tmp_path, model, steps, train_sets):
+    """loongforge-train on one model file -> its losses."""
+    subprocess.run([TRAIN] + cpp_args(tmp_path, model, steps, train_sets), check=True, stdout=subprocess.DEVNULL)
+    return losses(tmp_path / "cpp" / "metrics.jsonl")
 
 
 def run_both(tmp_path, model, steps, train_sets):
-    """loongforge-train and the reference trainer on one model file -> (C++ losses, reference losses)."""
-    a, cpp = run_cpp(tmp_path, model, steps, train_sets)
+    """loongforge-train and the reference trainer on one model file, side by side on one thread each
+    (run.threads=1: two processes sharing nothing but their inputs; with two threads each on the 2-core
+    machine their OpenMP workers spun against each other and a part of this file took 185 s instead of
+    117 s one after the other) -> (C++ losses, reference losses)."""
+    cpp = cpp_args(tmp_path, model, steps, train_sets + ["run.threads=1"])
     ref = [sys.executable, str(REPO / "scripts/reference/train_torch.py"), "--mode", "parity",
            "--loongforge-train", TRAIN, "--out", str(tmp_path / "torch")] + cpp
-    subprocess.run(ref, check=True, stdout=subprocess.DEVNULL,
-                   env=dict(os.environ, PYTHONPATH=str(REPO / "scripts")))
-    return a, losses(tmp_path / "torch" / "metrics.jsonl")
+    procs = [subprocess.Popen([TRAIN] + cpp, stdout=subprocess.DEVNULL),
+             subprocess.Popen(ref, stdout=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=str(REPO / "scripts")))]
+    codes = [p.wait() for p in procs]
+    assert codes == [0, 0], f"exit codes (loongforge-train, reference): {codes}"
+    return losses(tmp_path / "cpp" / "metrics.jsonl"), losses(tmp_path / "torch" / "metrics.jsonl")
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -170,7 +180,7 @@ def test_an_upstream_n17_processor_record_gives_the_same_losses_in_both_trainers
     assert len(a) == len(b) == 10 and a == b
     # the same model without the record trains on other inputs: the record is what both read
     plain = export("gr00t-tiny", ["gr00t_dropout=0", "gr00t_state_dropout=0"], config="gr00t-tiny")
-    c, _ = run_cpp(tmp_path / "plain", plain, 1, [])
+    c = run_cpp(tmp_path / "plain", plain, 1, [])
     assert c[0] != a[0]
     bad = subprocess.run([TRAIN, "--config", str(REPO / "configs/n16-tiny.yaml"), "--set", f"model.path={model}",
                           "--set", f"data.path={DATA}", "--set", "run.device=cpu", "--set", "data.embodiment_id=3",
@@ -209,7 +219,7 @@ def test_float64_data_gives_the_same_losses_in_both_trainers_with_and_without_a_
     model = (processor_model(tmp_path / record, record) if record else
              export("gr00t-tiny", ["gr00t_dropout=0", "gr00t_state_dropout=0"], config="gr00t-tiny"))
     a, b = run_both(tmp_path / "f64", model, 10, [f"data.path={data64}"])
-    c, _ = run_cpp(tmp_path / "f32", model, 10, [])
+    c = run_cpp(tmp_path / "f32", model, 10, [])
     differ = sum(x != y for x, y in zip(a, c))
     print(f"float64 data, {form}: C++ {a[0]:.9f} -> {a[-1]:.9f}, reference {b[0]:.9f} -> {b[-1]:.9f}; "
           f"the float32 shards' losses differ at {differ} of 10 steps")
