@@ -40,16 +40,18 @@
 # and prints each part's elapsed time and the budget left, of this call and of the plan (PLAN_BUDGET_S,
 # 1200 s, summed over the calls made on this machine while it stays warm).
 #
-# Default plan (three device calls on one warm H100; estimated from the first GPU run, 2026-12-05):
+# Default plan (four device calls on one warm machine; timings of 2026-12-05 (H100) and 2026-12-07 (H200)):
 #   PART=prep                ~4.5 min wheels; in the background the build of loongforge-train and the
 #                                    gr00t-n1.7-3b export; the Qwen files, 600 AV1 episodes (replicate,
 #                                    LeRobot's v3.0 conversion into ~4-minute files and a LeRobotDataset
 #                                    read of every file's last frames, our shards, the reference's
 #                                    decoder on one video), LeRobot's random-init base checkpoint
-#   PART="lerobot lf"        ~3 min  LeRobot's trainer (~1), lf (~1.5; session 44's run of these settings as
-#                                    lf-tuned: 16 s to the first step, 30 steady steps in ~4 s)
+#   PART=lerobot             ~2 min  LeRobot's trainer (118 s on an H200, session 57)
+#   PART="lf report"         ~9 min  the compiled step into the package cache first (--compile-only: 452 s for
+#                                    gr00t-n1.7-3b with dropout on an H200; a hit, ~10 s, on a warm machine
+#                                    that has it), then lf (16 s to the first step, 30 steady steps in ~4 s)
 #   PART="ref report"        ~3 min  ref-opt (first step 118 s on session 44's run; 480 s cap), the table
-# so about 8 minutes (session 44: 9 min with lf-tuned); FTS="default full", CODECS="av1 h264" or more MODELS multiply the run parts: run
+# so about 20 minutes with a compile (session 57: 19 min, ref-opt cut short); FTS="default full", CODECS="av1 h264" or more MODELS multiply the run parts: run
 # them as further calls (MODELS=gr00t-n1.6-3b PART="ref lf" ...). LeRobot's trainer runs only for
 # gr00t-n1.7-* models (it has no N1.6 or n16 policy).
 # Every part writes its runs under $BENCH_WORK/results (kept on the machine between calls while it is
