@@ -10,6 +10,11 @@ Until process PID exits, every --interval seconds it appends one JSON line:
     host_pss_mb       the process tree's proportional set size (PSS, so pages that DataLoader
                       workers share are counted once), falling back to RSS where smaps is unreadable
     procs             processes in the tree
+    cpu_pct           the tree's CPU time since the previous sample over the wall clock between them, in
+                      % of one core (user + system; null on the first sample)
+    top_thread_pct    the same for the busiest single thread of the tree (a step held on the host by one
+                      Python thread shows near 100 here while the GPU idles), and top_thread its
+                      "pid/tid name"
     gpu_util          NVML's utilisation of GPU 0 (% of the sample period a kernel ran)
     gpu_mem_mb        GPU 0's used memory (all processes; the report subtracts the idle value)
     gpu_proc_mem_mb   the memory NVML attributes to the tree's processes (None if NVML cannot
@@ -57,6 +62,40 @@ def host_mb(procs):
         except Exception:   # the process ended between listing and reading
             pass
     return total / 2**20, fallback
+
+
+class HostCpu:
+    """CPU use of a process tree between two samples: the tree's total and its busiest thread's."""
+
+    def __init__(self):
+        self.t = None
+        self.procs = {}     # pid -> user + system seconds
+        self.threads = {}   # (pid, tid) -> user + system seconds
+
+    def sample(self, procs):
+        now, per_proc, per_thread, names = time.time(), {}, {}, {}
+        for p in procs:
+            try:
+                c = p.cpu_times()
+                per_proc[p.pid] = c.user + c.system
+                name = p.name()
+                for th in p.threads():
+                    per_thread[(p.pid, th.id)] = th.user_time + th.system_time
+                    names[(p.pid, th.id)] = name
+            except Exception:   # the process ended between listing and reading
+                pass
+        rec = {"cpu_pct": None, "top_thread_pct": None, "top_thread": None}
+        if self.t is not None and now > self.t:
+            dt = now - self.t
+            # a process or thread new since the last sample counts from 0 (its whole time is recent)
+            rec["cpu_pct"] = 100.0 * sum(max(0.0, v - self.procs.get(k, 0.0)) for k, v in per_proc.items()) / dt
+            deltas = {k: max(0.0, v - self.threads.get(k, 0.0)) for k, v in per_thread.items()}
+            if deltas:
+                top = max(deltas, key=deltas.get)
+                rec["top_thread_pct"] = 100.0 * deltas[top] / dt
+                rec["top_thread"] = f"{top[0]}/{top[1]} {names[top]}"
+        self.t, self.procs, self.threads = now, per_proc, per_thread
+        return rec
 
 
 def count_lines(path):
@@ -145,6 +184,7 @@ def main(argv=None) -> int:
         handle = nv.nvmlDeviceGetHandleByIndex(0)
     except Exception:
         nv, handle = None, None
+    cpu = HostCpu()
     with open(args.out, "w") as out:
         while psutil.pid_exists(args.pid):
             procs = tree(psutil, args.pid)
@@ -153,7 +193,7 @@ def main(argv=None) -> int:
             mb, fallback = host_mb(procs)
             rec = {"t": time.time(), "lines": count_lines(args.metrics), "host_pss_mb": mb,
                    "host_rss_fallback": fallback, "procs": len(procs),
-                   "gpu_util": None, "gpu_mem_mb": None, "gpu_proc_mem_mb": None}
+                   "gpu_util": None, "gpu_mem_mb": None, "gpu_proc_mem_mb": None, **cpu.sample(procs)}
             if handle is not None:
                 try:
                     rec["gpu_util"] = nv.nvmlDeviceGetUtilizationRates(handle).gpu

@@ -170,6 +170,12 @@ def summarize(run: Path):
     t1 = next((m["t"] for m in mon if m.get("lines", 0) >= len(recs)), None)
     util = [m["gpu_util"] for m in mon if m.get("gpu_util") is not None and t0 and t1 and t0 <= m["t"] <= t1]
     s["gpu_util"] = st.mean(util) if util else None
+    window = [m for m in mon if m.get("cpu_pct") is not None and t0 and t1 and t0 <= m["t"] <= t1]
+    if window:  # the host's side of the window: the tree's cores, and the busiest thread (which one, most often)
+        s["host_cpu_pct"] = st.mean(m["cpu_pct"] for m in window)
+        s["top_thread_pct"] = st.median(m["top_thread_pct"] for m in window if m.get("top_thread_pct") is not None)
+        names = [m["top_thread"] for m in window if m.get("top_thread")]
+        s["top_thread"] = max(set(names), key=names.count) if names else None
     # FLOPs per sample of what this run trains
     if launch.get("model_config"):
         text = None
@@ -285,6 +291,10 @@ def main(argv=None) -> int:
             notes.append(f"- {r['name']}: {stop_words(r)}.")
         if r.get("flops_note"):
             notes.append(f"- {r['name']}: {r['flops_note']}; FLOPs/sample computed at that length.")
+        if r.get("host_cpu_pct") is not None:
+            notes.append(f"- {r['name']}: host CPU over the steady window: the process tree {r['host_cpu_pct']:.0f}% of "
+                         f"one core (mean), its busiest thread {r['top_thread_pct']:.0f}% (median; most often "
+                         f"{r.get('top_thread')}).")
         if r.get("cache_drop"):
             notes.append(f"- {r['name']}: page cache before the run: {r['cache_drop']}.")
         if r.get("exit") not in (0, None) and "error" in r:

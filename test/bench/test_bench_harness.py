@@ -125,8 +125,17 @@ def write_run(root: Path, name: str, trainer: str, sps, step_ms, extra=None, lau
 def test_the_report_takes_the_wall_clock_window_the_data_ready_pace_ratios_and_the_split(tmp_path):
     res = tmp_path / "results"
     # LeRobot: steps 1-2 are warm-up; steps 3-5 take 3200 + 2667 + 2900 ms for 3 x 32 samples
+    cpu = [{"cpu_pct": None, "top_thread_pct": None, "top_thread": None},
+           {"cpu_pct": 400.0, "top_thread_pct": 100.0, "top_thread": "9/12 pt_data_worker"},   # before the window
+           {"cpu_pct": 100.0, "top_thread_pct": 95.0, "top_thread": "7/7 python3"},
+           {"cpu_pct": 200.0, "top_thread_pct": 100.0, "top_thread": "7/7 python3"}]
+    mon = [{"t": 101.0, "lines": 0, "host_pss_mb": 10.0, "gpu_util": 10, "gpu_mem_mb": 700.0, "gpu_proc_mem_mb": None},
+           {"t": 103.5, "lines": 1, "host_pss_mb": 30.0, "gpu_util": 50, "gpu_mem_mb": 2500.0, "gpu_proc_mem_mb": None},
+           {"t": 104.0, "lines": 3, "host_pss_mb": 20.0, "gpu_util": 90, "gpu_mem_mb": 2600.0, "gpu_proc_mem_mb": None},
+           {"t": 105.0, "lines": 5, "host_pss_mb": 20.0, "gpu_util": 70, "gpu_mem_mb": 2550.0, "gpu_proc_mem_mb": None}]
     write_run(res, "a.lerobot", "lerobot", [1, 2, 10, 12, 11], [3200, 1600, 3200, 2667, 2900],
-              extra={"preprocess_ms": 4.0, "fwd_bwd_ms": 2000.0, "optimizer_ms": 500.0, "seq_len": 80})
+              extra={"preprocess_ms": 4.0, "fwd_bwd_ms": 2000.0, "optimizer_ms": 500.0, "seq_len": 80},
+              monitor=[{**m, **c} for m, c in zip(mon, cpu)])
     # the reference's optimized mode: steps 3-5 take 800 + 727 + 667 ms
     write_run(res, "b.ref-opt", "ref-opt", [1, 1, 40, 44, 48], [800, 800, 800, 727, 667])
     (res / "b.ref-opt" / "phases.jsonl").write_text("".join(json.dumps({"step": s, "fwd_bwd_ms": 600.0 + s,
@@ -170,7 +179,13 @@ def test_the_report_takes_the_wall_clock_window_the_data_ready_pace_ratios_and_t
     assert a["first_step_s"] == pytest.approx(3.5)
     assert a["gpu_peak_mb"] == pytest.approx(2100.0) and a["host_peak_mb"] == 30.0
     assert a["gpu_util"] == pytest.approx(80.0)   # samples from step 3 (lines > warm) to the last step
+    # the host side of the same window: the tree's mean CPU, the busiest thread's median and its most frequent name
+    assert a["host_cpu_pct"] == pytest.approx(150.0) and a["top_thread_pct"] == pytest.approx(97.5)
+    assert a["top_thread"] == "7/7 python3"
     table = (out / "headline.md").read_text()
+    assert ("a.lerobot: host CPU over the steady window: the process tree 150% of one core (mean), its busiest "
+            "thread 98% (median; most often 7/7 python3)") in table
+    assert "b.ref-opt: host CPU" not in table   # no CPU samples, no note
     assert "H100 dense bf16 989 TFLOP/s" in table and "| a.lerobot | 11.0 | 11.0 (3) | 0 |" in table
     assert "data-bound" not in table
 
@@ -250,6 +265,31 @@ def test_the_monitor_stops_a_running_trainer_at_k_steady_steps(tmp_path):
     assert last["exited"] and last["stop"] == "steady" and last["steady_steps"] >= 6
     steps = [json.loads(x)["step"] for x in metrics.read_text().splitlines()]
     assert 9 <= max(steps) < 40, max(steps)   # stopped soon after step 3 + 6, long before 400
+
+
+def test_the_monitor_names_the_busiest_thread_of_a_run_held_on_the_host(tmp_path):
+    py = monitor_python()
+    metrics, out = tmp_path / "metrics.jsonl", tmp_path / "monitor.jsonl"
+    # a stand-in whose main thread spins between steps (a step held on the host) beside a thread that sleeps
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import json, threading, time\n"
+        "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+        f"f = open({str(metrics)!r}, 'w')\n"
+        "for s in range(1, 31):\n"
+        "    end = time.time() + 0.05\n"
+        "    while time.time() < end:\n"
+        "        pass\n"
+        "    f.write(json.dumps({'step': s}) + '\\n'); f.flush()\n")])
+    mon = subprocess.Popen([py, str(BENCH / "monitor.py"), "--pid", str(child.pid), "--metrics", str(metrics),
+                            "--out", str(out), "--interval", "0.1"])
+    assert child.wait(timeout=60) == 0 and mon.wait(timeout=30) == 0
+    samples = [json.loads(x) for x in out.read_text().splitlines()]
+    assert samples[0]["cpu_pct"] is None   # no interval yet
+    busy = [m for m in samples[1:] if m.get("top_thread_pct") is not None]
+    assert busy, samples
+    # the spinning main thread (tid = pid) is the busiest; on a loaded 2-core machine it gets at least a share
+    assert max(m["top_thread_pct"] for m in busy) > 40 and max(m["cpu_pct"] for m in busy) > 40
+    assert all(m["top_thread"].startswith(f"{child.pid}/{child.pid} ") for m in busy if m["top_thread_pct"] > 40)
 
 
 def test_the_monitor_kills_a_trainer_that_would_checkpoint_on_sigterm(tmp_path):
