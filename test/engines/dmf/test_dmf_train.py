@@ -90,31 +90,38 @@ def test_a_model_whose_result_depends_on_the_slot_is_refused_with_its_reason(tmp
 
 @pytest.fixture(scope="module")
 def varied(tmp_path_factory):
-    """What the compiled-step cases share: the varied copy of the dataset (texts of 6, 6, 6, 6 and 14 tokens), the
-    settings (micro-batch 2 with accumulation 2; LOONGFORGE_TEST_DEVICE=cuda: fp32 with CUDA graphs required, 12
+    """What the compiled-step cases share: the varied copy of the dataset (texts of 6, 6, 6, 6 and 14 tokens), a
+    shallower n16-tiny, the settings (micro-batch 2 with accumulation 2; LOONGFORGE_TEST_DEVICE=cuda: fp32 with CUDA graphs required, 12
     steps), one package cache, and the TorchScript step's run with the whole slot that both compare with."""
     gpu = os.environ.get("LOONGFORGE_TEST_DEVICE", "cpu") == "cuda"
     root = tmp_path_factory.mktemp("varied")
+    # n16-tiny with fewer layers (1 ViT, 1 LM, 2 DiT: 1136 graph nodes against 1823), which DMF's cut does not
+    # depend on: each CPU package compiles in about 35 s instead of 50 on the 2-core machine
+    model = root / "n16-tiny-shallow.pt"
+    subprocess.run([sys.executable, str(REPO / "scripts/model/export.py"), "--config", "n16-tiny", "--out", str(model),
+                    "--set", "vit_layers=1", "--set", "llm_layers=1", "--set", "dit_layers=2"], check=True,
+                   env=dict(os.environ, PYTHONPATH=str(REPO / "scripts")), stdout=subprocess.DEVNULL)
     common = (f"data.path={varied_texts_dataset(DATA, root / 'data')}", "trainer.micro_batch_size=2",
               "trainer.gradient_accumulation_steps=2")
     if gpu:
         common += ("run.device=cuda", "precision.mode=fp32", "trainer.cuda_graphs=on")
     steps, tol = (12, 1e-4) if gpu else (6, 1e-5)
-    off = train(root / "off", *common, "dmf.enable=false", "trainer.compiled_step=off", steps=steps)
+    off = train(root / "off", *common, "dmf.enable=false", "trainer.compiled_step=off", model=model, steps=steps)
     assert off.returncode == 0, off.stderr[-3000:]
-    return dict(gpu=gpu, common=common, steps=steps, tol=tol, cache=root / "cache", off=metrics(root / "off"))
+    return dict(gpu=gpu, common=common, steps=steps, tol=tol, cache=root / "cache", off=metrics(root / "off"),
+                model=model)
 
 
 def test_with_the_compiled_step_dmf_takes_one_width_and_the_package_is_compiled_for_it(tmp_path, varied):
     """One width by default (dmf.package_buckets 1): the dataset's longest text, 14 tokens, for every micro-batch."""
     sets = varied["common"] + ("dmf.enable=true", "trainer.compiled_step=on", f"trainer.compile_cache={varied['cache']}")
-    prep = train(tmp_path / "prep", *sets, extra=["--compile-only"])
+    prep = train(tmp_path / "prep", *sets, model=varied["model"], extra=["--compile-only"])
     assert prep.returncode == 0, prep.stderr[-3000:]
     prepared = re.findall(r"(/\S+\.pt2)\b", prep.stdout)  # "compiled PATH in ..." or "already prepared: PATH"
     assert len(prepared) == 1 and "package 1 of" not in prep.stdout, prep.stdout  # one package
     package = Path(prepared[0])
     assert package.is_file() and "--text-width 14 " in package.with_suffix(".log").read_text()
-    on = train(tmp_path / "on", *sets, steps=varied["steps"])
+    on = train(tmp_path / "on", *sets, model=varied["model"], steps=varied["steps"])
     assert on.returncode == 0, on.stderr[-3000:]
     assert "DMF: the text slot of 32 tokens is cut to 14 (one width: the compiled step's package takes one)" in on.stderr
     s = json.loads((tmp_path / "on" / "n16-tiny-demo" / "summary.json").read_text())
@@ -135,14 +142,14 @@ def test_with_two_package_buckets_each_text_width_trains_through_its_own_package
     gpu, steps, tol, cache = varied["gpu"], varied["steps"], varied["tol"], varied["cache"]
     sets = varied["common"] + ("dmf.enable=true", "dmf.package_buckets=2", "trainer.compiled_step=on",
                                f"trainer.compile_cache={cache}")
-    prep = train(tmp_path / "prep", *sets, extra=["--compile-only"])
+    prep = train(tmp_path / "prep", *sets, model=varied["model"], extra=["--compile-only"])
     assert prep.returncode == 0, prep.stderr[-3000:]
     packages = sorted(cache.glob("*.pt2"))
     assert len(packages) == 2
     assert "(text width 6, package 1 of 2)" in prep.stdout and "(text width 14, package 2 of 2)" in prep.stdout
     logs = " ".join(p.with_suffix(".log").read_text() for p in packages)
     assert "--text-width 6 " in logs and "--text-width 14 " in logs
-    on = train(tmp_path / "on", *sets, steps=steps)
+    on = train(tmp_path / "on", *sets, model=varied["model"], steps=steps)
     assert on.returncode == 0, on.stderr[-3000:]
     assert ("DMF: the text slot of 32 tokens is cut to 6, 14 by each micro-batch's longest text (the compiled step: "
             "a package for each width)") in on.stderr
