@@ -14,7 +14,7 @@ Until process PID exits, every --interval seconds it appends one JSON line:
                       % of one core (user + system; null on the first sample)
     top_thread_pct    the same for the busiest single thread of the tree (a step held on the host by one
                       Python thread shows near 100 here while the GPU idles), and top_thread its
-                      "pid/tid name"
+                      "pid/tid name" (the thread's own name where Linux gives it, else its process's)
     gpu_util          NVML's utilisation of GPU 0 (% of the sample period a kernel ran)
     gpu_mem_mb        GPU 0's used memory (all processes; the report subtracts the idle value)
     gpu_proc_mem_mb   the memory NVML attributes to the tree's processes (None if NVML cannot
@@ -64,6 +64,15 @@ def host_mb(procs):
     return total / 2**20, fallback
 
 
+def thread_name(pid, tid):
+    """The thread's own name (Linux: /proc/PID/task/TID/comm, e.g. a DataLoader's or PyTorch's worker), or None."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/comm") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
 class HostCpu:
     """CPU use of a process tree between two samples: the tree's total and its busiest thread's."""
 
@@ -93,7 +102,7 @@ class HostCpu:
             if deltas:
                 top = max(deltas, key=deltas.get)
                 rec["top_thread_pct"] = 100.0 * deltas[top] / dt
-                rec["top_thread"] = f"{top[0]}/{top[1]} {names[top]}"
+                rec["top_thread"] = f"{top[0]}/{top[1]} {thread_name(*top) or names[top]}"
         self.t, self.procs, self.threads = now, per_proc, per_thread
         return rec
 
