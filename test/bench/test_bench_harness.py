@@ -245,70 +245,55 @@ def monitor_python() -> str:
     pytest.fail(f"no Python with psutil: {sys.executable} lacks it; run scripts/setup.sh (scripts/requirements-test.txt)")
 
 
-def test_the_monitor_stops_a_running_trainer_at_k_steady_steps(tmp_path):
-    py = monitor_python()
+def monitored(tmp_path, prologue, step, *monitor_args, steps=400):
+    """A stand-in trainer (python -c: `prologue`, then for each step `step`'s lines and one metrics record) and
+    monitor.py on it with `monitor_args`; both waited for -> (the stand-in's exit code, its metrics records, the
+    monitor's samples)."""
     metrics, out = tmp_path / "metrics.jsonl", tmp_path / "monitor.jsonl"
-    # a stand-in trainer: one step record every 50 ms, for at most 400 steps; it notes the SIGTERM it gets
-    child = subprocess.Popen([sys.executable, "-c", (
-        "import json, signal, sys, time\n"
-        "got = []\n"
-        "signal.signal(signal.SIGTERM, lambda *a: got.append(1))\n"
-        f"f = open({str(metrics)!r}, 'w')\n"
-        "for s in range(1, 401):\n"
-        "    f.write(json.dumps({'step': s}) + '\\n'); f.flush(); time.sleep(0.05)\n"
-        "    if got:\n"
-        "        sys.exit(7)\n")])
-    mon = subprocess.Popen([py, str(BENCH / "monitor.py"), "--pid", str(child.pid), "--metrics", str(metrics),
-                            "--out", str(out), "--interval", "0.05", "--warm", "3", "--steady", "6"])
-    assert child.wait(timeout=60) == 7 and mon.wait(timeout=30) == 0
-    last = json.loads(out.read_text().splitlines()[-1])
+    code = (f"import json, signal, sys, threading, time\n{prologue}f = open({str(metrics)!r}, 'w')\n"
+            f"for s in range(1, {steps + 1}):\n" + "".join(f"    {line}\n" for line in step.splitlines()) +
+            "    f.write(json.dumps({'step': s}) + '\\n'); f.flush()\n")
+    child = subprocess.Popen([sys.executable, "-c", code])
+    mon = subprocess.Popen([monitor_python(), str(BENCH / "monitor.py"), "--pid", str(child.pid), "--metrics",
+                            str(metrics), "--out", str(out), *monitor_args])
+    rc = child.wait(timeout=60)
+    assert mon.wait(timeout=30) == 0
+    return (rc, child.pid, [json.loads(x)["step"] for x in metrics.read_text().splitlines()],
+            [json.loads(x) for x in out.read_text().splitlines()])
+
+
+def test_the_monitor_stops_a_running_trainer_at_k_steady_steps(tmp_path):
+    # a stand-in trainer: one step record every 50 ms, for at most 400 steps; it ends (7) on the SIGTERM it gets
+    rc, _, steps, samples = monitored(tmp_path, "got = []\nsignal.signal(signal.SIGTERM, lambda *a: got.append(1))\n",
+                                      "time.sleep(0.05)\nif got:\n    sys.exit(7)",
+                                      "--interval", "0.05", "--warm", "3", "--steady", "6")
+    assert rc == 7
+    last = samples[-1]
     assert last["exited"] and last["stop"] == "steady" and last["steady_steps"] >= 6
-    steps = [json.loads(x)["step"] for x in metrics.read_text().splitlines()]
     assert 9 <= max(steps) < 40, max(steps)   # stopped soon after step 3 + 6, long before 400
 
 
 def test_the_monitor_names_the_busiest_thread_of_a_run_held_on_the_host(tmp_path):
-    py = monitor_python()
-    metrics, out = tmp_path / "metrics.jsonl", tmp_path / "monitor.jsonl"
     # a stand-in whose main thread spins between steps (a step held on the host) beside a thread that sleeps
-    child = subprocess.Popen([sys.executable, "-c", (
-        "import json, threading, time\n"
-        "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
-        f"f = open({str(metrics)!r}, 'w')\n"
-        "for s in range(1, 31):\n"
-        "    end = time.time() + 0.05\n"
-        "    while time.time() < end:\n"
-        "        pass\n"
-        "    f.write(json.dumps({'step': s}) + '\\n'); f.flush()\n")])
-    mon = subprocess.Popen([py, str(BENCH / "monitor.py"), "--pid", str(child.pid), "--metrics", str(metrics),
-                            "--out", str(out), "--interval", "0.1"])
-    assert child.wait(timeout=60) == 0 and mon.wait(timeout=30) == 0
-    samples = [json.loads(x) for x in out.read_text().splitlines()]
+    rc, pid, _, samples = monitored(tmp_path, "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n",
+                                    "end = time.time() + 0.05\nwhile time.time() < end:\n    pass",
+                                    "--interval", "0.1", steps=30)
+    assert rc == 0
     assert samples[0]["cpu_pct"] is None   # no interval yet
     busy = [m for m in samples[1:] if m.get("top_thread_pct") is not None]
     assert busy, samples
     # the spinning main thread (tid = pid) is the busiest; on a loaded 2-core machine it gets at least a share
     assert max(m["top_thread_pct"] for m in busy) > 40 and max(m["cpu_pct"] for m in busy) > 40
-    assert all(m["top_thread"].startswith(f"{child.pid}/{child.pid} ") for m in busy if m["top_thread_pct"] > 40)
+    assert all(m["top_thread"].startswith(f"{pid}/{pid} ") for m in busy if m["top_thread_pct"] > 40)
 
 
 def test_the_monitor_kills_a_trainer_that_would_checkpoint_on_sigterm(tmp_path):
-    py = monitor_python()
-    metrics, out = tmp_path / "metrics.jsonl", tmp_path / "monitor.jsonl"
     # a stand-in that, like loongforge-train, does not end on SIGTERM (it would checkpoint first)
-    child = subprocess.Popen([sys.executable, "-c", (
-        "import json, signal, time\n"
-        "signal.signal(signal.SIGTERM, lambda *a: None)\n"
-        f"f = open({str(metrics)!r}, 'w')\n"
-        "for s in range(1, 401):\n"
-        "    f.write(json.dumps({'step': s}) + '\\n'); f.flush(); time.sleep(0.05)\n")])
-    mon = subprocess.Popen([py, str(BENCH / "monitor.py"), "--pid", str(child.pid), "--metrics", str(metrics),
-                            "--out", str(out), "--interval", "0.05", "--warm", "2", "--steady", "4",
-                            "--stop-signal", "KILL"])
-    assert child.wait(timeout=60) == -9 and mon.wait(timeout=30) == 0
-    last = json.loads(out.read_text().splitlines()[-1])
-    assert last["stop"] == "steady" and last["steady_steps"] >= 4
-    assert max(json.loads(x)["step"] for x in metrics.read_text().splitlines()) < 40
+    rc, _, steps, samples = monitored(tmp_path, "signal.signal(signal.SIGTERM, lambda *a: None)\n", "time.sleep(0.05)",
+                                      "--interval", "0.05", "--warm", "2", "--steady", "4", "--stop-signal", "KILL")
+    assert rc == -9
+    assert samples[-1]["stop"] == "steady" and samples[-1]["steady_steps"] >= 4
+    assert max(steps) < 40
 
 
 # 4. make_dataset.py sizes LeRobot's v3.0 video files by the dataset's own bytes per second of video.

@@ -2,7 +2,7 @@
 (issue #43 item 3): the compiled step's package is compiled once on a machine into the package cache
 (trainer.compile_cache) and reused by later runs.
 
-Proved on the CPU with n16-tiny (a shallower export of it: shallow_model) (trainer.compiled_step=on: auto, the default, is off on the CPU). The suite form
+Proved on the CPU with a shallower export of n16-tiny (trainer.compiled_step=on: auto, the default, is off on the CPU). The suite form
 compiles once (the module fixture `first`) and every assertion reuses it:
 - a first run with on compiles the package: `status` shows phase "compiling" with the compiler's stage line
   and the elapsed time; a `--compile-only` started meanwhile waits on the entry's lock and then finds the
@@ -41,26 +41,12 @@ from trainer_harness import model_with_other_code, status  # noqa: E402
 TRAIN = os.environ.get("LOONGFORGE_TRAIN", str(REPO / "build/src/daemon/loongforge-train"))
 DATA = os.environ.get("LOONGFORGE_TEST_DATASET", str(REPO / "build/test-data/robot_sim.PickNPlace.lf"))
 MODELS = Path(os.environ.get("LOONGFORGE_TEST_MODELS", str(REPO / "build/test-models")))
+SHALLOW = MODELS / "n16-tiny-shallow.pt"  # n16-tiny with fewer layers (ctest fixture tiny_model): a faster CPU compile
 MICRO = 2
 STEPS = 4
 
 
-def shallow_model():
-    """n16-tiny with fewer layers (1 ViT, 1 LM, 2 DiT: 1136 graph nodes against 1823), exported once into the
-    scratch folder (under a name of its own, then renamed): what the cache does not depend on, and its CPU
-    package compiles in about 35 s instead of 50 on the 2-core machine."""
-    out = MODELS / "n16-tiny-shallow.pt"
-    if not out.exists():
-        part = out.with_name(f"{out.stem}.{os.getpid()}.part.pt")
-        subprocess.run([sys.executable, str(REPO / "scripts/model/export.py"), "--config", "n16-tiny", "--out", str(part),
-                        "--set", "vit_layers=1", "--set", "llm_layers=1", "--set", "dit_layers=2"], check=True,
-                       env=dict(os.environ, PYTHONPATH=str(REPO / "scripts")), stdout=subprocess.DEVNULL)
-        os.replace(part, out)
-    return out
-
-
-def command(cache, run_root, *sets, model=None, micro=MICRO, compile_only=False):
-    model = model or shallow_model()
+def command(cache, run_root, *sets, model=SHALLOW, micro=MICRO, compile_only=False):
     cmd = [TRAIN, "--config", str(REPO / "configs/n16-tiny.yaml"), "--set", f"model.path={model}",
            "--set", f"data.path={DATA}", "--set", f"run.output_dir={run_root}", "--set", "run.device=cpu",
            "--set", "trainer.compiled_step=on", "--set", f"trainer.compile_cache={cache}",

@@ -95,12 +95,7 @@ def varied(tmp_path_factory):
     steps), one package cache, and the TorchScript step's run with the whole slot that both compare with."""
     gpu = os.environ.get("LOONGFORGE_TEST_DEVICE", "cpu") == "cuda"
     root = tmp_path_factory.mktemp("varied")
-    # n16-tiny with fewer layers (1 ViT, 1 LM, 2 DiT: 1136 graph nodes against 1823), which DMF's cut does not
-    # depend on: each CPU package compiles in about 35 s instead of 50 on the 2-core machine
-    model = root / "n16-tiny-shallow.pt"
-    subprocess.run([sys.executable, str(REPO / "scripts/model/export.py"), "--config", "n16-tiny", "--out", str(model),
-                    "--set", "vit_layers=1", "--set", "llm_layers=1", "--set", "dit_layers=2"], check=True,
-                   env=dict(os.environ, PYTHONPATH=str(REPO / "scripts")), stdout=subprocess.DEVNULL)
+    model = MODEL.with_name("n16-tiny-shallow.pt")  # fewer layers (ctest fixture tiny_model): faster CPU compiles
     common = (f"data.path={varied_texts_dataset(DATA, root / 'data')}", "trainer.micro_batch_size=2",
               "trainer.gradient_accumulation_steps=2")
     if gpu:
