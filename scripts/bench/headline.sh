@@ -50,7 +50,8 @@
 #   PART="lf report"         ~9 min  the compiled step into the package cache first (--compile-only: 452 s for
 #                                    gr00t-n1.7-3b with dropout on an H200; a hit, ~10 s, on a warm machine
 #                                    that has it), then lf (16 s to the first step, 30 steady steps in ~4 s)
-#   PART="ref report"        ~3 min  ref-opt (first step 118 s on session 44's run; 480 s cap), the table
+#   PART="ref report"        ~8 min  ref-opt (torch.compile's first step 118-283 s before, none within 243 s in
+#                                    session 57 with dropout on: give it a call of its own; 480 s cap), the table
 # so about 20 minutes with a compile (session 57: 19 min, ref-opt cut short); FTS="default full", CODECS="av1 h264" or more MODELS multiply the run parts: run
 # them as further calls (MODELS=gr00t-n1.6-3b PART="ref lf" ...). LeRobot's trainer runs only for
 # gr00t-n1.7-* models (it has no N1.6 or n16 policy).
