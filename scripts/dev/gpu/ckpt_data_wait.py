@@ -9,7 +9,8 @@ write submitted after step S overlaps the steps after S until their summed wall 
 checkpoint_stall_ms) reaches its Y seconds; a write the run ended before (killed after its last step)
 overlaps every step after S. Prints, for the steps inside writes and for those outside (after step
 50), the steps, the summed step time, the summed data wait and its share of step time, and the
-median data wait; the same for --baseline (a run without checkpoints), steps after 50.
+median data wait, and the median step time (step_ms: a step's own time, not the stall of a write's
+staging); the same for --baseline (a run without checkpoints), steps after 50.
 """
 import argparse
 import json
@@ -41,12 +42,13 @@ def share(recs):
     wall = sum(r["step_ms"] + r.get("checkpoint_stall_ms", 0.0) for r in recs)
     wait = sum(r["data_wait_ms"] for r in recs)
     med = statistics.median(r["data_wait_ms"] for r in recs) if recs else 0.0
-    return len(recs), wall, wait, (wait / wall if wall else 0.0), med
+    step = statistics.median(r["step_ms"] for r in recs) if recs else 0.0
+    return len(recs), wall, wait, (wait / wall if wall else 0.0), med, step
 
 
 def row(name, recs):
-    n, wall, wait, frac, med = share(recs)
-    print(f"{name:34s} {n:6d} {wall / 1000:9.2f} {wait:10.1f} {frac * 100:7.2f}% {med:9.2f}")
+    n, wall, wait, frac, med, step = share(recs)
+    print(f"{name:34s} {n:6d} {wall / 1000:9.2f} {wait:10.1f} {frac * 100:7.2f}% {med:9.2f} {step:9.2f}")
 
 
 def main() -> int:
@@ -74,7 +76,7 @@ def main() -> int:
     for s in submitted:
         mb, sec = done.get(s, (None, None))
         print(f"write after step {s}: " + (f"{mb:.1f} MB in {sec:.1f} s" if sec is not None else "not finished by the end"))
-    print(f"{'steps':34s} {'n':>6s} {'wall s':>9s} {'wait ms':>10s} {'share':>8s} {'median ms':>9s}")
+    print(f"{'steps':34s} {'n':>6s} {'wall s':>9s} {'wait ms':>10s} {'share':>8s} {'median ms':>9s} {'step ms':>9s}")
     row(f"{args.run}: inside a write", [r for r in recs if r["step"] in inside])
     row(f"{args.run}: outside (after step 50)", [r for r in recs if r["step"] > 50 and r["step"] not in inside])
     if args.baseline:

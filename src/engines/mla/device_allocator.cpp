@@ -5,6 +5,9 @@
 
 #include <algorithm>  // std::max, std::sort
 #include <chrono>     // std::chrono::steady_clock
+#include <cstdlib>    // std::getenv
+#include <sstream>    // std::stringstream
+#include <stdexcept>  // std::invalid_argument, std::logic_error
 #include <string>     // std::string
 
 #include <c10/cuda/CUDAException.h>       // C10_CUDA_CHECK
@@ -143,7 +146,33 @@ nlohmann::json pool_json(const PoolStats& s) {
 
 }  // namespace
 
+// Note [Diagnosing the virtual pools]
+// ------------------------------------
+// For the NaN of Note [Virtual pools], the environment variable
+// LOONGFORGE_MLA_DEBUG (a comma-separated list; a developer's switch, not a
+// config key: no run should set it) turns on:
+//  - poison: every block handed out outside a capture is filled with 0xFF
+//    bytes (NaN in fp32 and bf16) on its stream first, so a kernel that reads
+//    memory it did not write shows up as a NaN with any pool layout;
+//  - keep_pages: reclaim() gives nothing back (a request that needs it then
+//    fails as out of memory), to tell giving pages back from backing them.
+// Always on: after each reclaim, every allocated block of a virtual pool must
+// lie on backed pages (check_backed), and each reclaim is logged with the
+// step it happened in.
 DeviceAllocator::DeviceAllocator(DeviceOptions options, int device) : options_(std::move(options)), device_(device) {
+  if (const char* d = std::getenv("LOONGFORGE_MLA_DEBUG")) {
+    std::stringstream list(d);
+    for (std::string item; std::getline(list, item, ',');) {
+      if (item == "poison")
+        poison_ = true;
+      else if (item == "keep_pages")
+        keep_pages_ = true;
+      else if (!item.empty())
+        throw std::invalid_argument("LOONGFORGE_MLA_DEBUG: unknown item '" + item + "' (poison, keep_pages)");
+    }
+    LF_LOG(logger("mla"), warn) << "MLA: diagnostics on (LOONGFORGE_MLA_DEBUG=" << d
+                                << "): not for training runs (Note [Diagnosing the virtual pools])";
+  }
   for (size_t c = 0; c < pools_.size(); ++c)
     pools_[c] =
         std::make_unique<Pool>(PoolOptions{}, [this, c](StreamId s) { return record_event(pools_[c].get(), s); });
@@ -215,6 +244,10 @@ void* DeviceAllocator::allocate_locked(size_t bytes, cudaStream_t stream) {
   }
   const Category c = category_of(memory::current_lifetime());
   if (const uint64_t a = allocate_in(c, bytes, stream)) {
+    if (poison_ && !capturing()) {  // Note [Diagnosing the virtual pools]
+      c10::cuda::CUDAStreamCaptureModeGuard relaxed(cudaStreamCaptureModeRelaxed);
+      C10_CUDA_CHECK(cudaMemsetAsync(reinterpret_cast<void*>(a), 0xFF, bytes, stream));
+    }
     Where w;
     w.category = static_cast<uint8_t>(c);
     if (c == Category::kPersistent) {
@@ -343,6 +376,7 @@ std::vector<std::pair<uint64_t, uint64_t>> DeviceAllocator::free_runs(Category c
 }
 
 bool DeviceAllocator::reclaim() {
+  if (keep_pages_) return false;  // Note [Diagnosing the virtual pools]
   bool any = false;
   for (const auto& v : virtual_) any = any || (v && v->mapped_bytes() > 0);
   if (!any) return false;
@@ -356,9 +390,25 @@ bool DeviceAllocator::reclaim() {
       for (const auto& [addr, len] : free_runs(static_cast<Category>(c))) bytes += virtual_[c]->unmap_inside(addr, len);
   if (bytes == 0) return false;
   ++reclaims_, reclaimed_bytes_ += bytes;
-  LF_LOG(logger("mla"), debug) << "MLA: gave back " << format_bytes(bytes) << " under free blocks (reclaim "
-                               << reclaims_ << ")";
+  check_backed("after giving pages back");
+  LF_LOG(logger("mla"), info) << "MLA: gave back " << format_bytes(bytes) << " under free blocks (reclaim "
+                              << reclaims_ << ", during step " << steps_done_ + 1 << ")";
   return true;
+}
+
+void DeviceAllocator::check_backed(const char* when) const {
+  for (size_t c = 0; c < virtual_.size(); ++c) {
+    const VirtualRange* v = virtual_[c].get();
+    if (v == nullptr) continue;
+    for (const BlockInfo& b : pools_[c]->blocks()) {
+      if (b.state != BlockInfo::State::kAllocated) continue;
+      if (const uint64_t n = v->unbacked_touched(b.addr, b.bytes))
+        throw std::logic_error("MLA: " + std::string(when) + ", an allocated block of the " +
+                               pool_name(static_cast<Category>(c)) + " at offset " +
+                               std::to_string(b.addr - v->base()) + " (" + format_bytes(b.bytes) + ") lies on " +
+                               std::to_string(n) + " page(s) without memory: a bug of MLA's virtual pools");
+    }
+  }
 }
 
 PoolStats DeviceAllocator::physical_stats(Category c) {

@@ -107,6 +107,9 @@ class DeviceAllocator {
   void poll_events();
   void synchronize_events();
   bool capturing() const { return !captures_.empty(); }
+  // Note [Diagnosing the virtual pools]: throws when an allocated block of a virtual pool has a page
+  // that is not backed.
+  void check_backed(const char* when) const;
   std::array<uint64_t, kCategoryCount> in_use_by_category();
   void note_peak();
 
@@ -117,6 +120,7 @@ class DeviceAllocator {
   std::array<bool, kCategoryCount> fixed_{};  // an arena of a set size: it does not grow
   std::array<std::unique_ptr<VirtualRange>, kCategoryCount> virtual_{};  // Note [Virtual pools]
   int virtual_supported_ = -1;                                           // -1: not asked yet
+  bool poison_ = false, keep_pages_ = false;  // Note [Diagnosing the virtual pools]: LOONGFORGE_MLA_DEBUG
   uint64_t reclaims_ = 0, reclaimed_bytes_ = 0;
   std::unordered_map<uintptr_t, Where> where_;
   std::map<MempoolKey, GraphPool> graphs_;

@@ -167,6 +167,14 @@ uint64_t VirtualRange::mapped_inside(uint64_t addr, uint64_t bytes) const {
   return n * granule_;
 }
 
+uint64_t VirtualRange::unbacked_touched(uint64_t addr, uint64_t bytes) const {
+  if (bytes == 0 || addr < base_ || addr + bytes > base_ + bytes_) return 0;
+  uint64_t n = 0;
+  for (uint64_t i = (addr - base_) / granule_, last = (addr + bytes - 1 - base_) / granule_; i <= last; ++i)
+    n += handles_[i] == 0;
+  return n;
+}
+
 uint64_t VirtualRange::unmap_inside(uint64_t addr, uint64_t bytes) {
   const Driver& d = driver();
   const auto [first, end] = granules_inside(addr, bytes);

@@ -48,6 +48,8 @@ class VirtualRange {
   uint64_t unmap_inside(uint64_t addr, uint64_t bytes);
   // Bytes of backed granules entirely inside [addr, addr + bytes) (what unmap_inside would give back).
   uint64_t mapped_inside(uint64_t addr, uint64_t bytes) const;
+  // Granules that [addr, addr + bytes) touches and that are not backed (0: all backed).
+  uint64_t unbacked_touched(uint64_t addr, uint64_t bytes) const;
 
  private:
   // The granules [first, end) lying wholly inside [addr, addr + bytes) and the range.

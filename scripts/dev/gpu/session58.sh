@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Session 58 on one H100/H200 (carry .gpu-carry: scripts/dev/gpu/prepare_carry.sh), in parts, each within
+# LIMIT s (default 585) of its start:
+#   PART=mla (a fresh machine): build-gpu/ and gr00t-n1.7-3b's full fine-tuning export (/dev/shm, kept for the
+#     other parts), then issue #47's NaN of MLA's virtual pools (Note [Virtual pools]; Note [Diagnosing the
+#     virtual pools] in src/engines/mla/device_allocator.cpp), each a scripts/bench/mla_compare.sh run of
+#     STEPS (8) steps, full fine-tuning, bf16, trainer.cuda_graphs=off (nothing is captured: the NaN of
+#     session 56 came at step 3, before any capture), logs under $OUT/eN/:
+#       e1  virtual pools, micro-batch 64                               (session 56's NaN again, reclaims logged)
+#       e2  MLA on cudaMalloc'd ranges, micro-batch 48, every block filled with NaN bytes when handed out
+#           (LOONGFORGE_MLA_DEBUG=poison): does any kernel read memory it did not write?
+#       e3  virtual pools, micro-batch 64, no page given back (LOONGFORGE_MLA_DEBUG=keep_pages)
+#       e4  virtual pools, micro-batch 48 (less pressure)
+#       e5  virtual pools, micro-batch 64, poison
+#   PART=ckpt (the same warm machine, after PART=mla): issue #45 on the GPU host:
+#     - scripts/bench/checkpoint.sh (GB=8 THREADS=8 STAGING_MB=4096 REPEAT=1) on /dev/shm and on the
+#       machine's disk (build-gpu/): the storage's plain write against the checkpoint writer;
+#     - gr00t-n1.7-3b full fine-tuning (micro-batch 16, TorchScript step as CUDA graphs, its output on the
+#       disk): SIGTERM after step PREEMPT_AT (20); the preemption save's time from the signal until durable
+#       (<run>/preemption.json) and the process's peak host memory;
+#     - the same model trained CKPT_STEPS (330) steps with a checkpoint every CKPT_EVERY (100) steps
+#       written in the background to the disk: step time inside the writes against outside them
+#       (scripts/dev/gpu/ckpt_data_wait.py).
+#   PART=tests (the same machine): `ctest -L gpu -LE long` in the time left.
+#     PART=mla bash scripts/dev/gpu/session58.sh; then PART=ckpt ...; then PART=tests ...
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh" session58-${PART:-mla}
+LIMIT=${LIMIT:-585}
+PART=${PART:-mla}
+left() { echo $(( LIMIT - ($(date +%s) - t0) )); }
+full=/dev/shm/mlac-gr00t-n1.7-3b-full.pt
+cfg=configs/bench/n16-1b-h200.yaml
+train_bin=build-gpu/src/daemon/loongforge-train
+stamp "environment: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1), $(nproc) cores, commit $(git rev-parse --short HEAD 2>/dev/null)"
+
+mla_experiment() {  # mla_experiment NAME MB MLA_SETS DEBUG: one mla_compare.sh run, its own STATE and OUT
+  local name=$1 mb=$2 sets=$3 debug=$4 budget
+  budget=$(( $(left) - 5 ))
+  [ "$budget" -gt 80 ] || { echo "$name: not run, $(left) s left"; return 0; }
+  stamp "$name: micro-batch $mb, MLA_SETS='$sets', LOONGFORGE_MLA_DEBUG='$debug' ($budget s)"
+  env ${debug:+LOONGFORGE_MLA_DEBUG=$debug} OUT="$OUT/$name" STATE=/tmp/mla-$name FRESH=1 BUILD=0 \
+    MODELS=gr00t-n1.7-3b MB_LADDER_gr00t_n1_7_3b="$mb" ALLOCATORS=mla GRAPHS=off BITWISE=0 STEPS=${STEPS:-8} \
+    WARMUP=3 RUN_MIN=60 RUN_LIMIT=200 LIMIT="$budget" MLA_SETS="$sets" bash scripts/bench/mla_compare.sh \
+    | grep -vE "^== \[" | tail -25
+  # Per step: the loss, and MLA's reclaims and re-backed pages; the log's MLA and error lines.
+  local run; run=$(ls -d /tmp/mla-$name/runs/*/mla-mb$mb 2>/dev/null | head -1)
+  [ -n "$run" ] || return 0
+  python3 - "$run/run/metrics.jsonl" <<'PY'
+import json, sys
+try:
+    recs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+except OSError as e:
+    print(f"no metrics: {e}"); sys.exit(0)
+for r in recs:
+    print(f"  step {r.get('step')}: loss {r.get('loss')}, grad_norm {r.get('grad_norm')}, "
+          f"MLA reserved {r.get('mla_reserved_mb', '-')} MB, pages or ranges after step 1 "
+          f"{r.get('mla_cuda_malloc_after_step_1', '-')}")
+PY
+  grep -E "MLA|NaN|nan|rror|Traceback|terminate" "$run/train.log" | grep -v "^\s*$" | head -30 | cut -c1-400
+}
+
+case $PART in
+mla)
+  stamp "build, and beside it the export (as mla_compare.sh names it, so that it finds it)"
+  if [ ! -f $full ]; then
+    (PYTHONPATH=scripts timeout 400 python3 scripts/model/export.py --config gr00t-n1.7-3b --set tune_visual=true \
+       --set tune_llm=true --out $full.tmp > "$OUT/export.log" 2>&1 && mv $full.tmp $full) &
+    export_pid=$!
+  fi
+  bash scripts/dev/gpu/build.sh || exit 1
+  stamp "built"
+  [ -n "${export_pid:-}" ] && wait $export_pid
+  ls -la $full || { echo "no export: $(tail -5 "$OUT/export.log")"; exit 1; }
+  mla_experiment e1 64 "mla.virtual_memory=true" ""
+  mla_experiment e2 48 "" "poison"
+  mla_experiment e3 64 "mla.virtual_memory=true" "keep_pages"
+  mla_experiment e4 48 "mla.virtual_memory=true" ""
+  mla_experiment e5 64 "mla.virtual_memory=true" "poison"
+  ;;
+ckpt)
+  [ -x $train_bin ] && [ -f $full ] || { echo "run PART=mla first on this machine (build-gpu/ and $full)"; exit 1; }
+  ninja -C build-gpu bench_checkpoint > /dev/null || exit 1
+  stamp "checkpoint.sh: /dev/shm and the disk (build-gpu/)"
+  GB=8 THREADS=8 STAGING_MB=4096 REPEAT=1 BUILD=build-gpu timeout $(( $(left) - 200 )) \
+    bash scripts/bench/checkpoint.sh /dev/shm/lf-bench-ckpt "$PWD/build-gpu/bench-ckpt" 2>&1 | tail -30
+  df -h /dev/shm "$PWD/build-gpu" | cat
+  h=$(PYTHONPATH=scripts python3 -c "from model.config import get_config; print(get_config('gr00t-n1.7-3b').action_horizon)")
+  common=(--config $cfg --set model.path=$full --set trainer.micro_batch_size=16 --set data.action_horizon=$h
+          --set trainer.compiled_step=off --set logging.progress=lines --set logging.interval_steps=1
+          --set run.name=run)
+  stamp "preemption save: gr00t-n1.7-3b full fine-tuning, SIGTERM after step ${PREEMPT_AT:=20}"
+  d=$PWD/build-gpu/preempt; rm -rf "$d"; mkdir -p "$d"
+  /usr/bin/time -v $train_bin "${common[@]}" --set run.output_dir="$d" --set trainer.max_steps=100000 \
+    --set checkpoint.interval_steps=1000000 --set checkpoint.preempt_lead_s=30 > "$d/train.log" 2> "$d/time.log" &
+  pid=$!
+  for _ in $(seq 240); do
+    n=$(grep -c '"samples_per_s"' "$d/run/metrics.jsonl" 2>/dev/null); [ "${n:-0}" -ge $PREEMPT_AT ] && break
+    kill -0 $pid 2>/dev/null || break; sleep 0.5
+  done
+  pkill -TERM -f "^$train_bin .*$d"
+  timeout 150 tail --pid=$pid -f /dev/null; wait $pid; echo "exit $?"
+  grep -E "preemption save|lead time|rror" "$d/train.log" | tail -5 | cut -c1-500
+  cat "$d/run/preemption.json" 2>/dev/null
+  grep -E "Maximum resident|Elapsed" "$d/time.log"
+  du -sh "$d/run/checkpoints"/* 2>/dev/null
+  rm -rf "$d"
+  stamp "step time during background writes: ${CKPT_STEPS:=330} steps, a checkpoint every ${CKPT_EVERY:=100}"
+  d=$PWD/build-gpu/ckptrun; rm -rf "$d"; mkdir -p "$d"
+  $train_bin "${common[@]}" --set run.output_dir="$d" --set trainer.max_steps=$CKPT_STEPS \
+    --set checkpoint.interval_steps=$CKPT_EVERY --set checkpoint.keep_last=1 > "$d/train.log" 2>&1 &
+  pid=$!
+  end=$(( $(date +%s) + $(left) - 20 ))
+  while kill -0 $pid 2>/dev/null && [ "$(date +%s)" -lt $end ]; do
+    n=$(grep -c '"samples_per_s"' "$d/run/metrics.jsonl" 2>/dev/null); [ "${n:-0}" -ge $CKPT_STEPS ] && break
+    sleep 0.5
+  done
+  kill -KILL $pid 2>/dev/null; wait $pid 2>/dev/null
+  cp "$d/train.log" "$OUT/ckptrun.log"; cp "$d/run/metrics.jsonl" "$OUT/ckptrun_metrics.jsonl"
+  grep -E "checkpoint .*MB in" "$d/train.log" | cut -c1-300
+  python3 scripts/dev/gpu/ckpt_data_wait.py "$OUT" ckptrun
+  rm -rf "$d"
+  ;;
+tests)
+  bash scripts/dev/gpu/build.sh || exit 1
+  gpu_tests_in_time_left "$LIMIT"
+  ;;
+*) echo "PART: mla, ckpt or tests"; exit 2 ;;
+esac
+stamp "done"
