@@ -103,8 +103,8 @@ ckpt)
   grep -E "Maximum resident|Elapsed" "$d/time.log"
   du -sh "$d/run/checkpoints"/* 2>/dev/null
   rm -rf "$d"
-  stamp "step time during background writes: ${CKPT_STEPS:=330} steps, a checkpoint every ${CKPT_EVERY:=100}"
-  d=$PWD/build-gpu/ckptrun; rm -rf "$d"; mkdir -p "$d"
+  stamp "step time during background writes: ${CKPT_STEPS:=290} steps, a checkpoint every ${CKPT_EVERY:=150}"
+  d=$PWD/build-gpu/ckptrun; rm -rf "$d"; mkdir -p "$d"; df -h "$PWD/build-gpu" | tail -1
   $train_bin "${common[@]}" --set run.output_dir="$d" --set trainer.max_steps=$CKPT_STEPS \
     --set checkpoint.interval_steps=$CKPT_EVERY --set checkpoint.keep_last=1 > "$d/train.log" 2>&1 &
   pid=$!
