@@ -42,7 +42,8 @@
 # so that a capture that runs out of memory ends the run instead of training eagerly), MLA_SETS (more
 # --set for the MLA runs, space separated: "mla.global_pool_gb=60"; "mla.virtual_memory=true" for the experimental
 # virtual pools), BITWISE (1), BITWISE_MODEL (n16-1b),
-# BITWISE_MB, BITWISE_STEPS, BITWISE_MIN (150), BUILD (1), STATE, FRESH; EXTRA_SETS (key=value for every run)
+# BITWISE_MB, BITWISE_STEPS, BITWISE_MIN (150), BUILD (1), STATE, FRESH, BALLAST_PID (a process holding device
+# memory on purpose, which the wait for an idle GPU between runs ignores); EXTRA_SETS (key=value for every run)
 # and TRAIN_BIN (the trainer, default build-gpu's) let the script's logic be tried on a CPU, with a stand-in
 # nvidia-smi first in PATH (one that prints a number every 0.5 s for -lms and nothing for compute-apps):
 #   BUILD=0 TRAIN_BIN=build/src/daemon/loongforge-train GRAPHS=off ALLOCATORS="caching expandable" BITWISE=0
@@ -128,9 +129,10 @@ elif [ ! -x "$train_bin" ]; then
 fi
 stamp "built"
 
-wait_gpu_idle() {  # a killed trainer's device memory is freed once the driver has reaped it
+wait_gpu_idle() {  # a killed trainer's device memory is freed once the driver has reaped it (BALLAST_PID's is not)
   for _ in $(seq 60); do
-    [ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null)" ] && return 0; sleep 1
+    [ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | grep -vxF "${BALLAST_PID:-none}")" ] \
+      && return 0; sleep 1
   done
   echo "warning: the GPU still has a process after 60 s: $(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader)"
 }

@@ -5,7 +5,8 @@
 #     other parts), then issue #47's NaN of MLA's virtual pools (Note [Virtual pools]; Note [Diagnosing the
 #     virtual pools] in src/engines/mla/device_allocator.cpp), each a scripts/bench/mla_compare.sh run of
 #     STEPS (8) steps, full fine-tuning, bf16, trainer.cuda_graphs=off (nothing is captured: the NaN of
-#     session 56 came at step 3, before any capture), logs under $OUT/eN/:
+#     session 56 came at step 3, before any capture), on a device of DEVICE_MIB (81559, an H100's; a larger
+#     device has the rest held by a ballast process), logs under $OUT/eN/:
 #       e1  virtual pools, micro-batch 64                               (session 56's NaN again, reclaims logged)
 #       e2  MLA on cudaMalloc'd ranges, micro-batch 48, every block filled with NaN bytes when handed out
 #           (LOONGFORGE_MLA_DEBUG=poison): does any kernel read memory it did not write?
@@ -59,6 +60,27 @@ PY
   grep -E "MLA|NaN|nan|rror|Traceback|terminate" "$run/train.log" | grep -v "^\s*$" | head -30 | cut -c1-400
 }
 
+# ballast_to MIB: a process holding all but MIB of the device's memory (an H200 made an 80 GB H100 for
+# the allocator: the NaN came under memory pressure on an H100), its pid in $BALLAST_PID; none on a
+# device with MIB or less.
+ballast_to() {
+  local total; total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+  BALLAST_PID=""
+  [ "$total" -gt $(( $1 + 1024 )) ] || { echo "no ballast: the device has $total MiB"; return 0; }
+  python3 - "$(( total - $1 ))" > "$OUT/ballast.log" 2>&1 <<'PY' &
+import sys, time, torch
+mib = int(sys.argv[1])
+free_before = torch.cuda.mem_get_info()[0] >> 20
+x = torch.empty(mib << 20, dtype=torch.uint8, device="cuda")
+print(f"ballast: {mib} MiB held, the device had {free_before} MiB free, now {torch.cuda.mem_get_info()[0] >> 20}", flush=True)
+time.sleep(100000)
+PY
+  BALLAST_PID=$!
+  for _ in $(seq 60); do grep -q "held" "$OUT/ballast.log" && break; sleep 0.5; done
+  cat "$OUT/ballast.log"
+  export BALLAST_PID
+}
+
 case $PART in
 mla)
   stamp "build, and beside it the export (as mla_compare.sh names it, so that it finds it)"
@@ -71,11 +93,13 @@ mla)
   stamp "built"
   [ -n "${export_pid:-}" ] && wait $export_pid
   ls -la $full || { echo "no export: $(tail -5 "$OUT/export.log")"; exit 1; }
+  ballast_to ${DEVICE_MIB:-81559}  # an H100 80GB HBM3's memory.total
   mla_experiment e1 64 "mla.virtual_memory=true" ""
   mla_experiment e2 48 "" "poison"
   mla_experiment e3 64 "mla.virtual_memory=true" "keep_pages"
   mla_experiment e4 48 "mla.virtual_memory=true" ""
   mla_experiment e5 64 "mla.virtual_memory=true" "poison"
+  [ -n "$BALLAST_PID" ] && kill $BALLAST_PID
   ;;
 ckpt)
   [ -x $train_bin ] && [ -f $full ] || { echo "run PART=mla first on this machine (build-gpu/ and $full)"; exit 1; }
