@@ -76,6 +76,7 @@ print(f"ballast: {mib} MiB held, the device had {free_before} MiB free, now {tor
 time.sleep(100000)
 PY
   BALLAST_PID=$!
+  trap 'kill $BALLAST_PID 2>/dev/null' EXIT  # never left holding memory for the next call
   for _ in $(seq 60); do grep -q "held" "$OUT/ballast.log" && break; sleep 0.5; done
   cat "$OUT/ballast.log"
   export BALLAST_PID
