@@ -53,10 +53,6 @@ void install(const config::Config& cfg, c10::Device device) {
   o.segment_bytes = static_cast<uint64_t>(cfg.mla.segment_mb) << 20;
   o.fallback_cudamalloc = cfg.mla.fallback_cudamalloc;
   o.virtual_memory = cfg.mla.virtual_memory;
-  if (o.virtual_memory && cfg.origin.count("mla.segment_mb"))
-    LF_LOG(logger("mla"), warn) << cfg.origin.at("mla.segment_mb")
-                                << ": mla.segment_mb is used only where a pool cannot sit on a virtual range "
-                                   "(mla.virtual_memory=false, or a device without virtual memory management)";
   o.keys.micro_batch_size = cfg.trainer.micro_batch_size;
   o.keys.gradient_accumulation_steps = cfg.trainer.gradient_accumulation_steps;
   o.keys.precision_mode = cfg.precision.mode == "auto" ? "bf16" : cfg.precision.mode;  // auto: bf16 on GPUs

@@ -6,6 +6,8 @@ machine's `ctest -L gpu`; passed on an H100 on 2026-12-06).
   MLA made no cudaMalloc after step 1; its statistics are sane (persistent
   bytes held, every category within what is reserved, fragmentation in
   [0, 1], allocation time per step recorded).
+- The same with the pools on virtual ranges (mla.virtual_memory=true): bit for
+  bit, and no page backed after step 1.
 - `loongforge mla-stats` and `status` answer MLA's statistics while it trains,
   the persistent bytes under the trainer's labels ("model", ...).
 - A persistent arena too small for the model stops the run with MLA's
@@ -57,6 +59,18 @@ def test_mla_trains_to_the_caching_allocators_losses_bit_for_bit_with_no_cudamal
     assert 0 <= last["mla_fragmentation"] <= 1
     assert last["mla_persistent_mb"] + last["mla_activation_mb"] + last["mla_other_mb"] <= last["mla_reserved_mb"]
     assert all(r["mla_alloc_ms"] >= 0 for r in got) and any(r["mla_alloc_ms"] > 0 for r in got)
+
+
+def test_mla_on_virtual_ranges_trains_bit_for_bit_and_backs_no_page_after_step_1(tmp_path):
+    # Note [Backing a segment at a time]: with memory to spare, the blocks of later steps land on pages
+    # backed during step 1.
+    plain = train(tmp_path / "plain")
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    mla = train(tmp_path / "mla", "mla.enable=true", "mla.virtual_memory=true")
+    assert mla.returncode == 0, mla.stderr[-3000:]
+    want, got = records(tmp_path / "plain"), records(tmp_path / "mla")
+    assert [(r["step"], r["loss"], r["grad_norm"]) for r in got] == [(r["step"], r["loss"], r["grad_norm"]) for r in want]
+    assert got[-1]["mla_cuda_malloc_after_step_1"] == 0
 
 
 def test_mla_stats_and_status_answer_while_it_trains(tmp_path):
