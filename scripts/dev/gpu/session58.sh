@@ -19,10 +19,9 @@
 #     - gr00t-n1.7-3b full fine-tuning (micro-batch 16, TorchScript step as CUDA graphs, its output on the
 #       disk): SIGTERM after step PREEMPT_AT (20); the preemption save's time from the signal until durable
 #       (<run>/preemption.json) and the process's peak host memory;
-#     - the same model trained CKPT_STEPS (290) steps with a checkpoint every CKPT_EVERY (150) steps (one write:
-#       two 37.7 GB checkpoints would not fit the 64 GB disk)
-#       written in the background to the disk: step time inside the writes against outside them
-#       (scripts/dev/gpu/ckpt_data_wait.py).
+#     - the same model trained CKPT_STEPS (290) steps with a checkpoint every CKPT_EVERY (150) steps written
+#       in the background to the disk (one write: two 37.7 GB checkpoints would not fit the 64 GB disk):
+#       step time inside the write against outside it (scripts/dev/gpu/ckpt_data_wait.py).
 #   PART=tests (the same machine): `ctest -L gpu -LE long` in the time left.
 #     PART=mla bash scripts/dev/gpu/session58.sh; then PART=ckpt ...; then PART=tests ...
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" session58-${PART:-mla}
