@@ -24,13 +24,19 @@
 #       step time inside the write against outside it (scripts/dev/gpu/ckpt_data_wait.py).
 #   PART=tests (the same machine): `ctest -L gpu -LE long` in the time left.
 #     PART=mla bash scripts/dev/gpu/session58.sh; then PART=ckpt ...; then PART=tests ...
+# PART=ckpt's logic can be tried on the CPU (a small model, the CPU build):
+#   PART=ckpt BUILD_DIR=build HMODEL=n16-tiny CFG=configs/n16-tiny.yaml FULL=build/test-models/n16-tiny.pt PREEMPT_AT=5 CKPT_STEPS=40
+#   CKPT_EVERY=20 EXTRA_SETS="run.device=cpu precision.mode=fp32 data.path=build/datasets/robot_sim.PickNPlace.lf
+#   trainer.micro_batch_size=4" GB=1 PYTHON=$(cat build/python-path) bash scripts/dev/gpu/session58.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" session58-${PART:-mla}
 LIMIT=${LIMIT:-585}
 PART=${PART:-mla}
 left() { echo $(( LIMIT - ($(date +%s) - t0) )); }
-full=/dev/shm/mlac-gr00t-n1.7-3b-full.pt
-cfg=configs/bench/n16-1b-h200.yaml
-train_bin=build-gpu/src/daemon/loongforge-train
+full=${FULL:-/dev/shm/mlac-gr00t-n1.7-3b-full.pt}
+cfg=${CFG:-configs/bench/n16-1b-h200.yaml}
+build=${BUILD_DIR:-build-gpu}
+train_bin=$build/src/daemon/loongforge-train
+extra=(); for kv in ${EXTRA_SETS:-}; do extra+=(--set "$kv"); done
 stamp "environment: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1), $(nproc) cores, commit $(git rev-parse --short HEAD 2>/dev/null)"
 
 mla_experiment() {  # mla_experiment NAME MB MLA_SETS DEBUG: one mla_compare.sh run, its own STATE and OUT
@@ -103,17 +109,18 @@ mla)
   ;;
 ckpt)
   [ -x $train_bin ] && [ -f $full ] || { echo "run PART=mla first on this machine (build-gpu/ and $full)"; exit 1; }
-  ninja -C build-gpu bench_checkpoint > /dev/null || exit 1
+  ninja -C $build bench_checkpoint > /dev/null || exit 1
   stamp "checkpoint.sh: /dev/shm and the disk (build-gpu/)"
-  GB=8 THREADS=8 STAGING_MB=4096 REPEAT=1 BUILD=build-gpu timeout $(( $(left) - 200 )) \
-    bash scripts/bench/checkpoint.sh /dev/shm/lf-bench-ckpt "$PWD/build-gpu/bench-ckpt" 2>&1 | tail -30
-  df -h /dev/shm "$PWD/build-gpu" | cat
-  h=$(PYTHONPATH=scripts python3 -c "from model.config import get_config; print(get_config('gr00t-n1.7-3b').action_horizon)")
-  common=(--config $cfg --set model.path=$full --set trainer.micro_batch_size=16 --set data.action_horizon=$h
+  GB=${GB:-8} THREADS=8 STAGING_MB=4096 REPEAT=1 BUILD=$build timeout $(( $(left) - 200 )) \
+    bash scripts/bench/checkpoint.sh /dev/shm/lf-bench-ckpt "$PWD/$build/bench-ckpt" 2>&1 | tail -30
+  df -h /dev/shm "$PWD/$build" | cat
+  h=$(PYTHONPATH=scripts ${PYTHON:-python3} -c "from model.config import get_config; print(get_config('${HMODEL:-gr00t-n1.7-3b}').action_horizon)")
+  common=(--config $cfg --set model.path=$full --set trainer.micro_batch_size=16 --set data.action_horizon=$h ${extra[@]+"${extra[@]}"}
           --set trainer.compiled_step=off --set logging.progress=lines --set logging.interval_steps=1
           --set run.name=run)
-  stamp "preemption save: gr00t-n1.7-3b full fine-tuning, SIGTERM after step ${PREEMPT_AT:=20}"
-  d=$PWD/build-gpu/preempt; rm -rf "$d"; mkdir -p "$d"
+  [ -n "$h" ] || { echo "no action horizon for ${HMODEL:-gr00t-n1.7-3b}"; exit 1; }
+  stamp "preemption save: $full, SIGTERM after step ${PREEMPT_AT:=20}"
+  d=$PWD/$build/preempt; rm -rf "$d"; mkdir -p "$d"
   /usr/bin/time -v $train_bin "${common[@]}" --set run.output_dir="$d" --set trainer.max_steps=100000 \
     --set checkpoint.interval_steps=1000000 --set checkpoint.preempt_lead_s=30 > "$d/train.log" 2> "$d/time.log" &
   pid=$!
@@ -123,13 +130,13 @@ ckpt)
   done
   pkill -TERM -f "^$train_bin .*$d"
   timeout 150 tail --pid=$pid -f /dev/null; wait $pid; echo "exit $?"
-  grep -E "preemption save|lead time|rror" "$d/train.log" | tail -5 | cut -c1-500
+  grep -hE "preemption save|lead time|rror" "$d/train.log" "$d/time.log" | tail -5 | cut -c1-500  # the log is on stderr, beside time -v
   cat "$d/run/preemption.json" 2>/dev/null
   grep -E "Maximum resident|Elapsed" "$d/time.log"
   du -sh "$d/run/checkpoints"/* 2>/dev/null
   rm -rf "$d"
   stamp "step time during background writes: ${CKPT_STEPS:=290} steps, a checkpoint every ${CKPT_EVERY:=150}"
-  d=$PWD/build-gpu/ckptrun; rm -rf "$d"; mkdir -p "$d"; df -h "$PWD/build-gpu" | tail -1
+  d=$PWD/$build/ckptrun; rm -rf "$d"; mkdir -p "$d"; df -h "$PWD/$build" | tail -1
   $train_bin "${common[@]}" --set run.output_dir="$d" --set trainer.max_steps=$CKPT_STEPS \
     --set checkpoint.interval_steps=$CKPT_EVERY --set checkpoint.keep_last=1 > "$d/train.log" 2>&1 &
   pid=$!
@@ -141,7 +148,7 @@ ckpt)
   kill -KILL $pid 2>/dev/null; wait $pid 2>/dev/null
   cp "$d/train.log" "$OUT/ckptrun.log"; cp "$d/run/metrics.jsonl" "$OUT/ckptrun_metrics.jsonl"
   grep -E "checkpoint .*MB in" "$d/train.log" | cut -c1-300
-  python3 scripts/dev/gpu/ckpt_data_wait.py "$OUT" ckptrun
+  ${PYTHON:-python3} scripts/dev/gpu/ckpt_data_wait.py "$OUT" ckptrun
   rm -rf "$d"
   ;;
 tests)
