@@ -7,12 +7,14 @@
 #     STEPS (8) steps, full fine-tuning, bf16, trainer.cuda_graphs=off (nothing is captured: the NaN of
 #     session 56 came at step 3, before any capture), on a device of DEVICE_MIB (81559, an H100's; a larger
 #     device has the rest held by a ballast process), logs under $OUT/eN/:
-#       e1  virtual pools, micro-batch 64                               (session 56's NaN again, reclaims logged)
+#       e1  virtual pools, micro-batch 64, mla.segment_mb=2 (each block's own pages only, as in session 56:
+#           its NaN again, reclaims logged)
 #       e2  MLA on cudaMalloc'd ranges, micro-batch 48, every block filled with NaN bytes when handed out
 #           (LOONGFORGE_MLA_DEBUG=poison): does any kernel read memory it did not write?
-#       e3  virtual pools, micro-batch 64, no page given back (LOONGFORGE_MLA_DEBUG=keep_pages)
-#       e4  virtual pools, micro-batch 48 (less pressure)
-#       e5  virtual pools, micro-batch 64, poison
+#       e3  as e1, no page given back (LOONGFORGE_MLA_DEBUG=keep_pages)
+#       e4  as e1 at micro-batch 48 (less pressure)
+#       e5  as e1 with poison
+#       e6  virtual pools, micro-batch 64, the default segments (Note [Backing a segment at a time])
 #   PART=ckpt (the same warm machine, after PART=mla): issue #45 on the GPU host:
 #     - scripts/bench/checkpoint.sh (GB=8 THREADS=8 STAGING_MB=4096 REPEAT=1) on /dev/shm and on the
 #       machine's disk (build-gpu/): the storage's plain write against the checkpoint writer;
@@ -95,16 +97,24 @@ mla)
        --set tune_llm=true --out $full.tmp > "$OUT/export.log" 2>&1 && mv $full.tmp $full) &
     export_pid=$!
   fi
-  bash scripts/dev/gpu/build.sh || exit 1
+  [ "${BUILD_SKIP:-0}" = 1 ] || bash scripts/dev/gpu/build.sh || exit 1
   stamp "built"
   [ -n "${export_pid:-}" ] && wait $export_pid
   ls -la $full || { echo "no export: $(tail -5 "$OUT/export.log")"; exit 1; }
   ballast_to ${DEVICE_MIB:-81559}  # an H100 80GB HBM3's memory.total
-  mla_experiment e1 64 "mla.virtual_memory=true" ""
-  mla_experiment e2 48 "" "poison"
-  mla_experiment e3 64 "mla.virtual_memory=true" "keep_pages"
-  mla_experiment e4 48 "mla.virtual_memory=true" ""
-  mla_experiment e5 64 "mla.virtual_memory=true" "poison"
+  v56="mla.virtual_memory=true mla.segment_mb=2"  # session 56's backing: a block's own pages
+  # the most telling first: a call cut short (LIMIT) skips the last ones, saying so; PART=mla again on the
+  # same warm machine (BUILD_SKIP=1) runs those named in ONLY
+  for e in ${ONLY:-e1 e2 e5 e3 e6 e4}; do
+    case $e in
+      e1) mla_experiment e1 64 "$v56" "" ;;
+      e2) mla_experiment e2 48 "" "poison" ;;
+      e3) mla_experiment e3 64 "$v56" "keep_pages" ;;
+      e4) mla_experiment e4 48 "$v56" "" ;;
+      e5) mla_experiment e5 64 "$v56" "poison" ;;
+      e6) mla_experiment e6 64 "mla.virtual_memory=true" "" ;;
+    esac
+  done
   [ -n "$BALLAST_PID" ] && kill $BALLAST_PID
   ;;
 ckpt)
