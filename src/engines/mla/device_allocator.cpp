@@ -85,7 +85,20 @@ namespace loongforge::mla {
 // fragmentation there is the granules' slack that free blocks share with
 // allocated ones. Backing a granule counts as a cudaMalloc call
 // (cuda_malloc_calls, and after step 1).
+// Measured on an H100 (session 56): n16-3b full fine-tuning trained at
+// micro-batch 72 as fast as expandable segments (221.3 against 220.9
+// samples/s), but with 487 granules backed after step 1 (the pages given
+// back at each step's peak are backed again); gr00t-n1.7-3b's full
+// fine-tuning at micro-batch 64 gave a NaN loss at step 3 (not understood
+// yet: a page given back under a block that some work still reads would do
+// it; a captured graph reading a freed tensor would not, since step 3 comes
+// before any capture: Note [Diagnosing the virtual pools]); n16-tiny backed
+// 5 granules after step 1 with no memory pressure (each granule was backed on
+// its own, where cudaMalloc'd ranges leave segment_mb of slack: Note [Backing
+// a segment at a time]). Hence off by default.
+
 // Note [Backing a segment at a time]
+// -----------------------------------
 // Backing each block's granules alone backs a new granule whenever a later
 // block reaches past the backed ones, well after step 1 (5 granules on
 // n16-tiny, where cudaMalloc'd ranges leave mla.segment_mb of slack). So when
@@ -93,17 +106,8 @@ namespace loongforge::mla {
 // segments around it, as long as the device keeps at least twice their size
 // free (cudaMemGetInfo: under memory pressure only the block's granules are
 // backed, and nothing is taken that the next request needs). The slack lies
-// under free blocks, so a reclaim gives it back like any other.
-// Measured on an H100 (session 56): n16-3b full fine-tuning trained at
-// micro-batch 72 as fast as expandable segments (221.3 against 220.9
-// samples/s), but with 487 granules backed after step 1 (the pages given
-// back at each step's peak are backed again); gr00t-n1.7-3b's full
-// fine-tuning at micro-batch 64 gave a NaN loss at step 3 (not understood
-// yet: a page given back under a block that some work still reads would do
-// it, and so would a captured graph reading a freed tensor); n16-tiny
-// backed 5 granules after step 1 with no memory pressure (each granule is
-// backed on its own, where cudaMalloc'd ranges leave segment_mb of slack).
-// Hence off by default.
+// under free blocks, so a reclaim gives it back like any other. mla_gpu checks
+// that n16-tiny backs no page after step 1 this way (not yet run on a GPU).
 
 namespace {
 
@@ -166,8 +170,8 @@ nlohmann::json pool_json(const PoolStats& s) {
 //  - keep_pages: reclaim() gives nothing back (a request that needs it then
 //    fails as out of memory), to tell giving pages back from backing them.
 // Always on: after each reclaim, every allocated block of a virtual pool must
-// lie on backed pages (check_backed), and each reclaim is logged with the
-// step it happened in.
+// lie on backed pages (check_backed), and the first 20 reclaims are logged
+// with the step they happened in.
 DeviceAllocator::DeviceAllocator(DeviceOptions options, int device) : options_(std::move(options)), device_(device) {
   if (const char* d = std::getenv("LOONGFORGE_MLA_DEBUG")) {
     std::stringstream list(d);
@@ -412,8 +416,16 @@ bool DeviceAllocator::reclaim() {
   if (bytes == 0) return false;
   ++reclaims_, reclaimed_bytes_ += bytes;
   check_backed("after giving pages back");
-  LF_LOG(logger("mla"), info) << "MLA: gave back " << format_bytes(bytes) << " under free blocks (reclaim "
-                              << reclaims_ << ", during step " << steps_done_ + 1 << ")";
+  // Note [Diagnosing the virtual pools]: the first ones where a run's log shows them, the rest counted
+  // (mla-stats: reclaims) and at debug level.
+  constexpr uint64_t kReclaimsLogged = 20;
+  const std::string what = "MLA: gave back " + format_bytes(bytes) + " under free blocks (reclaim " +
+                           std::to_string(reclaims_) + ", during step " + std::to_string(steps_done_ + 1) +
+                           (reclaims_ == kReclaimsLogged ? "; later ones at debug level" : "") + ")";
+  if (reclaims_ <= kReclaimsLogged)
+    LF_LOG(logger("mla"), info) << what;
+  else
+    LF_LOG(logger("mla"), debug) << what;
   return true;
 }
 
