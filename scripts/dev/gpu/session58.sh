@@ -2,7 +2,7 @@
 # Session 58 on one H100/H200 (carry .gpu-carry: scripts/dev/gpu/prepare_carry.sh), in parts, each within
 # LIMIT s (default 585) of its start:
 #   PART=mla (a fresh machine): build-gpu/ and gr00t-n1.7-3b's full fine-tuning export (/dev/shm, kept for the
-#     other parts), then issue #47's NaN of MLA's virtual pools (Note [Virtual pools]; Note [Diagnosing the
+#     other parts; both by the first experiment's mla_compare.sh), then issue #47's NaN of MLA's virtual pools (Note [Virtual pools]; Note [Diagnosing the
 #     virtual pools] in src/engines/mla/device_allocator.cpp), each a scripts/bench/mla_compare.sh run of
 #     STEPS (8) steps, full fine-tuning, bf16, trainer.cuda_graphs=off (nothing is captured: the NaN of
 #     session 56 came at step 3, before any capture), on a device of DEVICE_MIB (81559, an H100's; a larger
@@ -46,7 +46,7 @@ mla_experiment() {  # mla_experiment NAME MB MLA_SETS DEBUG: one mla_compare.sh 
   budget=$(( $(left) - 5 ))
   [ "$budget" -gt 80 ] || { echo "$name: not run, $(left) s left"; return 0; }
   stamp "$name: micro-batch $mb, MLA_SETS='$sets', LOONGFORGE_MLA_DEBUG='$debug' ($budget s)"
-  env ${debug:+LOONGFORGE_MLA_DEBUG=$debug} OUT="$OUT/$name" STATE=/tmp/mla-$name FRESH=1 BUILD=0 \
+  env ${debug:+LOONGFORGE_MLA_DEBUG=$debug} OUT="$OUT/$name" STATE=/tmp/mla-$name FRESH=1 BUILD=${mla_build:-0} \
     MODELS=gr00t-n1.7-3b MB_LADDER_gr00t_n1_7_3b="$mb" ALLOCATORS=mla GRAPHS=off BITWISE=0 STEPS=${STEPS:-8} \
     WARMUP=3 RUN_MIN=60 RUN_LIMIT=200 LIMIT="$budget" MLA_SETS="$sets" bash scripts/bench/mla_compare.sh \
     | grep -vE "^== \[" | tail -25
@@ -91,20 +91,12 @@ PY
 
 case $PART in
 mla)
-  stamp "build, and beside it the export (as mla_compare.sh names it, so that it finds it)"
-  if [ ! -f $full ]; then
-    (PYTHONPATH=scripts timeout 400 python3 scripts/model/export.py --config gr00t-n1.7-3b --set tune_visual=true \
-       --set tune_llm=true --out $full.tmp > "$OUT/export.log" 2>&1 && mv $full.tmp $full) &
-    export_pid=$!
-  fi
-  [ "${BUILD_SKIP:-0}" = 1 ] || bash scripts/dev/gpu/build.sh || exit 1
-  stamp "built"
-  [ -n "${export_pid:-}" ] && wait $export_pid
-  ls -la $full || { echo "no export: $(tail -5 "$OUT/export.log")"; exit 1; }
   ballast_to ${DEVICE_MIB:-81559}  # an H100 80GB HBM3's memory.total
   v56="mla.virtual_memory=true mla.segment_mb=2"  # session 56's backing: a block's own pages
   # the most telling first: a call cut short (LIMIT) skips the last ones, saying so; PART=mla again on the
-  # same warm machine (BUILD_SKIP=1) runs those named in ONLY
+  # same warm machine (BUILD_SKIP=1) runs those named in ONLY. The first experiment's mla_compare.sh builds
+  # build-gpu/ and exports the model (its part a; the export is kept in /dev/shm for the others and PART=ckpt).
+  mla_build=1; [ "${BUILD_SKIP:-0}" = 1 ] && mla_build=0
   for e in ${ONLY:-e1 e2 e5 e3 e6 e4}; do
     case $e in
       e1) mla_experiment e1 64 "$v56" "" ;;
@@ -114,6 +106,8 @@ mla)
       e5) mla_experiment e5 64 "$v56" "poison" ;;
       e6) mla_experiment e6 64 "mla.virtual_memory=true" "" ;;
     esac
+    [ -x $train_bin ] || { echo "no $train_bin: the build failed ($OUT/$e/build.log)"; exit 1; }
+    mla_build=0
   done
   [ -n "$BALLAST_PID" ] && kill $BALLAST_PID
   ;;
