@@ -5,8 +5,12 @@
 // ProcessGroupNCCL.hpp declares its class only under USE_C10D_NCCL, which
 // src/comm/CMakeLists.txt defines for this file alone. The symbols are in
 // libtorch_cuda.so.
+#include <thread>  // std::this_thread
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #if LOONGFORGE_WITH_NCCL
+#include <ATen/cuda/CUDAContext.h>  // at::cuda::getCurrentCUDAStream
+#include <ATen/cuda/CUDAEvent.h>    // at::cuda::CUDAEvent
 #include <c10/cuda/CUDAFunctions.h>  // c10::cuda::set_device
 #include <c10/cuda/CUDAGuard.h>            // c10::cuda::CUDAGuard
 #include <c10/cuda/CUDAGraphsC10Utils.h>  // c10::cuda::currentStreamCaptureStatusMayInitCtx
@@ -61,6 +65,40 @@ bool stream_capturing(c10::Device device) {
   if (!device.is_cuda()) return false;
   c10::cuda::CUDAGuard on(device);
   return c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None;
+#endif
+}
+
+std::string settle_nccl(c10d::Backend& pg, c10::Device device, std::chrono::milliseconds timeout) {
+#if !LOONGFORGE_WITH_NCCL
+  (void)pg, (void)device, (void)timeout;
+  return "";
+#else
+  c10::cuda::CUDAGuard on(device);
+  at::cuda::CUDAEvent done;  // no timing: the cheapest event to record and query
+  done.record(at::cuda::getCurrentCUDAStream(device.index()));
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  for (int64_t polls = 0;; ++polls) {
+    // The watchdog's findings first: an error (a peer's, or its own timeout) means the results are not whole,
+    // even where the event completed because the watchdog's abort ended the kernels.
+    switch (pg.getError()) {
+      case c10d::ErrorType::SUCCESS: break;
+      case c10d::ErrorType::TIMEOUT: return "NCCL's watchdog timed a collective out";
+      case c10d::ErrorType::REMOTE_ERROR: return "NCCL reported an error on a peer";
+      default: return "NCCL reported a communicator error";
+    }
+    if (done.query()) return "";
+    const auto waited = Clock::now() - t0;
+    if (waited > timeout)
+      return "the device had not finished it after " +
+             std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(waited).count() / 1000.0) +
+             " s (the collective timeout)";
+    // Mostly the device is nearly done: yield for the first ~100 us, then sleep in 50 us steps.
+    if (polls < 200)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
 #endif
 }
 

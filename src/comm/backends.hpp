@@ -28,4 +28,8 @@ c10::intrusive_ptr<c10d::Backend> open_nccl(const c10::intrusive_ptr<c10d::Store
 // and in builds without NCCL (nothing there can be captured).
 bool stream_capturing(c10::Device device);
 
+// Note [Settling a step on NCCL] (world.hpp): waits until `device`'s current stream has run what is queued on
+// it; "" when it has, else why not (the backend's error, or `timeout` passed). Builds without NCCL: "".
+std::string settle_nccl(c10d::Backend& pg, c10::Device device, std::chrono::milliseconds timeout);
+
 }  // namespace loongforge::comm::detail

@@ -262,6 +262,21 @@ void World::abort() {
   }
 }
 
+// Note [Settling a step on NCCL] (world.hpp).
+void World::settle(const std::string& what) {
+  if (!impl_->pg || backend_ != Backend::Nccl) return;
+  std::string why;
+  try {
+    why = detail::settle_nccl(*impl_->pg, device_, impl_->timeout);
+  } catch (const std::exception& e) {
+    why = std::string("waiting for the device failed: ") + e.what();
+  }
+  if (why.empty()) return;
+  abort();
+  throw CommError("rank " + std::to_string(info_.rank) + ": " + what + " did not complete: " + why +
+                  " (a peer died or hung?); this rank's NCCL group was aborted");
+}
+
 void World::set_timeout(int64_t timeout_ms) {
   impl_->timeout = std::chrono::milliseconds(timeout_ms);
   impl_->pg->setTimeout(impl_->timeout);
@@ -413,6 +428,15 @@ SyncStats GradientSync::average(const std::vector<at::Tensor>& params) {
 std::unique_ptr<World> connect_for_training(const WorldInfo& info, c10::Device device, bool may_join) {
   const char* one = std::getenv("LOONGFORGE_TEST_ONE_RANK_WORLD");
   if (info.world_size <= 1 && !(one && std::string(one) == "1")) return nullptr;
+  if (may_join && device.is_cuda()) {  // Note [Settling a step on NCCL]: the watchdog cleans up, the trainer goes on
+    const char* key = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
+    const char* was = std::getenv(key);
+    if (was && std::string(was) != "2")
+      LF_LOG(logger("comm"), warn) << "rank " << info.rank << ": " << key << "=" << was
+                                   << " would end this process when a peer is lost; fault.enable sets it to 2 "
+                                   << "(abort the communicators, keep the process)";
+    ::setenv(key, "2", 1);
+  }
   return World::connect(info, /*timeout_ms=*/300000, device.is_cuda() ? Backend::Nccl : Backend::Gloo, device, may_join);
 }
 

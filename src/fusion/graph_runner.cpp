@@ -35,6 +35,7 @@
 #include "loongforge/fusion/step_runner.hpp"
 
 #include <deque>    // std::deque
+#include <iterator>  // std::next
 #include <map>      // std::map
 #include <sstream>  // std::ostringstream
 #include <stdexcept>  // std::logic_error
@@ -170,6 +171,10 @@ class GraphRunner final : public StepRunner {
 
   bool set_graph_reduction(GraphReduction* r) override {
     if (make_grads_ && r) throw std::logic_error("set_graph_reduction after make_gradients(true)");
+    // A new reduction (fault tolerance's new world) must not replay graphs that hold the old one's
+    // collectives: they are dropped and captured again (after warm-up calls) with the new one.
+    if (r != reduction_)
+      for (auto it = graphs_.begin(); it != graphs_.end();) it = it->second.reduces ? graphs_.erase(it) : std::next(it);
     reduction_ = r;
     return true;
   }

@@ -31,13 +31,34 @@
 // (Note [Re-sharding after a lost rank] below). Not covered yet: GPUs (NCCL),
 // the loss of rank 0 (it serves the rendezvous store). Taking a restarted
 // rank back: Note [Taking a rank back] below.
+//
+// On GPUs (NCCL) three things differ:
+//  - A step's collectives are only queued when step() reaches the update, so
+//    settle_step() waits for the device to have run them, failing the step
+//    with CommError after fault.comm_timeout_s or on the backend's error
+//    (Note [Settling a step on NCCL] in world.hpp): the update of a step
+//    whose reduction broke is never queued, as on Gloo.
+//  - recover() aborts the failed world's communicator first: kernels that
+//    wait for a dead peer return, so the device runs on.
+//  - CUDA graphs that hold the old world's collectives (the reduction
+//    captured into the last micro-batch's graph) are dropped when the new
+//    gradient path sets its reduction (the graph runner's
+//    set_graph_reduction): they are captured again on the new communicator.
+// One GPU runs this path with one rank (test_nccl_gpu, test_fault_gpu:
+// LOONGFORGE_TEST_STALL_AT_STEP); several GPUs have not run it.
 #include <algorithm>  // std::find, std::sort, std::unique
 #include <fstream>    // std::ifstream
 #include <map>        // std::map
+#include <cstdlib>    // std::getenv, std::atoll
 #include <thread>     // std::this_thread
 
 #include <ATen/ATen.h>  // at::cat
 #include <torch/csrc/distributed/c10d/Store.hpp>  // c10d::Store
+#if LOONGFORGE_WITH_CUDA_KERNELS
+#include <ATen/cuda/Sleep.h>           // at::cuda::sleep
+#include <c10/cuda/CUDAException.h>   // C10_CUDA_CHECK
+#include <cuda_runtime_api.h>         // cudaDeviceGetAttribute
+#endif
 
 #include "control_plane.hpp"
 #include "loongforge/common/error.hpp"
@@ -85,7 +106,7 @@ void broadcast_flat(comm::World& world, const std::vector<at::Tensor>& tensors, 
 }
 }  // namespace
 
-// The heartbeat, and what fault tolerance cannot cover yet refused at start.
+// The heartbeat, and the hot-rejoin verb's check.
 void Trainer::Impl::open_fault() {
   fault_ = cfg_.fault.enable;
   job_rank_ = world_info_.rank;
@@ -97,10 +118,6 @@ void Trainer::Impl::open_fault() {
     fault_ = false;
     return;
   }
-  const std::string at = cfg_.origin.count("fault.enable") ? cfg_.origin["fault.enable"] + ": " : "";
-  if (world_->backend() != comm::Backend::Gloo)
-    throw ConfigError(at + "fault.enable: training on after a lost rank works on CPU ranks over Gloo; this job's "
-                           "ranks are GPUs over NCCL, where it is not built yet: set fault.enable=false");
   // A restarted rank beats once it is a member again: until then the others must see its old heartbeat
   // stand still (Note [Regroup]).
   if (!world_->joining()) heartbeat_ = std::make_unique<fault::Heartbeat>(world_info_, job_rank_, cfg_.fault.heartbeat_s);
@@ -113,6 +130,36 @@ void Trainer::Impl::after_first_step() {
   if (!fault_ || comm_timeout_set_) return;
   world_->set_timeout(static_cast<int64_t>(cfg_.fault.comm_timeout_s * 1000));
   comm_timeout_set_ = true;
+}
+
+// Test hook: LOONGFORGE_TEST_STALL_AT_STEP=N fails step N's communication once per process, before the
+// settling: on a GPU the device is kept busy (a spin kernel) for 3 x the collective timeout, so the settling
+// times out and aborts the communicator as for a hung peer; on CPU ranks it raises the CommError a failed
+// Gloo collective raises. One rank can so run the recovery (test/trainer/test_fault_gpu.py and the CPU form).
+void Trainer::Impl::settle_step(int64_t step) {
+  if (!fault_ || !world_) return;
+  static bool stalled = false;
+  const char* v = std::getenv("LOONGFORGE_TEST_STALL_AT_STEP");
+  if (v && !stalled && std::atoll(v) == step) {
+    stalled = true;
+    const double stall_s = 3.0 * static_cast<double>(world_->timeout_ms()) / 1000.0;
+    LF_LOG(logger("trainer"), warn) << "LOONGFORGE_TEST_STALL_AT_STEP: step " << step << "'s communication fails"
+                                    << (device_.is_cuda() ? " (the device is kept busy for " +
+                                                                std::to_string(stall_s) + " s)"
+                                                          : std::string(""));
+#if LOONGFORGE_WITH_CUDA_KERNELS
+    if (device_.is_cuda()) {
+      int khz = 0;
+      C10_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device_.index()));
+      at::cuda::sleep(static_cast<int64_t>(stall_s * khz * 1000.0));
+    }
+#endif
+    if (!device_.is_cuda())
+      throw CommError("rank " + std::to_string(world_info_.rank) + ": step " + std::to_string(step) +
+                      "'s communication failed (injected by LOONGFORGE_TEST_STALL_AT_STEP)");
+  }
+  Phase p(*control_, "settle", step);
+  world_->settle("step " + std::to_string(step) + "'s collectives");
 }
 
 // Step 3 of Note [Training on after a lost rank]: every rank's weights, moments and step counts <- `root`'s.
@@ -341,6 +388,7 @@ int64_t Trainer::Impl::apply_decision(const fault::Decision& d, nlohmann::json& 
   const auto rank = d.rank_of(job_rank_);
   const auto size = static_cast<int64_t>(d.members.size());
   reducer_.reset();  // its hooks and buckets belong to the old world
+  if (graph_reduction_) runner_->set_graph_reduction(nullptr);  // drops the graphs holding the old world's collectives
   graph_reduction_.reset();
   std::unique_ptr<comm::World> next =
       comm::World::regroup(*world_, rank, size, d.generation, static_cast<int64_t>(cfg_.fault.comm_timeout_s * 1000));
@@ -430,6 +478,7 @@ void Trainer::Impl::recover(const CommError& error) {
   const int64_t world_before = world_info_.world_size, rank_before = world_info_.rank;
   LF_LOG(log, warn) << "step " << failed_step << " failed " << into_step_s << " s into the step: " << error.what()
                     << "; regrouping without the lost rank(s) (fault.enable)";
+  world_->abort();  // NCCL: its kernels that wait for a lost peer return (no-op on Gloo)
   // A sharded optimizer's all-gathers of the last update may still be in flight in the failed world
   // (gcts.overlap): waited out, their results unused (Note [Re-sharding after a lost rank]).
   int64_t abandoned = 0;
@@ -539,6 +588,8 @@ void Trainer::Impl::admit(int64_t which) {
   std::sort(taken.begin(), taken.end());
   taken.erase(std::unique(taken.begin(), taken.end()), taken.end());
   const int64_t world_before = world_info_.world_size;
+  // NCCL: nothing of the old group may still run on the device when the new group replaces it.
+  world_->settle("the last step before taking back rank(s) " + ranks_text(taken));
   nlohmann::json event = {{"event", "rejoined"},      {"step", d.step},       {"generation", d.generation},
                           {"rejoined", taken},        {"members", d.members}, {"world_before", world_before},
                           {"world", static_cast<int64_t>(d.members.size())}, {"state_from", d.source}};

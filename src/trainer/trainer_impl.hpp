@@ -95,6 +95,7 @@ struct Trainer::Impl {
   // ---- losing a rank (trainer_fault.cpp, Note [Training on after a lost rank])
   void open_fault();
   void after_first_step();
+  void settle_step(int64_t step);  // Note [Settling a step on NCCL] (world.hpp): before the update
   void recover(const CommError& error);
   void abandon_lost_peer_files(const fault::Decision& d);
   int64_t apply_decision(const fault::Decision& d, nlohmann::json& event);

@@ -119,6 +119,7 @@ void Trainer::Impl::step() {
   }
   if (comm_timer_) comm_timer_->close_step(s + 1);
   if (marking_first_step_) startup_phase("first forward+backward");
+  settle_step(s + 1);  // fault tolerance on NCCL: the step's collectives have completed before its update
 
   double step_loss = 0, grad_norm = 0;
   const double lr = schedule_.lr_at(s);

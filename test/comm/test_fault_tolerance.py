@@ -32,6 +32,10 @@ from trainer_harness import CLI, DATA, MODEL, REPO, TRAIN  # noqa: E402
 COMMON = ["trainer.micro_batch_size=2", "trainer.gradient_accumulation_steps=3", "run.threads=1",
           "run.deterministic=true", "logging.progress=lines", "logging.interval_steps=1",
           "checkpoint.interval_steps=1000000", "control.enable=false"]
+# The drill on GPU ranks (NCCL, one GPU per rank: LOCAL_RANK), for a host with 4 GPUs; not run yet (no
+# multi-GPU machine is lent to the project). The suite runs CPU ranks over Gloo.
+if os.environ.get("LOONGFORGE_TEST_FAULT_DEVICE") == "cuda":
+    COMMON += ["run.device=cuda", "trainer.compiled_step=off"]
 # The timeouts of these tests (small, so that each finishes in seconds).
 COMM_TIMEOUT_S, HEARTBEAT_S, HEARTBEAT_TIMEOUT_S = 8, 0.2, 3
 FAULT = ["fault.enable=true", f"fault.comm_timeout_s={COMM_TIMEOUT_S}", f"fault.heartbeat_s={HEARTBEAT_S}",

@@ -15,9 +15,12 @@
 // (Note [Reduction in the graph]) gives the reduction after backward's
 // gradients for `simple` and `hybrid`, sharded and not; and a world
 // aborted and regrouped (Note [Regrouped worlds]: the NCCL path of fault
-// tolerance that one rank can run) gets a new communicator that works. One
+// tolerance that one rank can run) gets a new communicator that works; and
+// settling (Note [Settling a step on NCCL]) waits for queued work and fails a
+// stalled device at the timeout, aborting the group. One
 // rank is all NCCL allows per GPU; several ranks need the multi-GPU machines
 // (issue #13).
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -26,8 +29,10 @@
 #include <ATen/ATen.h>                    // at::arange
 #include <ATen/CPUGeneratorImpl.h>        // at::CPUGeneratorImpl
 #include <ATen/cuda/CUDAGraph.h>          // at::cuda::CUDAGraph, at::cuda::graph_pool_handle
+#include <ATen/cuda/Sleep.h>              // at::cuda::sleep
 #include <c10/cuda/CUDAGuard.h>           // c10::cuda::CUDAStreamGuard
 #include <c10/cuda/CUDAFunctions.h>       // c10::cuda::device_synchronize
+#include <cuda_runtime_api.h>             // cudaDeviceGetAttribute
 
 #include "catch_compat.hpp"
 #include "engines/gcts/gcts_step.hpp"
@@ -229,4 +234,42 @@ TEST_CASE("comm: on one GPU, an NCCL world aborted and regrouped into the next g
   std::vector<at::Tensor> v = {x.clone()};
   third->allreduce_sum(v);
   REQUIRE(at::equal(v[0].cpu(), x.cpu()));
+}
+
+// Note [Settling a step on NCCL]: settle() returns once the queued work has run; a device kept busy past the
+// timeout fails it with CommError (the group aborted), and the next generation's group works.
+TEST_CASE("comm: on one GPU, settling waits for the queued collectives and fails a stalled device at the timeout") {
+  REQUIRE(backend_built(Backend::Nccl));
+  auto world = one_nccl_rank();
+  const auto cuda = at::TensorOptions().device(world->device()).dtype(at::kFloat);
+  const at::Tensor x = at::arange(1 << 20, cuda);
+  std::vector<at::Tensor> t = {x.clone()};
+  Pending p = world->allreduce_sum_async(t[0]);
+  p.wait();
+  world->settle("an all-reduce");  // returns: nothing failed
+  REQUIRE(at::equal(t[0].cpu(), x.cpu()));
+
+  world->set_timeout(1000);
+  int khz = 0;
+  REQUIRE(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0) == cudaSuccess);
+  at::cuda::sleep(static_cast<int64_t>(4.0 * khz * 1000));  // about 4 s of spinning, queued after the collective
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string what;
+  try {
+    world->settle("a stalled step");
+  } catch (const CommError& e) {
+    what = e.what();
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(what);
+  REQUIRE(what.find("a stalled step did not complete") != std::string::npos);
+  REQUIRE(what.find("NCCL group was aborted") != std::string::npos);
+  REQUIRE(waited >= 0.95);
+  REQUIRE(waited < 3.0);  // the timeout, not the stall's end
+
+  auto next = World::regroup(*world, 0, 1, /*generation=*/1, /*timeout_ms=*/60000);
+  std::vector<at::Tensor> u = {x * 2};
+  next->allreduce_sum(u);
+  next->settle("the next generation's all-reduce");
+  REQUIRE(at::equal(u[0].cpu(), (x * 2).cpu()));
 }

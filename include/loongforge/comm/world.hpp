@@ -128,8 +128,25 @@ class Pending {
 // may still be waiting out a hung collective (it ends at its timeout); an
 // NCCL one is abort()ed first, which ends its communicator's kernels that
 // wait for a dead peer, and the new generation gets a new communicator
-// (test/comm/test_nccl_gpu.cpp on one GPU, not yet run there; the trainer
-// still refuses fault.enable on NCCL: several GPUs have not run it).
+// (test/comm/test_nccl_gpu.cpp on one GPU; several GPUs have not run it).
+//
+// Note [Settling a step on NCCL]
+// A Gloo collective completes on the host, so a dead or hung peer makes the
+// call raise (after the timeout) before anything uses its result. An NCCL
+// collective is only queued: the host runs on, and the update that follows
+// would run on the device with whatever a broken all-reduce left. So with
+// fault tolerance on NCCL the trainer settles each step before its update:
+// settle() records an event on the current stream and polls it (and the
+// process group's error state) from the host until the device has run
+// everything queued so far, the step's collectives included. When the
+// backend reports an error, or the event is not done within the collective
+// timeout (fault.comm_timeout_s after the first step), the group is
+// aborted (its kernels stop waiting for the peer) and CommError names the
+// rank, the work and the cause: the update never ran, as on Gloo. The
+// price is the host's lead over the device at that point (measured:
+// docs/fault-tolerance.md). ProcessGroupNCCL's own watchdog must not end the
+// process first: connect_for_training sets TORCH_NCCL_ASYNC_ERROR_HANDLING=2
+// (clean up, keep the process) for a fault-tolerant job. Gloo: nothing.
 class World {
  public:
   // Ignores SIGPIPE for the whole process (Note [SIGPIPE] in world.cpp: a write to a dead peer's socket
@@ -147,6 +164,10 @@ class World {
   // for a dead peer return; Gloo: nothing, its collectives end at their timeout). Only destruction and
   // regroup() may follow.
   void abort();
+  // Note [Settling a step on NCCL]: returns once the device has run all work queued on the current stream;
+  // CommError (the group aborted) on a backend error or after timeout_ms(). `what` names the work for the
+  // message. Gloo: returns at once.
+  void settle(const std::string& what);
   ~World();
   // The timeout of every later collective and host exchange (fault.comm_timeout_s after the first step).
   void set_timeout(int64_t timeout_ms);
@@ -207,7 +228,10 @@ class GradientSync {
 
 // The trainer's World: nullptr for one rank (nothing to communicate), else
 // connected over NCCL for a GPU rank and Gloo for a CPU one (Note [One
-// interface, two backends]), with the rendezvous timeout of 300 s. Test hook:
+// interface, two backends]), with the rendezvous timeout of 300 s. With
+// `may_join` (fault.enable) on a GPU, TORCH_NCCL_ASYNC_ERROR_HANDLING is set
+// to 2 first (Note [Settling a step on NCCL]; another value set by the user
+// is replaced, with a warning). Test hook:
 // LOONGFORGE_TEST_ONE_RANK_WORLD=1 connects a World at one rank as well, so
 // one GPU runs the multi-rank step's communication (one-rank collectives;
 // test_trainer_gpu).
