@@ -9,6 +9,12 @@
 #     `ctest -L gpu -LE long` in the time left.
 #   PART=ckpt, PART=mla: scripts/dev/gpu/session58.sh's parts (issue #45's checkpoint figures, issue #47's
 #     NaN), on the same warm machine.
+#   PART=settle (after PART=fault: build-gpu/ and the export): settling's price on a real step,
+#     gr00t-n1.7-3b full fine-tuning, micro-batch 16, the TorchScript step (CUDA graphs: auto), GCTS on,
+#     60 steps with fault.enable against without (one-rank world); median samples/s of steps 21-60. Each run
+#     ends with a 37.7 GB checkpoint that /tmp may not hold (exit 4 then): the step figures stand.
+#   PART=nan (after PART=fault): issue #47's NaN against CUDA graphs and MLA's segments: gr00t-n1.7-3b full
+#     fine-tuning through scripts/bench/mla_compare.sh, each case MICRO_BATCH:GRAPHS:DEBUG:MLA_SETS.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh" session59-${PART:-fault}
 LIMIT=${LIMIT:-585}
 PART=${PART:-fault}
@@ -47,9 +53,41 @@ fault)
   [ -n "${export_pid:-}" ] && { wait $export_pid; echo "g17 full export: $(tail -1 "$OUT/export-g17-full.log" | cut -c1-200)"; }
   gpu_tests_in_time_left $(( LIMIT - 10 ))
   ;;
+settle)
+  for mode in off on; do
+    d=/tmp/g17-$mode; rm -rf $d
+    sets=(--set model.path=/dev/shm/mlac-gr00t-n1.7-3b-full.pt --set data.path=.gpu-carry/datasets/robot_sim.PickNPlace.lf
+          --set trainer.max_steps=60 --set trainer.micro_batch_size=16 --set data.action_horizon=40
+          --set trainer.compiled_step=off --set gcts.enable=true --set logging.progress=lines
+          --set logging.interval_steps=1 --set checkpoint.interval_steps=1000000 --set run.output_dir=$d --set run.name=run)
+    [ $mode = on ] && sets+=(--set fault.enable=true)
+    LOONGFORGE_TEST_ONE_RANK_WORLD=1 WORLD_SIZE=1 RANK=0 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((29500 + RANDOM % 1000)) \
+      timeout 150 build-gpu/src/daemon/loongforge-train --config configs/bench/n16-1b-h200.yaml "${sets[@]}" > $d.log 2>&1
+    echo "g17 fault.enable=$mode exit $?"; cp $d/run/metrics.jsonl "$OUT/lf-g17-fault-${mode}_metrics.jsonl"
+  done
+  python3 - <<'PY'
+import json, os, statistics
+for m in ("off", "on"):
+    r = [json.loads(l) for l in open(os.environ["OUT"] + f"/lf-g17-fault-{m}_metrics.jsonl") if '"samples_per_s"' in l]
+    r = [x for x in r if x.get("step", 0) > 20]
+    print(m, len(r), "median samples/s", statistics.median(x["samples_per_s"] for x in r))
+PY
+  ;;
+nan)
+  for v in ${CASES:-"64:on::mla.virtual_memory=true" "64:off::mla.virtual_memory=true" "64:on:poison:mla.virtual_memory=true" \
+                   "64:off:poison:mla.virtual_memory=true" "48:on::mla.virtual_memory=true" \
+                   "64:on::mla.virtual_memory=true mla.segment_mb=2" "64:on::mla.virtual_memory=true mla.segment_mb=8"}; do
+    IFS=: read -r mb g dbg sets <<< "$v"
+    n=$(echo "$v" | tr -c 'a-z0-9' '_')
+    env ${dbg:+LOONGFORGE_MLA_DEBUG=$dbg} OUT="$OUT/$n" STATE=/tmp/mla-$n FRESH=1 BUILD=0 MODELS=gr00t-n1.7-3b \
+      MB_LADDER_gr00t_n1_7_3b=$mb ALLOCATORS=mla GRAPHS=$g BITWISE=0 STEPS=${STEPS:-10} WARMUP=3 RUN_MIN=60 RUN_LIMIT=120 \
+      LIMIT=100 MLA_SETS="$sets" bash scripts/bench/mla_compare.sh > /tmp/nan.log 2>&1
+    echo "mb=$mb graphs=$g debug=$dbg $sets: $(grep -E "mla-mb$mb:" /tmp/nan.log | cut -c1-220)"
+  done
+  ;;
 ckpt|mla)
   LIMIT=$LIMIT bash scripts/dev/gpu/session58.sh
   ;;
-*) echo "PART: fault, ckpt or mla"; exit 2 ;;
+*) echo "PART: fault, ckpt, mla, settle or nan"; exit 2 ;;
 esac
 stamp "done"
