@@ -168,7 +168,15 @@ nlohmann::json pool_json(const PoolStats& s) {
 //    bytes (NaN in fp32 and bf16) on its stream first, so a kernel that reads
 //    memory it did not write shows up as a NaN with any pool layout;
 //  - keep_pages: reclaim() gives nothing back (a request that needs it then
-//    fails as out of memory), to tell giving pages back from backing them.
+//    fails as out of memory), to tell giving pages back from backing them;
+//  - sync: outside a capture the device is made idle (cudaDeviceSynchronize)
+//    before each block is handed out, so no stream's work can still use
+//    memory handed out again; with it a block handed out outside a capture
+//    must also lie on backed pages, or the run stops naming it. A NaN that
+//    goes away under sync is a race on reused memory.
+// What session 59 found with them (docs/mla.md): gr00t-n1.7-3b's NaN at
+// micro-batch 64 needs CUDA graphs and segments above a page; no page was
+// given back in the failing run, and poison changes no loss of eager runs.
 // Always on: after each reclaim, every allocated block of a virtual pool must
 // lie on backed pages (check_backed), and the first 20 reclaims are logged
 // with the step they happened in.
@@ -180,8 +188,10 @@ DeviceAllocator::DeviceAllocator(DeviceOptions options, int device) : options_(s
         poison_ = true;
       else if (item == "keep_pages")
         keep_pages_ = true;
+      else if (item == "sync")
+        sync_ = true;
       else if (!item.empty())
-        throw std::invalid_argument("LOONGFORGE_MLA_DEBUG: unknown item '" + item + "' (poison, keep_pages)");
+        throw std::invalid_argument("LOONGFORGE_MLA_DEBUG: unknown item '" + item + "' (poison, keep_pages, sync)");
     }
     LF_LOG(logger("mla"), warn) << "MLA: diagnostics on (LOONGFORGE_MLA_DEBUG=" << d
                                 << "): not for training runs (Note [Diagnosing the virtual pools])";
@@ -256,7 +266,15 @@ void* DeviceAllocator::allocate_locked(size_t bytes, cudaStream_t stream) {
     return reinterpret_cast<void*>(a);
   }
   const Category c = category_of(memory::current_lifetime());
+  if (sync_ && !capturing()) C10_CUDA_CHECK(cudaDeviceSynchronize());  // Note [Diagnosing the virtual pools]
   if (const uint64_t a = allocate_in(c, bytes, stream)) {
+    if (sync_ && !capturing())
+      if (const VirtualRange* v = virtual_[static_cast<size_t>(c)].get())
+        if (a >= v->base() && a < v->base() + v->bytes())
+          if (const uint64_t n = v->unbacked_touched(a, bytes))
+            throw std::logic_error("MLA: the " + pool_name(c) + " handed out " + format_bytes(bytes) + " at offset " +
+                                   std::to_string(a - v->base()) + " over " + std::to_string(n) +
+                                   " page(s) without memory (LOONGFORGE_MLA_DEBUG=sync)");
     if (poison_ && !capturing()) {  // Note [Diagnosing the virtual pools]
       c10::cuda::CUDAStreamCaptureModeGuard relaxed(cudaStreamCaptureModeRelaxed);
       C10_CUDA_CHECK(cudaMemsetAsync(reinterpret_cast<void*>(a), 0xFF, bytes, stream));

@@ -120,7 +120,7 @@ class DeviceAllocator {
   std::array<bool, kCategoryCount> fixed_{};  // an arena of a set size: it does not grow
   std::array<std::unique_ptr<VirtualRange>, kCategoryCount> virtual_{};  // Note [Virtual pools]
   int virtual_supported_ = -1;                                           // -1: not asked yet
-  bool poison_ = false, keep_pages_ = false;  // Note [Diagnosing the virtual pools]: LOONGFORGE_MLA_DEBUG
+  bool poison_ = false, keep_pages_ = false, sync_ = false;  // Note [Diagnosing the virtual pools]: LOONGFORGE_MLA_DEBUG
   uint64_t reclaims_ = 0, reclaimed_bytes_ = 0;
   std::unordered_map<uintptr_t, Where> where_;
   std::map<MempoolKey, GraphPool> graphs_;
