@@ -28,8 +28,8 @@
 // Below fault.min_world_size survivors, or where the global batch cannot be
 // kept, rank 0 writes a checkpoint of the agreed step and every rank stops
 // with a message naming it. A sharded optimizer's moments are re-sharded
-// (Note [Re-sharding after a lost rank] below). Not covered yet: GPUs (NCCL),
-// the loss of rank 0 (it serves the rendezvous store). Taking a restarted
+// (Note [Re-sharding after a lost rank] below). Not covered: the loss of
+// rank 0 (it serves the rendezvous store). Taking a restarted
 // rank back: Note [Taking a rank back] below.
 //
 // On GPUs (NCCL) three things differ:
@@ -44,12 +44,13 @@
 //    captured into the last micro-batch's graph) are dropped when the new
 //    gradient path sets its reduction (the graph runner's
 //    set_graph_reduction): they are captured again on the new communicator.
-// One GPU runs this path with one rank (test_nccl_gpu, test_fault_gpu:
-// LOONGFORGE_TEST_STALL_AT_STEP); several GPUs have not run it.
+// One GPU runs this path with one rank (test_nccl_gpu, and
+// test/comm/test_fault_one_rank.py with LOONGFORGE_TEST_STALL_AT_STEP);
+// several GPUs have not run it (scripts/dev/gpu/fault_drill.sh will).
 #include <algorithm>  // std::find, std::sort, std::unique
+#include <cstdlib>    // std::getenv, std::atoll
 #include <fstream>    // std::ifstream
 #include <map>        // std::map
-#include <cstdlib>    // std::getenv, std::atoll
 #include <thread>     // std::this_thread
 
 #include <ATen/ATen.h>  // at::cat
@@ -135,7 +136,7 @@ void Trainer::Impl::after_first_step() {
 // Test hook: LOONGFORGE_TEST_STALL_AT_STEP=N fails step N's communication once per process, before the
 // settling: on a GPU the device is kept busy (a spin kernel) for 3 x the collective timeout, so the settling
 // times out and aborts the communicator as for a hung peer; on CPU ranks it raises the CommError a failed
-// Gloo collective raises. One rank can so run the recovery (test/trainer/test_fault_gpu.py and the CPU form).
+// Gloo collective raises. One rank can so run the recovery (test/comm/test_fault_one_rank.py, CPU and GPU).
 void Trainer::Impl::settle_step(int64_t step) {
   if (!fault_ || !world_) return;
   static bool stalled = false;

@@ -144,9 +144,14 @@ class Pending {
 // aborted (its kernels stop waiting for the peer) and CommError names the
 // rank, the work and the cause: the update never ran, as on Gloo. The
 // price is the host's lead over the device at that point (0.2% of
-// gr00t-n1.7-3b's full fine-tuning throughput on an H100: docs/benchmarks.md). ProcessGroupNCCL's own watchdog must not end the
-// process first: connect_for_training sets TORCH_NCCL_ASYNC_ERROR_HANDLING=2
-// (clean up, keep the process) for a fault-tolerant job. Gloo: nothing.
+// gr00t-n1.7-3b's full fine-tuning throughput on an H100:
+// docs/benchmarks.md). The abort ends NCCL's kernels, not other work
+// queued on the device: ncclCommAbort returned only once a queued 4 s spin
+// kernel had run (test_nccl_gpu, one H100), so the CommError comes after
+// such work. ProcessGroupNCCL's
+// own watchdog must not end the process first: connect_for_training sets
+// TORCH_NCCL_ASYNC_ERROR_HANDLING=2 (clean up, keep the process) for a
+// fault-tolerant job. Gloo: nothing.
 class World {
  public:
   // Ignores SIGPIPE for the whole process (Note [SIGPIPE] in world.cpp: a write to a dead peer's socket
