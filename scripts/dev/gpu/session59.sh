@@ -74,9 +74,10 @@ for m in ("off", "on"):
 PY
   ;;
 nan)
-  # The first two tell a race on reused memory (sync: the device idle before each block is handed out) from
-  # the rest; session 59 ran all but the sync case.
-  for v in ${CASES:-"64:on::mla.virtual_memory=true" "64:on:sync:mla.virtual_memory=true" \
+  # The first (log: each capture's start with the device's free memory) repeats session 59's NaN; the second
+  # tells a race on reused memory (sync: the device idle before each block is handed out) from the rest;
+  # session 59 ran the others.
+  for v in ${CASES:-"64:on:log:mla.virtual_memory=true" "64:on:sync:mla.virtual_memory=true" \
                    "64:off::mla.virtual_memory=true" "64:on:poison:mla.virtual_memory=true" \
                    "64:off:poison:mla.virtual_memory=true" "48:on::mla.virtual_memory=true" \
                    "64:on::mla.virtual_memory=true mla.segment_mb=2" "64:on::mla.virtual_memory=true mla.segment_mb=8"}; do
@@ -86,6 +87,7 @@ nan)
       MB_LADDER_gr00t_n1_7_3b=$mb ALLOCATORS=mla GRAPHS=$g BITWISE=0 STEPS=${STEPS:-10} WARMUP=3 RUN_MIN=60 RUN_LIMIT=120 \
       LIMIT=100 MLA_SETS="$sets" bash scripts/bench/mla_compare.sh > /tmp/nan.log 2>&1
     echo "mb=$mb graphs=$g debug=$dbg $sets: $(grep -E "mla-mb$mb:" /tmp/nan.log | cut -c1-220)"
+    grep -hE "capture begins|captured|handed out" /tmp/mla-$n/runs/*/mla-mb$mb/train.log 2>/dev/null | head -6 | cut -c1-250
   done
   ;;
 ckpt|mla)

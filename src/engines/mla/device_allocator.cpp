@@ -174,6 +174,9 @@ nlohmann::json pool_json(const PoolStats& s) {
 //    memory handed out again; with it a block handed out outside a capture
 //    must also lie on backed pages, or the run stops naming it. A NaN that
 //    goes away under sync is a race on reused memory.
+// With any item (`log` alone changes nothing else), the start of each CUDA
+// graph capture is logged with the device's free memory and MLA's reserved
+// bytes (a capture and its instantiation also need memory MLA does not serve).
 // What session 59 found with them (docs/mla.md): gr00t-n1.7-3b's NaN at
 // micro-batch 64 needs CUDA graphs and segments above a page; no page was
 // given back in the failing run, and poison changes no loss of eager runs.
@@ -190,9 +193,10 @@ DeviceAllocator::DeviceAllocator(DeviceOptions options, int device) : options_(s
         keep_pages_ = true;
       else if (item == "sync")
         sync_ = true;
-      else if (!item.empty())
-        throw std::invalid_argument("LOONGFORGE_MLA_DEBUG: unknown item '" + item + "' (poison, keep_pages, sync)");
+      else if (!item.empty() && item != "log")
+        throw std::invalid_argument("LOONGFORGE_MLA_DEBUG: unknown item '" + item + "' (poison, keep_pages, sync, log)");
     }
+    debug_ = true;
     LF_LOG(logger("mla"), warn) << "MLA: diagnostics on (LOONGFORGE_MLA_DEBUG=" << d
                                 << "): not for training runs (Note [Diagnosing the virtual pools])";
   }
@@ -570,6 +574,16 @@ void DeviceAllocator::begin_allocate_to_pool(MempoolKey key, std::function<bool(
     c10::cuda::CUDAStreamCaptureModeGuard relaxed(cudaStreamCaptureModeRelaxed);
     for (auto& p : pools_) p->fence_all();
     synchronize_events();
+  }
+  if (debug_) {  // Note [Diagnosing the virtual pools]
+    c10::cuda::CUDAStreamCaptureModeGuard relaxed(cudaStreamCaptureModeRelaxed);
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) (void)cudaGetLastError();
+    uint64_t reserved = fallback_bytes_;
+    for (int c = 0; c < kCategoryCount; ++c) reserved += physical_stats(static_cast<Category>(c)).reserved_bytes;
+    LF_LOG(logger("mla"), warn) << "MLA: a CUDA graph capture begins (step " << steps_done_ + 1 << "): the device has "
+                                << format_bytes(free_b) << " free of " << format_bytes(total_b) << ", MLA holds "
+                                << format_bytes(reserved);
   }
   GraphPool& g = graphs_[key];
   g.released = false;

@@ -121,6 +121,7 @@ class DeviceAllocator {
   std::array<std::unique_ptr<VirtualRange>, kCategoryCount> virtual_{};  // Note [Virtual pools]
   int virtual_supported_ = -1;                                           // -1: not asked yet
   bool poison_ = false, keep_pages_ = false, sync_ = false;  // Note [Diagnosing the virtual pools]: LOONGFORGE_MLA_DEBUG
+  bool debug_ = false;  // any LOONGFORGE_MLA_DEBUG item: each capture's start is logged with the device's free memory
   uint64_t reclaims_ = 0, reclaimed_bytes_ = 0;
   std::unordered_map<uintptr_t, Where> where_;
   std::map<MempoolKey, GraphPool> graphs_;
