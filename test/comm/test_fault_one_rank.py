@@ -8,7 +8,8 @@ LOONGFORGE_TEST_STALL_AT_STEP fails one step's communication:
   communicator.
 Either way the run regroups (generation 1, no rank lost), takes the failed step again and ends equal to a
 run without the failure: bitwise on the CPU; on the GPU every loss within 1e-6 relative (the steps after
-the regroup run eagerly until their graphs are captured again).
+the regroup run eagerly until their graphs are captured again). On the CPU also with GCTS's sharded AdamW,
+whose moments are re-sharded over the new group.
 One rank proves the plumbing of recovery (detection, abort, a new communicator, graphs made again, the
 step taken again), not its arithmetic over several ranks: that is test_fault_tolerance.py on four CPU
 ranks; several GPUs have not run it.
@@ -20,6 +21,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "control"))
 from trainer_harness import DATA, MODEL, REPO, TRAIN  # noqa: E402
@@ -60,15 +63,20 @@ def train(out, name, *sets, stall=None):
     return recs, log, time.time() - t0
 
 
-def test_a_failed_step_is_taken_again_on_a_new_group_and_the_run_ends_as_without_the_failure(tmp_path):
-    plain, _, plain_s = train(tmp_path, "plain", *FAULT)
-    failed, log, failed_s = train(tmp_path, "failed", *FAULT, stall=STALL_AT)
+# The sharded form runs on the CPU only: on a GPU it has not run yet.
+@pytest.mark.parametrize("gradients", ["plain", "sharded"] if DEVICE == "cpu" else ["plain"])
+def test_a_failed_step_is_taken_again_on_a_new_group_and_the_run_ends_as_without_the_failure(tmp_path, gradients):
+    """plain: the trainer's default gradient path; sharded: GCTS with the sharded AdamW (its moments re-sharded
+    over the new group from the members' shards, Note [Re-sharding after a lost rank])."""
+    extra = ["gcts.enable=true", "gcts.shard_optimizer=true"] if gradients == "sharded" else []
+    plain, _, plain_s = train(tmp_path, "plain", *FAULT, *extra)
+    failed, log, failed_s = train(tmp_path, "failed", *FAULT, *extra, stall=STALL_AT)
     events = [r for r in failed if "event" in r]
     assert len(events) == 1, log[-4000:]
     e = events[0]
     assert e["event"] == "regrouped" and e["generation"] == 1 and e["lost"] == [] and e["members"] == [0]
     assert e["failed_step"] == STALL_AT and e["step"] == STALL_AT - 1  # nothing of the failed step was applied
-    print(f"{DEVICE}: step {STALL_AT} failed {e['failed_after_s']:.2f} s into the step, regrouped in "
+    print(f"{DEVICE}, {gradients}: step {STALL_AT} failed {e['failed_after_s']:.2f} s into the step, regrouped in "
           f"{e['regroup_s']:.2f} s; runs {plain_s:.1f} s without, {failed_s:.1f} s with the failure")
     if DEVICE == "cuda":
         assert "did not complete" in e["error"] and "NCCL group was aborted" in e["error"], e["error"]
