@@ -89,10 +89,9 @@ namespace loongforge::mla {
 // micro-batch 72 as fast as expandable segments (221.3 against 220.9
 // samples/s), but with 487 granules backed after step 1 (the pages given
 // back at each step's peak are backed again); gr00t-n1.7-3b's full
-// fine-tuning at micro-batch 64 gave a NaN loss at step 3 (not understood
-// yet: a page given back under a block that some work still reads would do
-// it; a captured graph reading a freed tensor would not, since step 3 comes
-// before any capture: Note [Diagnosing the virtual pools]); n16-tiny backed
+// fine-tuning at micro-batch 64 gave a NaN loss at step 3, not understood
+// yet (what session 59 ruled out: Note [Diagnosing the virtual pools]; the
+// NaN needs CUDA graphs, and step 3's loss is read after step 4's capture); n16-tiny backed
 // 5 granules after step 1 with no memory pressure (each granule was backed on
 // its own, where cudaMalloc'd ranges leave segment_mb of slack: Note [Backing
 // a segment at a time]). Hence off by default.
@@ -107,7 +106,7 @@ namespace loongforge::mla {
 // free (cudaMemGetInfo: under memory pressure only the block's granules are
 // backed, and nothing is taken that the next request needs). The slack lies
 // under free blocks, so a reclaim gives it back like any other. mla_gpu checks
-// that n16-tiny backs no page after step 1 this way (not yet run on a GPU).
+// that n16-tiny backs no page after step 1 this way (passes on an H100).
 
 namespace {
 
@@ -171,9 +170,9 @@ nlohmann::json pool_json(const PoolStats& s) {
 //    fails as out of memory), to tell giving pages back from backing them;
 //  - sync: outside a capture the device is made idle (cudaDeviceSynchronize)
 //    before each block is handed out, so no stream's work can still use
-//    memory handed out again; with it a block handed out outside a capture
-//    must also lie on backed pages, or the run stops naming it. A NaN that
-//    goes away under sync is a race on reused memory.
+//    memory handed out again, and after it every allocated block must lie on
+//    backed pages (check_backed). A NaN that goes away under sync is a race
+//    on reused memory.
 // With any item (`log` alone changes nothing else), the start of each CUDA
 // graph capture is logged with the device's free memory and MLA's reserved
 // bytes (a capture and its instantiation also need memory MLA does not serve).
@@ -272,13 +271,7 @@ void* DeviceAllocator::allocate_locked(size_t bytes, cudaStream_t stream) {
   const Category c = category_of(memory::current_lifetime());
   if (sync_ && !capturing()) C10_CUDA_CHECK(cudaDeviceSynchronize());  // Note [Diagnosing the virtual pools]
   if (const uint64_t a = allocate_in(c, bytes, stream)) {
-    if (sync_ && !capturing())
-      if (const VirtualRange* v = virtual_[static_cast<size_t>(c)].get())
-        if (a >= v->base() && a < v->base() + v->bytes())
-          if (const uint64_t n = v->unbacked_touched(a, bytes))
-            throw std::logic_error("MLA: the " + pool_name(c) + " handed out " + format_bytes(bytes) + " at offset " +
-                                   std::to_string(a - v->base()) + " over " + std::to_string(n) +
-                                   " page(s) without memory (LOONGFORGE_MLA_DEBUG=sync)");
+    if (sync_ && !capturing()) check_backed("handing out a block (LOONGFORGE_MLA_DEBUG=sync)");
     if (poison_ && !capturing()) {  // Note [Diagnosing the virtual pools]
       c10::cuda::CUDAStreamCaptureModeGuard relaxed(cudaStreamCaptureModeRelaxed);
       C10_CUDA_CHECK(cudaMemsetAsync(reinterpret_cast<void*>(a), 0xFF, bytes, stream));
@@ -579,11 +572,9 @@ void DeviceAllocator::begin_allocate_to_pool(MempoolKey key, std::function<bool(
     c10::cuda::CUDAStreamCaptureModeGuard relaxed(cudaStreamCaptureModeRelaxed);
     size_t free_b = 0, total_b = 0;
     if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) (void)cudaGetLastError();
-    uint64_t reserved = fallback_bytes_;
-    for (int c = 0; c < kCategoryCount; ++c) reserved += physical_stats(static_cast<Category>(c)).reserved_bytes;
     LF_LOG(logger("mla"), warn) << "MLA: a CUDA graph capture begins (step " << steps_done_ + 1 << "): the device has "
                                 << format_bytes(free_b) << " free of " << format_bytes(total_b) << ", MLA holds "
-                                << format_bytes(reserved);
+                                << format_bytes(reserved_bytes());
   }
   GraphPool& g = graphs_[key];
   g.released = false;
@@ -717,6 +708,12 @@ std::array<uint64_t, kCategoryCount> DeviceAllocator::in_use_by_category() {
   return b;
 }
 
+uint64_t DeviceAllocator::reserved_bytes() {
+  uint64_t res = fallback_bytes_;
+  for (int c = 0; c < kCategoryCount; ++c) res += physical_stats(static_cast<Category>(c)).reserved_bytes;
+  return res;
+}
+
 void DeviceAllocator::note_peak() {
   const auto b = in_use_by_category();
   peak_in_use_ = std::max(peak_in_use_, b[0] + b[1] + b[2]);
@@ -725,10 +722,8 @@ void DeviceAllocator::note_peak() {
 void DeviceAllocator::totals_mb(double& in_use, double& reserved, double& peak) {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto b = in_use_by_category();
-  uint64_t res = fallback_bytes_;
-  for (int c = 0; c < kCategoryCount; ++c) res += physical_stats(static_cast<Category>(c)).reserved_bytes;
   in_use = static_cast<double>(b[0] + b[1] + b[2]) / kMb;
-  reserved = static_cast<double>(res) / kMb;
+  reserved = static_cast<double>(reserved_bytes()) / kMb;
   peak = static_cast<double>(peak_in_use_) / kMb;
 }
 

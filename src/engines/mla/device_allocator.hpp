@@ -98,6 +98,7 @@ class DeviceAllocator {
   std::vector<std::pair<uint64_t, uint64_t>> free_runs(Category c) const;
   // pool(c).stats(), with reserved/free/largest free counted in backed memory for a virtual pool.
   PoolStats physical_stats(Category c);
+  uint64_t reserved_bytes();  // every pool's physical_stats reserved bytes, and the fallback's
   void* cuda_malloc(uint64_t bytes);  // counted; nullptr when the device is full
   [[noreturn]] void out_of_memory(Category c, bool fixed, const std::string& pool_name, const PoolStats& s,
                                   size_t bytes);
