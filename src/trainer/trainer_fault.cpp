@@ -133,32 +133,32 @@ void Trainer::Impl::after_first_step() {
   comm_timeout_set_ = true;
 }
 
+namespace {
 // Test hook: LOONGFORGE_TEST_STALL_AT_STEP=N fails step N's communication once per process, before the
 // settling: on a GPU the device is kept busy (a spin kernel) for 3 x the collective timeout, so the settling
 // times out and aborts the communicator as for a hung peer; on CPU ranks it raises the CommError a failed
 // Gloo collective raises. One rank can so run the recovery (test/comm/test_fault_one_rank.py, CPU and GPU).
-void Trainer::Impl::settle_step(int64_t step) {
-  if (!fault_ || !world_) return;
+void test_stall(int64_t step, const comm::World& world, c10::Device device) {
   static bool stalled = false;
   const char* v = std::getenv("LOONGFORGE_TEST_STALL_AT_STEP");
-  if (v && !stalled && std::atoll(v) == step) {
-    stalled = true;
-    const double stall_s = 3.0 * static_cast<double>(world_->timeout_ms()) / 1000.0;
-    LF_LOG(logger("trainer"), warn) << "LOONGFORGE_TEST_STALL_AT_STEP: step " << step << "'s communication fails"
-                                    << (device_.is_cuda() ? " (the device is kept busy for " +
-                                                                std::to_string(stall_s) + " s)"
-                                                          : std::string(""));
+  if (!v || stalled || std::atoll(v) != step) return;
+  stalled = true;
+  LF_LOG(logger("trainer"), warn) << "LOONGFORGE_TEST_STALL_AT_STEP: step " << step << "'s communication fails";
+  if (!device.is_cuda())
+    throw CommError("rank " + std::to_string(world.rank()) + ": step " + std::to_string(step) +
+                    "'s communication failed (injected by LOONGFORGE_TEST_STALL_AT_STEP)");
 #if LOONGFORGE_WITH_CUDA_KERNELS
-    if (device_.is_cuda()) {
-      int khz = 0;
-      C10_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device_.index()));
-      at::cuda::sleep(static_cast<int64_t>(stall_s * khz * 1000.0));
-    }
+  const double stall_s = 3.0 * static_cast<double>(world.timeout_ms()) / 1000.0;
+  int khz = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device.index()));
+  at::cuda::sleep(static_cast<int64_t>(stall_s * khz * 1000.0));
 #endif
-    if (!device_.is_cuda())
-      throw CommError("rank " + std::to_string(world_info_.rank) + ": step " + std::to_string(step) +
-                      "'s communication failed (injected by LOONGFORGE_TEST_STALL_AT_STEP)");
-  }
+}
+}  // namespace
+
+void Trainer::Impl::settle_step(int64_t step) {
+  if (!fault_ || !world_) return;
+  test_stall(step, *world_, device_);
   Phase p(*control_, "settle", step);
   world_->settle("step " + std::to_string(step) + "'s collectives");
 }

@@ -81,8 +81,9 @@ def test_a_failed_step_is_taken_again_on_a_new_group_and_the_run_ends_as_without
     if DEVICE == "cuda":
         assert "did not complete" in e["error"] and "NCCL group was aborted" in e["error"], e["error"]
         assert "collective timeout" in e["error"]
-        # detected at the collective timeout, not before, and not much after
-        assert COMM_TIMEOUT_S - 0.5 <= e["failed_after_s"] <= COMM_TIMEOUT_S + 10
+        # not before the collective timeout; the abort then waits out the stall's spin (3 x the timeout),
+        # which NCCL's abort does not end (Note [Settling a step on NCCL])
+        assert COMM_TIMEOUT_S - 0.5 <= e["failed_after_s"] <= 3 * COMM_TIMEOUT_S + 4
     else:
         assert "injected by LOONGFORGE_TEST_STALL_AT_STEP" in e["error"]
     a = {r["step"]: r["loss"] for r in plain if "loss" in r}
