@@ -20,6 +20,24 @@ LIMIT=${LIMIT:-585}
 PART=${PART:-fault}
 stamp "environment: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1), $(nproc) cores, commit $(git rev-parse --short HEAD 2>/dev/null)"
 
+# settle_pair NAME CONFIG LIMIT_S [--set k=v ...]: one run with fault.enable off and one with it on, in a one-rank
+# world (LOONGFORGE_TEST_ONE_RANK_WORLD=1), the TorchScript step (CUDA graphs: auto), GCTS on, the bundled data;
+# metrics in $OUT/lf-NAME-fault-{off,on}_metrics.jsonl.
+settle_pair() {
+  local name=$1 cfg=$2 limit=$3 mode d on; shift 3
+  for mode in off on; do
+    d=/tmp/$name-$mode; rm -rf $d; on=()
+    [ $mode = on ] && on=(--set fault.enable=true)
+    LOONGFORGE_TEST_ONE_RANK_WORLD=1 WORLD_SIZE=1 RANK=0 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((29500 + RANDOM % 1000)) \
+      timeout $limit build-gpu/src/daemon/loongforge-train --config $cfg "$@" \
+      --set data.path=.gpu-carry/datasets/robot_sim.PickNPlace.lf --set trainer.compiled_step=off --set gcts.enable=true \
+      --set logging.progress=lines --set logging.interval_steps=1 --set checkpoint.interval_steps=1000000 \
+      --set run.output_dir=$d --set run.name=run ${on[@]+"${on[@]}"} > $d.log 2>&1
+    echo "$name fault.enable=$mode: exit $?"; cp $d/run/metrics.jsonl "$OUT/lf-$name-fault-${mode}_metrics.jsonl"
+    grep -E "rror" $d.log | head -3
+  done
+}
+
 case $PART in
 fault)
   full=/dev/shm/mlac-gr00t-n1.7-3b-full.pt
@@ -36,35 +54,15 @@ fault)
   grep -E "Test +#|tests passed|FAILED|Failed|regrouped in|relative loss|REQUIRE|with expansion" "$OUT/ctest-fault.log" | head -40
 
   stamp "settling's price: n16-tiny on the GPU, ${STEPS:=300} steps, fault.enable on and off"
-  for mode in off on; do
-    d=/tmp/settle-$mode; rm -rf $d
-    sets=(--set run.device=cuda --set model.path=build-gpu/test-models/n16-tiny.pt
-          --set data.path=.gpu-carry/datasets/robot_sim.PickNPlace.lf --set trainer.max_steps=$STEPS
-          --set trainer.micro_batch_size=8 --set trainer.compiled_step=off --set gcts.enable=true
-          --set logging.progress=lines --set logging.interval_steps=1 --set checkpoint.interval_steps=1000000
-          --set run.output_dir=$d --set run.name=run)
-    [ $mode = on ] && sets+=(--set fault.enable=true --set fault.comm_timeout_s=60)
-    LOONGFORGE_TEST_ONE_RANK_WORLD=1 WORLD_SIZE=1 RANK=0 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((29500 + RANDOM % 1000)) \
-      timeout 120 build-gpu/src/daemon/loongforge-train --config configs/n16-tiny.yaml "${sets[@]}" > $d.log 2>&1
-    echo "fault.enable=$mode: exit $?"; cp $d/run/metrics.jsonl "$OUT/lf-fault-${mode}_metrics.jsonl"
-    grep -E "rror" $d.log | head -3
-  done
-  python3 scripts/dev/gpu/steady_state.py "$OUT" lf-fault-on lf-fault-off
+  settle_pair tiny configs/n16-tiny.yaml 120 --set run.device=cuda --set model.path=build-gpu/test-models/n16-tiny.pt \
+    --set trainer.max_steps=$STEPS --set trainer.micro_batch_size=8
+  python3 scripts/dev/gpu/steady_state.py "$OUT" lf-tiny-fault-on lf-tiny-fault-off
   [ -n "${export_pid:-}" ] && { wait $export_pid; echo "g17 full export: $(tail -1 "$OUT/export-g17-full.log" | cut -c1-200)"; }
   gpu_tests_in_time_left $(( LIMIT - 10 ))
   ;;
 settle)
-  for mode in off on; do
-    d=/tmp/g17-$mode; rm -rf $d
-    sets=(--set model.path=/dev/shm/mlac-gr00t-n1.7-3b-full.pt --set data.path=.gpu-carry/datasets/robot_sim.PickNPlace.lf
-          --set trainer.max_steps=60 --set trainer.micro_batch_size=16 --set data.action_horizon=40
-          --set trainer.compiled_step=off --set gcts.enable=true --set logging.progress=lines
-          --set logging.interval_steps=1 --set checkpoint.interval_steps=1000000 --set run.output_dir=$d --set run.name=run)
-    [ $mode = on ] && sets+=(--set fault.enable=true)
-    LOONGFORGE_TEST_ONE_RANK_WORLD=1 WORLD_SIZE=1 RANK=0 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((29500 + RANDOM % 1000)) \
-      timeout 150 build-gpu/src/daemon/loongforge-train --config configs/bench/n16-1b-h200.yaml "${sets[@]}" > $d.log 2>&1
-    echo "g17 fault.enable=$mode exit $?"; cp $d/run/metrics.jsonl "$OUT/lf-g17-fault-${mode}_metrics.jsonl"
-  done
+  settle_pair g17 configs/bench/n16-1b-h200.yaml 150 --set model.path=/dev/shm/mlac-gr00t-n1.7-3b-full.pt \
+    --set trainer.max_steps=60 --set trainer.micro_batch_size=16 --set data.action_horizon=40
   python3 - <<'PY'
 import json, os, statistics
 for m in ("off", "on"):
