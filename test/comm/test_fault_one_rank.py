@@ -16,7 +16,6 @@ ranks; several GPUs have not run it.
 """
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "control"))
-from trainer_harness import DATA, MODEL, REPO, TRAIN  # noqa: E402
+from trainer_harness import DATA, MODEL, REPO, TRAIN, free_port  # noqa: E402
 
 DEVICE = os.environ.get("LOONGFORGE_TEST_DEVICE", "cpu")
 STEPS, STALL_AT, COMM_TIMEOUT_S = 8, 4, 3
@@ -37,12 +36,6 @@ if DEVICE == "cuda":  # the TorchScript step as CUDA graphs, GCTS's reduction ca
              "gcts.overlap=true"]
 FAULT = ["fault.enable=true", f"fault.comm_timeout_s={COMM_TIMEOUT_S}", "fault.heartbeat_s=0.2",
          "fault.heartbeat_timeout_s=2"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def train(out, name, *sets, stall=None):

@@ -19,14 +19,13 @@ import math
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "control"))
-from trainer_harness import CLI, DATA, MODEL, REPO, TRAIN  # noqa: E402
+from trainer_harness import CLI, DATA, MODEL, REPO, TRAIN, free_port  # noqa: E402
 
 # micro-batch 2 x accumulation 3 x 4 ranks = 24 samples; on 3 ranks the accumulation becomes 4.
 COMMON = ["trainer.micro_batch_size=2", "trainer.gradient_accumulation_steps=3", "run.threads=1",
@@ -41,12 +40,6 @@ COMM_TIMEOUT_S, HEARTBEAT_S, HEARTBEAT_TIMEOUT_S = 8, 0.2, 3
 FAULT = ["fault.enable=true", f"fault.comm_timeout_s={COMM_TIMEOUT_S}", f"fault.heartbeat_s={HEARTBEAT_S}",
          f"fault.heartbeat_timeout_s={HEARTBEAT_TIMEOUT_S}"]
 STEPS = 24
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch(out, world, name, *sets, steps=STEPS, port=None, ranks=None, env=None):

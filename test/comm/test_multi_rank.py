@@ -13,7 +13,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,13 +21,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "control"))
-from trainer_harness import DATA, MODEL, REPO, TRAIN, Client, cli  # noqa: E402
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from trainer_harness import DATA, MODEL, REPO, TRAIN, Client, cli, free_port  # noqa: E402
 
 
 def launch(out, world, *sets, name="job", steps=100):

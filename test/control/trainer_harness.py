@@ -19,6 +19,13 @@ MODEL = Path(os.environ.get("LOONGFORGE_TEST_MODELS", str(REPO / "build/test-mod
 PROTOCOL = 1
 
 
+def free_port():
+    """A TCP port on 127.0.0.1 that is free now (a rendezvous port for a job the test starts)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class Trainer:
     """A loongforge-train process on n16-tiny; `socket` is its control socket."""
 
