@@ -201,6 +201,27 @@ std::pair<int64_t, int64_t> common_cropped_size(const Dataset& ds, double f, std
   return {h, w};
 }
 
+std::pair<int64_t, int64_t> common_cropped_size(const Mixture& mixture, double f, std::string* why) {
+  std::pair<int64_t, int64_t> first{0, 0};
+  for (size_t k = 0; k < mixture.datasets.size(); ++k) {
+    const Dataset& ds = *mixture.datasets[k];
+    const auto size = common_cropped_size(ds, f, why);
+    if (size.first == 0) {
+      if (mixture.from_file) *why = ds.dir() + ": " + *why;
+      return {0, 0};
+    }
+    if (k == 0) {
+      first = size;
+    } else if (size != first) {
+      *why = "the mixture's datasets differ in camera size after the crop (" + mixture.datasets[0]->dir() + " " +
+             std::to_string(first.second) + "x" + std::to_string(first.first) + ", " + ds.dir() + " " +
+             std::to_string(size.second) + "x" + std::to_string(size.first) + ")";
+      return {0, 0};
+    }
+  }
+  return first;
+}
+
 namespace {
 std::vector<double> require_stat(const std::vector<double>& v, int64_t width, const std::string& what) {
   if (static_cast<int64_t>(v.size()) != width)
@@ -302,79 +323,53 @@ void check_image_aspect(const SampleOptions& o) {
 }
 }  // namespace
 
+namespace {
+// The sample rows of each episode of the parts, in order (sample_rows per part).
+std::vector<int64_t> rows_of(const std::vector<DataPart>& parts, const ProcessorRecord& record) {
+  std::vector<int64_t> rows;
+  for (const auto& p : parts) {
+    if (p.dataset == nullptr) throw DataError("a mixture part without a dataset");
+    const std::vector<int64_t> r = sample_rows(*p.dataset, record);
+    rows.insert(rows.end(), r.begin(), r.end());
+  }
+  return rows;
+}
+}  // namespace
+
 BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
-    : ds_(dataset),
-      opt_(options),
-      sampler_(sum_of(sample_rows(dataset, options.processor)), options.seed, options.shuffle, options.rank,
+    : BatchBuilder(std::vector<DataPart>{{&dataset, options.embodiment_id}}, std::move(options)) {}
+
+BatchBuilder::BatchBuilder(const std::vector<DataPart>& parts, SampleOptions options)
+    : opt_(options),
+      sampler_(sum_of(rows_of(parts, options.processor)), options.seed, options.shuffle, options.rank,
                options.world, options.micro_batch_size, options.accumulation) {
-  std::vector<int64_t> rows = sample_rows(ds_, opt_.processor);
+  std::vector<int64_t> rows = rows_of(parts, opt_.processor);
   episode_start_.push_back(0);
   for (const int64_t r : rows) episode_start_.push_back(episode_start_.back() + r);
   if (opt_.sampler == "episode") sampler_.use_episode_order(std::move(rows), opt_.open_episodes, opt_.shuffle_buffer);
-
-  state_col_ = ds_.column_by_role("state");
-  action_col_ = ds_.column_by_role("action");
-  if (state_col_ < 0 || action_col_ < 0)
-    throw DataError(ds_.dir() + ": the dataset has no state or action column (modality.json groups)");
-  for (const int col : {state_col_, action_col_}) {
-    const ColumnInfo& c = ds_.columns()[col];
-    if (c.dtype != DType::Float32 && c.dtype != DType::Float64)
-      throw DataError(ds_.dir() + ": the " + c.role + " column '" + c.name +
-                      "' is stored as neither float32 nor float64; re-convert the dataset with scripts/convert_lerobot.py");
-  }
-  if (ds_.columns()[state_col_].dtype != ds_.columns()[action_col_].dtype)
-    throw DataError(ds_.dir() + ": the state column '" + ds_.columns()[state_col_].name + "' and the action column '" +
-                    ds_.columns()[action_col_].name + "' are stored with different float types; re-convert the "
-                    "dataset (with or without --keep-float64 for both)");
-  task_col_ = task_column(ds_);
-
-  const auto& sc = ds_.columns()[state_col_];
-  const auto& ac = ds_.columns()[action_col_];
-  if (sc.width > opt_.max_state_dim || ac.width > opt_.max_action_dim)
-    throw DataError(ds_.dir() + ": state width " + std::to_string(sc.width) + " / action width " +
-                    std::to_string(ac.width) + " exceed the model's max_state_dim " +
-                    std::to_string(opt_.max_state_dim) + " / max_action_dim " + std::to_string(opt_.max_action_dim));
   mean_std_ = opt_.normalization == "mean_std";
-  const Stats& ss = ds_.stats(sc.name);
-  const Stats& as = ds_.stats(ac.name);
-  state_a_ = require_stat(mean_std_ ? ss.mean : ss.min, sc.width, sc.name + (mean_std_ ? ".mean" : ".min"));
-  state_b_ = require_stat(mean_std_ ? ss.std : ss.max, sc.width, sc.name + (mean_std_ ? ".std" : ".max"));
-  action_a_ = require_stat(mean_std_ ? as.mean : as.min, ac.width, ac.name + (mean_std_ ? ".mean" : ".min"));
-  action_b_ = require_stat(mean_std_ ? as.std : as.max, ac.width, ac.name + (mean_std_ ? ".std" : ".max"));
   if (opt_.processor.upstream()) {  // the model's weights expect upstream's preparation (processor.hpp)
     if (mean_std_)
       throw ConfigError("data.normalization=mean_std: the model " + opt_.model_path +
                         " normalizes state and actions min-max as upstream GR00T " + opt_.processor.upstream_name() +
                         " does (batch_spec.json processor); remove data.normalization");
-    upstream_.emplace(opt_.processor, ds_, state_col_, action_col_, opt_.action_horizon, opt_.model_path);
-    if (opt_.processor.embodiment_id >= 0) opt_.embodiment_id = opt_.processor.embodiment_id;
-  }
-
-  for (const auto& cam : ds_.cameras()) {
-    if (cam.modality_name.empty()) continue;
-    const int col = ds_.column_by_name("video_frame:" + cam.key);
-    if (col < 0) throw DataError(ds_.dir() + ": no video_frame column for camera '" + cam.key + "'");
-    const int pts_col = ds_.column_by_name("video_pts:" + cam.key);
-    if (pts_col < 0) throw DataError(ds_.dir() + ": no video_pts column for camera '" + cam.key + "'");
-    if (opt_.image_resample == "cv2_area" && !opt_.image_letterbox && cam.height != cam.width) {
-      const int64_t T = opt_.image_target_size > 0 ? opt_.image_target_size : opt_.image_size;
-      const auto [rh, rw] = cv2_area_size(cam.height, cam.width, T);
-      if (rh != rw)
-        throw DataError(ds_.dir() + ": camera '" + cam.key + "' has " + std::to_string(cam.height) + " x " +
-                        std::to_string(cam.width) + " frames, which the model " + opt_.model_path +
-                        " (image_resample cv2_area, upstream's albumentations transform) resizes to " +
-                        std::to_string(rh) + " x " + std::to_string(rw) +
-                        " keeping the aspect ratio, but it takes square images; import the checkpoint with "
-                        "letter_box_transform, or use square frames");
-    }
-    cameras_.push_back(cam.id);
-    frame_cols_.push_back(col);
-    pts_cols_.push_back(pts_col);
+    if (parts.size() > 1)
+      throw ConfigError("data.path names a mixture of " + std::to_string(parts.size()) + " datasets, but the model " +
+                        opt_.model_path + " was imported from an upstream GR00T " + opt_.processor.upstream_name() +
+                        " checkpoint for one embodiment ('" + opt_.processor.embodiment_tag +
+                        "', batch_spec.json processor), whose statistics it normalizes with; train it on one "
+                        "dataset (data.path a dataset folder)");
   }
   if (opt_.image_resample != "box" && opt_.image_resample != "bicubic_aa" && opt_.image_resample != "bilinear_aa" &&
       opt_.image_resample != "cv2_area")
     throw DataError("model.path " + opt_.model_path + ": config.json image_resample='" + opt_.image_resample +
                     "' is none of box, bicubic_aa, bilinear_aa, cv2_area; re-export the model");
+  for (const auto& p : parts) add_part(p);
+  if (opt_.processor.upstream()) {
+    const Part& p = parts_.front();
+    upstream_.emplace(opt_.processor, *p.ds, p.state_col, p.action_col, opt_.action_horizon, opt_.model_path);
+    if (opt_.processor.embodiment_id >= 0) parts_.front().embodiment_id = opt_.embodiment_id = opt_.processor.embodiment_id;
+  }
   check_image_aspect(opt_);
   if (opt_.image_target_size < 0 ||
       (opt_.image_resample == "box" && opt_.image_target_size != 0 && opt_.image_target_size != opt_.image_size))
@@ -397,32 +392,92 @@ BatchBuilder::BatchBuilder(const Dataset& dataset, SampleOptions options)
   if (opt_.frames_on_device && opt_.image_resample != "box")
     throw DataError("frames resized on the device do the box resize only, but the model's image_resample is " +
                     opt_.image_resample + "; set data.frame_resize=cpu");
-  if (opt_.frames_on_device) {
-    std::string why;
-    const auto [fh, fw] = common_cropped_size(ds_, opt_.image_crop_fraction, &why);
-    if (fh != opt_.frame_height || fw != opt_.frame_width)
-      throw DataError(ds_.dir() + ": frames resized on the device need every camera at " +
-                      std::to_string(opt_.frame_width) + "x" + std::to_string(opt_.frame_height) + " after the crop, " +
-                      "but " + (why.empty() ? "they are " + std::to_string(fw) + "x" + std::to_string(fh) : why) +
-                      "; set data.frame_resize=cpu");
-  }
-  timestamp_col_ = ds_.column_by_role("timestamp");
-  if (!cameras_.empty() && timestamp_col_ < 0)
-    throw DataError(ds_.dir() + ": the dataset has cameras but no timestamp column; re-run scripts/convert_lerobot.py");
-  if (timestamp_col_ >= 0 && ds_.columns()[timestamp_col_].dtype != DType::Float64 &&
-      ds_.columns()[timestamp_col_].dtype != DType::Float32)
-    throw DataError(ds_.dir() + ": the timestamp column is not float32 or float64; re-run scripts/convert_lerobot.py");
   if (opt_.on_bad_video != "error" && opt_.on_bad_video != "skip")
     throw DataError("data.on_bad_video is '" + opt_.on_bad_video + "'; expected error or skip");
   if (opt_.video_decode != "whole" && opt_.video_decode != "span")
     throw DataError("data.video_decode is '" + opt_.video_decode + "'; expected whole or span");
   spans_ = opt_.video_decode == "span";
-  check_tokenizer_match(ds_, opt_);
-  if (static_cast<int64_t>(cameras_.size()) != opt_.num_views)
-    throw DataError(ds_.dir() + ": the dataset has " + std::to_string(cameras_.size()) +
+}
+
+void BatchBuilder::add_part(const DataPart& part) {
+  const Dataset& ds = *part.dataset;
+  Part p;
+  p.ds = &ds;
+  p.embodiment_id = part.embodiment_id;
+  p.first_episode = episode_part_.size();
+  episode_part_.insert(episode_part_.end(), ds.episodes().size(), parts_.size());
+  p.state_col = ds.column_by_role("state");
+  p.action_col = ds.column_by_role("action");
+  if (p.state_col < 0 || p.action_col < 0)
+    throw DataError(ds.dir() + ": the dataset has no state or action column (modality.json groups)");
+  for (const int col : {p.state_col, p.action_col}) {
+    const ColumnInfo& c = ds.columns()[col];
+    if (c.dtype != DType::Float32 && c.dtype != DType::Float64)
+      throw DataError(ds.dir() + ": the " + c.role + " column '" + c.name +
+                      "' is stored as neither float32 nor float64; re-convert the dataset with scripts/convert_lerobot.py");
+  }
+  if (ds.columns()[p.state_col].dtype != ds.columns()[p.action_col].dtype)
+    throw DataError(ds.dir() + ": the state column '" + ds.columns()[p.state_col].name + "' and the action column '" +
+                    ds.columns()[p.action_col].name + "' are stored with different float types; re-convert the "
+                    "dataset (with or without --keep-float64 for both)");
+  p.task_col = task_column(ds);
+
+  const auto& sc = ds.columns()[p.state_col];
+  const auto& ac = ds.columns()[p.action_col];
+  if (sc.width > opt_.max_state_dim || ac.width > opt_.max_action_dim)
+    throw DataError(ds.dir() + ": state width " + std::to_string(sc.width) + " / action width " +
+                    std::to_string(ac.width) + " exceed the model's max_state_dim " +
+                    std::to_string(opt_.max_state_dim) + " / max_action_dim " + std::to_string(opt_.max_action_dim));
+  const Stats& ss = ds.stats(sc.name);
+  const Stats& as = ds.stats(ac.name);
+  p.state_a = require_stat(mean_std_ ? ss.mean : ss.min, sc.width, sc.name + (mean_std_ ? ".mean" : ".min"));
+  p.state_b = require_stat(mean_std_ ? ss.std : ss.max, sc.width, sc.name + (mean_std_ ? ".std" : ".max"));
+  p.action_a = require_stat(mean_std_ ? as.mean : as.min, ac.width, ac.name + (mean_std_ ? ".mean" : ".min"));
+  p.action_b = require_stat(mean_std_ ? as.std : as.max, ac.width, ac.name + (mean_std_ ? ".std" : ".max"));
+
+  for (const auto& cam : ds.cameras()) {
+    if (cam.modality_name.empty()) continue;
+    const int col = ds.column_by_name("video_frame:" + cam.key);
+    if (col < 0) throw DataError(ds.dir() + ": no video_frame column for camera '" + cam.key + "'");
+    const int pts_col = ds.column_by_name("video_pts:" + cam.key);
+    if (pts_col < 0) throw DataError(ds.dir() + ": no video_pts column for camera '" + cam.key + "'");
+    if (opt_.image_resample == "cv2_area" && !opt_.image_letterbox && cam.height != cam.width) {
+      const int64_t T = opt_.image_target_size > 0 ? opt_.image_target_size : opt_.image_size;
+      const auto [rh, rw] = cv2_area_size(cam.height, cam.width, T);
+      if (rh != rw)
+        throw DataError(ds.dir() + ": camera '" + cam.key + "' has " + std::to_string(cam.height) + " x " +
+                        std::to_string(cam.width) + " frames, which the model " + opt_.model_path +
+                        " (image_resample cv2_area, upstream's albumentations transform) resizes to " +
+                        std::to_string(rh) + " x " + std::to_string(rw) +
+                        " keeping the aspect ratio, but it takes square images; import the checkpoint with "
+                        "letter_box_transform, or use square frames");
+    }
+    p.cameras.push_back(cam.id);
+    p.frame_cols.push_back(col);
+    p.pts_cols.push_back(pts_col);
+  }
+  if (opt_.frames_on_device) {
+    std::string why;
+    const auto [fh, fw] = common_cropped_size(ds, opt_.image_crop_fraction, &why);
+    if (fh != opt_.frame_height || fw != opt_.frame_width)
+      throw DataError(ds.dir() + ": frames resized on the device need every camera at " +
+                      std::to_string(opt_.frame_width) + "x" + std::to_string(opt_.frame_height) + " after the crop, " +
+                      "but " + (why.empty() ? "they are " + std::to_string(fw) + "x" + std::to_string(fh) : why) +
+                      "; set data.frame_resize=cpu");
+  }
+  p.timestamp_col = ds.column_by_role("timestamp");
+  if (!p.cameras.empty() && p.timestamp_col < 0)
+    throw DataError(ds.dir() + ": the dataset has cameras but no timestamp column; re-run scripts/convert_lerobot.py");
+  if (p.timestamp_col >= 0 && ds.columns()[p.timestamp_col].dtype != DType::Float64 &&
+      ds.columns()[p.timestamp_col].dtype != DType::Float32)
+    throw DataError(ds.dir() + ": the timestamp column is not float32 or float64; re-run scripts/convert_lerobot.py");
+  check_tokenizer_match(ds, opt_);
+  if (static_cast<int64_t>(p.cameras.size()) != opt_.num_views)
+    throw DataError(ds.dir() + ": the dataset has " + std::to_string(p.cameras.size()) +
                     " camera(s) used by modality.json but the model expects num_views = " +
                     std::to_string(opt_.num_views) + " (re-export the model with --set num_views=" +
-                    std::to_string(cameras_.size()) + ")");
+                    std::to_string(p.cameras.size()) + ")");
+  parts_.push_back(std::move(p));
 }
 
 BatchBuilder::Location BatchBuilder::locate(int64_t sample_id) const {
@@ -496,6 +551,13 @@ std::string resolve_video_decode(const std::string& mode, const Dataset& dataset
   return "span";
 }
 
+std::string resolve_video_decode(const std::string& mode, const Mixture& mixture) {
+  std::string out = mode == "auto" ? "span" : mode;
+  for (const auto& ds : mixture.datasets)
+    if (resolve_video_decode(mode, *ds) == "whole") out = "whole";
+  return out;
+}
+
 int64_t BatchBuilder::Entry::bytes() const {
   if (frames.defined()) return static_cast<int64_t>(frames.nbytes());
   return file ? static_cast<int64_t>(file->bytes.size()) : 0;
@@ -503,9 +565,10 @@ int64_t BatchBuilder::Entry::bytes() const {
 
 // The index's facts about one video (VideoCheck), and its path.
 VideoCheck BatchBuilder::video_check(size_t episode, int camera) const {
-  const EpisodeInfo& ep = ds_.episodes()[episode];
+  const EpisodeInfo& ep = episode_info(episode);
   const VideoInfo& info = ep.videos.at(camera);
-  VideoCheck check = dataset_video_check(ds_, episode, camera);  // check.hpp: the index's facts and video_pts
+  const Part& part = part_of(episode);
+  VideoCheck check = dataset_video_check(*part.ds, episode - part.first_episode, camera);  // check.hpp: the index's facts and video_pts
   if (spans_ && info.frame_count >= kFileKey)  // the frame is part of a span's key
     throw DataError(ep.video_paths.at(camera) + ": " + std::to_string(info.frame_count) + " frames; " +
                     "data.video_decode=span supports videos of up to " + std::to_string(kFileKey - 1) +
@@ -516,9 +579,9 @@ VideoCheck BatchBuilder::video_check(size_t episode, int camera) const {
 // A bad video's entry under data.on_bad_video (Note [Bad videos]): skip keeps the cause, error
 // throws the DataError the micro-batch that needs it raises.
 BatchBuilder::Entry BatchBuilder::bad_video(size_t episode, int camera, const BadVideoError& e) const {
-  const EpisodeInfo& ep = ds_.episodes()[episode];
+  const EpisodeInfo& ep = episode_info(episode);
   const std::string where = "shard " + ep.shard_file + ", episode " + std::to_string(ep.index) + ", camera '" +
-                            ds_.cameras().at(camera).key + "', video " + e.path() +
+                            part_of(episode).ds->cameras().at(camera).key + "', video " + e.path() +
                             (e.frame() >= 0 ? ", frame " + std::to_string(e.frame()) : std::string()) + ": " +
                             e.cause();
   if (opt_.on_bad_video == "error")
@@ -536,10 +599,10 @@ BatchBuilder::Entry BatchBuilder::decode(int64_t key, const VideoFile* file) con
   const int camera = static_cast<int>(vk % 1024);
   Entry entry;
   try {
-    const EpisodeInfo& ep = ds_.episodes()[episode];
+    const EpisodeInfo& ep = episode_info(episode);
     const std::string& path = ep.video_paths.at(camera);
     const VideoInfo& info = ep.videos.at(camera);
-    const CameraInfo& cam = ds_.cameras().at(camera);
+    const CameraInfo& cam = part_of(episode).ds->cameras().at(camera);
     const VideoCheck check = video_check(episode, camera);
     const int64_t end = file != nullptr ? file->span_of(first).second : info.frame_count;
     // Frames stream from the decoder into a bounded staging buffer of full-size frames, are
@@ -613,7 +676,7 @@ BatchBuilder::Entry BatchBuilder::open_file(int64_t key) const {
     const VideoCheck check = video_check(episode, camera);
     try {
       entry.file =
-          std::make_shared<const VideoFile>(open_video_checked(ds_.episodes()[episode].video_paths.at(camera), check));
+          std::make_shared<const VideoFile>(open_video_checked(episode_info(episode).video_paths.at(camera), check));
     } catch (const BadVideoError& e) {
       return bad_video(episode, camera, e);
     }
@@ -739,7 +802,8 @@ void BatchBuilder::readahead(int64_t want) {
     std::lock_guard<std::mutex> lock(mu_);
     if (cache_.count(spans_ ? (vk << kSpanBits) | kFileKey : vk << kSpanBits) || !read_ahead_.insert(vk).second) return;
   }
-  const std::string& path = ds_.episodes().at(episode).video_paths.at(camera);
+  if (episode >= episode_part_.size()) return;
+  const std::string& path = episode_info(episode).video_paths.at(camera);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;  // the decode reports it, with the plain source's message
   struct stat st {};
@@ -782,11 +846,12 @@ std::vector<int64_t> BatchBuilder::videos_of(const std::vector<int64_t>& sample_
   std::vector<int64_t> keys;
   for (const int64_t id : sample_ids) {
     const Location loc = locate(id);
-    for (size_t v = 0; v < cameras_.size(); ++v) {
+    const Part& part = part_of(loc.episode);
+    for (size_t v = 0; v < part.cameras.size(); ++v) {
       int64_t frame = 0;
       if (spans_)
-        frame = std::clamp<int64_t>(ds_.array(loc.episode, frame_cols_[v]).as<int64_t>()[loc.row], 0, kFileKey - 1);
-      const int64_t key = (video_key(loc.episode, cameras_[v]) << kSpanBits) | frame;
+        frame = std::clamp<int64_t>(array(loc.episode, part.frame_cols[v]).as<int64_t>()[loc.row], 0, kFileKey - 1);
+      const int64_t key = (video_key(loc.episode, part.cameras[v]) << kSpanBits) | frame;
       if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
     }
   }
@@ -797,35 +862,38 @@ void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb,
                         const std::vector<std::pair<double, double>>& crops) {
   Batch& b = mb.tensors;
   const Location loc = locate(sample_id);
-  const EpisodeInfo& ep = ds_.episodes()[loc.episode];
+  const Part& part = part_of(loc.episode);
+  const Dataset& ds = *part.ds;
+  const std::vector<int>& cameras = part.cameras;
+  const EpisodeInfo& ep = episode_info(loc.episode);
   const int64_t t = loc.row, L = ep.length, H = opt_.action_horizon;
 
   // The frames first: a sample whose video is bad is skipped (Note [Bad videos]).
   std::string skip_cause;
-  for (size_t v = 0; v < cameras_.size() && skip_cause.empty(); ++v) {
-    const int64_t f = ds_.array(loc.episode, frame_cols_[v]).as<int64_t>()[t];
-    const VideoInfo& info = ep.videos[cameras_[v]];
+  for (size_t v = 0; v < cameras.size() && skip_cause.empty(); ++v) {
+    const int64_t f = array(loc.episode, part.frame_cols[v]).as<int64_t>()[t];
+    const VideoInfo& info = ep.videos[cameras[v]];
     if (f < 0 || f >= info.frame_count)
-      throw DataError(ds_.dir() + "/" + ep.shard_file + ": episode " + std::to_string(ep.index) + " row " +
-                      std::to_string(t) + " needs frame " + std::to_string(f) + " of " + ep.video_paths[cameras_[v]] +
+      throw DataError(ds.dir() + "/" + ep.shard_file + ": episode " + std::to_string(ep.index) + " row " +
+                      std::to_string(t) + " needs frame " + std::to_string(f) + " of " + ep.video_paths[cameras[v]] +
                       " but the video has " + std::to_string(info.frame_count) +
                       " frames; re-run scripts/convert_lerobot.py");
-    const auto [fr, first] = frames(loc.episode, cameras_[v], f, &skip_cause);
+    const auto [fr, first] = frames(loc.episode, cameras[v], f, &skip_cause);
     if (!fr.defined()) break;
     // The frame's timestamp (decoded, checked equal to video_pts) against the row's.
-    const ArrayView stamps = ds_.array(loc.episode, timestamp_col_);  // float64, or float32 when the parquet had that
+    const ArrayView stamps = array(loc.episode, part.timestamp_col);  // float64, or float32 when the parquet had that
     const double ts = (stamps.dtype == DType::Float32 ? static_cast<double>(stamps.as<float>()[t])
                                                       : stamps.as<double>()[t]) -
                       info.timestamp_offset_s;
-    const double pts = ds_.array(loc.episode, pts_cols_[v]).as<double>()[f];
-    if (!(std::fabs(ts - pts) < ds_.alignment_tolerance_s() + 1e-6)) {
+    const double pts = array(loc.episode, part.pts_cols[v]).as<double>()[f];
+    if (!(std::fabs(ts - pts) < ds.alignment_tolerance_s() + 1e-6)) {
       char what[512];
       std::snprintf(what, sizeof(what),
                     "shard %s, episode %lld, camera '%s', video %s, frame %lld: row %lld's timestamp %.6f s "
                     "(offset-corrected) is %.6f s from the frame's %.6f s, more than the %.6f s tolerance",
-                    ep.shard_file.c_str(), static_cast<long long>(ep.index), ds_.cameras()[cameras_[v]].key.c_str(),
-                    ep.video_paths[cameras_[v]].c_str(), static_cast<long long>(f), static_cast<long long>(t), ts,
-                    ts - pts, pts, ds_.alignment_tolerance_s());
+                    ep.shard_file.c_str(), static_cast<long long>(ep.index), ds.cameras()[cameras[v]].key.c_str(),
+                    ep.video_paths[cameras[v]].c_str(), static_cast<long long>(f), static_cast<long long>(t), ts,
+                    ts - pts, pts, ds.alignment_tolerance_s());
       if (opt_.on_bad_video == "error")
         throw DataError(std::string("bad video (data.on_bad_video=error): ") + what +
                         "; re-run scripts/convert_lerobot.py on the source dataset, or set data.on_bad_video=skip "
@@ -853,8 +921,8 @@ void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb,
                                  << ") skipped, its action mask zeroed: " << skip_cause;
   }
 
-  const ArrayView state = ds_.array(loc.episode, state_col_);
-  const ArrayView action = ds_.array(loc.episode, action_col_);
+  const ArrayView state = array(loc.episode, part.state_col);
+  const ArrayView action = array(loc.episode, part.action_col);
   // the state row and one action row as doubles; per thread, so that a sample allocates nothing
   thread_local std::vector<double> rows_as_double;
   rows_as_double.resize(static_cast<size_t>(state.width + action.width));
@@ -864,7 +932,7 @@ void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb,
   if (upstream_)
     upstream_->state(raw_state, s_out);
   else
-    for (int64_t j = 0; j < state.width; ++j) s_out[j] = normalize(raw_state[j], state_a_[j], state_b_[j], mean_std_);
+    for (int64_t j = 0; j < state.width; ++j) s_out[j] = normalize(raw_state[j], part.state_a[j], part.state_b[j], mean_std_);
 
   float* a_out = b["actions"][slot].data_ptr<float>();
   float* m_out = b["action_mask"][slot].data_ptr<float>();
@@ -876,17 +944,17 @@ void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb,
     row_as_double(action, t + k, raw_action);
     if (upstream_) upstream_->action_row(k, raw_action, raw_state, a_out + k * A);
     for (int64_t j = 0; j < action.width; ++j) {
-      if (!upstream_) a_out[k * A + j] = normalize(raw_action[j], action_a_[j], action_b_[j], mean_std_);
+      if (!upstream_) a_out[k * A + j] = normalize(raw_action[j], part.action_a[j], part.action_b[j], mean_std_);
       m_out[k * A + j] = 1.0f;
     }
     if (action.width > 0) mb.action_tokens += 1;
     mb.num_valid += action.width;
   }
 
-  const int64_t task = ds_.array(loc.episode, task_col_).as<int64_t>()[t];
-  const auto it = ds_.tasks().find(task);
-  if (it == ds_.tasks().end())
-    throw DataError(ds_.dir() + ": episode " + std::to_string(ep.index) + " row " + std::to_string(t) +
+  const int64_t task = array(loc.episode, part.task_col).as<int64_t>()[t];
+  const auto it = ds.tasks().find(task);
+  if (it == ds.tasks().end())
+    throw DataError(ds.dir() + ": episode " + std::to_string(ep.index) + " row " + std::to_string(t) +
                     " names task " + std::to_string(task) + ", which is not in the task table");
   const auto& ids = it->second.token_ids;
   int64_t* tok = b["text_tokens"][slot].data_ptr<int64_t>();
@@ -903,7 +971,7 @@ void BatchBuilder::fill(int64_t slot, int64_t sample_id, MicroBatch& mb,
     b["images"][slot].zero_();
     mb.blank_slots.push_back(slot);  // zeros after a device resize too (frames.hpp model_images)
   }
-  b["embodiment_id"][slot].fill_(opt_.embodiment_id);
+  b["embodiment_id"][slot].fill_(part.embodiment_id);
 }
 
 int task_column(const Dataset& ds) {
@@ -932,6 +1000,15 @@ std::vector<double> text_length_histogram(const Dataset& ds, int64_t max_text_le
       throw DataError(ds.dir() + ": a row names task " + std::to_string(task) + ", which is not in the task table");
     const int64_t len = std::min<int64_t>(max_text_len, static_cast<int64_t>(it->second.token_ids.size()));
     hist[static_cast<size_t>(len)] += static_cast<double>(frames);
+  }
+  return hist;
+}
+
+std::vector<double> text_length_histogram(const Mixture& mixture, int64_t max_text_len) {
+  std::vector<double> hist(static_cast<size_t>(std::max<int64_t>(max_text_len, 0)) + 1, 0.0);
+  for (const auto& ds : mixture.datasets) {
+    const std::vector<double> h = text_length_histogram(*ds, max_text_len);
+    for (size_t l = 0; l < h.size(); ++l) hist[l] += h[l];
   }
   return hist;
 }
@@ -993,7 +1070,7 @@ MicroBatch BatchBuilder::micro_batch(int64_t step, int64_t i) {
   MicroBatch mb;
   mb.tensors = empty_batch(opt_, B);
   // upstream's train-time crop windows, drawn per sample: one for its views (cv2_area) or one per view (s4)
-  const int64_t windows = opt_.image_resample == "bilinear_aa" ? static_cast<int64_t>(cameras_.size()) : 1;
+  const int64_t windows = opt_.image_resample == "bilinear_aa" ? opt_.num_views : 1;
   for (int64_t b = 0; b < B; ++b)
     fill(b, ids[b], mb,
          opt_.image_random_crop

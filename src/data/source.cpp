@@ -12,8 +12,9 @@ namespace {
 
 class SyncSource final : public BatchSource {
  public:
-  SyncSource(const Dataset& dataset, const SampleOptions& options, c10::Device device, int64_t tokens_per_view)
-      : builder_(dataset, options),
+  SyncSource(const std::vector<DataPart>& parts, const SampleOptions& options, c10::Device device,
+             int64_t tokens_per_view)
+      : builder_(parts, options),
         device_(device),
         image_tokens_per_sample_(options.num_views * tokens_per_view + 1),  // + the state token
         batch_size_(options.micro_batch_size),
@@ -65,9 +66,14 @@ void finish_images(Batch& tensors, int64_t image_size, const std::vector<int64_t
     it->second = model_images(it->second, image_size, blank_slots, pad_square);
 }
 
+std::unique_ptr<BatchSource> make_sync_source(const std::vector<DataPart>& parts, const SampleOptions& options,
+                                              c10::Device device, int64_t tokens_per_view) {
+  return std::make_unique<SyncSource>(parts, options, device, tokens_per_view);
+}
+
 std::unique_ptr<BatchSource> make_sync_source(const Dataset& dataset, const SampleOptions& options,
                                               c10::Device device, int64_t tokens_per_view) {
-  return std::make_unique<SyncSource>(dataset, options, device, tokens_per_view);
+  return make_sync_source({DataPart{&dataset, options.embodiment_id}}, options, device, tokens_per_view);
 }
 
 }  // namespace loongforge::data

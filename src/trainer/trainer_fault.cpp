@@ -447,7 +447,7 @@ int64_t Trainer::Impl::apply_decision(const fault::Decision& d, nlohmann::json& 
   // The data order re-sharded over the new world, as a resume on this world size would.
   source_.reset();
   sample_options_.rank = rank, sample_options_.world = size, sample_options_.accumulation = k;
-  source_ = adfe::make_source(cfg_, *dataset_, sample_options_, device_, tokens_per_view_);
+  source_ = adfe::make_source(cfg_, data_.parts(), sample_options_, device_, tokens_per_view_);
   // A replicated optimizer stays as it is; a sharded one is made again over the new world (its fp32 masters
   // kept: a bf16 working copy's master lives in the optimizer) and takes its range of the moments.
   if (sharded) {  // the replicated tensors' weights (the source's) are kept beside the assembled ranges

@@ -31,6 +31,7 @@
 #include "loongforge/common/threads.hpp"
 #include "loongforge/config/config.hpp"
 #include "loongforge/data/dataset.hpp"
+#include "loongforge/data/mixture.hpp"
 #include "loongforge/data/source.hpp"
 #include "loongforge/fault/fault.hpp"
 #include "loongforge/fusion/step_runner.hpp"
@@ -135,7 +136,7 @@ struct Trainer::Impl {
   std::unique_ptr<comm::World> world_;
   std::unique_ptr<ControlPlane> control_;
   std::unique_ptr<model::Model> net_;
-  std::unique_ptr<data::Dataset> dataset_;
+  data::Mixture data_;  // data.path: one dataset, or a mixture file's
   data::SampleOptions sample_options_;  // what the data source was built with (rebuilt for another world)
   fusion::StepMode mode_;               // the step runner's mode (the gradient path is rebuilt with it)
   // The seams.

@@ -126,10 +126,10 @@ namespace {
 // data.frame_resize (SampleOptions::frames_on_device): device on CUDA runs of a build with the
 // kernels when every used camera has one size after the crop; "device" where that cannot be
 // is refused naming the reason, "auto" falls back to the CPU with a log line.
-void choose_frame_resize(data::SampleOptions& so, const data::Dataset& ds, const std::string& mode, bool cuda) {
+void choose_frame_resize(data::SampleOptions& so, const data::Mixture& mix, const std::string& mode, bool cuda) {
   if (mode == "cpu") return;
   std::string why;
-  const auto [h, w] = data::common_cropped_size(ds, so.image_crop_fraction, &why);
+  const auto [h, w] = data::common_cropped_size(mix, so.image_crop_fraction, &why);
   if (so.image_resample != "box") why = "the model's image_resample is " + so.image_resample + " (a CPU resize)";
   if (!cuda) why = "this run is not on a CUDA device";
   if (!LOONGFORGE_WITH_CUDA_KERNELS) why = "this build has no LoongForge CUDA kernels";
@@ -151,7 +151,22 @@ void choose_frame_resize(data::SampleOptions& so, const data::Dataset& ds, const
 // (Note [The data's device memory] in trainer_micro_batch.cpp). open_data() completes them.
 void Trainer::Impl::open_dataset() {
   const auto& mc = net_->info().config;
-  dataset_ = std::make_unique<data::Dataset>(data::Dataset::open(cfg_.data.path));
+  if (data::is_mixture_file(cfg_.data.path) && cfg_.origin.count("data.embodiment_id"))
+    throw ConfigError("data.embodiment_id (set at " + cfg_.origin["data.embodiment_id"] + ") and data.path " +
+                      cfg_.data.path + ", a mixture file, which names each dataset's embodiment_id: remove "
+                      "data.embodiment_id");
+  data_ = data::open_data(cfg_.data.path, cfg_.data.embodiment_id);
+  if (const int64_t slots = mc.value("num_embodiments", int64_t{0}); slots > 0)
+    for (size_t k = 0; k < data_.datasets.size(); ++k)
+      if (data_.embodiment_ids[k] >= slots)
+        throw ConfigError((data_.from_file ? "data.path " + cfg_.data.path + ": the dataset " +
+                                                 data_.datasets[k]->dir() + "'s embodiment_id "
+                                           : std::string("data.embodiment_id ")) +
+                          std::to_string(data_.embodiment_ids[k]) + " is outside the model's " +
+                          std::to_string(slots) + " embodiment slots (config.json num_embodiments of " +
+                          net_->info().path + "); use 0.." + std::to_string(slots - 1) +
+                          " or re-export the model with --set num_embodiments=" +
+                          std::to_string(data_.embodiment_ids[k] + 1));
   data::SampleOptions so;
   so.action_horizon = cfg_.data.action_horizon;
   so.max_text_len = cfg_.data.max_text_len;
@@ -162,7 +177,7 @@ void Trainer::Impl::open_dataset() {
   so.open_episodes = cfg_.data.open_episodes;
   so.shuffle_buffer = cfg_.data.shuffle_buffer;
   so.frame_cache_mb = cfg_.data.frame_cache_mb;
-  cfg_.data.video_decode = so.video_decode = data::resolve_video_decode(cfg_.data.video_decode, *dataset_);
+  cfg_.data.video_decode = so.video_decode = data::resolve_video_decode(cfg_.data.video_decode, data_);
   so.image_aspect = cfg_.data.image_aspect;  // checked against the model by BatchBuilder
   if (so.sampler == "episode" && !so.shuffle)
     throw ConfigError("data.sampler=episode orders a shuffled epoch, but data.shuffle is false (unshuffled, the "
@@ -182,7 +197,7 @@ void Trainer::Impl::open_dataset() {
   so.image_target_size = mc.value("image_target_size", int64_t{0});  // exports before the field: image_size
   so.image_letterbox = mc.value("image_letterbox", false);
   so.image_random_crop = mc.value("image_random_crop", false);
-  choose_frame_resize(so, *dataset_, cfg_.data.frame_resize, device_.is_cuda());
+  choose_frame_resize(so, data_, cfg_.data.frame_resize, device_.is_cuda());
   so.num_views = mc.at("num_views").get<int64_t>();
   so.max_state_dim = mc.at("max_state_dim").get<int64_t>();
   so.max_action_dim = mc.at("max_action_dim").get<int64_t>();
@@ -223,7 +238,10 @@ void Trainer::Impl::open_dataset() {
   const int64_t shuffle = mc.at("pixel_shuffle").get<int64_t>();
   tokens_per_view_ = side * side / (shuffle * shuffle);
   // What the model's resize does with each camera's aspect (kept, squashed, cropped, padded), counted: said once per run.
-  if (leader_) LF_LOG(logger("data"), info) << data::camera_aspect_line(*dataset_, so);
+  if (leader_)
+    for (const auto& ds : data_.datasets)
+      LF_LOG(logger("data"), info) << (data_.from_file ? ds->dir() + ": " : std::string())
+                                   << data::camera_aspect_line(*ds, so);
   sample_options_ = so;
 }
 
@@ -231,7 +249,7 @@ void Trainer::Impl::open_dataset() {
 void Trainer::Impl::open_data() {
   sample_options_.micro_batch_size = cfg_.trainer.micro_batch_size;
   sample_options_.accumulation = cfg_.trainer.gradient_accumulation_steps;
-  source_ = adfe::make_source(cfg_, *dataset_, sample_options_, device_, tokens_per_view_);
+  source_ = adfe::make_source(cfg_, data_.parts(), sample_options_, device_, tokens_per_view_);
 }
 
 void Trainer::Impl::open_run_dir(const std::string& resume_dir) {
@@ -361,9 +379,11 @@ void Trainer::Impl::log_run_line() const {
   const data::Sampler& sampler = source_->sampler();
   LF_LOG(logger("trainer"), info)
       << "run " << run_dir_ << ": " << net_->info().name << " on " << device_ << " (" << (bf16_ ? "bf16" : "fp32")
-      << "), " << dataset_->episodes().size() << " episodes / " << sampler.num_samples() << " samples"
-      << (sampler.num_samples() != dataset_->total_rows()
-              ? " (of " + std::to_string(dataset_->total_rows()) +
+      << "), " << (data_.from_file ? std::to_string(data_.datasets.size()) + " datasets (" + cfg_.data.path + "), "
+                                   : std::string())
+      << data_.episodes() << " episodes / " << sampler.num_samples() << " samples"
+      << (sampler.num_samples() != data_.total_rows()
+              ? " (of " + std::to_string(data_.total_rows()) +
                     " rows: those whose action chunk ends inside its episode, as Isaac-GR00T N1.6 samples)"
               : std::string())
       << ", global batch " << pos_.global_batch << " (" << cfg_.trainer.micro_batch_size << " x "
@@ -584,7 +604,7 @@ void Trainer::Impl::open() {
           : std::vector<std::string>{};
   // DMF's text widths: a package for each where the compiled step may run (Note [DMF and the package]).
   const dmf::Plan dmf_plan = dmf::plan(
-      cfg_, cfg_.dmf.enable ? data::text_length_histogram(*dataset_, cfg_.data.max_text_len) : std::vector<double>{},
+      cfg_, cfg_.dmf.enable ? data::text_length_histogram(data_, cfg_.data.max_text_len) : std::vector<double>{},
       compiled != fusion::CompiledStepSetting::off);
   const fusion::StepMode& mode = mode_ = fusion::step_mode(
       cfg_, *net_, device_, bf16_cuda,

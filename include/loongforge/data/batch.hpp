@@ -66,6 +66,7 @@
 #include <ATen/core/Tensor.h>  // at::Tensor
 
 #include "loongforge/data/dataset.hpp"
+#include "loongforge/data/mixture.hpp"
 #include "loongforge/data/processor.hpp"
 #include "loongforge/data/video.hpp"
 
@@ -91,6 +92,8 @@ std::vector<int64_t> episode_order(const std::vector<int64_t>& lengths, uint64_t
 // or "whole" when a video has more frames than span decoding addresses (2^20 - 1).
 // Throws DataError for any other value.
 std::string resolve_video_decode(const std::string& mode, const Dataset& dataset);
+// The same over a mixture's datasets: "whole" when any of them needs it.
+std::string resolve_video_decode(const std::string& mode, const Mixture& mixture);
 
 // A frame side of n pixels after the center crop of SampleOptions::image_crop_fraction f:
 // max(1, int(n * f)), n itself when f = 1 (docs/training-semantics.md s3).
@@ -110,6 +113,8 @@ FrameWindow box_window(int64_t h, int64_t w, double f, const std::string& image_
 // crop of f: frames resized on the device need one size. {0, 0} with *why set when the cameras
 // differ (naming two) or there is none.
 std::pair<int64_t, int64_t> common_cropped_size(const Dataset& ds, double f, std::string* why);
+// The same over every dataset of a mixture (naming the two datasets that differ).
+std::pair<int64_t, int64_t> common_cropped_size(const Mixture& mixture, double f, std::string* why);
 
 // The rows of each episode that are samples (s1), in episodes() order: all L of them, or, when
 // the model's processor record is Isaac-GR00T N1.6's and counts V action rows (valid_horizon),
@@ -255,6 +260,8 @@ int task_column(const Dataset& dataset);
 // max_text_len): what DMF chooses the text slot's buckets from. DataError when a row names a task the task
 // table lacks.
 std::vector<double> text_length_histogram(const Dataset& dataset, int64_t max_text_len);
+// Summed over a mixture's datasets.
+std::vector<double> text_length_histogram(const Mixture& mixture, int64_t max_text_len);
 int64_t micro_batch_bytes(const SampleOptions& options);
 
 // One micro-batch with the counts the trainer needs, taken while filling.
@@ -270,7 +277,13 @@ struct MicroBatch {
 
 class BatchBuilder {
  public:
+  // One dataset, its samples in embodiment slot options.embodiment_id.
   BatchBuilder(const Dataset& dataset, SampleOptions options);
+  // A mixture (mixture.hpp): samples numbered part by part, each part's samples in its own
+  // embodiment slot, normalized by its own statistics, its state and actions padded to the model's
+  // widths; every part must have the model's num_views cameras. A model with an upstream processor
+  // record takes one part (it was imported for one embodiment).
+  BatchBuilder(const std::vector<DataPart>& parts, SampleOptions options);
   // Micro-batch i (0..K-1) of optimizer step `step` on this rank.
   MicroBatch micro_batch(int64_t step, int64_t i);
   const Sampler& sampler() const { return sampler_; }
@@ -300,10 +313,33 @@ class BatchBuilder {
   void cancel(bool on) { cancelled_ = on; }
 
  private:
+  // Episodes are numbered over the parts (part k's after parts 0..k-1's): `episode` below is that number.
   struct Location {
     size_t episode;
     int64_t row;
   };
+  // What the builder reads of one dataset of the mixture.
+  struct Part {
+    const Dataset* ds = nullptr;
+    int64_t embodiment_id = 0;
+    size_t first_episode = 0;  // its episodes' numbers start here
+    int state_col = -1, action_col = -1, task_col = -1, timestamp_col = -1;
+    std::vector<int> cameras;     // used cameras, cameras[] order
+    std::vector<int> frame_cols;  // video_frame column per used camera
+    std::vector<int> pts_cols;    // video_pts column per used camera
+    // Normalization statistics: (min, max) or (mean, std) per value.
+    std::vector<double> state_a, state_b, action_a, action_b;
+  };
+  void add_part(const DataPart& part);  // the constructor's checks and columns of one dataset
+  const Part& part_of(size_t episode) const { return parts_[episode_part_[episode]]; }
+  const EpisodeInfo& episode_info(size_t episode) const {
+    const Part& p = part_of(episode);
+    return p.ds->episodes()[episode - p.first_episode];
+  }
+  ArrayView array(size_t episode, int column) const {
+    const Part& p = part_of(episode);
+    return p.ds->array(episode - p.first_episode, column);
+  }
   // One frame-cache entry (Note [Frame cache]): the frames of a video or of
   // a span, or (span decoding) a checked video file.
   struct Entry {
@@ -342,17 +378,11 @@ class BatchBuilder {
   Entry open_file(int64_t key) const;
   void store_locked(int64_t key, Entry entry);  // mu_ held
 
-  const Dataset& ds_;
+  std::vector<Part> parts_;
+  std::vector<size_t> episode_part_;  // the part of each episode
   SampleOptions opt_;
   Sampler sampler_;
   std::vector<int64_t> episode_start_;  // prefix sums of the episodes' sample rows (sample_rows)
-  int state_col_ = -1, action_col_ = -1, task_col_ = -1;
-  std::vector<int> cameras_;            // used cameras, cameras[] order
-  std::vector<int> frame_cols_;         // video_frame column per used camera
-  std::vector<int> pts_cols_;           // video_pts column per used camera
-  int timestamp_col_ = -1;
-  // Normalization statistics: (min, max) or (mean, std) per value.
-  std::vector<double> state_a_, state_b_, action_a_, action_b_;
   bool mean_std_ = false;
   std::optional<UpstreamNormalizer> upstream_;  // the model's processor record is upstream's (processor.hpp)
   bool spans_ = false;  // opt_.video_decode == "span"

@@ -64,6 +64,9 @@ class BatchSource {
 
 // The plain source: builds each micro-batch on the calling thread, then
 // copies it to `device`. tokens_per_view: image tokens one camera view adds.
+// A mixture's parts (mixture.hpp), or one dataset in slot options.embodiment_id.
+std::unique_ptr<BatchSource> make_sync_source(const std::vector<DataPart>& parts, const SampleOptions& options,
+                                              c10::Device device, int64_t tokens_per_view);
 std::unique_ptr<BatchSource> make_sync_source(const Dataset& dataset, const SampleOptions& options,
                                               c10::Device device, int64_t tokens_per_view);
 

@@ -148,9 +148,9 @@ struct Item {
 
 class AsyncSource final : public BatchSource {
  public:
-  AsyncSource(const Dataset& dataset, const SampleOptions& options, c10::Device device, int64_t tokens_per_view,
-              AsyncOptions async)
-      : builder_(dataset, options),
+  AsyncSource(const std::vector<data::DataPart>& parts, const SampleOptions& options, c10::Device device,
+              int64_t tokens_per_view, AsyncOptions async)
+      : builder_(parts, options),
         lookahead_(builder_.sampler()),
         device_(device),
         async_(async),
@@ -429,9 +429,14 @@ std::string slot_size_problem(const SampleOptions& options, double slot_mb) {
   return text;
 }
 
+std::unique_ptr<BatchSource> make_async_source(const std::vector<data::DataPart>& parts, const SampleOptions& options,
+                                               c10::Device device, int64_t tokens_per_view, AsyncOptions async) {
+  return std::make_unique<AsyncSource>(parts, options, device, tokens_per_view, async);
+}
+
 std::unique_ptr<BatchSource> make_async_source(const Dataset& dataset, const SampleOptions& options,
                                                c10::Device device, int64_t tokens_per_view, AsyncOptions async) {
-  return std::make_unique<AsyncSource>(dataset, options, device, tokens_per_view, async);
+  return make_async_source({data::DataPart{&dataset, options.embodiment_id}}, options, device, tokens_per_view, async);
 }
 
 int64_t default_decode_threads() {
@@ -459,15 +464,15 @@ std::string resolve(config::Config& cfg, c10::Device device) {
   return chose;
 }
 
-std::unique_ptr<BatchSource> make_source(const config::Config& cfg, const Dataset& dataset, const SampleOptions& options,
-                                         c10::Device device, int64_t tokens_per_view) {
+std::unique_ptr<BatchSource> make_source(const config::Config& cfg, const std::vector<data::DataPart>& parts,
+                                         const SampleOptions& options, c10::Device device, int64_t tokens_per_view) {
   if (!enabled(cfg)) {
     for (const auto& key : config::non_default_keys(cfg, "adfe"))
       LF_LOG(logger("data"), warn) << key << " has no effect: adfe.enable is false (the plain source decodes on the "
                                    << "trainer thread); set adfe.enable=true or remove the key";
-    return data::make_sync_source(dataset, options, device, tokens_per_view);
+    return data::make_sync_source(parts, options, device, tokens_per_view);
   }
-  return make_async_source(dataset, options, device, tokens_per_view,
+  return make_async_source(parts, options, device, tokens_per_view,
                            {cfg.adfe.prefetch_factor, cfg.adfe.decode_threads, cfg.adfe.slot_mb, cfg.adfe.io_threads});
 }
 

@@ -101,14 +101,18 @@ bool enabled(const config::Config& cfg);
 
 // The data seam as the config says: ADFE's source when adfe.enable (its
 // options from the adfe section), else data::make_sync_source.
-std::unique_ptr<data::BatchSource> make_source(const config::Config& cfg, const data::Dataset& dataset,
+std::unique_ptr<data::BatchSource> make_source(const config::Config& cfg, const std::vector<data::DataPart>& parts,
                                                const data::SampleOptions& options, c10::Device device,
                                                int64_t tokens_per_view);
 
 // ADFE's source (adfe.enable). Throws ConfigError when a micro-batch does not
 // fit in adfe.slot_mb on a CUDA device.
+// One dataset (in slot options.embodiment_id), or a mixture's parts (data/mixture.hpp).
 std::unique_ptr<data::BatchSource> make_async_source(const data::Dataset& dataset, const data::SampleOptions& options,
                                                      c10::Device device, int64_t tokens_per_view, AsyncOptions async);
+std::unique_ptr<data::BatchSource> make_async_source(const std::vector<data::DataPart>& parts,
+                                                     const data::SampleOptions& options, c10::Device device,
+                                                     int64_t tokens_per_view, AsyncOptions async);
 
 // The ConfigError text when a micro-batch of `options` does not fit in a slot
 // of `slot_mb` ("" when it fits).
