@@ -1299,6 +1299,58 @@ class SampleBuilder:
         return self.add_draws(batch, step, i, rank, world)
 
 
+class MixtureBuilder(SampleBuilder):
+    """Samples of several datasets, each with its own SampleBuilder (its embodiment slot, statistics and
+    widths), numbered part by part (section 1); the order, the draws and the micro-batches are
+    SampleBuilder's over the summed sample space. A model with an upstream processor record takes one
+    dataset (as loongforge-train refuses a mixture for it)."""
+
+    _SHARED = ("seed", "B", "K", "H", "L", "shuffle", "sampler_kind", "open_episodes", "shuffle_buffer", "S",
+               "crop", "resample", "random_crop", "max_state", "max_action", "noise_s", "beta_alpha",
+               "fm_upstream", "state_dropout", "cameras")
+
+    def __init__(self, parts: List[SampleBuilder]):   # noqa: super().__init__ reads one dataset
+        if any(p.n17 for p in parts):
+            raise ValueError("a mixture of datasets needs a model without an upstream processor record (an "
+                             "imported GR00T checkpoint was imported for one embodiment); train it on one dataset")
+        for name in self._SHARED:
+            setattr(self, name, getattr(parts[0], name))
+        self.parts = parts
+        self.part_starts = [0]
+        for p in parts[:-1]:
+            self.part_starts.append(self.part_starts[-1] + p.num_samples)
+        self.num_samples = sum(p.num_samples for p in parts)
+        self.sample_rows = [r for p in parts for r in p.sample_rows]
+        self._samplers = {}
+
+    def sample(self, i: int) -> Dict[str, Tensor]:
+        if not 0 <= i < self.num_samples:
+            raise IndexError(f"sample {i} outside [0, {self.num_samples})")
+        k = bisect.bisect_right(self.part_starts, i) - 1
+        return self.parts[k].sample(i - self.part_starts[k])
+
+
+def open_builder(path: str, model_cfg, data_cfg: Dict, processor: Optional[Dict] = None):
+    """data.path's SampleBuilder: one dataset folder (its embodiment data.embodiment_id), or a mixture file
+    (a path ending in .json: {"datasets": [{"path": ..., "embodiment_id": ...}, ...]}, relative paths from its
+    folder) as a MixtureBuilder."""
+    if not str(path).endswith(".json"):
+        return SampleBuilder(LFDataset(path), model_cfg, data_cfg, processor=processor)
+    spec = json.loads(Path(path).read_text())
+    entries = spec.get("datasets") if isinstance(spec, dict) else None
+    if not entries or set(spec) != {"datasets"}:
+        raise DataError(f"data.path {path}: a mixture file is {{\"datasets\": [...]}} with at least one dataset")
+    parts = []
+    for k, e in enumerate(entries):
+        if not isinstance(e, dict) or set(e) != {"path", "embodiment_id"}:
+            raise DataError(f"data.path {path}: datasets[{k}] needs exactly path and embodiment_id")
+        cfg = json.loads(json.dumps(data_cfg))   # a copy with this part's slot
+        cfg.setdefault("data", {})["embodiment_id"] = int(e["embodiment_id"])
+        root = Path(e["path"]) if Path(e["path"]).is_absolute() else Path(path).parent / e["path"]
+        parts.append(SampleBuilder(LFDataset(str(root)), model_cfg, cfg, processor=processor))
+    return MixtureBuilder(parts)
+
+
 def collate_samples(samples: List[Dict[str, Tensor]]) -> Dict[str, Tensor]:
     """Stack per-sample tensors along a new batch dim: images (B, V, 3, S, S), actions (B, H, A), ..."""
     return {k: torch.stack([s[k] for s in samples]) for k in samples[0]}

@@ -77,7 +77,7 @@ for p in (str(REPO / "scripts"), str(HERE)):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from lf_dataset import (DataError, LFDataset, MicroBatchSampler, SampleBuilder, SampleDataset,  # noqa: E402
+from lf_dataset import (DataError, MicroBatchSampler, SampleBuilder, SampleDataset, open_builder,  # noqa: E402
                         collate_samples)
 from model import ops  # noqa: E402
 from model.config import ModelConfig  # noqa: E402
@@ -422,7 +422,7 @@ def run_parity(cfg: Dict, cfg_text: str, run_dir: Path) -> Dict:
         torch.backends.cudnn.allow_tf32 = False
     model, mcfg, info = load_model(cfg_get(cfg, "model.path"))
     model.to(device).train()
-    builder = SampleBuilder(LFDataset(cfg_get(cfg, "data.path")), mcfg, cfg, processor=info["processor"])
+    builder = open_builder(cfg_get(cfg, "data.path"), mcfg, cfg, processor=info["processor"])
     builder.sampler(0, 1)   # refuses a dataset smaller than one global batch before any work
     opt = make_optimizer(model, cfg, fused=False)
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -506,8 +506,7 @@ class Baseline:
             else contextlib.nullcontext
         self.fps = flops_per_sample(info)
 
-        self.builder = SampleBuilder(LFDataset(cfg_get(cfg, "data.path")), self.mcfg, cfg,
-                                     processor=info["processor"])
+        self.builder = open_builder(cfg_get(cfg, "data.path"), self.mcfg, cfg, processor=info["processor"])
         self.builder.sampler(self.rank, self.world)
         self.T = int(cfg_get(cfg, "trainer.max_steps"))
         self.K = int(cfg_get(cfg, "trainer.gradient_accumulation_steps"))

@@ -164,9 +164,11 @@ void validate(const Config& cfg, const ValidationContext& ctx, std::vector<std::
                "python3 scripts/model/export.py --config n16-tiny --out " +
                    (cfg.model.path.empty() ? std::string("<path>") : cfg.model.path),
                errors);
-    check_path(cfg, "data.path", cfg.data.path, true,
-               "python3 scripts/convert_lerobot.py <lerobot dataset> " +
-                   (cfg.data.path.empty() ? std::string("<path>") : cfg.data.path),
+    const bool mixture = cfg.data.path.size() > 5 && cfg.data.path.compare(cfg.data.path.size() - 5, 5, ".json") == 0;
+    check_path(cfg, "data.path", cfg.data.path, /*dir=*/!mixture,
+               mixture ? "echo '{\"datasets\": [{\"path\": \"a.lf\", \"embodiment_id\": 0}, ...]}' > " + cfg.data.path
+                       : "python3 scripts/convert_lerobot.py <lerobot dataset> " +
+                             (cfg.data.path.empty() ? std::string("<path>") : cfg.data.path),
                errors);
   }
 

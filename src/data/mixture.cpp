@@ -73,7 +73,8 @@ Mixture open_data(const std::string& path, int64_t embodiment_id) {
     if (id < 0 || id > 31) throw DataError(where + ": embodiment_id " + std::to_string(id) + " is outside 0..31");
     std::filesystem::path p = entry.at("path").get<std::string>();
     if (p.is_relative()) p = base / p;
-    const std::string canonical = std::filesystem::weakly_canonical(p).string();
+    std::string canonical = std::filesystem::weakly_canonical(p).lexically_normal().string();
+    while (canonical.size() > 1 && canonical.back() == '/') canonical.pop_back();
     if (!seen.insert(canonical).second)
       throw DataError(where + ": the dataset " + p.string() + " is listed twice; list each dataset once");
     try {

@@ -104,7 +104,8 @@ std::vector<std::pair<std::string, double>> scalars_of(const StepRecord& r) {
           {"data/readahead_mb_per_s", r.readahead_mb_per_s},
           {"data/vl_tokens", r.vl_tokens},
           {"data/vl_padding_tokens", r.vl_padding_tokens},
-          {"data/text_width", r.text_width}};
+          {"data/text_width", r.text_width},
+          {"data/embodiments", r.embodiments}};
   for (const auto& [name, value] : r.memory_scalars) s.emplace_back("memory/" + name, value);
   for (const auto& [name, value] : r.engine_scalars) s.emplace_back("engines/" + name, value);
   return s;

@@ -2,6 +2,7 @@
 #include <algorithm>  // std::max
 #include <cmath>      // std::isfinite
 #include <cstdlib>    // std::getenv, std::atol
+#include <set>        // std::set
 #include <thread>     // std::this_thread
 
 #include <ATen/ATen.h>  // at::Tensor
@@ -164,6 +165,11 @@ void Trainer::Impl::step() {
   r.tokens = tokens;
   r.flops = step_flops;
   r.text_width = static_cast<double>(text_width);
+  {
+    std::set<int64_t> slots;
+    for (const auto& b : batches) slots.insert(b.embodiments.begin(), b.embodiments.end());
+    r.embodiments = static_cast<double>(slots.size());
+  }
   if (const auto& info = net_->info(); info.vl_tokens_per_sample > 0) {
     const int64_t samples = k * cfg_.trainer.micro_batch_size;
     r.vl_tokens = static_cast<double>(samples * (info.vl_tokens_per_sample - info.text_slot) + text_slot_tokens);

@@ -40,6 +40,7 @@ struct StepRecord {
   // text slot as it ran: DMF cuts it) and how many of them are padding (the text slots' unused tokens);
   // 0 for a model file without S_vl.
   double vl_tokens = 0, vl_padding_tokens = 0;
+  double embodiments = 0;  // distinct embodiment slots in this rank's micro-batches of the step (a mixture: several)
   double text_width = 0;  // the widest text slot among the step's micro-batches (DMF's width; else data.max_text_len)
   double flops = 0;  // the model FLOPs of this rank's step (flops.json, each micro-batch at its text width): MFU
   double samples_skipped = 0;      // this rank's samples skipped for a bad video so far (data.on_bad_video=skip)
