@@ -51,6 +51,7 @@ import shutil
 import struct
 import subprocess
 import threading
+import types
 import warnings
 import zlib
 from dataclasses import dataclass
@@ -1322,6 +1323,11 @@ class MixtureBuilder(SampleBuilder):
         self.num_samples = sum(p.num_samples for p in parts)
         self.sample_rows = [r for p in parts for r in p.sample_rows]
         self._samplers = {}
+
+    @property
+    def cache(self):
+        """The parts' video caches seen as one: their decodes summed (what a run's summary reports)."""
+        return types.SimpleNamespace(decodes=sum(p.cache.decodes for p in self.parts))
 
     def sample(self, i: int) -> Dict[str, Tensor]:
         if not 0 <= i < self.num_samples:

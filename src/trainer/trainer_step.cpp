@@ -167,7 +167,7 @@ void Trainer::Impl::step() {
   r.text_width = static_cast<double>(text_width);
   {
     std::set<int64_t> slots;
-    for (const auto& b : batches) slots.insert(b.embodiments.begin(), b.embodiments.end());
+    for (const auto& m : micro) slots.insert(m.slots.begin(), m.slots.end());  // the batches are spent by now
     r.embodiments = static_cast<double>(slots.size());
   }
   if (const auto& info = net_->info(); info.vl_tokens_per_sample > 0) {
