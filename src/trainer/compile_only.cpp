@@ -38,7 +38,9 @@ int compile_only(const config::Config& cfg, const comm::WorldInfo& world) {
   dmf::resolve(cfg, net.info());
   std::vector<int64_t> widths = {0};  // 0: data.max_text_len
   if (cfg.dmf.enable)
-    widths = dmf::plan(cfg, data::text_length_histogram(data::open_data(cfg.data.path, cfg.data.embodiment_id), cfg.data.max_text_len),
+    widths = dmf::plan(cfg,
+                       data::text_length_histogram(data::open_data(cfg.data.path, cfg.data.embodiment_id),
+                                                   cfg.data.max_text_len),
                        /*compiled_step=*/true)
                  .buckets.widths;
   // the package a training run of this config would take: with the bf16 working copies it keeps

@@ -62,8 +62,8 @@ TEST_CASE("mixture: a mixture's samples are its datasets' own, bit for bit, part
   SampleOptions o0 = tiny_options(), o3 = tiny_options();
   o3.embodiment_id = 3;
   BatchBuilder alone0(*mix.datasets[0], o0), alone3(*mix.datasets[1], o3);
-  for (const int64_t id : {int64_t{0}, int64_t{415}, int64_t{2095}, int64_t{2096}, int64_t{2096 + 470},
-                           int64_t{2096 + 881}}) {
+  for (const int64_t id :
+       {int64_t{0}, int64_t{415}, int64_t{2095}, int64_t{2096}, int64_t{2096 + 470}, int64_t{2096 + 881}}) {
     CAPTURE(id);
     const Batch got = mixed.sample(id);
     const Batch want = id < 2096 ? alone0.sample(id) : alone3.sample(id - 2096);
@@ -133,11 +133,13 @@ TEST_CASE("mixture: bad mixture files are refused naming the entry and the fix")
   REQUIRE_THAT(refusal("{\"datasets\": [{\"path\": \"" + kSmall + "\", \"embodiment_id\": 0}, {\"path\": \"" + kSmall +
                        "/\", \"embodiment_id\": 1}]}"),
                Contains("datasets[1]: the dataset " + kSmall + "/ is listed twice"));
-  REQUIRE_THAT(refusal("{\"datasets\": [{\"path\": \"" + kSmall + "\", \"embodiment_id\": 0}, {\"path\": \"nowhere.lf\", "
+  REQUIRE_THAT(refusal("{\"datasets\": [{\"path\": \"" + kSmall +
+                       "\", \"embodiment_id\": 0}, {\"path\": \"nowhere.lf\", "
                        "\"embodiment_id\": 1}]}"),
                Contains("datasets[1]: cannot read"));
   REQUIRE_THAT(refusal("{\"datasets\": [{\"path\": \"nowhere.lf\", \"embodiment_id\": 1}]}"),
-               Contains("is '" + std::string(LOONGFORGE_TEST_MODELS) + "/nowhere.lf' a dataset"));  // relative: from the file's folder
+               Contains("is '" + std::string(LOONGFORGE_TEST_MODELS) +
+                        "/nowhere.lf' a dataset"));  // relative: from the file's folder
   REQUIRE_THAT(refusal("{\"datasets\": "), Contains("not valid JSON"));
   REQUIRE_THAT(refusal("{\"datasets\": []}"), Contains("relative paths are read from its folder"));
 }

@@ -38,7 +38,7 @@ struct DataPart {
 };
 
 struct Mixture {
-  std::string path;  // what data.path named
+  std::string path;        // what data.path named
   bool from_file = false;  // a mixture file (else one dataset folder)
   std::vector<std::unique_ptr<Dataset>> datasets;
   std::vector<int64_t> embodiment_ids;  // by dataset
